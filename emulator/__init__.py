@@ -1,0 +1,1 @@
+"""tierlab emulator: hierarchies, placement, the Numba replay engine, energy and latency, the CLI."""

@@ -1,0 +1,8 @@
+"""Options shared by several commands, as decorators."""
+
+from __future__ import annotations
+
+import click
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+force_option = click.option("--force", is_flag=True, help="Replace an existing output.")

@@ -1,0 +1,1 @@
+"""Operator kernels: how each operator family walks memory (access descriptors and FLOPs)."""
