@@ -1,0 +1,46 @@
+"""Element types of weights, KV cache and activations, and how quantised weights are stored.
+
+Sizes are in bits so int4 is exact. Quantised integer weights (``int8``, ``int4``) are
+group-quantised along the input dimension of each matrix: one scale per ``group`` consecutive
+input elements of every output row (default group 128), each scale a ``fp16`` (2 bytes),
+symmetric (no zero points). The scales are their own tensor, kind ``weight``, named
+``<matrix>.scales``, so weight bytes include them. ``fp8`` weights carry a per-tensor scale only,
+which is negligible and not traced. KV caches and activations never carry scales.
+"""
+
+from __future__ import annotations
+
+from traces.errors import UsageError
+
+DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+WEIGHT_DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")
+KV_DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8")
+ACTIVATION_DTYPES = ("bf16", "fp16", "fp32", "fp8")
+GROUP_QUANTISED = ("int8", "int4")
+SCALE_DTYPE = "fp16"
+DEFAULT_QUANT_GROUP = 128
+
+
+def check_dtype(name: str, allowed: tuple[str, ...], field: str) -> str:
+    """Return ``name`` if it is one of ``allowed``, else raise a UsageError naming ``field``."""
+    if name not in allowed:
+        raise UsageError(f"unknown dtype {name!r}; expected one of {', '.join(allowed)}", field=field)
+    return name
+
+
+def nbytes_of(elements: int, dtype: str) -> int:
+    """Bytes holding ``elements`` values of ``dtype`` (rounded up to a whole byte)."""
+    return (int(elements) * DTYPE_BITS[dtype] + 7) // 8
+
+
+def vector_dtype(weights_dtype: str) -> str:
+    """Dtype of 1-D weights (norm gains, biases): the weights dtype if it is a float of >= 16 bits,
+    else bf16 (quantisers leave vectors in high precision)."""
+    return weights_dtype if weights_dtype in ("bf16", "fp16", "fp32") else "bf16"
+
+
+def scale_bytes(rows: int, cols: int, dtype: str, group: int) -> int:
+    """Bytes of group-quantisation scales for a ``rows x cols`` matrix (0 if not group-quantised)."""
+    if dtype not in GROUP_QUANTISED:
+        return 0
+    return rows * (-(-cols // group)) * DTYPE_BITS[SCALE_DTYPE] // 8
