@@ -1,0 +1,268 @@
+"""Open and validate a trace directory; stream its accesses in checked record batches.
+
+:func:`open_trace` checks the manifest (format name, version — an unknown or newer version is
+refused, never guessed), the presence of every table file, each table's schema (strings may be
+plain, large or dictionary-encoded; they are decoded to plain strings) and the row counts of the
+tensors and ops tables against the manifest. Tensor ids and op ids must be 0..n-1 in order; tensor
+byte ranges must not overlap and addresses must be multiples of the recorded alignment.
+
+:meth:`Trace.iter_accesses` checks every batch with numpy (op ids exist and never decrease, tensor
+ids exist, count >= 1, nbytes >= 1, every chunk lies inside its tensor) and, at the end, the access
+row count against the manifest — a truncated file is a TraceError naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from traces import format as fmt
+from traces.errors import TraceError
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or (
+        pa.types.is_dictionary(t) and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)))
+
+
+def _check_schema(schema: pa.Schema, expected: pa.Schema, file: Path) -> None:
+    names = schema.names
+    if names != expected.names:
+        missing = [n for n in expected.names if n not in names]
+        extra = [n for n in names if n not in expected.names]
+        what = f"missing columns {missing}" if missing else f"unexpected columns {extra}" if extra else \
+            f"columns in order {names}, expected {expected.names}"
+        raise TraceError(f"schema mismatch: {what}", file=str(file))
+    for f in expected:
+        got = schema.field(f.name).type
+        ok = _is_string(got) if pa.types.is_string(f.type) else got == f.type
+        if not ok:
+            raise TraceError(f"column has type {got}, expected {f.type}", file=str(file), field=f.name)
+
+
+def _normalise(table: pa.Table, expected: pa.Schema) -> pa.Table:
+    """Decode dictionary/large strings to plain strings so consumers see one schema."""
+    if table.schema.equals(expected):
+        return table
+    cols = []
+    for f in expected:
+        col = table.column(f.name)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        cols.append(col.cast(f.type))
+    return pa.Table.from_arrays(cols, schema=expected)
+
+
+def _read_small_table(path: Path, schema: pa.Schema) -> pa.Table:
+    try:
+        with pa.OSFile(str(path), "rb") as src:
+            reader = pa.ipc.open_stream(src)
+            _check_schema(reader.schema, schema, path)
+            table = reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
+        raise TraceError(f"truncated or corrupt Arrow stream: {err}", file=str(path)) from None
+    return _normalise(table, schema)
+
+
+class Trace:
+    """A validated trace. ``tensors`` and ``ops`` are whole pa.Tables; accesses are streamed."""
+
+    def __init__(self, path: Path, manifest: dict, tensors: pa.Table, ops: pa.Table):
+        self.path = path
+        self.manifest = manifest
+        self.tensors = tensors
+        self.ops = ops
+        self._tensor_nbytes = tensors.column("nbytes").to_numpy()
+
+    @property
+    def n_tensors(self) -> int:
+        return self.tensors.num_rows
+
+    @property
+    def n_ops(self) -> int:
+        return self.ops.num_rows
+
+    @property
+    def n_accesses(self) -> int:
+        return int(self.manifest["tables"]["accesses"])
+
+    @property
+    def alignment(self) -> int | None:
+        a = self.manifest.get("alignment")
+        if a is None and isinstance(self.manifest.get("run"), dict):
+            a = self.manifest["run"].get("alignment")
+        return a
+
+    def tensor_arrays(self) -> dict[str, np.ndarray]:
+        """Tensor columns as numpy arrays (strings as object arrays), indexed by tensor id."""
+        return {n: self.tensors.column(n).to_numpy(zero_copy_only=False) for n in self.tensors.schema.names}
+
+    def op_arrays(self) -> dict[str, np.ndarray]:
+        """Op columns as numpy arrays (strings as object arrays), indexed by op id."""
+        return {n: self.ops.column(n).to_numpy(zero_copy_only=False) for n in self.ops.schema.names}
+
+    def iter_accesses(self, batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
+        """Yield validated access batches of at most ``batch_rows`` rows, in issue order."""
+        path = self.path / fmt.ACCESSES_FILE
+        n_ops = self.n_ops
+        sizes = self._tensor_nbytes
+        last_op = 0
+        rows = 0
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        try:
+            src = pa.OSFile(str(path), "rb")
+        except OSError as err:
+            raise TraceError(f"cannot open: {err}", file=str(path)) from None
+        with src:
+            try:
+                reader = pa.ipc.open_stream(src)
+                _check_schema(reader.schema, fmt.ACCESSES_SCHEMA, path)
+                while True:
+                    try:
+                        batch = reader.read_next_batch()
+                    except StopIteration:
+                        break
+                    if batch.num_rows == 0:
+                        continue
+                    last_op = self._check_batch(batch, path, rows, last_op, n_ops, sizes)
+                    rows += batch.num_rows
+                    pending.append(batch)
+                    pending_rows += batch.num_rows
+                    while pending_rows >= batch_rows:
+                        out, pending, pending_rows = _take(pending, batch_rows)
+                        yield out
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
+                raise TraceError(f"truncated or corrupt Arrow stream after {rows} rows: {err}",
+                                 file=str(path)) from None
+        if pending_rows:
+            out, pending, pending_rows = _take(pending, pending_rows)
+            yield out
+        if rows != self.n_accesses:
+            raise TraceError(f"holds {rows} access rows, the manifest says {self.n_accesses} (truncated?)",
+                             file=str(path))
+
+    @staticmethod
+    def _check_batch(batch: pa.RecordBatch, path: Path, start: int, last_op: int, n_ops: int,
+                     sizes: np.ndarray) -> int:
+        col = {n: batch.column(n).to_numpy(zero_copy_only=False) for n in batch.schema.names}
+        op = col["op_id"]
+        where = f"rows {start}..{start + batch.num_rows - 1}"
+        if op[0] < last_op or np.any(op[1:] < op[:-1]):
+            raise TraceError(f"{where}: op ids decrease; accesses must be grouped by op in execution order",
+                             file=str(path), field="op_id")
+        if op[-1] >= n_ops:
+            raise TraceError(f"{where}: op id {int(op.max())} does not exist ({n_ops} ops)", file=str(path),
+                             field="op_id")
+        tid = col["tensor_id"]
+        if np.any(tid >= len(sizes)):
+            raise TraceError(f"{where}: tensor id {int(tid.max())} does not exist ({len(sizes)} tensors)",
+                             file=str(path), field="tensor_id")
+        count, nbytes = col["count"], col["nbytes"]
+        if np.any(count < 1):
+            raise TraceError(f"{where}: count below 1", file=str(path), field="count")
+        if np.any(nbytes < 1):
+            raise TraceError(f"{where}: nbytes below 1", file=str(path), field="nbytes")
+        # offset + (count-1)*stride + nbytes <= tensor nbytes, without uint64 wrap-around.
+        offset, stride = col["offset"], col["stride"]
+        limit = sizes[tid]
+        span = (count.astype(np.uint64) - np.uint64(1))
+        with np.errstate(over="ignore"):
+            end = offset + span * stride + nbytes
+        bad = (offset >= limit) | (nbytes > limit) | (end > limit) | (end < offset) | \
+              ((span > 0) & (stride > (limit // np.maximum(span, np.uint64(1)))))
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            raise TraceError(f"row {start + i}: access (offset {int(offset[i])}, nbytes {int(nbytes[i])}, "
+                             f"count {int(count[i])}, stride {int(stride[i])}) lies outside tensor {int(tid[i])} "
+                             f"of {int(limit[i])} bytes", file=str(path), field="offset")
+        return int(op[-1])
+
+
+def _take(pending: list[pa.RecordBatch], n: int):
+    """Split the first ``n`` rows off a list of batches; return (batch, rest, rest_rows)."""
+    table = pa.Table.from_batches(pending)
+    head = table.slice(0, n).combine_chunks().to_batches()
+    rest_table = table.slice(n)
+    rest = rest_table.to_batches()
+    out = head[0] if head else pa.RecordBatch.from_pylist([], schema=table.schema)
+    return out, [b for b in rest if b.num_rows], rest_table.num_rows
+
+
+def open_trace(path: str | os.PathLike) -> Trace:
+    """Open and validate the trace directory at ``path``."""
+    p = Path(path)
+    if not p.is_dir():
+        raise TraceError("not a trace directory" if p.exists() else "no such trace", file=str(p))
+    mpath = p / fmt.MANIFEST
+    if not mpath.is_file():
+        raise TraceError("no manifest.json: not a complete trace (interrupted write?)", file=str(p))
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise TraceError(f"unreadable manifest: {err}", file=str(mpath)) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt.FORMAT_NAME:
+        got = manifest.get("format") if isinstance(manifest, dict) else None
+        raise TraceError(f"format is {got!r}, expected {fmt.FORMAT_NAME!r}", file=str(mpath), field="format")
+    version = manifest.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TraceError(f"version {version!r} is not an integer", file=str(mpath), field="version")
+    if version > fmt.FORMAT_VERSION:
+        raise TraceError(f"trace format version {version} is newer than this tierlab reads "
+                         f"({fmt.FORMAT_VERSION}); upgrade tierlab", file=str(mpath), field="version")
+    if version != fmt.FORMAT_VERSION:
+        raise TraceError(f"unknown trace format version {version}; this tierlab reads version "
+                         f"{fmt.FORMAT_VERSION}", file=str(mpath), field="version")
+    tables = manifest.get("tables")
+    if not isinstance(tables, dict):
+        raise TraceError("missing row counts", file=str(mpath), field="tables")
+    for name in fmt.TABLES:
+        n = tables.get(name)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise TraceError(f"row count of {name} is {n!r}, expected a non-negative integer", file=str(mpath),
+                             field=f"tables.{name}")
+        if not (p / fmt.TABLES[name][0]).is_file():
+            raise TraceError("missing table file", file=str(p / fmt.TABLES[name][0]))
+    for key in ("model", "run"):
+        if key not in manifest:
+            raise TraceError("missing key (null is allowed)", file=str(mpath), field=key)
+    tensors = _read_small_table(p / fmt.TENSORS_FILE, fmt.TENSORS_SCHEMA)
+    ops = _read_small_table(p / fmt.OPS_FILE, fmt.OPS_SCHEMA)
+    for name, table in (("tensors", tensors), ("ops", ops)):
+        file = str(p / fmt.TABLES[name][0])
+        if table.num_rows != tables[name]:
+            raise TraceError(f"holds {table.num_rows} rows, the manifest says {tables[name]}", file=file)
+        ids = table.column(table.schema.names[0]).to_numpy()
+        if np.any(ids != np.arange(len(ids), dtype=ids.dtype)):
+            raise TraceError(f"{table.schema.names[0]} must be 0..n-1 in order", file=file,
+                             field=table.schema.names[0])
+    _check_tensor_layout(tensors, manifest, str(p / fmt.TENSORS_FILE))
+    return Trace(p, manifest, tensors, ops)
+
+
+def _check_tensor_layout(tensors: pa.Table, manifest: dict, file: str) -> None:
+    address = tensors.column("address").to_numpy()
+    nbytes = tensors.column("nbytes").to_numpy()
+    if np.any(nbytes < 1):
+        raise TraceError("a tensor has 0 bytes", file=file, field="nbytes")
+    align = manifest.get("alignment")
+    if align is None and isinstance(manifest.get("run"), dict):
+        align = manifest["run"].get("alignment")
+    if align is not None:
+        if not isinstance(align, int) or align < 1:
+            raise TraceError(f"alignment {align!r} is not a positive integer", field="alignment")
+        bad = np.flatnonzero(address % np.uint64(align))
+        if len(bad):
+            raise TraceError(f"tensor {int(bad[0])} address {int(address[bad[0]])} is not a multiple of the "
+                             f"alignment {align}", file=file, field="address")
+    order = np.argsort(address, kind="stable")
+    a, n = address[order], nbytes[order]
+    overlap = np.flatnonzero(a[:-1] + n[:-1] > a[1:])
+    if len(overlap):
+        raise TraceError(f"tensors {int(order[overlap[0]])} and {int(order[overlap[0] + 1])} overlap",
+                         file=file, field="address")

@@ -1,0 +1,235 @@
+"""Write a trace directory: tensors, ops and accesses streamed as Arrow IPC record batches.
+
+Rows are buffered in column lists and flushed as record batches of ``batch_rows`` rows, so memory
+stays bounded however long the run. Everything goes to a temporary sibling directory; on a clean
+exit ``manifest.json`` is written last (with the row count of every table) and the directory is
+renamed into place. On an error or interrupt the temporary directory is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from traces import format as fmt
+from traces.atomic import atomic_path
+from traces.errors import TraceError, UsageError
+
+GENERATOR = "tierlab"
+
+
+def _generator() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"{GENERATOR} {version('tierlab')}"
+    except Exception:  # not installed (running from a checkout)
+        return GENERATOR
+
+
+class _Table:
+    """Column buffers for one table, streamed to an Arrow IPC stream file."""
+
+    def __init__(self, path: Path, schema: pa.Schema, batch_rows: int):
+        self.schema, self.batch_rows = schema, batch_rows
+        self.names = schema.names
+        self.cols: dict[str, list] = {n: [] for n in self.names}
+        self.chunks: list[dict[str, np.ndarray]] = []   # bulk-added numpy columns
+        self.buffered = 0
+        self.rows = 0
+        self.sink = pa.OSFile(str(path), "wb")
+        self.writer = pa.ipc.new_stream(self.sink, schema)
+
+    def append(self, row: tuple) -> None:
+        for col, v in zip(self.cols.values(), row):
+            col.append(v)
+        self.buffered += 1
+        if self.buffered >= self.batch_rows:
+            self.flush()
+
+    def extend(self, columns: dict[str, np.ndarray], n: int) -> None:
+        self._move_rows_to_chunk()
+        self.chunks.append(columns)
+        self.buffered += n
+        if self.buffered >= self.batch_rows:
+            self.flush()
+
+    def _move_rows_to_chunk(self) -> None:
+        if self.cols[self.names[0]]:
+            self.chunks.append({n: self.cols[n] for n in self.names})
+            self.cols = {n: [] for n in self.names}
+
+    def flush(self) -> None:
+        self._move_rows_to_chunk()
+        for chunk in self.chunks:
+            arrays = [pa.array(chunk[f.name], type=f.type) for f in self.schema]
+            batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+            self.writer.write_batch(batch)
+            self.rows += batch.num_rows
+        self.chunks = []
+        self.buffered = 0
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+        self.sink.close()
+
+
+class TraceWriter:
+    """Context manager writing one trace directory.
+
+    ``model`` is the model config dict (or None for a synthetic trace); ``run`` the run parameters
+    (dict, or an object with ``to_dict()``). Tensor base addresses are assigned consecutively,
+    each a multiple of ``alignment`` bytes, which is recorded in the manifest (top-level
+    ``alignment`` and ``run["alignment"]``).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, model: dict | None = None, run=None,
+                 force: bool = False, alignment: int = fmt.DEFAULT_ALIGNMENT, batch_rows: int = 1 << 16,
+                 extra: dict | None = None):
+        if not isinstance(alignment, int) or alignment < 1 or alignment & (alignment - 1):
+            raise UsageError(f"alignment must be a power of two number of bytes, got {alignment!r}",
+                             field="alignment")
+        self.path = Path(path)
+        self.model = model
+        self.run = run.to_dict() if hasattr(run, "to_dict") else (dict(run) if run is not None else None)
+        self.force = force
+        self.alignment = alignment
+        self.batch_rows = batch_rows
+        self.extra = dict(extra or {})
+        self._ctx = None
+        self._next_address = 0
+        self._tensor_nbytes: list[int] = []
+        self._n_ops = 0
+        self._last_access_op = 0
+
+    # ---- context management -------------------------------------------------------------------
+    def __enter__(self) -> "TraceWriter":
+        self._ctx = atomic_path(self.path, directory=True, force=self.force)
+        self.tmp = self._ctx.__enter__()
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.tmp, 0o777 & ~umask)   # mkdtemp makes it private; a trace is ordinary output
+            self._tables = {name: _Table(self.tmp / file, schema, self.batch_rows)
+                            for name, (file, schema) in fmt.TABLES.items()}
+        except BaseException as err:
+            self._ctx.__exit__(type(err), err, err.__traceback__)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            try:
+                for t in self._tables.values():
+                    t.close()
+                self._write_manifest()
+            except BaseException as err:
+                self._ctx.__exit__(type(err), err, err.__traceback__)   # removes the temporary directory
+                raise
+            return self._ctx.__exit__(None, None, None)                 # renames into place
+        for t in self._tables.values():
+            try:
+                t.writer.close()
+                t.sink.close()
+            except Exception:
+                pass
+        return self._ctx.__exit__(exc_type, exc, tb)                    # removes it; the error propagates
+
+    def _write_manifest(self) -> None:
+        run = None if self.run is None else {**self.run, "alignment": self.alignment}
+        manifest = {
+            "format": fmt.FORMAT_NAME,
+            "version": fmt.FORMAT_VERSION,
+            "generator": _generator(),
+            "model": self.model,
+            "run": run,
+            "alignment": self.alignment,
+            "tables": {name: t.rows for name, t in self._tables.items()},
+            **self.extra,
+        }
+        (self.tmp / fmt.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+    # ---- rows ---------------------------------------------------------------------------------
+    @property
+    def n_tensors(self) -> int:
+        return len(self._tensor_nbytes)
+
+    @property
+    def n_ops(self) -> int:
+        return self._n_ops
+
+    def add_tensor(self, name: str, kind: str, nbytes: int, dtype: str, layer: int = -1, expert: int = -1) -> int:
+        """Declare a tensor of ``nbytes`` bytes; return its id. Its address is the next aligned one."""
+        nbytes = int(nbytes)
+        if nbytes < 1:
+            raise TraceError(f"tensor {name!r} has {nbytes} bytes; expected at least 1", field="nbytes")
+        tid = len(self._tensor_nbytes)
+        address = self._next_address
+        self._next_address = -(-(address + nbytes) // self.alignment) * self.alignment
+        self._tensor_nbytes.append(nbytes)
+        self._tables["tensors"].append((tid, name, kind, layer, expert, dtype, address, nbytes))
+        return tid
+
+    def add_op(self, name: str, kind: str, layer: int, phase: str, step: int, tokens: int, flops: int,
+               expert: int = -1, pim_eligible: bool = False) -> int:
+        """Append an operator (execution order = call order); return its id."""
+        if phase not in fmt.PHASES:
+            raise TraceError(f"phase {phase!r}; expected one of {', '.join(fmt.PHASES)}", field="phase")
+        oid = self._n_ops
+        self._n_ops += 1
+        self._tables["ops"].append((oid, name, kind, layer, phase, step, int(tokens), int(flops), expert,
+                                    bool(pim_eligible)))
+        return oid
+
+    def add_access(self, op_id: int, tensor_id: int, offset: int, nbytes: int, count: int = 1,
+                   stride: int = 0, is_write: bool = False) -> None:
+        """Append one descriptor: ``count`` chunks of ``nbytes`` at ``offset + k*stride`` in the tensor."""
+        if not (self._last_access_op <= op_id < self._n_ops):
+            raise TraceError(f"access for op {op_id}: ops must be declared first and accesses issued in op order",
+                             field="op_id")
+        if not 0 <= tensor_id < len(self._tensor_nbytes):
+            raise TraceError(f"access names unknown tensor {tensor_id}", field="tensor_id")
+        if count < 1 or nbytes < 1 or offset < 0 or stride < 0:
+            raise TraceError(f"access (offset {offset}, nbytes {nbytes}, count {count}, stride {stride}) "
+                             "needs count >= 1, nbytes >= 1", field="count")
+        end = offset + (count - 1) * stride + nbytes
+        if end > self._tensor_nbytes[tensor_id]:
+            raise TraceError(f"access to tensor {tensor_id} ends at byte {end}, past its "
+                             f"{self._tensor_nbytes[tensor_id]} bytes", field="offset")
+        self._last_access_op = op_id
+        self._tables["accesses"].append((op_id, tensor_id, offset, nbytes, count, stride, bool(is_write)))
+
+    def add_accesses(self, op_id, tensor_id, offset, nbytes, count=None, stride=None, is_write=None) -> None:
+        """Vectorised :meth:`add_access`: equal-length arrays (``count``/``stride``/``is_write`` may
+        be None for 1/0/False). Checked with numpy like the reader does."""
+        op_id = np.asarray(op_id, dtype=np.uint32)
+        n = len(op_id)
+        if n == 0:
+            return
+        tensor_id = np.asarray(tensor_id, dtype=np.uint32)
+        offset = np.asarray(offset, dtype=np.uint64)
+        nbytes = np.asarray(nbytes, dtype=np.uint64)
+        count = np.ones(n, np.uint32) if count is None else np.asarray(count, dtype=np.uint32)
+        stride = np.zeros(n, np.uint64) if stride is None else np.asarray(stride, dtype=np.uint64)
+        is_write = np.zeros(n, bool) if is_write is None else np.asarray(is_write, dtype=bool)
+        if any(len(a) != n for a in (tensor_id, offset, nbytes, count, stride, is_write)):
+            raise TraceError("bulk access columns differ in length", field="accesses")
+        if op_id[0] < self._last_access_op or np.any(np.diff(op_id.astype(np.int64)) < 0) or op_id[-1] >= self._n_ops:
+            raise TraceError("bulk accesses must be in op order and name declared ops", field="op_id")
+        sizes = np.asarray(self._tensor_nbytes, dtype=np.uint64)
+        if np.any(tensor_id >= len(sizes)):
+            raise TraceError("bulk access names an unknown tensor", field="tensor_id")
+        if np.any(count < 1) or np.any(nbytes < 1):
+            raise TraceError("bulk access with count or nbytes below 1", field="count")
+        end = offset + (count.astype(np.uint64) - 1) * stride + nbytes
+        if np.any(end > sizes[tensor_id]):
+            raise TraceError("bulk access lies outside its tensor", field="offset")
+        self._last_access_op = int(op_id[-1])
+        self._tables["accesses"].extend({"op_id": op_id, "tensor_id": tensor_id, "offset": offset,
+                                         "nbytes": nbytes, "count": count, "stride": stride,
+                                         "is_write": is_write}, n)
