@@ -83,12 +83,15 @@ class PlacementRule:
 
     ``kind`` matches the tensor kind, ``name`` is an fnmatch pattern on the tensor name, ``layers``
     an inclusive (first, last) range. Rules are tried in order; the first that matches wins.
+    ``spill``: if the tier has no room left, the tensor goes first-fit to the farther home tiers
+    instead of raising CapacityError (e.g. "KV in SRAM where it fits").
     """
 
     tier: str
     kind: str | None = None
     name: str | None = None
     layers: tuple[int, int] | None = None
+    spill: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Chip:
     description: str = ""
     source_file: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
+    source_sha256: str | None = None   # hash of the chip file's bytes at load time (provenance)
 
     def tier_index(self, name: str) -> int:
         for i, t in enumerate(self.tiers):
