@@ -1,0 +1,491 @@
+"""Miss-ratio curves in one pass: exact LRU miss counts at every capacity, and OPT where affordable.
+
+LRU is a stack algorithm (Mattson et al., 1970): an access hits in an LRU cache of ``c`` blocks iff
+its *stack distance* -- the number of distinct other blocks touched since the previous access to the
+same block -- is below ``c``. One pass that records every access's stack distance in a histogram
+therefore gives the miss count of every capacity at once:
+
+    misses(c) = cold misses + #{accesses with distance >= c}       (cold misses = distinct blocks)
+
+* Fully associative (:class:`LruDistances`): distances are counted with a Fenwick tree over access
+  times that holds one mark per block at its last access (Bennett & Kruskal, 1975): O(log n) per
+  access. Times are renumbered when the tree fills, so memory is O(distinct blocks), not O(accesses),
+  and the stream can be fed in chunks of any size.
+* Set associative at a fixed set count (:class:`SetLruDistances`): set index = block number mod
+  n_sets; each set is its own LRU stack, so the per-set distance gives the exact miss count of every
+  way count up to ``max_ways`` (capacity = n_sets x ways x block) in the same single pass.
+* OPT (Belady's MIN, no bypass: a miss always fills and evicts the resident block used farthest in
+  the future) needs the future, so :func:`opt_misses` takes the whole stream in memory and runs one
+  exact simulation per size (a heap when fully associative, a scan of the set otherwise).
+
+Counts are per block access of the stream given (hits + misses = accesses); block numbers are
+``address // block_bytes`` and must be non-negative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from traces.errors import UsageError
+
+_EMPTY = -1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+# ---------------------------------------------------------------- compiled kernels -------------
+
+@njit(cache=True)
+def _slot(keys, key, shift):
+    """Slot of ``key`` in the open-addressing table, or of the empty slot where it belongs."""
+    mask = keys.shape[0] - 1
+    i = np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
+    while keys[i] != key and keys[i] != -1:
+        i = (i + 1) & mask
+    return i
+
+
+@njit(cache=True)
+def _rehash(keys, vals, new_keys, new_vals, shift):
+    for i in range(keys.shape[0]):
+        if keys[i] != -1:
+            j = _slot(new_keys, keys[i], shift)
+            new_keys[j] = keys[i]
+            new_vals[j] = vals[i]
+
+
+@njit(cache=True)
+def _fenwick_build(tree, n_marks):
+    """Tree (1-indexed, ``tree[0]`` unused) with one mark at each of positions 0..n_marks-1."""
+    size = tree.shape[0] - 1
+    tree[:] = 0
+    for i in range(1, n_marks + 1):
+        tree[i] = 1
+    for i in range(1, size + 1):
+        j = i + (i & -i)
+        if j <= size:
+            tree[j] += tree[i]
+
+
+@njit(cache=True)
+def _renumber(keys, vals, n_keys):
+    """Give the live blocks new times 0..n_keys-1 in the order of their last access."""
+    slots = np.empty(n_keys, np.int64)
+    times = np.empty(n_keys, np.int64)
+    m = 0
+    for i in range(keys.shape[0]):
+        if keys[i] != -1:
+            slots[m] = i
+            times[m] = vals[i]
+            m += 1
+    order = np.argsort(times)
+    for r in range(n_keys):
+        vals[slots[order[r]]] = r
+
+
+@njit(cache=True)
+def _lru_full_run(blocks, pos, keys, vals, shift, tree, hist, state):
+    """Record stack distances of ``blocks[pos:]`` until done or a table needs to grow.
+
+    ``state`` = [next time, distinct blocks, accesses, cold misses]. Returns the position reached.
+    """
+    size = tree.shape[0] - 1
+    max_keys = keys.shape[0] // 2
+    t = state[0]
+    n_keys = state[1]
+    n = blocks.shape[0]
+    while pos < n:
+        if t == size or n_keys == max_keys:
+            break
+        b = blocks[pos]
+        s = _slot(keys, b, shift)
+        if keys[s] == b:
+            p = vals[s] + 1
+            below = 0                      # marks at times <= p (including its own)
+            i = p
+            while i > 0:
+                below += tree[i]
+                i -= i & -i
+            hist[n_keys - below] += 1
+            i = p
+            while i <= size:
+                tree[i] -= 1
+                i += i & -i
+        else:
+            keys[s] = b
+            n_keys += 1
+            state[3] += 1
+        i = t + 1
+        while i <= size:
+            tree[i] += 1
+            i += i & -i
+        vals[s] = t
+        t += 1
+        pos += 1
+    state[0] = t
+    state[1] = n_keys
+    return pos
+
+
+@njit(cache=True)
+def _set_lru_run(blocks, n_sets, stacks, fill, hist, keys, shift, state):
+    """Per-set LRU stacks of depth ``stacks.shape[1]``; ``hist[max_ways]`` counts deeper/cold.
+
+    ``state`` = [distinct blocks, cold misses]. Stops early (returning the position) when the
+    distinct-block table needs to grow.
+    """
+    depth = stacks.shape[1]
+    max_keys = keys.shape[0] // 2
+    n = blocks.shape[0]
+    for pos in range(n):
+        if state[0] == max_keys:
+            return pos
+        b = blocks[pos]
+        s = _slot(keys, b, shift)
+        if keys[s] != b:
+            keys[s] = b
+            state[0] += 1
+            state[1] += 1
+        row = b % n_sets
+        f = fill[row]
+        d = 0
+        while d < f and stacks[row, d] != b:
+            d += 1
+        hist[d if d < f else depth] += 1
+        if d == f:                         # not within the tracked depth: push on top
+            if f < depth:
+                fill[row] = f + 1
+                d = f
+            else:
+                d = depth - 1
+        for j in range(d, 0, -1):
+            stacks[row, j] = stacks[row, j - 1]
+        stacks[row, 0] = b
+    return n
+
+
+@njit(cache=True)
+def _dense_ids(blocks, keys, vals, shift, ids, state):
+    """Number blocks 0, 1, ... in order of first appearance; stops early when the table is half full."""
+    max_keys = keys.shape[0] // 2
+    for pos in range(state[1], blocks.shape[0]):
+        if state[0] == max_keys:
+            state[1] = pos
+            return
+        b = blocks[pos]
+        s = _slot(keys, b, shift)
+        if keys[s] != b:
+            keys[s] = b
+            vals[s] = state[0]
+            state[0] += 1
+        ids[pos] = vals[s]
+    state[1] = blocks.shape[0]
+
+
+@njit(cache=True)
+def _next_use(ids, n_ids):
+    """Time of each access's next access to the same block; ``n + id`` when there is none."""
+    n = ids.shape[0]
+    nxt = np.empty(n, np.int64)
+    seen = np.full(n_ids, -1, np.int64)
+    for t in range(n - 1, -1, -1):
+        i = ids[t]
+        nxt[t] = seen[i] if seen[i] >= 0 else n + i
+        seen[i] = t
+    return nxt
+
+
+@njit(cache=True)
+def _heap_push(hk, hv, size, key, val):
+    i = size
+    hk[i] = key
+    hv[i] = val
+    while i > 0:
+        parent = (i - 1) >> 1
+        if hk[parent] >= hk[i]:
+            break
+        hk[parent], hk[i] = hk[i], hk[parent]
+        hv[parent], hv[i] = hv[i], hv[parent]
+        i = parent
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(hk, hv, size):
+    """Remove the root (largest key) of a max-heap of ``size`` entries; returns the new size."""
+    size -= 1
+    hk[0] = hk[size]
+    hv[0] = hv[size]
+    i = 0
+    while True:
+        left = 2 * i + 1
+        if left >= size:
+            break
+        big = left
+        if left + 1 < size and hk[left + 1] > hk[left]:
+            big = left + 1
+        if hk[i] >= hk[big]:
+            break
+        hk[big], hk[i] = hk[i], hk[big]
+        hv[big], hv[i] = hv[i], hv[big]
+        i = big
+    return size
+
+
+@njit(cache=True)
+def _opt_full(ids, nxt, n_ids, capacity):
+    """Belady's MIN, fully associative, ``capacity`` blocks: the number of misses."""
+    resident_next = np.full(n_ids, -1, np.int64)      # next use of a resident block, -1 if absent
+    room = 4 * capacity + 16
+    hk = np.empty(room, np.int64)
+    hv = np.empty(room, np.int64)
+    size = 0
+    resident = 0
+    misses = 0
+    for t in range(ids.shape[0]):
+        i = ids[t]
+        if resident_next[i] < 0:
+            misses += 1
+            if resident == capacity:
+                while True:                              # skip stale entries
+                    key = hk[0]
+                    victim = hv[0]
+                    size = _heap_pop(hk, hv, size)
+                    if resident_next[victim] == key:
+                        break
+                resident_next[victim] = -1
+            else:
+                resident += 1
+        resident_next[i] = nxt[t]
+        if size == room:                                 # drop stale entries: rebuild from residents
+            size = 0
+            for j in range(n_ids):
+                if resident_next[j] >= 0:
+                    size = _heap_push(hk, hv, size, resident_next[j], j)
+        else:
+            size = _heap_push(hk, hv, size, nxt[t], i)
+    return misses
+
+
+@njit(cache=True)
+def _opt_sets(blocks, ids, nxt, n_ids, n_sets, ways):
+    """Belady's MIN per set (set = block mod n_sets), ``ways`` blocks each: the number of misses."""
+    way_of = np.full(n_ids, -1, np.int64)
+    held = np.full((n_sets, ways), -1, np.int64)
+    held_next = np.zeros((n_sets, ways), np.int64)
+    fill = np.zeros(n_sets, np.int64)
+    misses = 0
+    for t in range(ids.shape[0]):
+        i = ids[t]
+        row = blocks[t] % n_sets
+        w = way_of[i]
+        if w < 0:
+            misses += 1
+            if fill[row] < ways:
+                w = fill[row]
+                fill[row] += 1
+            else:
+                w = 0
+                for j in range(1, ways):
+                    if held_next[row, j] > held_next[row, w]:
+                        w = j
+                way_of[held[row, w]] = -1
+            held[row, w] = i
+            way_of[i] = w
+        held_next[row, w] = nxt[t]
+    return misses
+
+
+# ---------------------------------------------------------------- public layer -----------------
+
+class _Table:
+    """A growable open-addressing table of block numbers (keys) with an int64 value each."""
+
+    def __init__(self, log2: int = 16):
+        self.log2 = log2
+        self.keys = np.full(1 << log2, _EMPTY, np.int64)
+        self.vals = np.zeros(1 << log2, np.int64)
+
+    @property
+    def shift(self) -> int:
+        return 64 - self.log2
+
+    def grow(self) -> None:
+        self.log2 += 1
+        keys = np.full(1 << self.log2, _EMPTY, np.int64)
+        vals = np.zeros(1 << self.log2, np.int64)
+        _rehash(self.keys, self.vals, keys, vals, self.shift)
+        self.keys, self.vals = keys, vals
+
+
+def _as_blocks(blocks) -> np.ndarray:
+    b = np.ascontiguousarray(blocks, dtype=np.int64)
+    if b.ndim != 1:
+        raise UsageError("block stream must be one-dimensional", field="blocks")
+    if b.size and b.min() < 0:
+        raise UsageError("block numbers must be non-negative", field="blocks")
+    return b
+
+
+@dataclass(frozen=True)
+class MissRatioCurve:
+    """Exact miss counts of one block stream for every capacity, from a stack-distance histogram.
+
+    ``n_sets`` is None for a fully-associative cache (``hist[d]`` = accesses at stack distance
+    ``d``; capacities in blocks), else the fixed set count (``hist[d]`` = accesses at per-set
+    distance ``d`` for ``d < max_ways``, ``hist[max_ways]`` = deeper or cold; capacities in ways).
+    """
+
+    block_bytes: int
+    n_sets: int | None
+    accesses: int
+    cold_misses: int
+    hist: np.ndarray
+
+    @property
+    def max_ways(self) -> int | None:
+        return None if self.n_sets is None else len(self.hist) - 1
+
+    def blocks_for(self, capacity_bytes: int) -> int:
+        """Capacity in blocks (fully associative) or ways (set associative); must be exact."""
+        unit = self.block_bytes * (self.n_sets or 1)
+        if capacity_bytes <= 0 or capacity_bytes % unit:
+            what = "block size" if self.n_sets is None else f"{self.n_sets} sets x {self.block_bytes} B"
+            raise UsageError(f"capacity {capacity_bytes} B is not a positive multiple of {unit} B ({what})",
+                             field="sizes")
+        n = capacity_bytes // unit
+        if self.n_sets is not None and n > self.max_ways:
+            raise UsageError(f"{n} ways is beyond the {self.max_ways} ways tracked; raise max_ways",
+                             field="sizes")
+        return n
+
+    def misses(self, capacity_bytes: int) -> int:
+        """LRU misses (cold included) of a cache of ``capacity_bytes``."""
+        n = self.blocks_for(capacity_bytes)
+        deeper = int(self.hist[min(n, len(self.hist)):].sum())
+        return (self.cold_misses if self.n_sets is None else 0) + deeper
+
+    def miss_ratio(self, capacity_bytes: int) -> float:
+        return self.misses(capacity_bytes) / self.accesses if self.accesses else 0.0
+
+    def curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """(capacity_bytes, misses) at every capacity where the count changes, plus zero capacity.
+
+        Fully associative: 0, 1, ..., distinct blocks; set associative: 0..max_ways ways.
+        """
+        tail = np.cumsum(self.hist[::-1])[::-1]            # tail[d] = accesses at distance >= d
+        base = self.cold_misses if self.n_sets is None else 0
+        misses = np.concatenate([[self.accesses], base + tail[1:], [base]] if self.n_sets is None
+                                else [[self.accesses], tail[1:]])
+        n = np.arange(len(misses), dtype=np.int64)
+        return n * self.block_bytes * (self.n_sets or 1), misses.astype(np.int64)
+
+
+class LruDistances:
+    """One-pass fully-associative LRU stack distances; feed chunks with :meth:`update`."""
+
+    def __init__(self, *, initial_log2: int = 16):
+        # initial_log2 sizes the tables (they grow as needed); tests set it small to exercise growth.
+        self._min_tree = 1 << initial_log2
+        self._table = _Table(initial_log2)
+        self._tree = np.zeros(self._min_tree + 1, np.int64)
+        self._hist = np.zeros(1 << initial_log2, np.int64)
+        self._state = np.zeros(4, np.int64)       # next time, distinct blocks, (unused), cold
+        self.accesses = 0
+
+    def update(self, blocks) -> None:
+        b = _as_blocks(blocks)
+        pos = 0
+        while pos < b.shape[0]:
+            pos = _lru_full_run(b, pos, self._table.keys, self._table.vals, self._table.shift,
+                                self._tree, self._hist, self._state)
+            n_keys = int(self._state[1])
+            if n_keys == self._table.keys.shape[0] // 2:
+                self._table.grow()
+                hist = np.zeros(self._table.keys.shape[0], np.int64)
+                hist[:self._hist.shape[0]] = self._hist
+                self._hist = hist
+            if self._state[0] == self._tree.shape[0] - 1:   # times used up: renumber live blocks
+                _renumber(self._table.keys, self._table.vals, n_keys)
+                size = max(self._min_tree, 4 * n_keys)
+                if size != self._tree.shape[0] - 1:
+                    self._tree = np.zeros(size + 1, np.int64)
+                _fenwick_build(self._tree, n_keys)
+                self._state[0] = n_keys
+        self.accesses += b.shape[0]
+
+    def curve(self, block_bytes: int) -> MissRatioCurve:
+        distinct = int(self._state[1])
+        return MissRatioCurve(block_bytes, None, self.accesses, int(self._state[3]),
+                              self._hist[:max(distinct, 1)].copy())
+
+
+class SetLruDistances:
+    """One-pass per-set LRU stack distances at ``n_sets`` sets, exact for every way count <= ``max_ways``."""
+
+    def __init__(self, n_sets: int, max_ways: int, *, initial_log2: int = 16):
+        if n_sets < 1 or max_ways < 1:
+            raise UsageError("n_sets and max_ways must be at least 1", field="n_sets")
+        self.n_sets = int(n_sets)
+        self._stacks = np.full((self.n_sets, int(max_ways)), _EMPTY, np.int64)
+        self._fill = np.zeros(self.n_sets, np.int64)
+        self._hist = np.zeros(int(max_ways) + 1, np.int64)
+        self._table = _Table(initial_log2)
+        self._state = np.zeros(2, np.int64)       # distinct blocks, cold misses
+        self.accesses = 0
+
+    def update(self, blocks) -> None:
+        b = _as_blocks(blocks)
+        pos = 0
+        while pos < b.shape[0]:
+            pos += _set_lru_run(b[pos:], self.n_sets, self._stacks, self._fill, self._hist,
+                                self._table.keys, self._table.shift, self._state)
+            if self._state[0] == self._table.keys.shape[0] // 2:
+                self._table.grow()
+        self.accesses += b.shape[0]
+
+    def curve(self, block_bytes: int) -> MissRatioCurve:
+        return MissRatioCurve(block_bytes, self.n_sets, self.accesses, int(self._state[1]),
+                              self._hist.copy())
+
+
+def lru_curve(chunks, block_bytes: int, *, n_sets: int | None = None, max_ways: int = 32) -> MissRatioCurve:
+    """Exact LRU miss-ratio curve of a stream given as an iterable of block-number arrays."""
+    acc = LruDistances() if n_sets is None else SetLruDistances(n_sets, max_ways)
+    for blocks in chunks:
+        acc.update(blocks)
+    return acc.curve(block_bytes)
+
+
+def dense_ids(blocks) -> tuple[np.ndarray, int]:
+    """Each block renumbered 0, 1, ... by first appearance; returns (ids, number of distinct blocks)."""
+    b = _as_blocks(blocks)
+    table = _Table()
+    ids = np.empty(b.shape[0], np.int64)
+    state = np.zeros(2, np.int64)                 # distinct so far, position reached
+    while state[1] < b.shape[0]:
+        _dense_ids(b, table.keys, table.vals, table.shift, ids, state)
+        if state[0] == table.keys.shape[0] // 2:
+            table.grow()
+    return ids, int(state[0])
+
+
+def opt_misses(blocks, capacities: list[int], *, n_sets: int | None = None) -> dict[int, int]:
+    """Belady-MIN misses for each capacity (blocks if fully associative, else ways per set).
+
+    The whole stream is held in memory (about 24 bytes per block access); one exact pass per capacity.
+    """
+    b = _as_blocks(blocks)
+    ids, n_ids = dense_ids(b)
+    nxt = _next_use(ids, n_ids)
+    out = {}
+    for c in capacities:
+        if int(c) < 1:
+            raise UsageError(f"capacity must be at least one block/way, got {c}", field="sizes")
+        if n_sets is None:
+            out[int(c)] = int(_opt_full(ids, nxt, n_ids, int(c)))
+        else:
+            out[int(c)] = int(_opt_sets(b, ids, nxt, n_ids, int(n_sets), int(c)))
+    return out
