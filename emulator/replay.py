@@ -1,0 +1,365 @@
+"""The door to the engine: validate, build the arrays once, stream access batches, name the results.
+
+Accounting semantics (the lead lifts this into the README; DESIGN.md has the outline)
+--------------------------------------------------------------------------------------
+* **Requests.** Every access descriptor (tensor, offset, nbytes, count, stride, write) is expanded
+  inside the compiled loop to the tier-0 blocks its chunks touch; each is one request of
+  ``block_bytes[0]`` bytes at tier 0. A request arriving at tier ``i > 0`` carries
+  ``block_bytes[i-1]`` bytes: a tier's block is the transfer unit on the link below it.
+* **Home tier.** Placement gives every tensor a home tier ``h``; a request reaching ``h`` is a hit
+  there (the home always holds the tensor); tiers below ``h`` never see the tensor.
+* **Caching tiers** (``managed = "cache"``, or a ``memory`` tier with ``lend = true`` and capacity
+  left after placement, which caches tensors homed farther away in that lent capacity with the tier's
+  own ways and policy). Set = block number mod sets. Hit: policy update (a store hit updates recency
+  only if ``store_hit_recency``), a write marks the block dirty. Miss: count a miss, fetch the block
+  from the next tier (one request there), fill it (count a fill), evicting the policy's victim if the
+  set is full (count an eviction; a dirty victim is a writeback: one write request of this tier's
+  block to the next tier). Write-back, write-allocate; the fetch of a write miss covering the whole
+  block may be skipped (``fetch_on_write_miss`` for stores from compute at tier 0,
+  ``fetch_on_writeback_miss`` for writes arriving from a nearer tier; counted as ``unfetched``).
+  The fetch is served before the victim's writeback.
+* **Pass-through tiers** (a scratchpad, or a memory tier not lending, that is not the tensor's home):
+  a read passes through as a **bypass** (a miss that fills nothing), a write as a **writethrough**;
+  either forwards this tier's block to the next tier.
+* **Non-inclusive** (tiers evict independently; the ``inclusive`` option is reserved and refused).
+* **Conservation** (exact, tested): bytes down link(i, i+1) = (misses - unfetched + bypasses) x
+  block_i; bytes up = (writebacks + writethroughs) x block_i. The optional end-of-run flush of dirty
+  blocks (``flush``) is counted separately.
+* **Policies** ``lru``, ``fifo``, ``random`` (xorshift64 per tier seeded from ``seed``), ``opt``
+  (Belady's MIN, lowest way on ties; needs each OPT tier's future lookups, obtained by a pre-pass that
+  replays the tiers above it, affordable up to ``opt_max_lookups`` lookups).
+* **PIM** (``pim``): an op with ``pim_eligible`` whose operand tensor is a ``weight`` or ``kv`` homed in
+  a tier whose PIM unit runs that op kind reads the operand inside that memory: its tier-0 blocks are
+  counted as ``pim_bytes`` at the home tier; they cross no link and fill no cache. With ``pim`` off,
+  or on a chip without PIM units, the replay is the plain one.
+* **Attribution.** Counters are kept per op and per tensor kind; work caused by evicting a block
+  (writebacks and what they cause farther down) is attributed to the op that caused the eviction and
+  to the kind of the evicted block's tensor.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from emulator import engine
+from emulator.counters import N_COUNTERS, ReplayResult
+from emulator.hierarchy import Chip, Tier
+from traces.errors import CapacityError, TraceError, UsageError
+from traces.format import TENSOR_KINDS
+
+KINDS = TENSOR_KINDS  # breakdown order; unknown kinds count as "other"
+PIM_OPERAND_KINDS = ("weight", "kv")
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Every choice that changes counts, with its default (see the module docstring)."""
+
+    store_hit_recency: bool = True        # a store hit counts as a use for LRU
+    fetch_on_write_miss: bool = True      # a store miss covering a whole tier-0 block still fetches it
+    fetch_on_writeback_miss: bool = True  # a whole-block write arriving from above still fetches it
+    flush: bool = False                   # write dirty blocks back at the end (reported separately)
+    inclusive: bool = False               # reserved: inclusive hierarchies are not implemented
+    seed: int = 0                         # the random policy's seed
+    pim: bool = True                      # run PIM-eligible ops in memory where the chip allows
+    fast_path: bool = True                # use exact fast paths where they apply
+    batch_rows: int = 1 << 16             # access descriptors per engine call
+    opt_max_lookups: int = 1 << 26        # largest per-tier future the opt pre-pass may hold
+    max_slots: int = 1 << 27              # largest emulated state (blocks over all tiers)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def random_seed_state(seed: int, tier: int) -> int:
+    """Initial xorshift64 state of tier ``tier`` for ``seed`` (never zero)."""
+    x = (int(seed) * 0x9E3779B97F4A7C15 + (tier + 1) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+    x ^= x >> 31
+    return x or 1
+
+
+@dataclass
+class Geometry:
+    """The arrays describing the hierarchy to the engine (one entry per tier)."""
+
+    names: tuple[str, ...]
+    block_bytes: np.ndarray
+    n_sets: np.ndarray
+    n_ways: np.ndarray
+    mode: np.ndarray
+    policy: np.ndarray
+    slot_off: np.ndarray
+
+    @property
+    def n_slots(self) -> int:
+        return int(self.slot_off[-1] + self.n_sets[-1] * self.n_ways[-1])
+
+
+def _check_blocks(tiers: Sequence[Tier]) -> None:
+    for i, t in enumerate(tiers):
+        if t.block_bytes <= 0 or t.block_bytes & (t.block_bytes - 1):
+            raise UsageError(f"block of {t.block_bytes} B is not a power of two", field=f"tier[{i}].block")
+        if i and t.block_bytes % tiers[i - 1].block_bytes:
+            raise UsageError(f"block {t.block_bytes} B is not a multiple of the nearer tier's "
+                             f"{tiers[i - 1].block_bytes} B", field=f"tier[{i}].block")
+        if t.policy not in engine.POLICY_IDS:
+            raise UsageError(f"unknown policy {t.policy!r}; expected one of {sorted(engine.POLICY_IDS)}",
+                             field=f"tier[{i}].policy")
+
+
+def build_geometry(tiers: Sequence[Tier], lent_bytes: Sequence[int], below_bytes: Sequence[int],
+                   options: ReplayOptions) -> Geometry:
+    """Caching geometry of each tier.
+
+    ``lent_bytes[i]``: capacity a lending memory tier offers as a cache; ``below_bytes[i]``: bytes of
+    the tensors homed farther than tier ``i`` (the most a fully associative tier there can ever hold;
+    its state is clamped to that, which changes no count since such a tier never evicts).
+    """
+    _check_blocks(tiers)
+    n = len(tiers)
+    blk = np.array([t.block_bytes for t in tiers], np.int64)
+    sets = np.ones(n, np.int64)
+    ways = np.ones(n, np.int64)
+    mode = np.full(n, engine.MODE_PASS, np.int8)
+    pol = np.zeros(n, np.int8)
+    for i, t in enumerate(tiers):
+        pol[i] = engine.POLICY_IDS[t.policy]
+        if t.managed == "cache":
+            cap = t.capacity_bytes
+        elif t.managed == "memory" and t.lend and lent_bytes[i] > 0:
+            cap = int(lent_bytes[i])
+        else:
+            continue
+        n_blocks = cap // t.block_bytes
+        w = n_blocks if t.ways is None else min(t.ways, n_blocks)
+        if w <= 0:
+            continue
+        s = n_blocks // w
+        if t.ways is None:
+            need = -(-int(below_bytes[i]) // t.block_bytes)
+            w = max(1, min(w, need))
+        sets[i], ways[i], mode[i] = s, w, engine.MODE_CACHE
+    off = np.zeros(n, np.int64)
+    off[1:] = np.cumsum(sets * ways)[:-1]
+    geo = Geometry(tuple(t.name for t in tiers), blk, sets, ways, mode, pol, off)
+    if geo.n_slots > options.max_slots:
+        raise CapacityError(f"emulating this hierarchy needs {geo.n_slots} block slots, more than "
+                            f"max_slots={options.max_slots}; use larger blocks or fewer ways",
+                            field="tier")
+    return geo
+
+
+class Replayer:
+    """Engine state for one hierarchy and one tensor table; feed it descriptor batches in order."""
+
+    def __init__(self, geo: Geometry, t_addr: np.ndarray, t_home: np.ndarray, t_kind: np.ndarray,
+                 options: ReplayOptions, opt_next: dict[int, np.ndarray] | None = None,
+                 record_tier: int = -1, record_capacity: int = 0, policy_override: np.ndarray | None = None):
+        self.geo = geo
+        self.options = options
+        n = len(geo.names)
+        self.t_addr = np.ascontiguousarray(t_addr, np.int64)
+        self.t_home = np.ascontiguousarray(t_home, np.int64)
+        self.t_kind = np.ascontiguousarray(t_kind, np.int64)
+        self.policy = geo.policy.copy() if policy_override is None else policy_override
+        ns = geo.n_slots
+        self.tag = np.full(ns, -1, np.int64)
+        self.dirty = np.zeros(ns, np.uint8)
+        self.meta = np.zeros(ns, np.int64)
+        self.owner = np.zeros(ns, np.int64)
+        self.clock = np.zeros(n, np.int64)
+        self.rng = np.array([random_seed_state(options.seed, i) for i in range(n)], np.uint64)
+        opt_next = opt_next or {}
+        parts, offs, o = [], np.zeros(n, np.int64), 0
+        for i in range(n):
+            offs[i] = o
+            if i in opt_next:
+                parts.append(np.asarray(opt_next[i], np.int64))
+                o += len(opt_next[i])
+        self.opt_next = np.concatenate(parts) if parts else np.zeros(1, np.int64)
+        self.opt_off = offs
+        self.opt_pos = np.zeros(n, np.int64)
+        self.rec_tier = record_tier
+        self.rec_buf = np.zeros(max(1, record_capacity), np.int64)
+        self.rec_pos = np.zeros(1, np.int64)
+
+    def _state(self):
+        g, o = self.geo, self.options
+        return (g.block_bytes, g.n_sets, g.n_ways, g.mode, self.policy, g.slot_off,
+                self.tag, self.dirty, self.meta, self.owner, self.clock, self.rng,
+                self.opt_next, self.opt_off, self.opt_pos,
+                o.store_hit_recency, o.fetch_on_write_miss, o.fetch_on_writeback_miss,
+                self.rec_tier, self.rec_buf, self.rec_pos)
+
+    def run(self, row, tid, offset, nbytes, count, stride, write, pim, cnt) -> int:
+        """Replay one batch; counters are added to ``cnt[row, kind, tier, counter]``."""
+        return int(engine.replay_batch(row, tid, offset, nbytes, count, stride, write, pim,
+                                       self.t_addr, self.t_home, self.t_kind, *self._state(), cnt))
+
+    def flush(self, cnt) -> None:
+        engine.flush_dirty(self.t_home, self.t_kind, *self._state(), cnt)
+
+
+Batch = tuple  # (row, tid, offset, nbytes, count, stride, write, pim) int64/bool arrays
+
+
+def next_use(stream: np.ndarray) -> np.ndarray:
+    """Position of the next occurrence of each element of ``stream`` (engine.OPT_NEVER if none)."""
+    n = len(stream)
+    out = np.full(n, engine.OPT_NEVER, np.int64)
+    if n < 2:
+        return out
+    order = np.argsort(stream, kind="stable")
+    s = stream[order]
+    same = s[1:] == s[:-1]
+    out[order[:-1][same]] = order[1:][same]
+    return out
+
+
+def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iterable[Batch]],
+               n_rows: int, options: ReplayOptions, on_batch: Callable[[int, np.ndarray, int], None],
+               progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, int, int]:
+    """Replay every batch from ``batches()`` (called again for each opt pre-pass).
+
+    ``on_batch(row_lo, cnt, n_rows_in_batch)`` receives each batch's counter array
+    ``cnt[row - row_lo, kind, tier, counter]``. Returns (flush counters ``[kind, tier, counter]``,
+    tier-0 blocks requested).
+    """
+    if options.inclusive:
+        raise UsageError("inclusive hierarchies are not implemented; replay non-inclusive",
+                         field="inclusive")
+    n_tiers = len(geo.names)
+    opt_tiers = [i for i in range(n_tiers) if geo.policy[i] == engine.POLICY_IDS["opt"]
+                 and geo.mode[i] == engine.MODE_CACHE]
+    opt_next: dict[int, np.ndarray] = {}
+    for t in opt_tiers:
+        # tier t's lookups depend only on the tiers above it: replay them (opt ones with their
+        # futures, later opt tiers as lru, which does not change what tier t sees) and record them
+        override = geo.policy.copy()
+        for u in opt_tiers:
+            if u >= t:
+                override[u] = engine.POLICY_IDS["lru"]
+        cap = 1 << 20
+        while True:
+            r = Replayer(geo, t_addr, t_home, t_kind, options, opt_next, t, cap, override)
+            _drive(r, batches(), n_rows, options, None, None)
+            n = int(r.rec_pos[0])
+            if n > options.opt_max_lookups:
+                raise UsageError(f"policy 'opt' on tier {geo.names[t]!r} needs its whole future "
+                                 f"({n} lookups > opt_max_lookups={options.opt_max_lookups}); "
+                                 f"use lru or a shorter trace", field=f"tier[{t}].policy")
+            if n <= cap:
+                opt_next[t] = next_use(r.rec_buf[:n])
+                break
+            cap = n
+    r = Replayer(geo, t_addr, t_home, t_kind, options, opt_next)
+    return _drive(r, batches(), n_rows, options, on_batch, progress)
+
+
+def _drive(r: Replayer, batches: Iterable[Batch], n_rows: int, options: ReplayOptions,
+           on_batch, progress) -> tuple[np.ndarray, int, int]:
+    n_kinds, n_tiers = len(KINDS), len(r.geo.names)
+    n_blocks = n_acc = 0
+    for b in batches:
+        row = b[0]
+        if len(row) == 0:
+            continue
+        lo, hi = int(row[0]), int(row[-1])
+        cnt = np.zeros((hi - lo + 1, n_kinds, n_tiers, N_COUNTERS), np.int64)
+        n_blocks += r.run(row - lo, *b[1:], cnt)
+        n_acc += len(row)
+        if on_batch is not None:
+            on_batch(lo, cnt, hi - lo + 1)
+        if progress is not None:
+            progress(len(row))
+    fl = np.zeros((1, n_kinds, n_tiers, N_COUNTERS), np.int64)
+    if options.flush:
+        r.flush(fl)
+    return fl[0], n_blocks, n_acc
+
+
+def kind_index(kinds: Iterable[str]) -> np.ndarray:
+    """Index into :data:`KINDS` of each tensor kind (unknown kinds -> "other")."""
+    other = KINDS.index("other")
+    return np.array([KINDS.index(k) if k in KINDS else other for k in kinds], np.int64)
+
+
+def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor_home, tensor_kind,
+                  batches: Callable[[], Iterable[Batch]], n_ops: int, lent_bytes=None,
+                  options: ReplayOptions = ReplayOptions(), progress=None) -> ReplayResult:
+    """Replay descriptor batches on ``tiers`` given each tensor's address, size, home and kind index.
+
+    ``batches()`` yields tuples ``(op_id, tensor_id, offset, nbytes, count, stride, is_write, pim)``
+    of equal-length arrays, op ids non-decreasing across the whole stream; ``pim`` is nonzero for a
+    descriptor the home tier's PIM unit reads in memory.
+    """
+    n_tiers = len(tiers)
+    addr = np.asarray(tensor_address, np.int64)
+    nbytes = np.asarray(tensor_nbytes, np.int64)
+    home = np.asarray(tensor_home, np.int64)
+    kind = np.asarray(tensor_kind, np.int64)
+    lent = np.zeros(n_tiers, np.int64) if lent_bytes is None else np.asarray(lent_bytes, np.int64)
+    if len(home) and (home.min() < 0 or home.max() >= n_tiers):
+        raise UsageError("a tensor's home tier is outside the hierarchy", field="home")
+    for i, t in enumerate(tiers):
+        bad = np.nonzero(addr % t.block_bytes)[0]
+        if len(bad):
+            raise TraceError(f"tensor {int(bad[0])} at address {int(addr[bad[0]])} is not aligned to "
+                             f"tier {t.name!r}'s {t.block_bytes} B block; regenerate the trace with "
+                             f"a larger --align", field="address")
+    below = np.array([int(nbytes[home > i].sum()) for i in range(n_tiers)], np.int64)
+    geo = build_geometry(tiers, lent, below, options)
+    per_op = np.zeros((max(n_ops, 1), n_tiers, N_COUNTERS), np.int64)
+    by_kind = np.zeros((len(KINDS), n_tiers, N_COUNTERS), np.int64)
+
+    def on_batch(lo, cnt, n):
+        per_op[lo:lo + n] += cnt.sum(axis=1)
+        by_kind[...] += cnt.sum(axis=0)
+
+    flush, n_blocks, n_acc = run_replay(geo, addr, home, kind, batches, n_ops, options, on_batch,
+                                        progress)
+    return ReplayResult(tier_names=geo.names, block_bytes=geo.block_bytes.copy(), kinds=KINDS,
+                        tiers=per_op.sum(axis=0), by_kind=by_kind, per_op=per_op[:n_ops],
+                        flush=flush.sum(axis=0), n_accesses=n_acc, n_blocks=n_blocks,
+                        meta={"geometry": {"n_sets": geo.n_sets.tolist(), "n_ways": geo.n_ways.tolist(),
+                                           "caching": (geo.mode == engine.MODE_CACHE).tolist()}})
+
+
+def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
+                  options: ReplayOptions = ReplayOptions(), memory_name: str = "memory") -> ReplayResult:
+    """Replay a raw stream of byte addresses (+ write flags) on cache ``tiers`` without a trace.
+
+    Each address is one request for the tier-0 block containing it. Below the last tier an
+    unbounded memory tier (named ``memory_name``) homes everything; it is the last tier of the
+    result. For throughput comparisons (``benchmarks/bench_replay.py``) and the pycachesim tests.
+    """
+    a = np.ascontiguousarray(addresses, np.int64)
+    n = len(a)
+    w = np.zeros(n, np.bool_) if is_write is None else np.ascontiguousarray(is_write, np.bool_)
+    if w.shape != a.shape:
+        raise UsageError("is_write must have one flag per address", field="is_write")
+    if n and a.min() < 0:
+        raise UsageError("addresses must be non-negative", field="addresses")
+    last = tiers[-1]
+    mem = Tier(memory_name, capacity_bytes=1 << 62, block_bytes=last.block_bytes, ways=None,
+               policy="lru", managed="memory", bandwidth_bytes_per_s=1.0,
+               read_energy_j_per_byte=0.0, write_energy_j_per_byte=0.0)
+    all_tiers = tuple(tiers) + (mem,)
+    top = int(a.max()) + 1 if n else 1
+    zeros = np.zeros(n, np.int64)
+    ones = np.ones(n, np.int64)
+
+    def batches():
+        step = options.batch_rows * 16
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            yield (zeros[lo:hi], zeros[lo:hi], a[lo:hi], ones[lo:hi], ones[lo:hi], zeros[lo:hi],
+                   w[lo:hi], zeros[lo:hi])
+
+    return replay_arrays(all_tiers, tensor_address=[0], tensor_nbytes=[top],
+                         tensor_home=[len(tiers)], tensor_kind=[KINDS.index("other")],
+                         batches=batches, n_ops=1, options=options)
