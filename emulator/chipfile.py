@@ -42,8 +42,10 @@ from emulator.units import format_size, parse_quantity
 from traces.errors import ConfigError, UsageError
 from traces.paths import configs_dir
 
-# Op kinds a PIM unit may run: the ``kind`` strings of ops.arrow written by the trace generator.
-OP_KINDS = ("linear", "attention", "norm", "elementwise", "embedding", "lm_head", "router", "moe")
+# Op kinds a PIM unit may run: the ``kind`` strings of ops.arrow written by the trace generator
+# (kernels/: the LM head is a ``linear``; MoE experts are ``linear`` ops with ``expert`` set).
+OP_KINDS = ("linear", "attention", "norm", "elementwise", "rotary", "embedding", "kv_append",
+            "moe_router", "moe_dispatch", "moe_combine")
 # Dtype names of peak FLOP/s and energy per FLOP (those of traces.dtypes plus tf32).
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 
