@@ -18,6 +18,8 @@ COMMANDS = (
     "emulator.cli.trace",
     "emulator.cli.info",
     "emulator.cli.models",
+    "emulator.cli.mrc",
+    "emulator.cli.bench",
 )
 
 
