@@ -1,1 +1,12 @@
-"""Operator kernels: how each operator family walks memory (access descriptors and FLOPs)."""
+"""Operator kernels: how each operator family walks memory (access descriptors and FLOPs).
+
+One module per family: :mod:`kernels.embedding` (gather), :mod:`kernels.norm` (norms, rotary,
+element-wise), :mod:`kernels.linear` (decode GEMV / prefill tiled GEMM), :mod:`kernels.attention`
+(flash and naive, GQA/MQA/MLA-aware, KV append), :mod:`kernels.mlp` (gated and ungated) and
+:mod:`kernels.moe` (router, dispatch, experts, combine). Each returns :class:`kernels.base.Op`
+objects; :data:`ATTENTION` is the registry of attention kernels by name.
+"""
+
+from kernels.attention import flash_attention, naive_attention
+
+ATTENTION = {"flash": flash_attention, "naive": naive_attention}

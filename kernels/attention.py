@@ -1,0 +1,122 @@
+"""Attention kernels over a KV cache laid out ``[sequence, position, row]`` per layer.
+
+Each cache tensor (K and V for MHA/GQA/MQA; the single latent cache for MLA) holds ``batch``
+sequences of ``max_positions`` rows, ``seq_stride`` bytes apart. A query at absolute position p
+attends to keys ``[max(0, p - window + 1), p]`` (``window`` None: ``[0, p]``). Both kernels read
+the K and V of every position in context for each sequence — for a sliding window, only the window.
+
+- ``flash``: per sequence and tile of ``attn_tile`` queries, read the query tile, read the K and V
+  rows the tile needs (causal), write the output tile. Scores never leave the chip.
+- ``naive``: scores ``S = Q K^T`` of the whole (masked) rectangle are written to an activation
+  buffer, read and rewritten by softmax, and read again for ``S V`` — three ops.
+
+FLOPs count each (query, key) pair once per head: ``2 * score_dim`` for the score,
+``2 * value_dim`` for the value (MLA absorbed: ``score_dim = kv_lora + rope``, ``value_dim =
+kv_lora``), plus 5 per score for softmax in the naive kernel. Decode attention is ``pim_eligible``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kernels.base import Op, Ten
+
+
+class Cache(NamedTuple):
+    """One KV-cache tensor: handle, bytes per position row, bytes between sequences."""
+
+    ten: Ten
+    row_bytes: int
+    seq_stride: int
+
+
+def key_range(p: int, window: int | None) -> tuple[int, int]:
+    """Keys ``[lo, hi)`` the query at position ``p`` reads."""
+    return (0 if window is None else max(0, p - window + 1)), p + 1
+
+
+def causal_pairs(start: int, t: int, window: int | None) -> int:
+    """Number of (query, key) pairs for queries at positions ``start .. start+t-1``."""
+    if window is None:
+        return t * start + t * (t + 1) // 2
+    return sum(min(p + 1, window) for p in range(start, start + t))
+
+
+def flash_attention(name: str, q: Ten, o: Ten, caches: list[Cache], *, batch: int, start: int, t: int,
+                    window: int | None, heads: int, score_dim: int, value_dim: int, q_row_bytes: int,
+                    o_row_bytes: int, attn_tile: int, phase: str, extra_reads: tuple[Ten, ...] = ()) -> list[Op]:
+    """Tiled attention for ``t`` new queries per sequence starting at position ``start``."""
+    pairs = causal_pairs(start, t, window) * batch
+    op = Op(name, "attention", batch * t, 2 * heads * pairs * (score_dim + value_dim),
+            pim_eligible=(phase == "decode"))
+    for w in extra_reads:
+        op.read_all(w)
+    if t == 1:
+        lo, hi = key_range(start, window)
+        op.read(q, 0, batch * q_row_bytes)
+        for c in caches:
+            op.read(c.ten, lo * c.row_bytes, (hi - lo) * c.row_bytes, count=batch, stride=c.seq_stride)
+        op.write(o, 0, batch * o_row_bytes)
+        return [op]
+    for b in range(batch):
+        for q0 in range(0, t, attn_tile):
+            q1 = min(t, q0 + attn_tile)
+            lo = key_range(start + q0, window)[0]
+            hi = start + q1
+            op.read(q, (b * t + q0) * q_row_bytes, (q1 - q0) * q_row_bytes)
+            for c in caches:
+                op.read(c.ten, b * c.seq_stride + lo * c.row_bytes, (hi - lo) * c.row_bytes)
+            op.write(o, (b * t + q0) * o_row_bytes, (q1 - q0) * o_row_bytes)
+    return [op]
+
+
+def naive_attention(name: str, q: Ten, o: Ten, scores: Ten, key_caches: list[Cache], value_caches: list[Cache], *,
+                    batch: int, start: int, t: int, window: int | None, heads: int, score_dim: int,
+                    value_dim: int, q_row_bytes: int, o_row_bytes: int, act_bytes: int, phase: str,
+                    extra_reads: tuple[Ten, ...] = ()) -> list[Op]:
+    """Unfused attention: scores, softmax, and score-times-V, with the score matrix in memory.
+
+    In decode all sequences go together (scores ``batch x heads x keys``); in prefill one sequence
+    at a time (scores ``heads x t x keys``, the rectangle ``[lo(start), start + t)``)."""
+    pim = phase == "decode"
+    lo, _ = key_range(start, window)
+    hi = start + t
+    keys = hi - lo
+    groups = [(0, batch)] if t == 1 else [(b, 1) for b in range(batch)]
+    ops: list[Op] = []
+    for b, nseq in groups:
+        rect = nseq * heads * t * keys
+        s_bytes = rect * act_bytes
+        sc = Op(f"{name}.scores", "attention", nseq * t, 2 * rect * score_dim, pim_eligible=pim)
+        for w in extra_reads:
+            sc.read_all(w)
+        sc.read(q, b * t * q_row_bytes, nseq * t * q_row_bytes)
+        for c in key_caches:
+            sc.read(c.ten, b * c.seq_stride + lo * c.row_bytes, keys * c.row_bytes, count=nseq, stride=c.seq_stride)
+        sc.write(scores, 0, s_bytes)
+        sm = Op(f"{name}.softmax", "attention", nseq * t, 5 * rect, pim_eligible=pim)
+        sm.read(scores, 0, s_bytes).write(scores, 0, s_bytes)
+        pv = Op(f"{name}.pv", "attention", nseq * t, 2 * rect * value_dim, pim_eligible=pim)
+        pv.read(scores, 0, s_bytes)
+        for c in value_caches:
+            pv.read(c.ten, b * c.seq_stride + lo * c.row_bytes, keys * c.row_bytes, count=nseq, stride=c.seq_stride)
+        pv.write(o, b * t * o_row_bytes, nseq * t * o_row_bytes)
+        ops += [sc, sm, pv]
+    return ops
+
+
+def scores_bytes(batch: int, t: int, keys: int, heads: int, act_bytes: int) -> int:
+    """Size of the naive kernel's score buffer for a segment (the larger of its two layouts)."""
+    return max(batch if t == 1 else 1, 1) * heads * t * keys * act_bytes
+
+
+def kv_append(name: str, sources: list[tuple[Ten, int]], caches: list[Cache], *, batch: int, start: int,
+              t: int) -> Op:
+    """Write the K/V rows of ``t`` new positions per sequence (read from activation buffers holding
+    ``batch * t`` rows of the given row bytes) into the caches at positions ``start..start+t-1``."""
+    op = Op(name, "kv_append", batch * t, 0)
+    for src, row in sources:
+        op.read(src, 0, batch * t * row)
+    for c in caches:
+        op.write(c.ten, start * c.row_bytes, t * c.row_bytes, count=batch, stride=c.seq_stride)
+    return op

@@ -1,0 +1,57 @@
+"""What a kernel returns: operators with their access descriptors and FLOPs.
+
+A kernel is a plain function of shapes, dtypes (as byte sizes) and tensor handles; it returns a
+list of :class:`Op`. It never writes a trace itself, so each kernel can be tested on its own; the
+lowering (:mod:`traces.lower`) stamps layer/phase/step and hands the ops to the trace writer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class Ten(NamedTuple):
+    """A tensor handle: trace tensor id and size in bytes."""
+
+    id: int
+    nbytes: int
+
+
+class Access(NamedTuple):
+    """``count`` chunks of ``nbytes`` bytes at ``offset + k*stride`` in tensor ``tensor``."""
+
+    tensor: int
+    offset: int
+    nbytes: int
+    count: int = 1
+    stride: int = 0
+    is_write: bool = False
+
+
+@dataclass
+class Op:
+    """One operator instance: name, kind, tokens processed, FLOPs, and its accesses in issue order."""
+
+    name: str
+    kind: str
+    tokens: int
+    flops: int
+    accesses: list[Access] = field(default_factory=list)
+    pim_eligible: bool = False
+    expert: int = -1
+
+    def read(self, t: Ten, offset: int, nbytes: int, count: int = 1, stride: int = 0) -> "Op":
+        if nbytes > 0 and count > 0:
+            self.accesses.append(Access(t.id, offset, nbytes, count, stride, False))
+        return self
+
+    def write(self, t: Ten, offset: int, nbytes: int, count: int = 1, stride: int = 0) -> "Op":
+        if nbytes > 0 and count > 0:
+            self.accesses.append(Access(t.id, offset, nbytes, count, stride, True))
+        return self
+
+    def read_all(self, t: Ten | None) -> "Op":
+        if t is not None:
+            self.read(t, 0, t.nbytes)
+        return self

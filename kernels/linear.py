@@ -1,0 +1,47 @@
+"""Linear layers (``y = x @ W.T + b``; W stored out x in, row-major, as Hugging Face stores it).
+
+- Decode (``phase == "decode"``): weight-streaming GEMV / skinny GEMM. The whole weight (its
+  quantisation scales and bias too) is read exactly once per op however many tokens the batch
+  holds; the input rows are read once and the output rows written once. Marked ``pim_eligible``.
+- Prefill: a tiled GEMM with ``tile_m`` tokens by ``tile_n`` output features per tile. For each
+  tile of tokens the whole weight is streamed once, so a weight is read ``ceil(m / tile_m)``
+  times; the token tile is read once per tile of outputs (``ceil(out / tile_n)`` chunks at
+  stride 0); the output tile is written once.
+
+FLOPs are ``2 * m * in * out`` (+ ``m * out`` for a bias).
+"""
+
+from __future__ import annotations
+
+from kernels.base import Op, Ten
+
+
+def linear(name: str, weight: Ten, x: Ten, y: Ten, *, m: int, in_features: int, out_features: int,
+           act_bytes: int, phase: str, tile_m: int, tile_n: int, scales: Ten | None = None,
+           bias: Ten | None = None, x_offset: int = 0, y_offset: int = 0, x_stride: int = 0,
+           kind: str = "linear", expert: int = -1) -> Op:
+    """One linear op over ``m`` token rows of ``x`` (at ``x_offset``; if ``x_stride`` is given the
+    rows are ``m`` separate rows that far apart, e.g. the last token of each sequence)."""
+    flops = 2 * m * in_features * out_features + (m * out_features if bias is not None else 0)
+    in_row, out_row = in_features * act_bytes, out_features * act_bytes
+    op = Op(name, kind, m, flops, pim_eligible=(phase == "decode"), expert=expert)
+    if phase == "decode" or m <= tile_m:
+        _read_rows(op, x, x_offset, m, in_row, x_stride, 1)
+        op.read_all(weight).read_all(scales).read_all(bias)
+        op.write(y, y_offset, m * out_row)
+        return op
+    n_tiles = -(-out_features // tile_n)
+    for m0 in range(0, m, tile_m):
+        rows = min(tile_m, m - m0)
+        _read_rows(op, x, x_offset + (m0 * (x_stride or in_row)), rows, in_row, x_stride, n_tiles)
+        op.read_all(weight).read_all(scales).read_all(bias)
+        op.write(y, y_offset + m0 * out_row, rows * out_row)
+    return op
+
+
+def _read_rows(op: Op, x: Ten, offset: int, rows: int, row_bytes: int, stride: int, repeat: int) -> None:
+    if stride and rows > 1 and stride != row_bytes:
+        for _ in range(repeat):
+            op.read(x, offset, row_bytes, count=rows, stride=stride)
+    else:
+        op.read(x, offset, rows * row_bytes, count=repeat, stride=0)
