@@ -302,7 +302,7 @@ def _resolve(name_or_path) -> Path:
         presets = list_presets()
         close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(f"unknown chip preset {text!r}; {hint}(presets: {', '.join(presets)})", field="chip")
+        raise UsageError(f"unknown chip preset {text!r}; {hint}(presets: {', '.join(presets)})")
     return preset
 
 

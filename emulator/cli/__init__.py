@@ -20,6 +20,7 @@ COMMANDS = (
     "emulator.cli.models",
     "emulator.cli.mrc",
     "emulator.cli.bench",
+    "emulator.cli.chips",
 )
 
 
