@@ -111,6 +111,9 @@ def parse_quantity(text, kind: str, *, file=None, field=None) -> float | int:
         elif kind == "size" and unit.endswith("/s"):
             hint = " (that is a bandwidth)"
         raise ConfigError(f"expected {expected}, got {text!r}{hint}", file=file, field=field)
+    exponent = number.lower().partition("e")[2]
+    if exponent and abs(int(exponent)) > 40:   # also keeps Fraction arithmetic small on hostile input
+        raise ConfigError(f"expected a finite {kind.replace('_', ' ')}, got {text!r}", file=file, field=field)
     value = Fraction(number) * factor
     if kind == "size":
         if value.denominator != 1:
