@@ -1,0 +1,74 @@
+"""``tierlab info TRACE [--json]``: what a trace holds (rows, parameters, FLOPs, bytes by phase/kind/step)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from emulator.cli.options import json_option
+
+
+def format_table(headers: list[str], rows: list[list], align: str | None = None) -> str:
+    """Plain aligned text table; ``align`` is one of ``<``/``>`` per column (numbers right by default)."""
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
+    if align is None:
+        align = "".join(">" if rows and isinstance(rows[0][i], (int, float)) else "<" for i in range(len(headers)))
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(f"{c:{a}{w}}" for c, a, w in zip(r, align, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return "-" if v is None else str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.3g}"
+    return str(v)
+
+
+@click.command("info")
+@click.argument("trace", type=click.Path())
+@click.option("--steps", "max_steps", type=int, default=20, show_default=True,
+              help="Decode steps shown in the per-step table (all in --json).")
+@json_option
+def command(trace, max_steps, as_json):
+    """Summarise TRACE: tables, parameters, FLOPs, bytes read/written by phase and tensor kind, per step."""
+    from traces.reader import open_trace
+    from traces.summary import summarize
+
+    s = summarize(open_trace(trace))
+    if as_json:
+        click.echo(json.dumps(s, indent=1))
+        return
+    run = s["run"] or {}
+    click.echo(f"trace {s['path']}  model {s['model'] or '(synthetic)'}")
+    if run:
+        click.echo("run   " + "  ".join(f"{k}={run[k]}" for k in ("prompt", "context", "generate", "batch", "weights",
+                                                                   "kv", "activations", "router", "attention")
+                                        if k in run))
+    click.echo("")
+    click.echo(format_table(["table", "rows"], [[k, v] for k, v in s["tables"].items()]))
+    click.echo("")
+    click.echo(format_table(["quantity", "value"], [
+        ["params", s["params"]], ["weight bytes", s["weight_bytes"]], ["kv-cache bytes", s["kv_bytes"]],
+        ["decode steps", s["decode_steps"]]] + [[f"flops ({k})", v] for k, v in s["flops"].items()],
+        align="<>"))
+    rows = []
+    for phase, kinds in s["bytes"].items():
+        for kind, rw in kinds.items():
+            rows.append([phase, kind, rw["read"], rw["write"]])
+    click.echo("")
+    click.echo(format_table(["phase", "kind", "bytes read", "bytes written"], rows, align="<<>>"))
+    if s["steps"]:
+        kinds = sorted({k for st in s["steps"] for k in st["bytes"]})
+        headers = ["step", "ops", "flops"] + [f"{k} read" for k in kinds] + [f"{k} written" for k in kinds]
+        rows = [[st["step"], st["ops"], st["flops"]] + [st["bytes"][k]["read"] for k in kinds] +
+                [st["bytes"][k]["write"] for k in kinds] for st in s["steps"][:max_steps]]
+        click.echo("")
+        click.echo(format_table(headers, rows))
+        if len(s["steps"]) > max_steps:
+            click.echo(f"... {len(s['steps']) - max_steps} more steps (--steps N or --json)")

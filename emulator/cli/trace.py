@@ -1,0 +1,127 @@
+"""``tierlab trace MODEL -o DIR``: lower a model and a run into a trace directory.
+
+The run options are exposed as one decorator, :data:`run_options`, and :func:`run_config_from_options`
+turns their values into a :class:`traces.run.RunConfig`, so other commands (``tierlab run``) reuse them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import click
+
+from emulator.cli.options import force_option, json_option
+from traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
+from traces.errors import UsageError
+from traces.format import DEFAULT_ALIGNMENT
+
+RUN_OPTION_NAMES = ("prompt", "context", "generate", "batch", "weights", "kv", "activations", "router", "seed",
+                    "attention", "tile_m", "tile_n", "attn_tile", "align", "quant_group")
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(|b|kib|k|mib|m|gib|g)\s*$", re.I)
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(text: str, field: str) -> int:
+    """``65536``, ``64KiB``, ``1MiB`` -> bytes (binary units)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise UsageError(f"expected a size in bytes such as 65536 or 64KiB, got {text!r}", field=field)
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def run_options(f):
+    """Decorator adding every run option of ``tierlab trace`` to a click command."""
+    opts = [
+        click.option("--prompt", type=int, default=0, show_default=True, help="Prompt tokens per sequence, prefilled (traced)."),
+        click.option("--context", type=int, default=0, show_default=True,
+                     help="Tokens already in the KV cache per sequence (not traced)."),
+        click.option("--generate", type=int, default=0, show_default=True, help="Decode steps (tokens generated per sequence)."),
+        click.option("--batch", type=int, default=1, show_default=True, help="Sequences processed together."),
+        click.option("--weights", default="bf16", show_default=True, help=f"Weights dtype: {', '.join(WEIGHT_DTYPES)}."),
+        click.option("--kv", default="bf16", show_default=True, help=f"KV-cache dtype: {', '.join(KV_DTYPES)}."),
+        click.option("--activations", default="bf16", show_default=True,
+                     help=f"Activations dtype: {', '.join(ACTIVATION_DTYPES)}."),
+        click.option("--router", default="uniform", show_default=True,
+                     help="MoE routing: uniform, zipf:S, or table:PATH.arrow (columns step, layer, token, expert)."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of routing and token ids."),
+        click.option("--attention", default="flash", show_default=True, help="Attention kernel: flash or naive."),
+        click.option("--tile-m", type=int, default=256, show_default=True, help="Prefill GEMM tile: tokens."),
+        click.option("--tile-n", type=int, default=256, show_default=True, help="Prefill GEMM tile: output features."),
+        click.option("--attn-tile", type=int, default=128, show_default=True, help="Flash attention: queries per tile."),
+        click.option("--align", default=str(DEFAULT_ALIGNMENT), show_default=True,
+                     help="Tensor address alignment in bytes (power of two; e.g. 64KiB, 2MiB)."),
+        click.option("--quant-group", type=int, default=128, show_default=True,
+                     help="Group size of int8/int4 weight scales (elements along the input dimension)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def run_config_from_options(options: dict):
+    """Build a RunConfig from the values of :data:`run_options` (extra keys are ignored)."""
+    from traces.run import RunConfig
+
+    return RunConfig(prompt=options["prompt"], context=options["context"], generate=options["generate"],
+                     batch=options["batch"], weights=options["weights"], kv=options["kv"],
+                     activations=options["activations"], router=options["router"], seed=options["seed"],
+                     attention=options["attention"], tile_m=options["tile_m"], tile_n=options["tile_n"],
+                     attn_tile=options["attn_tile"], alignment=parse_size(options["align"], "align"),
+                     quant_group=options["quant_group"])
+
+
+class _Progress:
+    """A tqdm bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self):
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=None, unit="seg", file=sys.stderr, desc="trace", leave=False)
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.n = done
+            self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@click.command("trace")
+@click.argument("model")
+@click.option("-o", "--output", required=True, type=click.Path(), help="Trace directory to write (e.g. llama.trace).")
+@run_options
+@force_option
+@json_option
+def command(model, output, force, as_json, **options):
+    """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
+    from traces.atomic import check_output
+    from traces.lower import generate_trace
+    from traces.spec import load_model
+
+    spec = load_model(model)
+    run = run_config_from_options(options)
+    check_output(output, force=force, directory=True)
+    progress = _Progress()
+    try:
+        path = generate_trace(spec, run, output, force=force, progress=progress)
+    finally:
+        progress.close()
+    from traces.reader import open_trace
+
+    trace = open_trace(path)
+    info = {"path": str(path), "model": spec.name, "tables": trace.manifest["tables"],
+            "bytes_on_disk": sum(f.stat().st_size for f in path.iterdir())}
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+    else:
+        t = info["tables"]
+        click.echo(f"wrote {path}: {t['tensors']} tensors, {t['ops']} ops, {t['accesses']} accesses, "
+                   f"{info['bytes_on_disk'] / 1e6:.1f} MB")
