@@ -273,7 +273,7 @@ def _walk(i0, addr0, write0, tid0, row, cnt,
             if w:
                 dirty[slot] = 1
                 cnt[row, k, i, BYTES_WRITTEN] += req
-                if store_hit_recency:
+                if store_hit_recency or pid == 3:  # opt's word is the next use, not recency
                     _policy_hit(pid, meta, slot, stamp, nxt)
             else:
                 cnt[row, k, i, BYTES_READ] += req

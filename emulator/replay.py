@@ -111,13 +111,13 @@ def _check_blocks(tiers: Sequence[Tier]) -> None:
                              field=f"tier[{i}].policy")
 
 
-def build_geometry(tiers: Sequence[Tier], lent_bytes: Sequence[int], below_bytes: Sequence[int],
+def build_geometry(tiers: Sequence[Tier], lent_bytes: Sequence[int], below_blocks: Sequence[int],
                    options: ReplayOptions) -> Geometry:
     """Caching geometry of each tier.
 
-    ``lent_bytes[i]``: capacity a lending memory tier offers as a cache; ``below_bytes[i]``: bytes of
-    the tensors homed farther than tier ``i`` (the most a fully associative tier there can ever hold;
-    its state is clamped to that, which changes no count since such a tier never evicts).
+    ``lent_bytes[i]``: capacity a lending memory tier offers as a cache; ``below_blocks[i]``: tier-i
+    blocks of the tensors homed farther than tier ``i`` (the most a fully associative tier there can
+    ever hold; its state is clamped to that, which changes no count since it then never evicts).
     """
     _check_blocks(tiers)
     n = len(tiers)
@@ -140,8 +140,7 @@ def build_geometry(tiers: Sequence[Tier], lent_bytes: Sequence[int], below_bytes
             continue
         s = n_blocks // w
         if t.ways is None:
-            need = -(-int(below_bytes[i]) // t.block_bytes)
-            w = max(1, min(w, need))
+            w = max(1, min(w, int(below_blocks[i])))
         sets[i], ways[i], mode[i] = s, w, engine.MODE_CACHE
     off = np.zeros(n, np.int64)
     off[1:] = np.cumsum(sets * ways)[:-1]
@@ -311,7 +310,8 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
             raise TraceError(f"tensor {int(bad[0])} at address {int(addr[bad[0]])} is not aligned to "
                              f"tier {t.name!r}'s {t.block_bytes} B block; regenerate the trace with "
                              f"a larger --align", field="address")
-    below = np.array([int(nbytes[home > i].sum()) for i in range(n_tiers)], np.int64)
+    below = np.array([int((-(-nbytes[home > i] // t.block_bytes)).sum()) for i, t in enumerate(tiers)],
+                     np.int64)
     geo = build_geometry(tiers, lent, below, options)
     per_op = np.zeros((max(n_ops, 1), n_tiers, N_COUNTERS), np.int64)
     by_kind = np.zeros((len(KINDS), n_tiers, N_COUNTERS), np.int64)
