@@ -1,0 +1,166 @@
+"""Model specs: parameter counts against published totals and closed-form arithmetic, KV bytes per
+token, and clear errors for bad configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from traces.errors import ConfigError
+from traces.spec import list_presets, load_model, spec_from_config
+
+DATA = Path(__file__).parent / "data" / "models"
+
+
+def gqa_layer(h, nh, kvh, hd, bias=False, qk_norm=False):
+    n = h * nh * hd + 2 * h * kvh * hd + nh * hd * h
+    if bias:
+        n += nh * hd + 2 * kvh * hd
+    if qk_norm:
+        n += 2 * hd
+    return n
+
+
+def closed_form(name: str) -> int:
+    """Parameter counts written out from the published configs, independently of traces.spec."""
+    if name == "llama-3.1-8b":
+        return 32 * (gqa_layer(4096, 32, 8, 128) + 3 * 4096 * 14336 + 2 * 4096) + 2 * 128256 * 4096 + 4096
+    if name == "llama-3.1-70b":
+        return 80 * (gqa_layer(8192, 64, 8, 128) + 3 * 8192 * 28672 + 2 * 8192) + 2 * 128256 * 8192 + 8192
+    if name == "mistral-7b":
+        return 32 * (gqa_layer(4096, 32, 8, 128) + 3 * 4096 * 14336 + 2 * 4096) + 2 * 32000 * 4096 + 4096
+    if name == "qwen2-0.5b":   # tied embeddings counted once
+        return 24 * (gqa_layer(896, 14, 2, 64, bias=True) + 3 * 896 * 4864 + 2 * 896) + 151936 * 896 + 896
+    if name == "chatglm3-6b":  # fused query_key_value with bias, dense_h_to_4h = 2 x ffn
+        return 28 * (4096 * (4096 + 2 * 2 * 128) + (4096 + 2 * 2 * 128) + 4096 * 4096 + 4096 * 2 * 13696
+                     + 13696 * 4096 + 2 * 4096) + 2 * 65024 * 4096 + 4096
+    if name == "mixtral-8x7b":
+        return 32 * (gqa_layer(4096, 32, 8, 128) + 8 * 4096 + 8 * 3 * 4096 * 14336 + 2 * 4096) \
+            + 2 * 32000 * 4096 + 4096
+    if name == "qwen3-30b-a3b":
+        return 48 * (gqa_layer(2048, 32, 4, 128, qk_norm=True) + 128 * 2048 + 128 * 3 * 2048 * 768 + 2 * 2048) \
+            + 2 * 151936 * 2048 + 2048
+    if name == "deepseek-v3":
+        h, nh = 7168, 128
+        mla = (h * 1536 + 1536 + 1536 * nh * (128 + 64) + h * (512 + 64) + 512 + 512 * nh * (128 + 128)
+               + nh * 128 * h)
+        dense = 3 * h * 18432
+        moe = 256 * h + 256 + 256 * 3 * h * 2048 + 3 * h * 2048
+        return 3 * (mla + dense + 2 * h) + 58 * (mla + moe + 2 * h) + 2 * 129280 * h + h
+    raise KeyError(name)
+
+
+PUBLISHED = {
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "mistral-7b": 7_241_732_096,
+    "qwen2-0.5b": 494_032_768,
+    "chatglm3-6b": 6_243_584_000,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "deepseek-v3": 671_026_419_200,   # without the multi-token-prediction layer
+}
+
+
+def test_every_preset_has_a_closed_form():
+    assert set(list_presets()) == set(PUBLISHED)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_param_count_matches_published_and_closed_form(name):
+    spec = load_model(name)
+    assert spec.param_count() == PUBLISHED[name]
+    assert spec.param_count() == closed_form(name)
+
+
+def test_active_params_moe():
+    # Mixtral: 2 of 8 experts per token.
+    s = load_model("mixtral-8x7b")
+    expert = 3 * 4096 * 14336
+    assert s.active_param_count() == s.param_count() - 32 * 6 * expert
+    d = load_model("deepseek-v3")
+    assert abs(d.active_param_count() - 37.5e9) / 37.5e9 < 0.01   # published "37B activated" (+ embeddings)
+
+
+@pytest.mark.parametrize("name,kv_dtype,expected", [
+    ("llama-3.1-8b", "bf16", 32 * 2 * 8 * 128 * 2),
+    ("llama-3.1-70b", "fp8", 80 * 2 * 8 * 128 * 1),
+    ("chatglm3-6b", "bf16", 28 * 2 * 2 * 128 * 2),       # MQA with 2 groups
+    ("qwen3-30b-a3b", "bf16", 48 * 2 * 4 * 128 * 2),     # head_dim 128 though hidden/heads = 64
+    ("deepseek-v3", "bf16", 61 * (512 + 64) * 2),         # MLA: latent + rope key
+    ("deepseek-v3", "fp32", 61 * (512 + 64) * 4),
+])
+def test_kv_bytes_per_token(name, kv_dtype, expected):
+    assert load_model(name).kv_bytes_per_token(kv_dtype) == expected
+
+
+def test_family_details():
+    assert load_model("mistral-7b").sliding_window == 4096
+    assert load_model("llama-3.1-8b").sliding_window is None
+    q = load_model("qwen2-0.5b")
+    assert q.qkv_bias and q.tie_word_embeddings and q.sliding_window is None
+    d = load_model("deepseek-v3")
+    assert d.attention == "mla" and d.moe_layers[:3] == (False,) * 3 and all(d.moe_layers[3:])
+    t = load_model(DATA / "tiny-qwen3-moe.json")
+    assert t.moe_layers == (False, True, True) and t.head_dim == 32
+
+
+def test_load_from_directory_and_file(tmp_path):
+    cfg = json.loads((DATA / "tiny-llama.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    a = load_model(tmp_path)
+    b = load_model(tmp_path / "config.json")
+    assert a.param_count() == b.param_count() == load_model(DATA / "tiny-llama.json").param_count()
+    assert a.to_dict()["params"] == a.param_count()
+
+
+def test_unknown_preset_suggests(tmp_path):
+    with pytest.raises(ConfigError, match="did you mean llama-3.1-8b"):
+        load_model("llama-3.1-8")
+
+
+def test_missing_field_is_named():
+    cfg = json.loads((DATA / "tiny-llama.json").read_text())
+    del cfg["intermediate_size"]
+    with pytest.raises(ConfigError) as e:
+        spec_from_config(cfg, file="x.json")
+    assert e.value.field == "intermediate_size" and "x.json" in str(e.value)
+
+
+def test_glm_missing_field_is_named():
+    cfg = json.loads((DATA / "tiny-chatglm.json").read_text())
+    del cfg["padded_vocab_size"]
+    with pytest.raises(ConfigError, match="padded_vocab_size"):
+        spec_from_config(cfg)
+
+
+def test_unsupported_family():
+    with pytest.raises(ConfigError, match="unsupported model family 'BertModel'") as e:
+        spec_from_config({"architectures": ["BertModel"], "model_type": "bert"})
+    assert e.value.field == "architectures"
+
+
+def test_malformed_json(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text('{"hidden_size": 4,')
+    with pytest.raises(ConfigError, match="malformed JSON"):
+        load_model(p)
+
+
+def test_bad_value_type():
+    cfg = json.loads((DATA / "tiny-llama.json").read_text())
+    cfg["hidden_size"] = "64"
+    with pytest.raises(ConfigError, match="hidden_size"):
+        spec_from_config(cfg)
+
+
+def test_imports_resolve_to_this_project():
+    import emulator
+    import kernels
+    import traces
+
+    root = Path(__file__).resolve().parent.parent
+    for mod in (traces, kernels, emulator):
+        assert Path(mod.__file__).resolve().parent.parent == root
