@@ -25,7 +25,7 @@ def linear(name: str, weight: Ten, x: Ten, y: Ten, *, m: int, in_features: int, 
     flops = 2 * m * in_features * out_features + (m * out_features if bias is not None else 0)
     in_row, out_row = in_features * act_bytes, out_features * act_bytes
     op = Op(name, kind, m, flops, pim_eligible=(phase == "decode"), expert=expert)
-    if phase == "decode" or m <= tile_m:
+    if phase == "decode":
         _read_rows(op, x, x_offset, m, in_row, x_stride, 1)
         op.read_all(weight).read_all(scales).read_all(bias)
         op.write(y, y_offset, m * out_row)
