@@ -7,8 +7,9 @@ therefore gives the miss count of every capacity at once:
 
     misses(c) = cold misses + #{accesses with distance >= c}       (cold misses = distinct blocks)
 
-* Fully associative (:class:`LruDistances`): distances are counted with a Fenwick tree over access
-  times that holds one mark per block at its last access (Bennett & Kruskal, 1975): O(log n) per
+* Fully associative (:class:`LruDistances`): distances are counted over access times that hold one
+  mark per block at its last access (Bennett & Kruskal, 1975): a bitset of marks plus a Fenwick tree
+  of per-64-time word counts (64x smaller than a tree per time, so it stays in cache): O(log n) per
   access. Times are renumbered when the tree fills, so memory is O(distinct blocks), not O(accesses),
   and the stream can be fed in chunks of any size.
 * Set associative at a fixed set count (:class:`SetLruDistances`): set index = block number mod
@@ -57,41 +58,63 @@ def _rehash(keys, vals, new_keys, new_vals, shift):
 
 
 @njit(cache=True)
-def _fenwick_build(tree, n_marks):
-    """Tree (1-indexed, ``tree[0]`` unused) with one mark at each of positions 0..n_marks-1."""
-    size = tree.shape[0] - 1
+def _popcount(x):
+    """Set bits of a uint64 (the SWAR idiom; LLVM turns it into one popcnt instruction)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@njit(cache=True)
+def _marks_build(bits, tree, n_marks):
+    """Marks at times 0..n_marks-1: bit ``t`` of the bitset, and a Fenwick tree (1-indexed,
+    ``tree[0]`` unused) of the number of marks in each 64-time word."""
+    n_words = bits.shape[0]
+    bits[:] = 0
     tree[:] = 0
-    for i in range(1, n_marks + 1):
-        tree[i] = 1
-    for i in range(1, size + 1):
+    for t in range(n_marks):
+        bits[t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+    for w in range(n_words):
+        tree[w + 1] = _popcount(bits[w])
+    for i in range(1, n_words + 1):
         j = i + (i & -i)
-        if j <= size:
+        if j <= n_words:
             tree[j] += tree[i]
 
 
 @njit(cache=True)
-def _renumber(keys, vals, n_keys):
-    """Give the live blocks new times 0..n_keys-1 in the order of their last access."""
-    slots = np.empty(n_keys, np.int64)
-    times = np.empty(n_keys, np.int64)
-    m = 0
+def _renumber(keys, vals, bits):
+    """Give the live blocks new times 0..n-1 in the order of their last access, without sorting.
+
+    The marks are exactly the live blocks' last-access times, so a block's new time is the number
+    of marks before its old one (per-word prefix counts plus a popcount within the word).
+    """
+    n_words = bits.shape[0]
+    before = np.zeros(n_words, np.int64)
+    total = 0
+    for w in range(n_words):
+        before[w] = total
+        total += _popcount(bits[w])
     for i in range(keys.shape[0]):
         if keys[i] != -1:
-            slots[m] = i
-            times[m] = vals[i]
-            m += 1
-    order = np.argsort(times)
-    for r in range(n_keys):
-        vals[slots[order[r]]] = r
+            p = vals[i]
+            w = p >> 6
+            below = bits[w] & ((np.uint64(1) << np.uint64(p & 63)) - np.uint64(1))
+            vals[i] = before[w] + _popcount(below)
 
 
 @njit(cache=True)
-def _lru_full_run(blocks, pos, keys, vals, shift, tree, hist, state):
+def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, hist, state):
     """Record stack distances of ``blocks[pos:]`` until done or a table needs to grow.
 
-    ``state`` = [next time, distinct blocks, accesses, cold misses]. Returns the position reached.
+    Each distinct block has one mark, at the time of its last access: bit ``t`` of ``bits``, with
+    per-word counts in the Fenwick tree ``tree`` (small enough to stay in cache). The distance of an
+    access whose block was last seen at ``p`` is the number of marks after ``p``.
+    ``state`` = [next time, distinct blocks, (unused), cold misses]. Returns the position reached.
     """
-    size = tree.shape[0] - 1
+    n_words = bits.shape[0]
+    size = n_words * 64
     max_keys = keys.shape[0] // 2
     t = state[0]
     n_keys = state[1]
@@ -102,23 +125,29 @@ def _lru_full_run(blocks, pos, keys, vals, shift, tree, hist, state):
         b = blocks[pos]
         s = _slot(keys, b, shift)
         if keys[s] == b:
-            p = vals[s] + 1
-            below = 0                      # marks at times <= p (including its own)
-            i = p
+            p = vals[s]
+            w = p >> 6
+            bit = np.uint64(1) << np.uint64(p & 63)
+            upto = bits[w] & ((bit << np.uint64(1)) - np.uint64(1))   # marks at times <= p in word w
+            below = _popcount(upto)
+            i = w
             while i > 0:
                 below += tree[i]
                 i -= i & -i
             hist[n_keys - below] += 1
-            i = p
-            while i <= size:
+            bits[w] &= ~bit
+            i = w + 1
+            while i <= n_words:
                 tree[i] -= 1
                 i += i & -i
         else:
             keys[s] = b
             n_keys += 1
             state[3] += 1
-        i = t + 1
-        while i <= size:
+        w = t >> 6
+        bits[w] |= np.uint64(1) << np.uint64(t & 63)
+        i = w + 1
+        while i <= n_words:
             tree[i] += 1
             i += i & -i
         vals[s] = t
@@ -388,9 +417,10 @@ class LruDistances:
 
     def __init__(self, *, initial_log2: int = 16):
         # initial_log2 sizes the tables (they grow as needed); tests set it small to exercise growth.
-        self._min_tree = 1 << initial_log2
+        self._min_words = max(1, (1 << initial_log2) // 64)
         self._table = _Table(initial_log2)
-        self._tree = np.zeros(self._min_tree + 1, np.int64)
+        self._bits = np.zeros(self._min_words, np.uint64)
+        self._tree = np.zeros(self._min_words + 1, np.int32)
         self._hist = np.zeros(1 << initial_log2, np.int64)
         self._state = np.zeros(4, np.int64)       # next time, distinct blocks, (unused), cold
         self.accesses = 0
@@ -400,19 +430,20 @@ class LruDistances:
         pos = 0
         while pos < b.shape[0]:
             pos = _lru_full_run(b, pos, self._table.keys, self._table.vals, self._table.shift,
-                                self._tree, self._hist, self._state)
+                                self._bits, self._tree, self._hist, self._state)
             n_keys = int(self._state[1])
             if n_keys == self._table.keys.shape[0] // 2:
                 self._table.grow()
                 hist = np.zeros(self._table.keys.shape[0], np.int64)
                 hist[:self._hist.shape[0]] = self._hist
                 self._hist = hist
-            if self._state[0] == self._tree.shape[0] - 1:   # times used up: renumber live blocks
-                _renumber(self._table.keys, self._table.vals, n_keys)
-                size = max(self._min_tree, 4 * n_keys)
-                if size != self._tree.shape[0] - 1:
-                    self._tree = np.zeros(size + 1, np.int64)
-                _fenwick_build(self._tree, n_keys)
+            if self._state[0] == 64 * self._bits.shape[0]:   # times used up: renumber live blocks
+                _renumber(self._table.keys, self._table.vals, self._bits)
+                words = max(self._min_words, -(-4 * n_keys // 64))
+                if words != self._bits.shape[0]:
+                    self._bits = np.zeros(words, np.uint64)
+                    self._tree = np.zeros(words + 1, np.int32)
+                _marks_build(self._bits, self._tree, n_keys)
                 self._state[0] = n_keys
         self.accesses += b.shape[0]
 
