@@ -14,7 +14,8 @@ of each sequence. Tensors (trace kinds):
   :func:`traces.dtypes.vector_dtype`), plus a ``<name>.scales`` tensor per matrix when the weights
   are group-quantised (int8/int4).
 - ``kv``: per layer ``layers.i.kv.k`` and ``layers.i.kv.v`` (MLA: ``layers.i.kv.latent``), each
-  ``batch x max_positions x row`` in the KV dtype, sequences ``max_positions * row`` bytes apart.
+  ``batch x positions x row`` in the KV dtype, sequences ``positions * row`` bytes apart
+  (``positions`` = context + prompt + generate, or the furthest position any segment reaches).
 - ``activation``: scratch buffers (``act.*``) in the activations dtype, sized for the largest
   segment and reused by every layer (layer -1).
 
@@ -102,6 +103,8 @@ class _Lowering:
         self.router = Router(run.router, run.seed, spec.num_experts, spec.num_experts_per_tok) \
             if spec.num_experts else None
         self.weights: dict[str, tuple[Ten, Ten | None]] = {}
+        # KV positions per sequence: enough for every segment (a multi-turn plan may go further than run)
+        self.positions = max(max(s.start + s.tokens for s in segments), run.max_positions)
         self._declare_weights()
         self._declare_kv()
         self._declare_activations(segments)
@@ -130,7 +133,7 @@ class _Lowering:
         for i in range(spec.num_layers):
             parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
             row = self.kv_row // len(parts)
-            stride = run.max_positions * row
+            stride = self.positions * row
             layer = []
             for p in parts:
                 nb = run.batch * stride

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from traces.errors import TraceError
+from traces.format import PHASES, TENSOR_KINDS
 from traces.reader import Trace
 
 RW = ("read", "write")
@@ -38,8 +39,11 @@ def summarize(trace: Trace, batch_rows: int = 1 << 20) -> dict:
     """Totals of a trace as plain JSON-able data (see the module docstring)."""
     ops = trace.op_arrays()
     tens = trace.tensor_arrays()
-    phases, phase_code = _codes(ops["phase"]) if len(ops["phase"]) else ([], np.zeros(0, np.int64))
-    kinds, kind_code = _codes(tens["kind"]) if len(tens["kind"]) else ([], np.zeros(0, np.int64))
+    # Stable keys: both phases and the generator's kinds always appear (zeros if absent).
+    phases, phase_code = _codes(np.concatenate([np.array(PHASES, dtype=object), ops["phase"]]))
+    phase_code = phase_code[len(PHASES):]
+    kinds, kind_code = _codes(np.concatenate([np.array(TENSOR_KINDS[:3], dtype=object), tens["kind"]]))
+    kind_code = kind_code[3:]
     step = ops["step"].astype(np.int64)
     decode = np.array([p == "decode" for p in ops["phase"]], dtype=bool)
     steps = np.unique(step[decode]) if decode.any() else np.zeros(0, np.int64)
