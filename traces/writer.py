@@ -32,45 +32,45 @@ def _generator() -> str:
 
 
 class _Table:
-    """Column buffers for one table, streamed to an Arrow IPC stream file."""
+    """Row buffer for one table, streamed to an Arrow IPC stream file in record batches."""
 
     def __init__(self, path: Path, schema: pa.Schema, batch_rows: int):
         self.schema, self.batch_rows = schema, batch_rows
         self.names = schema.names
-        self.cols: dict[str, list] = {n: [] for n in self.names}
-        self.chunks: list[dict[str, np.ndarray]] = []   # bulk-added numpy columns
+        self.pending: list = []      # row tuples, or dicts of numpy columns (bulk-added), in order
         self.buffered = 0
         self.rows = 0
         self.sink = pa.OSFile(str(path), "wb")
         self.writer = pa.ipc.new_stream(self.sink, schema)
+        self._tuples: list[tuple] = []
 
     def append(self, row: tuple) -> None:
-        for col, v in zip(self.cols.values(), row):
-            col.append(v)
+        self._tuples.append(row)
         self.buffered += 1
         if self.buffered >= self.batch_rows:
             self.flush()
 
     def extend(self, columns: dict[str, np.ndarray], n: int) -> None:
-        self._move_rows_to_chunk()
-        self.chunks.append(columns)
+        self._move_rows()
+        self.pending.append(columns)
         self.buffered += n
         if self.buffered >= self.batch_rows:
             self.flush()
 
-    def _move_rows_to_chunk(self) -> None:
-        if self.cols[self.names[0]]:
-            self.chunks.append({n: self.cols[n] for n in self.names})
-            self.cols = {n: [] for n in self.names}
+    def _move_rows(self) -> None:
+        if self._tuples:
+            cols = list(zip(*self._tuples))
+            self.pending.append(dict(zip(self.names, cols)))
+            self._tuples = []
 
     def flush(self) -> None:
-        self._move_rows_to_chunk()
-        for chunk in self.chunks:
+        self._move_rows()
+        for chunk in self.pending:
             arrays = [pa.array(chunk[f.name], type=f.type) for f in self.schema]
             batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
             self.writer.write_batch(batch)
             self.rows += batch.num_rows
-        self.chunks = []
+        self.pending = []
         self.buffered = 0
 
     def close(self) -> None:
