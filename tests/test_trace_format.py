@@ -251,3 +251,51 @@ def test_arrays_helpers():
     ta, oa = t.tensor_arrays(), t.op_arrays()
     assert list(ta["nbytes"]) == [8192, 4096, 256] and ta["nbytes"].dtype == np.uint64
     assert list(oa["phase"]) == ["prefill", "decode", "decode"]
+
+
+# ---- the reader's checks against a plain-Python twin ----------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_row = st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 300), st.integers(0, 120),
+                 st.integers(0, 4), st.integers(0, 200), st.booleans())
+
+
+def _reference_ok(sizes, n_ops, rows):
+    last = 0
+    for op, t, off, nb, cnt, stride, _ in rows:
+        if op < last or op >= n_ops or t >= len(sizes) or cnt < 1 or nb < 1:
+            return False
+        if off + (cnt - 1) * stride + nb > sizes[t]:
+            return False
+        last = op
+    return True
+
+
+@given(st.lists(st.integers(1, 400), min_size=1, max_size=3), st.integers(1, 3), st.lists(_row, max_size=12),
+       st.integers(1, 5))
+@settings(max_examples=150, deadline=None)
+def test_reader_accepts_exactly_what_the_spec_allows(tmp_path_factory, sizes, n_ops, rows, batch):
+    p = tmp_path_factory.mktemp("h") / "h.trace"
+    p.mkdir()
+    tables = {
+        "tensors": [(i, f"t{i}", "weight", -1, -1, "bf16", i * 512, n) for i, n in enumerate(sizes)],
+        "ops": [(i, "op", "linear", 0, "decode", 0, 1, 1, -1, False) for i in range(n_ops)],
+        "accesses": rows,
+    }
+    for name, data in tables.items():
+        file, schema = fmt.TABLES[name]
+        cols = list(zip(*data)) if data else [[] for _ in schema]
+        t = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, schema)], schema=schema)
+        with pa.OSFile(str(p / file), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+            for b in t.to_batches(max_chunksize=batch):
+                w.write_batch(b)
+    (p / "manifest.json").write_text(json.dumps({"format": "tierlab-trace", "version": 1, "model": None, "run": None,
+                                                 "tables": {k: len(v) for k, v in tables.items()}}))
+    if _reference_ok(sizes, n_ops, rows):
+        got = [tuple(r.values()) for b in open_trace(p).iter_accesses(batch_rows=3) for r in b.to_pylist()]
+        assert got == rows
+    else:
+        with pytest.raises(TraceError):
+            _drain(p)
