@@ -72,6 +72,7 @@ def test_models():
     (["trace", "{bad}", "-o", "{tmp}/x", "--generate", "1"], "malformed JSON"),
     (["trace", TINY, "-o", "{tmp}/x", "--prompt", "-4"], "must not be negative"),
     (["trace", TINY, "-o", "{tmp}/x", "--generate", "1", "--kv", "int2"], "unknown dtype 'int2'"),
+    (["trace", TINY, "-o", "{tmp}/x", "--generate", "many"], "generate: expected an integer, got 'many'"),
     (["trace", TINY, "-o", "{tmp}/x", "--generate", "1", "--router", "zipf:x"], "zipf exponent"),
     (["trace", TINY, "-o", "{tmp}/nodir/x", "--generate", "1"], "does not exist"),
     (["trace", TINY, "-o", "{tmp}", "--generate", "1"], "pass --force"),

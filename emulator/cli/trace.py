@@ -32,28 +32,44 @@ def parse_size(text: str, field: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
+class _LenientInt(click.ParamType):
+    """An integer, or the raw text unchanged so that RunConfig reports it in tierlab's one-line form
+    (click's own BadParameter would print a multi-line usage message)."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return value
+
+
+INT = _LenientInt()
+
+
 def run_options(f):
     """Decorator adding every run option of ``tierlab trace`` to a click command."""
     opts = [
-        click.option("--prompt", type=int, default=0, show_default=True, help="Prompt tokens per sequence, prefilled (traced)."),
-        click.option("--context", type=int, default=0, show_default=True,
+        click.option("--prompt", type=INT, default=0, show_default=True, help="Prompt tokens per sequence, prefilled (traced)."),
+        click.option("--context", type=INT, default=0, show_default=True,
                      help="Tokens already in the KV cache per sequence (not traced)."),
-        click.option("--generate", type=int, default=0, show_default=True, help="Decode steps (tokens generated per sequence)."),
-        click.option("--batch", type=int, default=1, show_default=True, help="Sequences processed together."),
+        click.option("--generate", type=INT, default=0, show_default=True, help="Decode steps (tokens generated per sequence)."),
+        click.option("--batch", type=INT, default=1, show_default=True, help="Sequences processed together."),
         click.option("--weights", default="bf16", show_default=True, help=f"Weights dtype: {', '.join(WEIGHT_DTYPES)}."),
         click.option("--kv", default="bf16", show_default=True, help=f"KV-cache dtype: {', '.join(KV_DTYPES)}."),
         click.option("--activations", default="bf16", show_default=True,
                      help=f"Activations dtype: {', '.join(ACTIVATION_DTYPES)}."),
         click.option("--router", default="uniform", show_default=True,
                      help="MoE routing: uniform, zipf:S, or table:PATH.arrow (columns step, layer, token, expert)."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of routing and token ids."),
+        click.option("--seed", type=INT, default=0, show_default=True, help="Seed of routing and token ids."),
         click.option("--attention", default="flash", show_default=True, help="Attention kernel: flash or naive."),
-        click.option("--tile-m", type=int, default=256, show_default=True, help="Prefill GEMM tile: tokens."),
-        click.option("--tile-n", type=int, default=256, show_default=True, help="Prefill GEMM tile: output features."),
-        click.option("--attn-tile", type=int, default=128, show_default=True, help="Flash attention: queries per tile."),
+        click.option("--tile-m", type=INT, default=256, show_default=True, help="Prefill GEMM tile: tokens."),
+        click.option("--tile-n", type=INT, default=256, show_default=True, help="Prefill GEMM tile: output features."),
+        click.option("--attn-tile", type=INT, default=128, show_default=True, help="Flash attention: queries per tile."),
         click.option("--align", default=str(DEFAULT_ALIGNMENT), show_default=True,
                      help="Tensor address alignment in bytes (power of two; e.g. 64KiB, 2MiB)."),
-        click.option("--quant-group", type=int, default=128, show_default=True,
+        click.option("--quant-group", type=INT, default=128, show_default=True,
                      help="Group size of int8/int4 weight scales (elements along the input dimension)."),
     ]
     for o in reversed(opts):
