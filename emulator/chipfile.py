@@ -33,6 +33,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 import tomllib
 from dataclasses import asdict
 from pathlib import Path
@@ -60,6 +61,12 @@ _LINK_KEYS = {"from": True, "to": True, "bandwidth": True, "energy": True}
 _RULE_KEYS = {"tier": True, "kind": False, "name": False, "layers": False, "spill": False}
 
 
+def _key(key) -> str:
+    """A key as it appears in a message: bare if it is a plain TOML bare key, else quoted (one line)."""
+    key = str(key)
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
 def _did_you_mean(word: str, choices) -> str:
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
     if close:
@@ -82,7 +89,7 @@ class _Ctx:
             raise self.error(field, f"expected a table, got {type(value).__name__}")
         for key in value:
             if key not in keys:
-                name = f"{field}.{key}" if field else key
+                name = f"{field}.{_key(key)}" if field else _key(key)
                 raise self.error(name, f"unknown key; {_did_you_mean(key, keys)}")
         for key, required in keys.items():
             if required and key not in value:
@@ -128,7 +135,7 @@ def _compute(ctx: _Ctx, d) -> Compute:
             raise ctx.error(f"compute.{key}", "expected a table of dtype = quantity, e.g. { bf16 = ... }")
         for dtype, text in tab.items():
             if dtype not in COMPUTE_DTYPES:
-                raise ctx.error(f"compute.{key}.{dtype}", f"unknown dtype; {_did_you_mean(dtype, COMPUTE_DTYPES)}")
+                raise ctx.error(f"compute.{key}.{_key(dtype)}", f"unknown dtype; {_did_you_mean(dtype, COMPUTE_DTYPES)}")
             out[dtype] = ctx.quantity(text, kind, f"compute.{key}.{dtype}", positive=positive)
     for dtype in flops:
         if dtype not in energy:

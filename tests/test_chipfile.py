@@ -207,6 +207,14 @@ def test_bad_chip_exact_message(change, message):
     assert str(e.value) == f"{F}: {message}"
 
 
+def test_odd_keys_are_quoted_on_one_line():
+    d = good()
+    d["tier"][0]["a\nb"] = 1
+    with pytest.raises(ConfigError) as e:
+        chip_from_dict(d, file=F)
+    assert str(e.value).startswith(f'{F}: tier[0]."a\\nb": unknown key; ')
+
+
 def test_extra_link_beyond_the_last_tier():
     d = good()
     d["link"].append({"from": "ddr", "to": "hbm", "bandwidth": "1 GB/s", "energy": "1 pJ/bit"})
@@ -292,3 +300,80 @@ def test_cli_unknown_preset_real_process():
         pytest.skip("tierlab console script not installed beside this python")
     r = subprocess.run([str(exe), "chips", "nope"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+# ---- fuzz: mutated chip files give a Chip or one of tierlab's errors, never anything else --------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from traces.errors import TierlabError  # noqa: E402
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 2**40), st.floats(allow_nan=True),
+                    st.text(max_size=12), st.sampled_from(["0 B", "-1 KiB", "3 GB/s", "1e999 B", "7 B", "lru",
+                                                           "memory", "cache", "hbm", "1 pJ", "linear"]),
+                    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+
+
+def _paths(d, prefix=()):
+    yield prefix
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(d, list):
+        for i, v in enumerate(d):
+            yield from _paths(v, prefix + (i,))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_fuzz_mutated_chip_dicts(data):
+    d = good()
+    for _ in range(data.draw(st.integers(1, 3))):
+        paths = [p for p in _paths(d) if p]
+        path = data.draw(st.sampled_from(paths))
+        action = data.draw(st.sampled_from(["set", "delete", "add"]))
+        parent = d
+        for p in path[:-1]:
+            parent = parent[p]
+        if action == "delete":
+            del parent[path[-1]]
+        elif action == "set":
+            parent[path[-1]] = data.draw(_VALUES)
+        elif isinstance(parent, dict):
+            parent[data.draw(st.text(min_size=1, max_size=6))] = data.draw(_VALUES)
+    try:
+        c = chip_from_dict(d, file=F)
+    except TierlabError as e:
+        assert str(e).startswith(F + ": ") and "\n" not in str(e)
+    else:
+        assert isinstance(c, Chip)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_fuzz_random_bytes_as_chip_file(tmp_path_factory, blob):
+    p = tmp_path_factory.mktemp("f") / "x.toml"
+    p.write_bytes(blob)
+    try:
+        load_chip(p)
+    except TierlabError:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_fuzz_mutated_preset_text(tmp_path_factory, data):
+    from traces.paths import configs_dir
+    name = data.draw(st.sampled_from(list_presets()))
+    text = (configs_dir("chips") / f"{name}.toml").read_text()
+    i = data.draw(st.integers(0, len(text) - 1))
+    j = data.draw(st.integers(i, min(len(text), i + 8)))
+    text = text[:i] + data.draw(st.text(max_size=6)) + text[j:]
+    p = tmp_path_factory.mktemp("m") / "x.toml"
+    p.write_text(text)
+    try:
+        c = load_chip(p)
+    except TierlabError as e:
+        assert "\n" not in str(e).split("not valid TOML")[0]
+    else:
+        assert isinstance(c, Chip)
