@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from traces.errors import TraceError, UsageError
@@ -331,3 +332,19 @@ def test_addresses_aligned(tmp_path, align):
     t = trace_of(tmp_path, tiny("llama"), context=1, generate=1, alignment=align)
     addr = t.tensors.column("address").to_numpy()
     assert np.all(addr % align == 0) and t.manifest["run"]["alignment"] == align == t.alignment
+
+
+def test_recorded_routing_replays_to_the_same_trace(tmp_path):
+    spec = tiny("qwen3-moe")
+    run = dict(prompt=5, generate=3, batch=2, router="zipf:1.2", seed=4)
+    a = open_trace(generate_trace(spec, RunConfig(**run), tmp_path / "a.trace", record_routing=True))
+    log = tmp_path / "a.trace" / "routing.arrow"
+    assert a.manifest["extra_tables"]["routing"]["file"] == "routing.arrow"
+    # the log holds k experts for every token of every MoE layer of every segment
+    moe_layers = sum(spec.is_moe(i) for i in range(spec.num_layers))
+    assert a.manifest["extra_tables"]["routing"]["rows"] == moe_layers * 2 * (5 + 3) * 2
+    b = open_trace(generate_trace(spec, RunConfig(**{**run, "router": f"table:{log}"}), tmp_path / "b.trace"))
+    c = open_trace(generate_trace(spec, RunConfig(**{**run, "router": "uniform"}), tmp_path / "c.trace"))
+    assert not a.ops.equals(c.ops)          # the seed alone does not fix the experts; the log does
+    assert a.ops.equals(b.ops)
+    assert pa.Table.from_batches(list(a.iter_accesses())).equals(pa.Table.from_batches(list(b.iter_accesses())))

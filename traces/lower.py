@@ -41,7 +41,7 @@ from kernels import norm as norm_k
 from kernels.base import Op, Ten
 from traces.dtypes import DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, nbytes_of, scale_bytes, vector_dtype
 from traces.errors import UsageError
-from traces.routing import Router
+from traces.routing import ROUTING_FILE, ROUTING_SCHEMA, Router
 from traces.run import RunConfig
 from traces.spec import ModelSpec
 from traces.writer import TraceWriter
@@ -69,25 +69,30 @@ def plan_segments(run: RunConfig) -> list[Segment]:
 
 
 def generate_trace(spec: ModelSpec, run: RunConfig, out_dir: str | os.PathLike, *, force: bool = False,
-                   progress: Callable[[int, int], None] | None = None) -> Path:
+                   progress: Callable[[int, int], None] | None = None, record_routing: bool = False) -> Path:
     """Write the trace of ``run`` on ``spec`` to ``out_dir`` atomically; return its path.
 
-    ``progress(done, total)`` is called after each segment (prefill, or one decode step)."""
+    ``progress(done, total)`` is called after each segment (prefill, or one decode step). With
+    ``record_routing`` (MoE models) every token's experts are also written to ``routing.arrow`` in
+    the trace, in the routing-table format (``--router table:DIR/routing.arrow`` replays them)."""
     if run.max_positions > spec.max_position_embeddings:
         raise UsageError(f"context + prompt + generate = {run.max_positions} exceeds the model's "
                          f"max_position_embeddings {spec.max_position_embeddings}", field="generate")
     segments = plan_segments(run)
-    return lower_segments(spec, run, segments, out_dir, force=force, progress=progress)
+    return lower_segments(spec, run, segments, out_dir, force=force, progress=progress,
+                          record_routing=record_routing)
 
 
 def lower_segments(spec: ModelSpec, run: RunConfig, segments: list[Segment], out_dir, *, force: bool = False,
-                   progress=None) -> Path:
+                   progress=None, record_routing: bool = False) -> Path:
     """Write a trace of ``segments`` (see :func:`plan_segments`)."""
     extra = {"spec": spec.to_dict(),
              "segments": [{"phase": s.phase, "step": s.step, "tokens": s.tokens, "start": s.start} for s in segments]}
     with TraceWriter(out_dir, model=spec.config or None, run=run, force=force, alignment=run.alignment,
                      extra=extra) as w:
         low = _Lowering(spec, run, w, segments)
+        if record_routing and spec.num_experts:
+            low.routing_log = w.add_extra_table("routing", ROUTING_FILE, ROUTING_SCHEMA)
         for i, seg in enumerate(segments):
             low.segment(seg)
             if progress is not None:
@@ -103,6 +108,7 @@ class _Lowering:
         self.router = Router(run.router, run.seed, spec.num_experts, spec.num_experts_per_tok) \
             if spec.num_experts else None
         self.weights: dict[str, tuple[Ten, Ten | None]] = {}
+        self.routing_log = None
         # KV positions per sequence: enough for every segment (a multi-turn plan may go further than run)
         self.positions = max(max(s.start + s.tokens for s in segments), run.max_positions)
         self._declare_weights()
@@ -312,6 +318,11 @@ class _Lowering:
             r.read_all(self.weights[M + "gate.e_score_correction_bias"][0])
         ops.append(r)
         routes = self.router.route(i, seg.step, m)
+        if self.routing_log is not None:
+            n = routes.size
+            self.routing_log.extend({"step": np.full(n, seg.step, np.int32), "layer": np.full(n, i, np.int32),
+                                     "token": np.repeat(np.arange(m, dtype=np.int32), k),
+                                     "expert": routes.ravel().astype(np.int32)}, n)
         counts = moe_k.expert_counts(routes, E)
         if s.num_shared_experts:
             ops += self._mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, m, seg,

@@ -22,6 +22,8 @@ from traces.errors import TraceError, UsageError
 from traces.run import RouterSpec
 
 ROUTING_COLUMNS = ("step", "layer", "token", "expert")
+ROUTING_SCHEMA = pa.schema([(c, pa.int32()) for c in ROUTING_COLUMNS])
+ROUTING_FILE = "routing.arrow"   # optional side table of a trace (``tierlab trace --record-routing``)
 
 
 class Router:

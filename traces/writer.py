@@ -106,6 +106,7 @@ class TraceWriter:
         self._tensor_nbytes: list[int] = []
         self._n_ops = 0
         self._last_access_op = 0
+        self._extra_tables: dict[str, _Table] = {}
 
     # ---- context management -------------------------------------------------------------------
     def __enter__(self) -> "TraceWriter":
@@ -125,14 +126,14 @@ class TraceWriter:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             try:
-                for t in self._tables.values():
+                for t in [*self._tables.values(), *self._extra_tables.values()]:
                     t.close()
                 self._write_manifest()
             except BaseException as err:
                 self._ctx.__exit__(type(err), err, err.__traceback__)   # removes the temporary directory
                 raise
             return self._ctx.__exit__(None, None, None)                 # renames into place
-        for t in self._tables.values():
+        for t in [*self._tables.values(), *self._extra_tables.values()]:
             try:
                 t.writer.close()
                 t.sink.close()
@@ -150,9 +151,22 @@ class TraceWriter:
             "run": run,
             "alignment": self.alignment,
             "tables": {name: t.rows for name, t in self._tables.items()},
+            **({"extra_tables": {name: {"file": t.file, "rows": t.rows} for name, t in self._extra_tables.items()}}
+               if self._extra_tables else {}),
             **self.extra,
         }
         (self.tmp / fmt.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+    def add_extra_table(self, name: str, file: str, schema: pa.Schema) -> "_Table":
+        """Open an optional side table (e.g. the routing log) streamed to ``file`` in the trace;
+        feed it with ``.extend({column: array}, n)``. Listed in the manifest's ``extra_tables``;
+        readers of format v1 need not know it."""
+        if name in fmt.TABLES or name in self._extra_tables or "/" in file or file in (fmt.MANIFEST,):
+            raise TraceError(f"extra table {name!r} ({file}) clashes with the trace's files", field="extra_tables")
+        t = _Table(self.tmp / file, schema, self.batch_rows)
+        t.file = file
+        self._extra_tables[name] = t
+        return t
 
     # ---- rows ---------------------------------------------------------------------------------
     @property

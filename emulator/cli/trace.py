@@ -114,9 +114,12 @@ class _Progress:
 @click.argument("model")
 @click.option("-o", "--output", required=True, type=click.Path(), help="Trace directory to write (e.g. llama.trace).")
 @run_options
+@click.option("--record-routing", is_flag=True,
+              help="MoE: also write every token's experts to routing.arrow in the trace (replayable with "
+                   "--router table:DIR/routing.arrow).")
 @force_option
 @json_option
-def command(model, output, force, as_json, **options):
+def command(model, output, force, as_json, record_routing, **options):
     """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
     from traces.atomic import check_output
     from traces.lower import generate_trace
@@ -127,7 +130,7 @@ def command(model, output, force, as_json, **options):
     check_output(output, force=force, directory=True)
     progress = _Progress()
     try:
-        path = generate_trace(spec, run, output, force=force, progress=progress)
+        path = generate_trace(spec, run, output, force=force, progress=progress, record_routing=record_routing)
     finally:
         progress.close()
     from traces.reader import open_trace
