@@ -4,7 +4,8 @@ One module per family: :mod:`kernels.embedding` (gather), :mod:`kernels.norm` (n
 element-wise), :mod:`kernels.linear` (decode GEMV / prefill tiled GEMM), :mod:`kernels.attention`
 (flash and naive, GQA/MQA/MLA-aware, KV append), :mod:`kernels.mlp` (gated and ungated) and
 :mod:`kernels.moe` (router, dispatch, experts, combine). Each returns :class:`kernels.base.Op`
-objects; :data:`ATTENTION` is the registry of attention kernels by name.
+objects; :data:`ATTENTION` is the registry of attention kernels by name (all share one signature:
+``kernel(name, q, o, key_caches, value_caches, *, scores=..., attn_tile=..., ...)``).
 """
 
 from kernels.attention import flash_attention, naive_attention

@@ -42,10 +42,13 @@ def causal_pairs(start: int, t: int, window: int | None) -> int:
     return sum(min(p + 1, window) for p in range(start, start + t))
 
 
-def flash_attention(name: str, q: Ten, o: Ten, caches: list[Cache], *, batch: int, start: int, t: int,
-                    window: int | None, heads: int, score_dim: int, value_dim: int, q_row_bytes: int,
-                    o_row_bytes: int, attn_tile: int, phase: str, extra_reads: tuple[Ten, ...] = ()) -> list[Op]:
-    """Tiled attention for ``t`` new queries per sequence starting at position ``start``."""
+def flash_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_caches: list[Cache], *,
+                    batch: int, start: int, t: int, window: int | None, heads: int, score_dim: int, value_dim: int,
+                    q_row_bytes: int, o_row_bytes: int, act_bytes: int, attn_tile: int, phase: str,
+                    scores: Ten | None = None, extra_reads: tuple[Ten, ...] = ()) -> list[Op]:
+    """Tiled attention for ``t`` new queries per sequence starting at position ``start``.
+    A cache that is both key and value (MLA's latent) is read once per tile."""
+    caches = list(dict.fromkeys([*key_caches, *value_caches]))
     pairs = causal_pairs(start, t, window) * batch
     op = Op(name, "attention", batch * t, 2 * heads * pairs * (score_dim + value_dim),
             pim_eligible=(phase == "decode"))
@@ -70,14 +73,16 @@ def flash_attention(name: str, q: Ten, o: Ten, caches: list[Cache], *, batch: in
     return [op]
 
 
-def naive_attention(name: str, q: Ten, o: Ten, scores: Ten, key_caches: list[Cache], value_caches: list[Cache], *,
+def naive_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_caches: list[Cache], *,
                     batch: int, start: int, t: int, window: int | None, heads: int, score_dim: int,
                     value_dim: int, q_row_bytes: int, o_row_bytes: int, act_bytes: int, phase: str,
-                    extra_reads: tuple[Ten, ...] = ()) -> list[Op]:
+                    scores: Ten | None = None, attn_tile: int = 0, extra_reads: tuple[Ten, ...] = ()) -> list[Op]:
     """Unfused attention: scores, softmax, and score-times-V, with the score matrix in memory.
 
     In decode all sequences go together (scores ``batch x heads x keys``); in prefill one sequence
     at a time (scores ``heads x t x keys``, the rectangle ``[lo(start), start + t)``)."""
+    if scores is None:
+        raise ValueError("naive attention needs a scores buffer")   # a lowering bug, not bad input
     pim = phase == "decode"
     lo, _ = key_range(start, window)
     hi = start + t
@@ -103,11 +108,6 @@ def naive_attention(name: str, q: Ten, o: Ten, scores: Ten, key_caches: list[Cac
         pv.write(o, b * t * o_row_bytes, nseq * t * o_row_bytes)
         ops += [sc, sm, pv]
     return ops
-
-
-def scores_bytes(batch: int, t: int, keys: int, heads: int, act_bytes: int) -> int:
-    """Size of the naive kernel's score buffer for a segment (the larger of its two layouts)."""
-    return max(batch if t == 1 else 1, 1) * heads * t * keys * act_bytes
 
 
 def kv_append(name: str, sources: list[tuple[Ten, int]], caches: list[Cache], *, batch: int, start: int,

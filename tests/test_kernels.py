@@ -96,9 +96,9 @@ def _cache(tid, row, positions, batch):
 def test_flash_attention_reads_the_keys_each_query_needs(start, t, window, batch, tile):
     row, positions = 32, start + t
     k, v = _cache(10, row, positions, batch), _cache(11, row, positions, batch)
-    (op,) = attn.flash_attention("a", X, Y, [k, v], batch=batch, start=start, t=t, window=window, heads=2,
-                                 score_dim=8, value_dim=8, q_row_bytes=16, o_row_bytes=16, attn_tile=tile,
-                                 phase="prefill" if t > 1 else "decode")
+    (op,) = attn.flash_attention("a", X, Y, [k], [v], batch=batch, start=start, t=t, window=window, heads=2,
+                                 score_dim=8, value_dim=8, q_row_bytes=16, o_row_bytes=16, act_bytes=2,
+                                 attn_tile=tile, phase="prefill" if t > 1 else "decode")
     # Every key a query needs is read, within its own sequence, and nothing outside the causal window
     # of the tile's queries.
     for cache in (k, v):
@@ -118,18 +118,26 @@ def test_flash_attention_reads_the_keys_each_query_needs(start, t, window, batch
 def test_decode_attention_one_descriptor_per_cache():
     batch, ctx, row = 4, 100, 64
     k, v = _cache(10, row, 128, batch), _cache(11, row, 128, batch)
-    (op,) = attn.flash_attention("a", X, Y, [k, v], batch=batch, start=ctx - 1, t=1, window=None, heads=8,
-                                 score_dim=16, value_dim=16, q_row_bytes=256, o_row_bytes=256, attn_tile=64,
-                                 phase="decode")
+    (op,) = attn.flash_attention("a", X, Y, [k], [v], batch=batch, start=ctx - 1, t=1, window=None, heads=8,
+                                 score_dim=16, value_dim=16, q_row_bytes=256, o_row_bytes=256, act_bytes=2,
+                                 attn_tile=64, phase="decode")
     t = totals(op)
     assert t[(10, False)] == t[(11, False)] == batch * ctx * row
     assert len(op.accesses) == 4
 
 
+def test_mla_latent_read_once_per_tile():
+    lat = _cache(10, 80, 16, 1)
+    (op,) = attn.flash_attention("a", X, Y, [lat], [lat], batch=1, start=15, t=1, window=None, heads=4,
+                                 score_dim=40, value_dim=32, q_row_bytes=64, o_row_bytes=64, act_bytes=2,
+                                 attn_tile=64, phase="decode")
+    assert totals(op)[(10, False)] == 16 * 80
+
+
 def test_naive_attention_materialises_scores():
     batch, t, row, heads = 2, 6, 32, 4
     k, v = _cache(10, row, t, batch), _cache(11, row, t, batch)
-    ops = attn.naive_attention("a", X, Y, S, [k], [v], batch=batch, start=0, t=t, window=None, heads=heads,
+    ops = attn.naive_attention("a", X, Y, [k], [v], scores=S, batch=batch, start=0, t=t, window=None, heads=heads,
                                score_dim=8, value_dim=8, q_row_bytes=64, o_row_bytes=64, act_bytes=2,
                                phase="prefill")
     assert [o.name for o in ops] == ["a.scores", "a.softmax", "a.pv"] * batch

@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from kernels import ATTENTION
 from kernels import attention as attn
 from kernels import embedding as emb
 from kernels import linear as lin
@@ -297,12 +298,9 @@ class _Lowering:
         common = dict(batch=run.batch, start=seg.start, t=seg.tokens, window=s.sliding_window, heads=s.num_heads,
                       q_row_bytes=self.q_width * ab, o_row_bytes=self.o_width * ab, phase=seg.phase,
                       extra_reads=extra, **dims)
-        if run.attention == "naive":
-            keys, values = (caches, caches) if s.attention == "mla" else ([caches[0]], [caches[1]])
-            att = attn.naive_attention("attention", a["q"], a["attn"], a["scores"], keys, values, act_bytes=ab,
-                                       **common)
-        else:
-            att = attn.flash_attention("attention", a["q"], a["attn"], caches, attn_tile=run.attn_tile, **common)
+        keys, values = (caches, caches) if s.attention == "mla" else ([caches[0]], [caches[1]])
+        att = ATTENTION[run.attention]("attention", a["q"], a["attn"], keys, values, act_bytes=ab,
+                                       scores=a.get("scores"), attn_tile=run.attn_tile, **common)
         att[0].flops += absorb
         ops += att
         ops.append(self._lin("o_proj", A + "o_proj", "attn", "attn_out", m, seg))

@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kernels import ATTENTION
 from traces.dtypes import ACTIVATION_DTYPES, DEFAULT_QUANT_GROUP, KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from traces.errors import UsageError
 from traces.format import DEFAULT_ALIGNMENT
 
-ATTENTION_KERNELS = ("flash", "naive")
+ATTENTION_KERNELS = tuple(ATTENTION)
 
 
 @dataclass(frozen=True)
