@@ -32,9 +32,38 @@ import pyarrow as pa
 
 from emulator.hierarchy import Chip, PlacementRule
 from emulator.units import format_size
-from traces.errors import CapacityError, ConfigError
+from traces.errors import CapacityError, ConfigError, UsageError
 
 _REQUIRED = ("tensor_id", "name", "kind", "layer", "nbytes")
+
+
+def parse_rule(text: str, *, field: str = "--place") -> PlacementRule:
+    """A placement rule from the command line: ``TIER[:COND,...]`` where COND is ``kind=K``,
+    ``name=GLOB``, ``layers=A-B`` (or ``layers=A``) or ``spill``; e.g. ``sram:kind=kv,spill`` or
+    ``ddr:kind=weight,name=*.experts.*``. The tier name is checked against the chip by :func:`place`."""
+    tier, _, conds = str(text).partition(":")
+    if not tier:
+        raise UsageError(f"expected TIER[:kind=K,name=GLOB,layers=A-B,spill], got {text!r}", field=field)
+    kw: dict = {}
+    for cond in filter(None, conds.split(",")):
+        key, eq, value = cond.partition("=")
+        if key == "spill" and not eq:
+            kw["spill"] = True
+        elif key in ("kind", "name") and eq and value and key not in kw:
+            kw[key] = value
+        elif key == "layers" and eq and "layers" not in kw:
+            a, dash, b = value.partition("-")
+            try:
+                first, last = int(a), int(b if dash else a)
+            except ValueError:
+                first, last = 1, 0
+            if first > last:
+                raise UsageError(f"expected layers=A-B with integers A <= B, got {cond!r}", field=field)
+            kw["layers"] = (first, last)
+        else:
+            raise UsageError(f"unknown or repeated condition {cond!r}; expected kind=K, name=GLOB, "
+                             f"layers=A-B or spill", field=field)
+    return PlacementRule(tier=tier, **kw)
 
 
 @dataclass(frozen=True)

@@ -227,3 +227,25 @@ def test_matches_plain_reference(data):
     assert p.home.tolist() == ref[0]
     assert p.bytes_by_tier.tolist() == ref[1]
     assert sum(ref[1]) == sum(sizes) and all(u <= cap for u, cap in zip(ref[1], caps))
+
+
+def test_parse_rule_forms():
+    from emulator.placement import parse_rule
+    assert parse_rule("sram") == PlacementRule(tier="sram")
+    assert parse_rule("sram:kind=kv,spill") == PlacementRule(tier="sram", kind="kv", spill=True)
+    assert parse_rule("ddr:kind=weight,name=*.experts.*,layers=2-5") == PlacementRule(
+        tier="ddr", kind="weight", name="*.experts.*", layers=(2, 5))
+    assert parse_rule("hbm:layers=3").layers == (3, 3)
+    from traces.errors import UsageError
+    for bad, msg in [(":kind=kv", "expected TIER[:kind=K,name=GLOB,layers=A-B,spill], got ':kind=kv'"),
+                     ("sram:kin=kv", "unknown or repeated condition 'kin=kv'; expected kind=K, name=GLOB, layers=A-B or spill"),
+                     ("sram:kind=kv,kind=weight", "unknown or repeated condition 'kind=weight'; expected kind=K, "
+                                                  "name=GLOB, layers=A-B or spill"),
+                     ("sram:layers=5-2", "expected layers=A-B with integers A <= B, got 'layers=5-2'"),
+                     ("sram:layers=x", "expected layers=A-B with integers A <= B, got 'layers=x'")]:
+        with pytest.raises(UsageError) as e:
+            parse_rule(bad)
+        assert str(e.value) == f"--place: {msg}"
+    # parsed rules act as extra rules, ahead of the chip's
+    p = place(chip(*TWO, rules=[{"tier": "sram", "kind": "kv"}]), tensors([10], kinds=["kv"]), [parse_rule("hbm:kind=kv")])
+    assert p.home.tolist() == [1]
