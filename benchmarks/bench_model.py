@@ -1,0 +1,99 @@
+"""Model-scale replay speed: Llama-3.1-8B decode on the h100 preset at its real block size.
+
+Generates ``llama-3.1-8b --context 1024 --generate 8`` (bf16) into a temporary directory, replays it
+on ``h100`` and reports: simulated bytes per host second (bytes requested at tier 0, and bytes on
+each link), host time per decode token (the replay's host time split over decode steps in
+proportion to their tier-0 requests, so trace reading and setup are spread evenly) against the
+chip's own time per token from the same result (the cost model's per-token latency, when
+``emulator.cost`` provides it; else the HBM-link roofline bytes / bandwidth, labelled as such).
+
+    python benchmarks/bench_model.py [--model NAME] [--chip NAME] [--context N] [--generate N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _common import emit, log
+
+from emulator.counters import BYPASSES, HITS, MISSES
+
+
+def chip_seconds_per_token(tr, decode_steps: np.ndarray) -> tuple[dict, str]:
+    """Chip time per decode step from the cost model, or the HBM-link roofline if it is absent."""
+    try:
+        from emulator import cost
+        latency = cost.per_token(tr)["latency_s"]                # type: ignore[attr-defined]
+        return {str(k): float(v) for k, v in dict(latency).items()}, "emulator.cost per-token latency"
+    except (ImportError, AttributeError, KeyError, TypeError):
+        pass
+    res = tr.result
+    link = tr.chip.links[0]
+    per_op_links = res.per_op[:, 0, MISSES] * int(res.block_bytes[0])   # bytes down link 0 per op
+    out = {}
+    for s in np.unique(decode_steps[decode_steps >= 0]):
+        out[str(int(s))] = float(per_op_links[decode_steps == s].sum() / link.bandwidth_bytes_per_s)
+    return out, f"roofline: bytes down {link.upper}->{link.lower} / {link.bandwidth_bytes_per_s:.3g} B/s"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--chip", default="h100")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--generate", type=int, default=8)
+    args = ap.parse_args()
+
+    from emulator.replay import replay_trace
+    from traces.lower import generate_trace
+    from traces.reader import open_trace
+    from traces.run import RunConfig
+    from traces.spec import load_model
+
+    with tempfile.TemporaryDirectory(prefix="tierlab-bench-") as tmp:
+        t0 = time.perf_counter()
+        path = generate_trace(load_model(args.model), RunConfig(context=args.context, generate=args.generate),
+                              Path(tmp) / "model.trace")
+        t_trace = time.perf_counter() - t0
+        log(f"trace written in {t_trace:.1f} s; replaying")
+        trace = open_trace(path)
+        t0 = time.perf_counter()
+        tr = replay_trace(trace, args.chip)
+        t_replay = time.perf_counter() - t0
+        ops = trace.op_arrays()
+
+    res = tr.result
+    block0 = int(res.block_bytes[0])
+    requests = res.per_op[:, 0, HITS] + res.per_op[:, 0, MISSES] + res.per_op[:, 0, BYPASSES]
+    decode = np.asarray(ops["phase"] == "decode")
+    steps = np.where(decode, np.asarray(ops["step"], np.int64), -1)
+    total_req = int(requests.sum())
+    host_per_step = {str(int(s)): t_replay * float(requests[steps == s].sum()) / max(total_req, 1)
+                     for s in np.unique(steps[steps >= 0])}
+    chip_per_step, chip_source = chip_seconds_per_token(tr, steps)
+    host_mean = float(np.mean(list(host_per_step.values()))) if host_per_step else None
+    chip_mean = float(np.mean(list(chip_per_step.values()))) if chip_per_step else None
+    links = res.links
+    emit("bench_model", {
+        "model": args.model, "chip": args.chip, "context": args.context, "generate": args.generate,
+        "trace_s": t_trace, "replay_s": t_replay,
+        "tier0_block_bytes": block0, "tier0_requests": total_req,
+        "simulated_bytes": total_req * block0,
+        "simulated_bytes_per_host_s": total_req * block0 / t_replay,
+        "blocks_per_host_s": total_req / t_replay,
+        "link_bytes_per_host_s": {f"{l.upper}->{l.lower}": float(links[i].sum() / t_replay)
+                                  for i, l in enumerate(tr.chip.links)},
+        "host_s_per_decode_token": host_mean, "chip_s_per_decode_token": chip_mean,
+        "host_over_chip": (host_mean / chip_mean) if host_mean and chip_mean else None,
+        "chip_time_source": chip_source,
+        "host_s_by_step": host_per_step, "chip_s_by_step": chip_per_step,
+    })
+
+
+if __name__ == "__main__":
+    main()
