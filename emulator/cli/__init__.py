@@ -7,6 +7,7 @@ stderr and exit status 2. Ctrl-C prints one line and exits 130.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -25,17 +26,41 @@ COMMANDS = (
 
 
 class TierlabGroup(click.Group):
-    def invoke(self, ctx):
+    """Turns every failure on bad input into one line on stderr and a non-zero exit, no traceback."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            return super().invoke(ctx)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as err:
+            # A bare group or command: show its help, as click does, but exit 2.
+            click.echo(err.ctx.get_help() if err.ctx else str(err), err=True)
+            sys.exit(2)
+        except click.UsageError as err:
+            # click's own usage errors (bad option value, missing argument) become one line too.
+            where = f"{err.ctx.command_path}: " if err.ctx is not None else ""
+            click.echo(f"tierlab: error: {where}{err.format_message()}", err=True)
+            sys.exit(2)
+        except click.ClickException as err:
+            click.echo(f"tierlab: error: {err.format_message()}", err=True)
+            sys.exit(err.exit_code)
         except TierlabError as err:
             click.echo(f"tierlab: error: {err}", err=True)
             sys.exit(2)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, click.Abort):
             click.echo("tierlab: interrupted", err=True)
             sys.exit(130)
         except BrokenPipeError:
+            # Output piped into `head` and closed early: not an error. Silence the final flush.
+            try:
+                sys.stdout = open(os.devnull, "w")
+            except OSError:
+                pass
             sys.exit(0)
+        if isinstance(rv, int):
+            sys.exit(rv)
+        sys.exit(0)
 
 
 @click.group(cls=TierlabGroup, context_settings={"help_option_names": ["-h", "--help"]})
