@@ -363,3 +363,84 @@ def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
     return replay_arrays(all_tiers, tensor_address=[0], tensor_nbytes=[top],
                          tensor_home=[len(tiers)], tensor_kind=[KINDS.index("other")],
                          batches=batches, n_ops=1, options=options)
+
+
+@dataclass
+class TraceReplay:
+    """A trace replayed on a chip: the counts plus what is needed to cost and report them."""
+
+    chip: Chip
+    trace: object          # traces.reader.Trace
+    placement: object      # emulator.placement.Placement
+    options: ReplayOptions
+    result: ReplayResult
+
+
+def _pim_tables(chip: Chip, trace, home: np.ndarray, kinds: np.ndarray, options: ReplayOptions):
+    """Per-op and per-tensor arrays deciding which descriptors a PIM unit reads in memory."""
+    ops = trace.ops
+    n_ops = ops.num_rows
+    op_kind = np.asarray(ops.column("kind").to_pylist(), dtype=object)
+    eligible = np.asarray(ops.column("pim_eligible").to_numpy(zero_copy_only=False), bool)
+    operand = np.isin(kinds, [KINDS.index(k) for k in PIM_OPERAND_KINDS])
+    pim_tiers = [i for i, t in enumerate(chip.tiers) if t.pim is not None]
+    if not options.pim or not pim_tiers or not eligible.any() or not operand.any():
+        return None
+    # runs[op, tier]: op ``op`` runs in the PIM unit of ``tier``
+    runs = np.zeros((n_ops, len(chip.tiers)), bool)
+    for i in pim_tiers:
+        runs[:, i] = eligible & np.isin(op_kind, list(chip.tiers[i].pim.op_kinds))
+    return runs, operand
+
+
+def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions(), *,
+                 extra_rules=(), progress: bool = False) -> TraceReplay:
+    """Replay a trace (a path or an opened :class:`traces.reader.Trace`) on a chip (object or name).
+
+    Placement is computed here (:func:`emulator.placement.place`); a model that does not fit raises
+    CapacityError, a trace aligned below a tier's block raises TraceError.
+    """
+    from emulator.chipfile import load_chip
+    from emulator.placement import place
+    from traces.reader import Trace, open_trace
+
+    if not isinstance(trace, Trace):
+        trace = open_trace(trace)
+    if not isinstance(chip, Chip):
+        chip = load_chip(chip)
+    placement = place(chip, trace.tensors, extra_rules, align_bytes=trace.alignment or 1)
+    t = trace.tensors
+    addr = t.column("address").to_numpy().astype(np.int64)
+    nbytes = t.column("nbytes").to_numpy().astype(np.int64)
+    kinds = kind_index(t.column("kind").to_pylist())
+    home = np.asarray(placement.home, np.int64)
+    pim = _pim_tables(chip, trace, home, kinds, options)
+
+    def batches():
+        for rb in trace.iter_accesses(options.batch_rows):
+            op = rb.column(0).to_numpy().astype(np.int64)
+            tid = rb.column(1).to_numpy().astype(np.int64)
+            if pim is None:
+                flag = np.zeros(len(op), np.int64)
+            else:
+                runs, operand = pim
+                flag = (runs[op, home[tid]] & operand[tid]).astype(np.int64)
+            yield (op, tid,
+                   rb.column(2).to_numpy().astype(np.int64), rb.column(3).to_numpy().astype(np.int64),
+                   rb.column(4).to_numpy().astype(np.int64), rb.column(5).to_numpy().astype(np.int64),
+                   rb.column(6).to_numpy(zero_copy_only=False), flag)
+
+    bar = None
+    if progress and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=trace.n_accesses, unit="desc", desc="replay", file=sys.stderr, leave=False)
+    try:
+        result = replay_arrays(chip.tiers, tensor_address=addr, tensor_nbytes=nbytes, tensor_home=home,
+                               tensor_kind=kinds, batches=batches, n_ops=trace.n_ops,
+                               lent_bytes=placement.lent_bytes, options=options,
+                               progress=None if bar is None else bar.update)
+    finally:
+        if bar is not None:
+            bar.close()
+    return TraceReplay(chip=chip, trace=trace, placement=placement, options=options, result=result)
