@@ -14,14 +14,14 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from numba import njit
 
 from _common import LINE_BYTES, emit, issue_blocks, log, timed
 
+from emulator.jit import njit
 from emulator.mrc import LruDistances, SetLruDistances, opt_misses
 
 
-@njit(cache=True)
+@njit
 def naive_stack_distances(blocks, hist):
     """The textbook loop: an LRU stack as an array, searched from the top, moved to front.
     ``hist[d]`` counts distance d; returns the number of cold accesses."""

@@ -23,11 +23,11 @@ import tempfile
 import time
 
 import numpy as np
-from numba import njit
 
 from _common import LINE_BYTES, REPO, emit, issue_blocks, log, timed
 
 from emulator.hierarchy import Tier
+from emulator.jit import njit
 
 GEOMETRY = (("l1", 32 << 10, 8), ("l2", 1 << 20, 16), ("l3", 8 << 20, 16))
 PYCACHESIM_POLICY = {"lru": "LRU", "fifo": "FIFO", "random": "RR"}
@@ -68,7 +68,7 @@ def pycachesim_replay(addr_list: list[int], levels: int, policy: str) -> list[in
     return [stats[name]["MISS_count"] for name, _, _ in GEOMETRY[:levels]]
 
 
-@njit(cache=True)
+@njit
 def floor_loop(blocks, tags):
     """Read each block number and its L1 tag row; nothing else (the bound on any per-block replay)."""
     n_sets = tags.shape[0]

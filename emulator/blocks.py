@@ -16,14 +16,14 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
-from numba import njit
+from emulator.jit import njit
 
 from traces.errors import UsageError
 
 DEFAULT_BUFFER_BLOCKS = 1 << 20
 
 
-@njit(cache=True)
+@njit
 def _expand(tensor_addr, tensor_id, offset, nbytes, count, stride, is_write, include,
             block_bytes, state, out_block, out_write):
     """Fill ``out_block``/``out_write`` from row ``state[0]``, chunk ``state[1]``, block ``state[2]``.
@@ -74,7 +74,7 @@ def _expand(tensor_addr, tensor_id, offset, nbytes, count, stride, is_write, inc
     return n
 
 
-@njit(cache=True)
+@njit
 def _count(tensor_addr, tensor_id, offset, nbytes, count, stride, include, block_bytes):
     """Number of blocks the rows expand to (same rule as :func:`_expand`, nothing written)."""
     total = 0

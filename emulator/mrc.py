@@ -28,17 +28,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from emulator.jit import njit
 
 from traces.errors import UsageError
 
 _EMPTY = -1
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 # ---------------------------------------------------------------- compiled kernels -------------
 
-@njit(cache=True)
+@njit
 def _slot(keys, key, shift):
     """Slot of ``key`` in the open-addressing table, or of the empty slot where it belongs."""
     mask = keys.shape[0] - 1
@@ -48,7 +47,7 @@ def _slot(keys, key, shift):
     return i
 
 
-@njit(cache=True)
+@njit
 def _rehash(keys, vals, new_keys, new_vals, shift):
     for i in range(keys.shape[0]):
         if keys[i] != -1:
@@ -57,7 +56,7 @@ def _rehash(keys, vals, new_keys, new_vals, shift):
             new_vals[j] = vals[i]
 
 
-@njit(cache=True)
+@njit
 def _popcount(x):
     """Set bits of a uint64 (the SWAR idiom; LLVM turns it into one popcnt instruction)."""
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
@@ -66,7 +65,7 @@ def _popcount(x):
     return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@njit(cache=True)
+@njit
 def _marks_build(bits, tree, n_marks):
     """Marks at times 0..n_marks-1: bit ``t`` of the bitset, and a Fenwick tree (1-indexed,
     ``tree[0]`` unused) of the number of marks in each 64-time word."""
@@ -83,7 +82,7 @@ def _marks_build(bits, tree, n_marks):
             tree[j] += tree[i]
 
 
-@njit(cache=True)
+@njit
 def _renumber(keys, vals, bits):
     """Give the live blocks new times 0..n-1 in the order of their last access, without sorting.
 
@@ -104,7 +103,7 @@ def _renumber(keys, vals, bits):
             vals[i] = before[w] + _popcount(below)
 
 
-@njit(cache=True)
+@njit
 def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, hist, state):
     """Record stack distances of ``blocks[pos:]`` until done or a table needs to grow.
 
@@ -158,7 +157,7 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, hist, state):
     return pos
 
 
-@njit(cache=True)
+@njit
 def _set_lru_run(blocks, n_sets, stacks, fill, hist, keys, shift, state):
     """Per-set LRU stacks of depth ``stacks.shape[1]``; ``hist[max_ways]`` counts deeper/cold.
 
@@ -195,7 +194,7 @@ def _set_lru_run(blocks, n_sets, stacks, fill, hist, keys, shift, state):
     return n
 
 
-@njit(cache=True)
+@njit
 def _dense_ids(blocks, keys, vals, shift, ids, state):
     """Number blocks 0, 1, ... in order of first appearance; stops early when the table is half full."""
     max_keys = keys.shape[0] // 2
@@ -213,7 +212,7 @@ def _dense_ids(blocks, keys, vals, shift, ids, state):
     state[1] = blocks.shape[0]
 
 
-@njit(cache=True)
+@njit
 def _next_use(ids, n_ids):
     """Time of each access's next access to the same block; ``n + id`` when there is none."""
     n = ids.shape[0]
@@ -226,7 +225,7 @@ def _next_use(ids, n_ids):
     return nxt
 
 
-@njit(cache=True)
+@njit
 def _heap_push(hk, hv, size, key, val):
     i = size
     hk[i] = key
@@ -241,7 +240,7 @@ def _heap_push(hk, hv, size, key, val):
     return size + 1
 
 
-@njit(cache=True)
+@njit
 def _heap_pop(hk, hv, size):
     """Remove the root (largest key) of a max-heap of ``size`` entries; returns the new size."""
     size -= 1
@@ -263,7 +262,7 @@ def _heap_pop(hk, hv, size):
     return size
 
 
-@njit(cache=True)
+@njit
 def _opt_full(ids, nxt, n_ids, capacity):
     """Belady's MIN, fully associative, ``capacity`` blocks: the number of misses."""
     resident_next = np.full(n_ids, -1, np.int64)      # next use of a resident block, -1 if absent
@@ -298,7 +297,7 @@ def _opt_full(ids, nxt, n_ids, capacity):
     return misses
 
 
-@njit(cache=True)
+@njit
 def _opt_sets(blocks, ids, nxt, n_ids, n_sets, ways):
     """Belady's MIN per set (set = block mod n_sets), ``ways`` blocks each: the number of misses."""
     way_of = np.full(n_ids, -1, np.int64)
