@@ -134,3 +134,73 @@ def test_bad_input_is_one_line(trace, tmp_path):
         res = runner.invoke(main, ["mrc", str(path), "--chip", str(chip), *args])
         assert res.exit_code == 2, (args, res.output)
         assert res.output.count("\n") == 1 and "error" in res.output
+
+
+SPAD_CHIP = """
+name = "spad"
+[compute]
+flops = { bf16 = "1 TFLOP/s" }
+energy = { bf16 = "1 pJ" }
+[[tier]]
+name = "sram"
+capacity = "64 KiB"
+block = "64 B"
+policy = "lru"
+managed = "scratchpad"
+bandwidth = "1 TB/s"
+read_energy = "1 pJ/bit"
+write_energy = "1 pJ/bit"
+[[tier]]
+name = "l2"
+capacity = "8 KiB"
+block = "128 B"
+ways = 4
+policy = "lru"
+managed = "cache"
+bandwidth = "1 TB/s"
+read_energy = "1 pJ/bit"
+write_energy = "1 pJ/bit"
+[[tier]]
+name = "dram"
+capacity = "1 GiB"
+block = "128 B"
+policy = "lru"
+managed = "memory"
+bandwidth = "100 GB/s"
+read_energy = "10 pJ/bit"
+write_energy = "10 pJ/bit"
+[[link]]
+from = "sram"
+to = "l2"
+bandwidth = "1 TB/s"
+energy = "1 pJ/bit"
+[[link]]
+from = "l2"
+to = "dram"
+bandwidth = "100 GB/s"
+energy = "1 pJ/bit"
+[[placement]]
+tier = "sram"
+kind = "kv"
+"""
+
+
+def test_deeper_tier_sees_only_tensors_homed_beyond_nearer_tiers(trace, tmp_path):
+    """KV is pinned in the scratchpad (the weights do not fit it), so the l2 curve is that of the
+    weight accesses alone."""
+    path, _ = trace
+    chip = tmp_path / "spad.toml"
+    chip.write_text(SPAD_CHIP)
+    res = CliRunner().invoke(main, ["mrc", str(path), "--tier", "l2", "--chip", str(chip), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    weight_blocks = []                              # the fixture's weight walks at 128 B blocks
+    for _ in range(3):
+        weight_blocks += list(range(0, 40_000 // 128 + 1))
+        for k in range(50):
+            s = 100 + 700 * k
+            weight_blocks += list(range(s // 128, (s + 9) // 128 + 1))
+    assert out["accesses"] == len(weight_blocks)
+    assert out["distinct_blocks"] == len(set(weight_blocks))
+    for row in out["rows"]:
+        assert row["set_lru_misses"] == naive_lru_misses(weight_blocks, 16, row["capacity_bytes"] // (16 * 128))

@@ -59,7 +59,7 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
     if idx > 0:
         from emulator.placement import place
 
-        include = place(chip, trace.tensors).home >= idx
+        include = place(chip, trace.tensors, align_bytes=trace.alignment or 1).home >= idx
     n_sets = None if tier.ways is None else tier.n_sets
     if n_sets is not None:
         max_ways = max_ways or 2 * tier.ways
@@ -133,6 +133,8 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
         "accesses": n, "distinct_blocks": curve.cold_misses,
         "footprint_bytes": curve.cold_misses * tier.block_bytes,
         "rows": out_rows, "opt": opt_note,
+        "stream": ("every access" if idx == 0 else
+                   f"accesses to tensors homed at or beyond {tier.name}; nearer tiers not simulated"),
     }, (curve, set_curve, opt_by_row)
 
 
