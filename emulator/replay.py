@@ -70,6 +70,8 @@ class ReplayOptions:
     batch_rows: int = 1 << 16             # access descriptors per engine call
     opt_max_lookups: int = 1 << 26        # largest per-tier future the opt pre-pass may hold
     max_slots: int = 1 << 27              # largest emulated state (blocks over all tiers)
+    debug: bool = False                   # check conservation/count invariants after the replay
+                                          # (emulator.invariants; also on with TIERLAB_DEBUG=1)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -322,11 +324,16 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
 
     flush, n_blocks, n_acc = run_replay(geo, addr, home, kind, batches, n_ops, options, on_batch,
                                         progress)
-    return ReplayResult(tier_names=geo.names, block_bytes=geo.block_bytes.copy(), kinds=KINDS,
-                        tiers=per_op.sum(axis=0), by_kind=by_kind, per_op=per_op[:n_ops],
-                        flush=flush.sum(axis=0), n_accesses=n_acc, n_blocks=n_blocks,
-                        meta={"geometry": {"n_sets": geo.n_sets.tolist(), "n_ways": geo.n_ways.tolist(),
-                                           "caching": (geo.mode == engine.MODE_CACHE).tolist()}})
+    result = ReplayResult(tier_names=geo.names, block_bytes=geo.block_bytes.copy(), kinds=KINDS,
+                          tiers=per_op.sum(axis=0), by_kind=by_kind, per_op=per_op[:n_ops],
+                          flush=flush.sum(axis=0), n_accesses=n_acc, n_blocks=n_blocks,
+                          meta={"geometry": {"n_sets": geo.n_sets.tolist(), "n_ways": geo.n_ways.tolist(),
+                                             "caching": (geo.mode == engine.MODE_CACHE).tolist()}})
+    from emulator.invariants import check_result, debug_from_env
+
+    if options.debug or debug_from_env():
+        check_result(result)
+    return result
 
 
 def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
