@@ -21,6 +21,19 @@ of each sequence. Tensors (trace kinds):
 
 MLA is lowered in its weight-absorbed form in both phases: the attention op reads ``kv_b_proj``
 (once per op) and the latent cache; its FLOPs include the absorption.
+
+Conversations (``run.turns``, :func:`plan_turns`): turn t is a prefill then ``answer`` decode steps
+(decode steps are numbered across the whole conversation). With KV reuse the prefill covers the new
+prompt only, starting after the history; without, it re-prefills history + prompt from position
+``context`` (rewriting the same KV rows). With ``kv_offload``, after every turn but the last a
+``kv_offload`` op per layer reads the live rows (``context`` + history positions of every sequence)
+of each KV tensor and writes them to its twin ``layers.i.kv_offload.{k,v,latent}`` (kind
+``kv_offload``, same layout, so a placement rule decides where it lives); before the next turn a
+``kv_restore`` op per layer reads them back and rewrites the KV rows. Copy ops are in phase
+``prefill`` with step -1 (they belong to no decode token), 0 tokens and 0 FLOPs. The manifest's
+``run.conversation`` lists per turn its op id range and tokens; prefill segments of every turn draw
+token ids and MoE routing from the same (seed, step -1) streams, so a re-prefill routes the tokens
+a reusing turn routes, and more.
 """
 
 from __future__ import annotations
@@ -51,16 +64,53 @@ from traces.writer import TraceWriter
 @dataclass(frozen=True)
 class Segment:
     """``tokens`` new positions per sequence starting at KV position ``start``; ``step`` is the
-    decode step (-1 in prefill)."""
+    decode step (-1 in prefill). ``turn`` is the conversation turn (-1 outside a conversation);
+    ``action`` is ``compute``, or ``offload``/``restore`` for a KV copy of positions
+    ``start .. start+tokens-1`` of every sequence."""
 
     phase: str
     step: int
     tokens: int
     start: int
+    turn: int = -1
+    action: str = "compute"
+
+    def to_dict(self) -> dict:
+        d = {"phase": self.phase, "step": self.step, "tokens": self.tokens, "start": self.start}
+        if self.turn >= 0:
+            d.update(turn=self.turn, action=self.action)
+        return d
+
+
+COPY_ACTIONS = ("offload", "restore")
+
+
+def plan_turns(run: RunConfig) -> list[Segment]:
+    """The segments of a conversation (see the module docstring)."""
+    segs: list[Segment] = []
+    history = run.context      # KV positions per sequence before the turn
+    step = 0
+    for t, (prompt, answer) in enumerate(run.turns):
+        if run.kv_offload and t > 0:
+            segs.append(Segment("prefill", -1, history, 0, t, "restore"))
+        if run.kv_reuse:
+            segs.append(Segment("prefill", -1, prompt, history, t))
+        else:
+            segs.append(Segment("prefill", -1, history - run.context + prompt, run.context, t))
+        base = history + prompt
+        segs += [Segment("decode", step + s, 1, base + s, t) for s in range(answer)]
+        step += answer
+        history = base + answer
+        if run.kv_offload and t < len(run.turns) - 1:
+            segs.append(Segment("prefill", -1, history, 0, t, "offload"))
+    return segs
 
 
 def plan_segments(run: RunConfig) -> list[Segment]:
-    """Prefill of the prompt (after ``context`` cached positions), then one segment per decode step."""
+    """Prefill of the prompt (after ``context`` cached positions), then one segment per decode step;
+    a conversation's segments come from :func:`plan_turns`."""
+    if run.turns:
+        return plan_turns(run)
     segs = []
     if run.prompt:
         segs.append(Segment("prefill", -1, run.prompt, run.context))
@@ -77,8 +127,10 @@ def generate_trace(spec: ModelSpec, run: RunConfig, out_dir: str | os.PathLike, 
     ``record_routing`` (MoE models) every token's experts are also written to ``routing.arrow`` in
     the trace, in the routing-table format (``--router table:DIR/routing.arrow`` replays them)."""
     if run.max_positions > spec.max_position_embeddings:
-        raise UsageError(f"context + prompt + generate = {run.max_positions} exceeds the model's "
-                         f"max_position_embeddings {spec.max_position_embeddings}", field="generate")
+        what = "context + every turn's prompt and answer" if run.turns else "context + prompt + generate"
+        raise UsageError(f"{what} = {run.max_positions} exceeds the model's "
+                         f"max_position_embeddings {spec.max_position_embeddings}",
+                         field="turns" if run.turns else "generate")
     segments = plan_segments(run)
     return lower_segments(spec, run, segments, out_dir, force=force, progress=progress,
                           record_routing=record_routing)
@@ -86,35 +138,76 @@ def generate_trace(spec: ModelSpec, run: RunConfig, out_dir: str | os.PathLike, 
 
 def lower_segments(spec: ModelSpec, run: RunConfig, segments: list[Segment], out_dir, *, force: bool = False,
                    progress=None, record_routing: bool = False) -> Path:
-    """Write a trace of ``segments`` (see :func:`plan_segments`)."""
-    extra = {"spec": spec.to_dict(),
-             "segments": [{"phase": s.phase, "step": s.step, "tokens": s.tokens, "start": s.start} for s in segments]}
+    """Write a trace of ``segments`` (see :func:`plan_segments`). Segments of conversation turns
+    (``turn >= 0``) are summarised per turn in the manifest's ``run.conversation``."""
+    if not any(s.action == "compute" for s in segments):
+        raise UsageError("nothing to trace: no prefill or decode segment", field="segments")
+    extra = {"spec": spec.to_dict(), "segments": [s.to_dict() for s in segments]}
     with TraceWriter(out_dir, model=spec.config or None, run=run, force=force, alignment=run.alignment,
                      extra=extra) as w:
         low = _Lowering(spec, run, w, segments)
         if record_routing and spec.num_experts:
             low.routing_log = w.add_extra_table("routing", ROUTING_FILE, ROUTING_SCHEMA)
+        op_ranges = []
         for i, seg in enumerate(segments):
+            first = w.n_ops
             low.segment(seg)
+            op_ranges.append((first, w.n_ops))
             if progress is not None:
                 progress(i + 1, len(segments))
+        if run.turns:
+            w.run["conversation"] = conversation_table(run, segments, op_ranges)
     return Path(out_dir)
+
+
+def conversation_table(run: RunConfig, segments: list[Segment], op_ranges: list[tuple[int, int]]) -> list[dict]:
+    """Per turn (tokens per sequence): ``prompt_tokens``/``answer_tokens`` (the turn's new tokens),
+    ``history_positions`` (KV positions before the turn, context included), ``prefill_tokens``
+    (positions actually prefilled: the prompt with reuse, history + prompt without),
+    ``decode_tokens``, op ids ``[op_start, op_end)``, decode steps ``[step_start, step_end)``, and the
+    op id ranges of its KV copies ``restore_ops``/``offload_ops`` (``[lo, hi)`` or null)."""
+    out, history = [], run.context
+    for t, (prompt, answer) in enumerate(run.turns):
+        out.append({"turn": t, "prompt_tokens": prompt, "answer_tokens": answer, "history_positions": history,
+                    "prefill_tokens": 0, "decode_tokens": 0, "op_start": None, "op_end": None,
+                    "step_start": None, "step_end": None, "restore_ops": None, "offload_ops": None})
+        history += prompt + answer
+    for seg, (lo, hi) in zip(segments, op_ranges):
+        if not 0 <= seg.turn < len(out):
+            continue
+        t = out[seg.turn]
+        t["op_start"] = lo if t["op_start"] is None else t["op_start"]
+        t["op_end"] = hi
+        if seg.action in COPY_ACTIONS:
+            t[f"{seg.action}_ops"] = [lo, hi]
+        elif seg.phase == "prefill":
+            t["prefill_tokens"] += seg.tokens
+        else:
+            t["decode_tokens"] += seg.tokens
+            t["step_start"] = seg.step if t["step_start"] is None else t["step_start"]
+            t["step_end"] = seg.step + 1
+    return out
 
 
 class _Lowering:
     def __init__(self, spec: ModelSpec, run: RunConfig, w: TraceWriter, segments: list[Segment]):
         self.spec, self.run, self.w = spec, run, w
         self.ab = DTYPE_BITS[run.activations] // 8
-        self.max_m = run.batch * max(s.tokens for s in segments)
+        compute = [s for s in segments if s.action == "compute"]
+        self.max_m = run.batch * max(s.tokens for s in compute)
         self.router = Router(run.router, run.seed, spec.num_experts, spec.num_experts_per_tok) \
             if spec.num_experts else None
         self.weights: dict[str, tuple[Ten, Ten | None]] = {}
         self.routing_log = None
+        self._logged_prefill: dict[int, int] = {}   # layer -> prefill tokens already in the routing log
         # KV positions per sequence: enough for every segment (a multi-turn plan may go further than run)
         self.positions = max(max(s.start + s.tokens for s in segments), run.max_positions)
         self._declare_weights()
         self._declare_kv()
-        self._declare_activations(segments)
+        self._declare_activations(compute)
+        self.offload: list[list[attn.Cache]] = []
+        if any(s.action in COPY_ACTIONS for s in segments):
+            self._declare_kv_offload()
 
     # ---- tensors ------------------------------------------------------------------------------
     def _declare_weights(self) -> None:
@@ -147,6 +240,17 @@ class _Lowering:
                 layer.append(attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{p}", "kv", nb, run.kv, i), nb),
                                         row, stride))
             self.caches.append(layer)
+
+    def _declare_kv_offload(self) -> None:
+        """A twin of every KV tensor (same size and layout), kind ``kv_offload``, declared last so the
+        other tensors keep their ids."""
+        parts = ["latent"] if self.spec.attention == "mla" else ["k", "v"]
+        for i, layer in enumerate(self.caches):
+            twins = []
+            for c, part in zip(layer, parts):
+                twins.append(c._replace(ten=Ten(self.w.add_tensor(f"layers.{i}.kv_offload.{part}", "kv_offload",
+                                                                  c.ten.nbytes, self.run.kv, i), c.ten.nbytes)))
+            self.offload.append(twins)
 
     def _act(self, name: str, rows: int, width: int) -> Ten:
         nb = max(1, rows * width * self.ab)
@@ -221,7 +325,24 @@ class _Lowering:
         return norm_k.rmsnorm(name, self.act[x], self.act[y], self.weights[gain][0], m=m, width=width,
                               act_bytes=self.ab, **kw)
 
+    def _kv_copy(self, seg: Segment) -> None:
+        """One op per layer copying positions ``start .. start+tokens-1`` of every sequence between
+        each KV tensor and its ``kv_offload`` twin (``offload``: KV -> twin; ``restore``: back)."""
+        for i, (layer, twins) in enumerate(zip(self.caches, self.offload)):
+            op = Op(f"kv_{seg.action}", f"kv_{seg.action}", 0, 0)
+            for c, o in zip(layer, twins):
+                src, dst = (c, o) if seg.action == "offload" else (o, c)
+                op.read(src.ten, seg.start * c.row_bytes, seg.tokens * c.row_bytes, count=self.run.batch,
+                        stride=c.seq_stride)
+                op.write(dst.ten, seg.start * c.row_bytes, seg.tokens * c.row_bytes, count=self.run.batch,
+                         stride=c.seq_stride)
+            self._emit(op, i, seg)
+
     def segment(self, seg: Segment) -> None:
+        if seg.action in COPY_ACTIONS:
+            return self._kv_copy(seg)
+        if seg.action != "compute":
+            raise UsageError(f"unknown segment action {seg.action!r}", field="segments")
         s, run, B = self.spec, self.run, self.run.batch
         m = B * seg.tokens
         h = s.hidden_size
@@ -316,11 +437,15 @@ class _Lowering:
             r.read_all(self.weights[M + "gate.e_score_correction_bias"][0])
         ops.append(r)
         routes = self.router.route(i, seg.step, m)
-        if self.routing_log is not None:
-            n = routes.size
+        if self.routing_log is not None and (seg.step >= 0 or m > self._logged_prefill.get(i, 0)):
+            # the prefills of a conversation route prefixes of one (step -1) stream: log each token once
+            first = self._logged_prefill.get(i, 0) if seg.step < 0 else 0
+            if seg.step < 0:
+                self._logged_prefill[i] = max(first, m)
+            n = max(0, m - first) * k
             self.routing_log.extend({"step": np.full(n, seg.step, np.int32), "layer": np.full(n, i, np.int32),
-                                     "token": np.repeat(np.arange(m, dtype=np.int32), k),
-                                     "expert": routes.ravel().astype(np.int32)}, n)
+                                     "token": np.repeat(np.arange(first, max(first, m), dtype=np.int32), k),
+                                     "expert": routes[first:].ravel().astype(np.int32)}, n)
         counts = moe_k.expert_counts(routes, E)
         if s.num_shared_experts:
             ops += self._mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, m, seg,

@@ -6,6 +6,14 @@ process one new token per sequence. Tile sizes are in elements: ``tile_m`` token
 tile (the weight matrix is streamed once per tile of tokens, so prefill reads each weight
 ``ceil(tokens / tile_m)`` times), ``tile_n`` output features per tile (the activation tile is read
 once per tile of outputs), ``attn_tile`` query rows per flash-attention tile.
+
+A **conversation** (``turns``, one ``(prompt, answer)`` pair of token counts per turn, per
+sequence) replaces ``prompt``/``generate``: turn t prefills its prompt and decodes ``answer`` steps.
+With ``kv_reuse`` the KV of earlier turns stays in the cache and turn t prefills only its new prompt
+(attending to all history); without it turn t re-prefills the whole history (every earlier prompt
+and answer) plus its prompt. ``context`` positions are a cached prefix (e.g. a system prompt) kept by
+both modes. ``kv_offload`` (reuse only) copies the live KV to tensors of kind ``kv_offload`` after
+each turn but the last and reads it back before the next (see :mod:`traces.lower`).
 """
 
 from __future__ import annotations
@@ -74,6 +82,9 @@ class RunConfig:
     attention: str = "flash"
     alignment: int = DEFAULT_ALIGNMENT
     quant_group: int = DEFAULT_QUANT_GROUP
+    turns: tuple = ()           # ((prompt, answer), ...) tokens per sequence per turn; () = no conversation
+    kv_reuse: bool = True       # conversation: keep earlier turns' KV (else re-prefill the history)
+    kv_offload: bool = False    # conversation with reuse: copy the KV out after a turn, back before the next
 
     def __post_init__(self):
         for name in ("prompt", "context", "generate", "batch", "seed", "tile_m", "tile_n", "attn_tile",
@@ -88,7 +99,21 @@ class RunConfig:
                 raise UsageError("must be at least 1", field=name)
         if self.alignment < 1 or self.alignment & (self.alignment - 1):
             raise UsageError(f"must be a power of two number of bytes, got {self.alignment}", field="alignment")
-        if self.prompt == 0 and self.generate == 0:
+        object.__setattr__(self, "turns", _check_turns(self.turns))
+        for name in ("kv_reuse", "kv_offload"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"expected true or false, got {getattr(self, name)!r}", field=name)
+        if self.turns:
+            if self.prompt or self.generate:
+                raise UsageError("a conversation gives per-turn prompt and answer lengths; drop --prompt/--generate",
+                                 field="turns")
+            if self.kv_offload and not self.kv_reuse:
+                raise UsageError("offloading KV between turns needs --kv-reuse (without reuse nothing is kept)",
+                                 field="kv_offload")
+        elif not self.kv_reuse or self.kv_offload:
+            raise UsageError("--no-kv-reuse and --kv-offload apply to conversations; give --turns",
+                             field="kv_offload" if self.kv_offload else "kv_reuse")
+        if self.prompt == 0 and self.generate == 0 and not self.turns:
             raise UsageError("nothing to trace: give a prompt length and/or tokens to generate", field="prompt")
         check_dtype(self.weights, WEIGHT_DTYPES, "weights")
         check_dtype(self.kv, KV_DTYPES, "kv")
@@ -103,9 +128,76 @@ class RunConfig:
     @property
     def max_positions(self) -> int:
         """KV-cache positions per sequence at the end of the run."""
-        return self.context + self.prompt + self.generate
+        return self.context + self.prompt + self.generate + sum(p + a for p, a in self.turns)
 
     def to_dict(self) -> dict:
+        """JSON-able parameters; the conversation keys appear only for a conversation (so single runs
+        keep the manifest they always had)."""
         d = asdict(self)
         d["router"] = str(self.router)
+        if self.turns:
+            d["turns"] = [list(t) for t in self.turns]
+        else:
+            for k in ("turns", "kv_reuse", "kv_offload"):
+                del d[k]
         return d
+
+
+def _check_turns(turns) -> tuple:
+    """``turns`` as a tuple of ``(prompt, answer)`` int pairs; prompt >= 1, answer >= 0."""
+    if isinstance(turns, str):
+        return parse_turn_lengths(turns)
+    try:
+        pairs = [tuple(t) for t in turns]
+    except TypeError:
+        raise UsageError(f"expected (prompt, answer) pairs, got {turns!r}", field="turns") from None
+    out = []
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in pair):
+            raise UsageError(f"turn {i}: expected a (prompt, answer) pair of integers, got {pair!r}", field="turns")
+        p, a = pair
+        if p < 1 or a < 0:
+            raise UsageError(f"turn {i}: prompt must be at least 1 and answer not negative, got {p}:{a}",
+                             field="turns")
+        out.append((p, a))
+    return tuple(out)
+
+
+def parse_turn_lengths(text: str) -> tuple:
+    """``"512:128,256:64"`` -> ``((512, 128), (256, 64))`` (prompt:answer tokens per turn)."""
+    out = []
+    for item in str(text).split(","):
+        p, colon, a = item.strip().partition(":")
+        try:
+            out.append((int(p), int(a)))
+        except ValueError:
+            raise UsageError(f"expected PROMPT:ANSWER pairs separated by commas (e.g. 512:128,256:128), "
+                             f"got {item.strip()!r}", field="turn-lengths") from None
+    return _check_turns(out)
+
+
+def conversation(turns: int | None = None, prompt: int | None = None, answer: int | None = None,
+                 lengths: str | None = None) -> tuple:
+    """Per-turn lengths from the command-line forms: ``turns`` equal turns of ``prompt``/``answer``
+    tokens, or an explicit ``lengths`` list (``turns``, if also given, must match its length).
+    Returns ``()`` when none is given."""
+    if lengths is not None:
+        if prompt is not None or answer is not None:
+            raise UsageError("give either --turn-lengths or --turn-prompt/--turn-answer", field="turn-lengths")
+        out = parse_turn_lengths(lengths)
+        if turns is not None and turns != len(out):
+            raise UsageError(f"--turns {turns} but --turn-lengths lists {len(out)} turns", field="turns")
+        return out
+    if turns is None:
+        if prompt is not None or answer is not None:
+            raise UsageError("--turn-prompt/--turn-answer need --turns", field="turns")
+        return ()
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise UsageError(f"expected a number of turns of at least 1, got {turns!r}", field="turns")
+    if prompt is None or answer is None:
+        raise UsageError("--turns needs --turn-prompt and --turn-answer (or --turn-lengths)",
+                         field="turn-prompt" if prompt is None else "turn-answer")
+    for name, v in (("turn-prompt", prompt), ("turn-answer", answer)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise UsageError(f"expected an integer, got {v!r}", field=name)
+    return _check_turns([(prompt, answer)] * turns)
