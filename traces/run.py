@@ -172,7 +172,7 @@ def parse_turn_lengths(text: str) -> tuple:
             out.append((int(p), int(a)))
         except ValueError:
             raise UsageError(f"expected PROMPT:ANSWER pairs separated by commas (e.g. 512:128,256:128), "
-                             f"got {item.strip()!r}", field="turn-lengths") from None
+                             f"got {item.strip()!r}", field="turn_lengths") from None
     return _check_turns(out)
 
 
@@ -183,10 +183,10 @@ def conversation(turns: int | None = None, prompt: int | None = None, answer: in
     Returns ``()`` when none is given."""
     if lengths is not None:
         if prompt is not None or answer is not None:
-            raise UsageError("give either --turn-lengths or --turn-prompt/--turn-answer", field="turn-lengths")
+            raise UsageError("give either --turn-lengths or --turn-prompt/--turn-answer", field="turn_lengths")
         out = parse_turn_lengths(lengths)
         if turns is not None and turns != len(out):
-            raise UsageError(f"--turns {turns} but --turn-lengths lists {len(out)} turns", field="turns")
+            raise UsageError(f"--turns {turns} but --turn-lengths lists {len(out)}", field="turns")
         return out
     if turns is None:
         if prompt is not None or answer is not None:
@@ -196,8 +196,8 @@ def conversation(turns: int | None = None, prompt: int | None = None, answer: in
         raise UsageError(f"expected a number of turns of at least 1, got {turns!r}", field="turns")
     if prompt is None or answer is None:
         raise UsageError("--turns needs --turn-prompt and --turn-answer (or --turn-lengths)",
-                         field="turn-prompt" if prompt is None else "turn-answer")
-    for name, v in (("turn-prompt", prompt), ("turn-answer", answer)):
+                         field="turn_prompt" if prompt is None else "turn_answer")
+    for name, v in (("turn_prompt", prompt), ("turn_answer", answer)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise UsageError(f"expected an integer, got {v!r}", field=name)
     return _check_turns([(prompt, answer)] * turns)

@@ -18,7 +18,8 @@ from traces.errors import UsageError
 from traces.format import DEFAULT_ALIGNMENT
 
 RUN_OPTION_NAMES = ("prompt", "context", "generate", "batch", "weights", "kv", "activations", "router", "seed",
-                    "attention", "tile_m", "tile_n", "attn_tile", "align", "quant_group")
+                    "attention", "tile_m", "tile_n", "attn_tile", "align", "quant_group", "turns", "turn_prompt",
+                    "turn_answer", "turn_lengths", "kv_reuse", "kv_offload")
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(|b|kib|k|mib|m|gib|g)\s*$", re.I)
 _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
@@ -71,6 +72,18 @@ def run_options(f):
                      help="Tensor address alignment in bytes (power of two; e.g. 64KiB, 2MiB)."),
         click.option("--quant-group", type=INT, default=128, show_default=True,
                      help="Group size of int8/int4 weight scales (elements along the input dimension)."),
+        click.option("--turns", type=INT, default=None,
+                     help="A conversation of this many turns (with --turn-prompt/--turn-answer), instead of "
+                          "--prompt/--generate."),
+        click.option("--turn-prompt", type=INT, default=None, help="Conversation: new prompt tokens per turn."),
+        click.option("--turn-answer", type=INT, default=None, help="Conversation: answer tokens (decode steps) per turn."),
+        click.option("--turn-lengths", default=None,
+                     help="Conversation: PROMPT:ANSWER per turn, e.g. 512:128,256:128 (instead of --turns N ...)."),
+        click.option("--kv-reuse/--no-kv-reuse", default=True, show_default=True,
+                     help="Conversation: keep earlier turns' KV (else each turn re-prefills the whole history)."),
+        click.option("--kv-offload", is_flag=True,
+                     help="Conversation with reuse: copy the KV to kind 'kv_offload' tensors after each turn and "
+                          "back before the next (a placement rule for kind kv_offload decides where it lives)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -79,9 +92,12 @@ def run_options(f):
 
 def run_config_from_options(options: dict):
     """Build a RunConfig from the values of :data:`run_options` (extra keys are ignored)."""
-    from traces.run import RunConfig
+    from traces.run import RunConfig, conversation
 
-    return RunConfig(prompt=options["prompt"], context=options["context"], generate=options["generate"],
+    turns = conversation(options.get("turns"), options.get("turn_prompt"), options.get("turn_answer"),
+                         options.get("turn_lengths"))
+    return RunConfig(turns=turns, kv_reuse=options.get("kv_reuse", True), kv_offload=options.get("kv_offload", False),
+                     prompt=options["prompt"], context=options["context"], generate=options["generate"],
                      batch=options["batch"], weights=options["weights"], kv=options["kv"],
                      activations=options["activations"], router=options["router"], seed=options["seed"],
                      attention=options["attention"], tile_m=options["tile_m"], tile_n=options["tile_n"],
