@@ -1,0 +1,90 @@
+"""``tierlab capacity MODEL (--chip NAME | --memory SIZE)``: how long a context (or how large a batch) fits."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from emulator.cli.options import json_option
+from emulator.units import format_size
+from traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
+from traces.errors import UsageError
+
+
+def _int(value, name):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"expected a positive integer, got {value!r}", field=name) from None
+
+
+@click.command("capacity")
+@click.argument("model")
+@click.option("--chip", "chip_name", help="Budget: the chip's memory and scratchpad tiers (a preset or FILE.toml).")
+@click.option("--tier", "tiers", multiple=True, help="With --chip: only this tier (repeatable).")
+@click.option("--memory", help="Budget: a size, e.g. 24GB or 16GiB.")
+@click.option("--weights", default="bf16", show_default=True, help=f"Weights dtype: {', '.join(WEIGHT_DTYPES)}.")
+@click.option("--kv", default="bf16", show_default=True, help=f"KV-cache dtype: {', '.join(KV_DTYPES)}.")
+@click.option("--activations", default="bf16", show_default=True,
+              help=f"Activations dtype: {', '.join(ACTIVATION_DTYPES)}.")
+@click.option("--batch", default="1", show_default=True, help="Sequences sharing the budget.")
+@click.option("--context", default=None, help="Tokens per sequence: report the largest batch that fits instead.")
+@click.option("--chunk", default="1", show_default=True,
+              help="Tokens per sequence in one step (workspace): 1 for decode, more for a prefill chunk.")
+@click.option("--quant-group", default="128", show_default=True, help="Group size of int8/int4 weight scales.")
+@json_option
+def command(model, chip_name, tiers, memory, weights, kv, activations, batch, context, chunk, quant_group, as_json):
+    """The longest context whose weights + KV + activation workspace fit a chip's memory or a budget;
+    with --context, the largest batch. The model's own position limit is stated separately."""
+    from emulator.capacity import Budget, capacity
+    from traces.spec import load_model
+
+    if (chip_name is None) == (memory is None):
+        raise UsageError("give exactly one of --chip NAME or --memory SIZE", field="--chip")
+    if tiers and chip_name is None:
+        raise UsageError("--tier needs --chip", field="--tier")
+    spec = load_model(model)
+    if chip_name is not None:
+        from emulator.chipfile import load_chip
+
+        budget = Budget.of_chip(load_chip(chip_name), tiers)
+    else:
+        from emulator.units import parse_quantity
+
+        budget = Budget.of_size(parse_quantity(memory, "size", field="--memory"))
+    plan = capacity(spec, budget, weights=weights, kv=kv, activations=activations, batch=_int(batch, "--batch"),
+                    context=None if context is None else _int(context, "--context"), chunk=_int(chunk, "--chunk"),
+                    quant_group=_int(quant_group, "--quant-group"))
+    d = plan.to_dict()
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+        return
+    click.echo(format_plan(d))
+
+
+def format_plan(d: dict) -> str:
+    """The human answer: the limits, then the budget broken down."""
+    b = d["budget"]
+    src = ", ".join(f"{n} {format_size(v)}" for n, v in b["tiers"].items()) if b["tiers"] else "given size"
+    lines = [f"model {d['model']}: weights {d['weights']}, KV {d['kv']}, activations {d['activations']}",
+             f"budget {format_size(b['total_bytes'])} ({b['source']}: {src})",
+             f"KV per token per sequence: {format_size(d['kv_bytes_per_token'])} ({d['kv_bytes_per_token']} B)"]
+    if d["max_batch"] is not None:
+        lines.append(f"largest batch at context {d['context']}: {d['max_batch']}")
+        if d["context"] > d["position_limit"]:
+            lines.append(f"note: context {d['context']} exceeds the model's position limit {d['position_limit']}")
+    lines += [f"memory limit: {d['memory_context']} tokens per sequence at batch {d['batch']}",
+              f"model position limit: {d['position_limit']} tokens",
+              f"usable context: {d['usable_context']} tokens ({d['limited_by']} bound)"]
+    br = d["breakdown"]
+    rows = [("weights", br["weights_bytes"]), (f"KV ({d['context']} tok x {d['batch']} seq)", br["kv_bytes"]),
+            (f"activations (step of {d['chunk']} tok)", br["activation_bytes"]), ("free", br["free_bytes"]),
+            ("total", br["total_bytes"])]
+    w = max(len(r[0]) for r in rows)
+    total = max(br["total_bytes"], 1)
+    lines.append("")
+    for name, v in rows:
+        lines.append(f"  {name.ljust(w)}  {format_size(v):>10}  {100 * v / total:6.2f}%")
+    lines.append(f"(aligning tensors to the trace default would add {format_size(d['alignment_padding_bytes'])})")
+    return "\n".join(lines)
