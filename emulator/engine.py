@@ -201,127 +201,180 @@ def _policy_victim(pid, meta, base, ways, rng, t):
 
 
 @njit
-def _walk(i0, addr0, write0, tid0, row, cnt,
-          t_home, t_kind,
-          blk, n_sets, n_ways, mode, policy, slot_off,
-          tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
-          store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-          rec_tier, rec_buf, rec_pos,
-          st_tier, st_addr, st_write, st_tid):
-    """Process one request and everything it causes below; counters go to ``cnt[row, kind, tier]``."""
-    sp = 0
-    st_tier[0] = i0
-    st_addr[0] = addr0
-    st_write[0] = write0
-    st_tid[0] = tid0
-    sp = 1
-    while sp > 0:
-        sp -= 1
-        i = st_tier[sp]
-        addr = st_addr[sp]
-        w = st_write[sp]
-        tid = st_tid[sp]
-        k = t_kind[tid]
-        h = t_home[tid]
-        req = blk[0] if i == 0 else blk[i - 1]
-        if i == h:
-            cnt[row, k, i, HITS] += 1
-            if w:
-                cnt[row, k, i, BYTES_WRITTEN] += req
-            else:
-                cnt[row, k, i, BYTES_READ] += req
-            continue
-        b_i = blk[i]
-        b = addr // b_i
-        if mode[i] == MODE_PASS:
-            st_tier[sp] = i + 1
-            st_addr[sp] = b * b_i
-            st_write[sp] = w
-            st_tid[sp] = tid
-            sp += 1
-            if w:
-                cnt[row, k, i, WRITETHROUGHS] += 1
-            else:
-                cnt[row, k, i, BYPASSES] += 1
-            continue
-        # a caching tier: look the block up in its set
-        ways = n_ways[i]
-        base = slot_off[i] + (b % n_sets[i]) * ways
-        stamp = clock[i]
-        clock[i] = stamp + 1
-        pid = policy[i]
-        nxt = OPT_NEVER
-        if pid == 3:
-            nxt = opt_next[opt_off[i] + opt_pos[i]]
-            opt_pos[i] += 1
-        if i == rec_tier:
-            if rec_pos[0] < rec_buf.shape[0]:
-                rec_buf[rec_pos[0]] = b
-            rec_pos[0] += 1
-        way = -1
-        empty = -1
-        for x in range(ways):
-            tg = tag[base + x]
-            if tg == b:
-                way = x
-                break
-            if tg < 0 and empty < 0:
-                empty = x
-        if way >= 0:
-            slot = base + way
-            cnt[row, k, i, HITS] += 1
-            if w:
-                dirty[slot] = 1
-                cnt[row, k, i, BYTES_WRITTEN] += req
-                if store_hit_recency or pid == 3:  # opt's word is the next use, not recency
-                    _policy_hit(pid, meta, slot, stamp, nxt)
-            else:
-                cnt[row, k, i, BYTES_READ] += req
-                _policy_hit(pid, meta, slot, stamp, nxt)
-            continue
-        cnt[row, k, i, MISSES] += 1
-        fetch = True
-        if w and req == b_i:
-            if i == 0:
-                fetch = fetch_on_write_miss
-            else:
-                fetch = fetch_on_writeback_miss
-        if empty >= 0:
-            way = empty
+def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim,
+         t_addr, t_home, t_kind,
+         blk, n_sets, n_ways, mode, policy, slot_off,
+         tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
+         store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
+         rec_tier, rec_buf, rec_pos, cnt):
+    """Both entry points in one body (a call per block would cost more than the block itself).
+
+    ``is_flush`` false: replay the descriptors. True: flush dirty blocks (descriptors unused).
+    """
+    n_tiers = blk.shape[0]
+    depth = 2 * n_tiers + 4
+    st_tier = np.empty(depth, np.int64)
+    st_addr = np.empty(depth, np.int64)
+    st_write = np.empty(depth, np.int64)
+    st_tid = np.empty(depth, np.int64)
+    b0 = blk[0]
+    n_blocks = 0
+    if is_flush:
+        n_src = slot_off[n_tiers - 1] + n_sets[n_tiers - 1] * n_ways[n_tiers - 1]
+    else:
+        n_src = acc_row.shape[0]
+    src_tier = 0
+    for a in range(n_src):
+        if is_flush:
+            # slots are tier-major, so a tier is flushed before the farther tiers it dirties
+            while src_tier + 1 < n_tiers and a >= slot_off[src_tier + 1]:
+                src_tier += 1
+            if src_tier == n_tiers - 1 or mode[src_tier] != MODE_CACHE:
+                continue
+            if tag[a] < 0 or dirty[a] == 0:
+                continue
+            dirty[a] = 0
+            vt = owner[a]
+            cnt[0, t_kind[vt], src_tier, WRITEBACKS] += 1
+            cnt[0, t_kind[vt], src_tier, BYTES_READ] += blk[src_tier]
+            row = 0
+            tid = vt
+            w = 1
+            n_chunks = 1
+            first = 0
+            last = 0
         else:
-            way = _policy_victim(pid, meta, base, ways, rng, i)
-            slot = base + way
-            vt = owner[slot]
-            vk = t_kind[vt]
-            cnt[row, vk, i, EVICTIONS] += 1
-            if dirty[slot]:
-                cnt[row, vk, i, WRITEBACKS] += 1
-                cnt[row, vk, i, BYTES_READ] += b_i
-                # pushed first so the fetch below is served first
-                st_tier[sp] = i + 1
-                st_addr[sp] = tag[slot] * b_i
-                st_write[sp] = 1
-                st_tid[sp] = vt
-                sp += 1
-        slot = base + way
-        tag[slot] = b
-        owner[slot] = tid
-        dirty[slot] = 1 if w else 0
-        _policy_fill(pid, meta, slot, stamp, nxt)
-        cnt[row, k, i, FILLS] += 1
-        if fetch:
-            cnt[row, k, i, BYTES_WRITTEN] += b_i
-            st_tier[sp] = i + 1
-            st_addr[sp] = b * b_i
-            st_write[sp] = 0
-            st_tid[sp] = tid
-            sp += 1
-        else:
-            cnt[row, k, i, UNFETCHED] += 1
-        if w:
-            cnt[row, k, i, BYTES_WRITTEN] += req
-        else:
-            cnt[row, k, i, BYTES_READ] += req
+            row = acc_row[a]
+            tid = acc_tid[a]
+            w = 1 if acc_write[a] else 0
+            n_chunks = acc_count[a]
+        for j in range(n_chunks):
+            if not is_flush:
+                start = t_addr[tid] + acc_offset[a] + j * acc_stride[a]
+                first = start // b0
+                last = (start + acc_nbytes[a] - 1) // b0
+                n_blocks += last - first + 1
+                if acc_pim[a] > 0:
+                    cnt[row, t_kind[tid], t_home[tid], PIM_BYTES] += (last - first + 1) * b0
+                    continue
+            for blkno in range(first, last + 1):
+                if is_flush:
+                    st_tier[0] = src_tier + 1
+                    st_addr[0] = tag[a] * blk[src_tier]
+                else:
+                    st_tier[0] = 0
+                    st_addr[0] = blkno * b0
+                st_write[0] = w
+                st_tid[0] = tid
+                sp = 1
+                while sp > 0:
+                    sp -= 1
+                    i = st_tier[sp]
+                    addr = st_addr[sp]
+                    rw = st_write[sp]
+                    rt = st_tid[sp]
+                    k = t_kind[rt]
+                    h = t_home[rt]
+                    req = blk[0] if i == 0 else blk[i - 1]
+                    if i == h:
+                        cnt[row, k, i, HITS] += 1
+                        if rw:
+                            cnt[row, k, i, BYTES_WRITTEN] += req
+                        else:
+                            cnt[row, k, i, BYTES_READ] += req
+                        continue
+                    b_i = blk[i]
+                    b = addr // b_i
+                    if mode[i] == MODE_PASS:
+                        st_tier[sp] = i + 1
+                        st_addr[sp] = b * b_i
+                        st_write[sp] = rw
+                        st_tid[sp] = rt
+                        sp += 1
+                        if rw:
+                            cnt[row, k, i, WRITETHROUGHS] += 1
+                        else:
+                            cnt[row, k, i, BYPASSES] += 1
+                        continue
+                    # a caching tier: look the block up in its set
+                    ways = n_ways[i]
+                    base = slot_off[i] + (b % n_sets[i]) * ways
+                    stamp = clock[i]
+                    clock[i] = stamp + 1
+                    pid = policy[i]
+                    nxt = OPT_NEVER
+                    if pid == 3:
+                        nxt = opt_next[opt_off[i] + opt_pos[i]]
+                        opt_pos[i] += 1
+                    if i == rec_tier:
+                        if rec_pos[0] < rec_buf.shape[0]:
+                            rec_buf[rec_pos[0]] = b
+                        rec_pos[0] += 1
+                    way = -1
+                    empty = -1
+                    for x in range(ways):
+                        tg = tag[base + x]
+                        if tg == b:
+                            way = x
+                            break
+                        if tg < 0 and empty < 0:
+                            empty = x
+                    if way >= 0:
+                        slot = base + way
+                        cnt[row, k, i, HITS] += 1
+                        if rw:
+                            dirty[slot] = 1
+                            cnt[row, k, i, BYTES_WRITTEN] += req
+                            if store_hit_recency or pid == 3:  # opt's word is the next use, not recency
+                                _policy_hit(pid, meta, slot, stamp, nxt)
+                        else:
+                            cnt[row, k, i, BYTES_READ] += req
+                            _policy_hit(pid, meta, slot, stamp, nxt)
+                        continue
+                    cnt[row, k, i, MISSES] += 1
+                    fetch = True
+                    if rw and req == b_i:
+                        if i == 0:
+                            fetch = fetch_on_write_miss
+                        else:
+                            fetch = fetch_on_writeback_miss
+                    if empty >= 0:
+                        way = empty
+                    else:
+                        way = _policy_victim(pid, meta, base, ways, rng, i)
+                        slot = base + way
+                        vt = owner[slot]
+                        vk = t_kind[vt]
+                        cnt[row, vk, i, EVICTIONS] += 1
+                        if dirty[slot]:
+                            cnt[row, vk, i, WRITEBACKS] += 1
+                            cnt[row, vk, i, BYTES_READ] += b_i
+                            # pushed first so the fetch below is served first
+                            st_tier[sp] = i + 1
+                            st_addr[sp] = tag[slot] * b_i
+                            st_write[sp] = 1
+                            st_tid[sp] = vt
+                            sp += 1
+                    slot = base + way
+                    tag[slot] = b
+                    owner[slot] = rt
+                    dirty[slot] = 1 if rw else 0
+                    _policy_fill(pid, meta, slot, stamp, nxt)
+                    cnt[row, k, i, FILLS] += 1
+                    if fetch:
+                        cnt[row, k, i, BYTES_WRITTEN] += b_i
+                        st_tier[sp] = i + 1
+                        st_addr[sp] = b * b_i
+                        st_write[sp] = 0
+                        st_tid[sp] = rt
+                        sp += 1
+                    else:
+                        cnt[row, k, i, UNFETCHED] += 1
+                    if rw:
+                        cnt[row, k, i, BYTES_WRITTEN] += req
+                    else:
+                        cnt[row, k, i, BYTES_READ] += req
+    return n_blocks
 
 
 @njit
@@ -339,37 +392,11 @@ def replay_batch(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride
     an operand read in memory by the PIM unit of its home tier: its blocks are counted as
     ``pim_bytes`` there and walk nothing. Counters go to ``cnt[acc_row[a], kind, tier, counter]``.
     """
-    n_tiers = blk.shape[0]
-    depth = 2 * n_tiers + 4
-    st_tier = np.empty(depth, np.int64)
-    st_addr = np.empty(depth, np.int64)
-    st_write = np.empty(depth, np.int64)
-    st_tid = np.empty(depth, np.int64)
-    b0 = blk[0]
-    n_blocks = 0
-    for a in range(acc_row.shape[0]):
-        row = acc_row[a]
-        tid = acc_tid[a]
-        w = 1 if acc_write[a] else 0
-        nb = acc_nbytes[a]
-        start0 = t_addr[tid] + acc_offset[a]
-        for j in range(acc_count[a]):
-            start = start0 + j * acc_stride[a]
-            first = start // b0
-            last = (start + nb - 1) // b0
-            n_blocks += last - first + 1
-            if acc_pim[a] > 0:
-                cnt[row, t_kind[tid], t_home[tid], PIM_BYTES] += (last - first + 1) * b0
-                continue
-            for blkno in range(first, last + 1):
-                _walk(0, blkno * b0, w, tid, row, cnt,
-                      t_home, t_kind,
-                      blk, n_sets, n_ways, mode, policy, slot_off,
-                      tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
-                      store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                      rec_tier, rec_buf, rec_pos,
-                      st_tier, st_addr, st_write, st_tid)
-    return n_blocks
+    return _run(False, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim,
+                t_addr, t_home, t_kind, blk, n_sets, n_ways, mode, policy, slot_off,
+                tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
+                store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
+                rec_tier, rec_buf, rec_pos, cnt)
 
 
 @njit
@@ -383,28 +410,9 @@ def flush_dirty(t_home, t_kind,
     Counted as writebacks in ``cnt[0]`` (which the caller reports separately); flushed blocks stay
     resident and clean. Writes arriving at a farther caching tier may dirty it; it is flushed next.
     """
-    n_tiers = blk.shape[0]
-    depth = 2 * n_tiers + 4
-    st_tier = np.empty(depth, np.int64)
-    st_addr = np.empty(depth, np.int64)
-    st_write = np.empty(depth, np.int64)
-    st_tid = np.empty(depth, np.int64)
-    for i in range(n_tiers - 1):
-        if mode[i] != MODE_CACHE:
-            continue
-        lo = slot_off[i]
-        hi = lo + n_sets[i] * n_ways[i]
-        for slot in range(lo, hi):
-            if tag[slot] >= 0 and dirty[slot]:
-                dirty[slot] = 0
-                vt = owner[slot]
-                vk = t_kind[vt]
-                cnt[0, vk, i, WRITEBACKS] += 1
-                cnt[0, vk, i, BYTES_READ] += blk[i]
-                _walk(i + 1, tag[slot] * blk[i], 1, vt, 0, cnt,
-                      t_home, t_kind,
-                      blk, n_sets, n_ways, mode, policy, slot_off,
-                      tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
-                      store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                      rec_tier, rec_buf, rec_pos,
-                      st_tier, st_addr, st_write, st_tid)
+    e = np.zeros(0, np.int64)
+    _run(True, e, e, e, e, e, e, np.zeros(0, np.bool_), e,
+         e, t_home, t_kind, blk, n_sets, n_ways, mode, policy, slot_off,
+         tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
+         store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
+         rec_tier, rec_buf, rec_pos, cnt)

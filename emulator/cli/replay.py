@@ -1,0 +1,77 @@
+"""``tierlab replay TRACE --chip NAME|FILE.toml [--json] [-o results.parquet] [--force] [options]``.
+
+The replay options are one decorator, :data:`replay_options`, reused by ``tierlab run``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from emulator.cli.options import force_option, json_option
+
+
+def replay_options(f):
+    """Decorator adding ``--chip`` and every count-changing replay option to a click command."""
+    opts = [
+        click.option("--chip", required=True, help="Chip preset name (see `tierlab chips`) or a chip .toml file."),
+        click.option("--pim/--no-pim", default=True, show_default=True,
+                     help="Run PIM-eligible ops in the memory's PIM unit where the chip has one."),
+        click.option("--flush/--no-flush", default=False, show_default=True,
+                     help="Write dirty blocks back at the end (reported separately)."),
+        click.option("--store-hit-recency/--no-store-hit-recency", default=True, show_default=True,
+                     help="A store hit counts as a use for LRU."),
+        click.option("--fetch-on-write-miss/--no-fetch-on-write-miss", default=True, show_default=True,
+                     help="A store missing a whole tier-0 block still fetches it."),
+        click.option("--fetch-on-writeback-miss/--no-fetch-on-writeback-miss", default=True, show_default=True,
+                     help="A whole-block write from a nearer tier that misses still fetches the block."),
+        click.option("--policy-seed", type=int, default=0, show_default=True, help="Seed of the random policy."),
+        click.option("--fast-path/--no-fast-path", default=True, show_default=True,
+                     help="Use the exact fast paths (identical counts; off for checking)."),
+        click.option("-o", "--output", type=click.Path(), default=None,
+                     help="Write the per-op breakdown to this Parquet file."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def options_from(kw: dict):
+    from emulator.replay import ReplayOptions
+
+    return ReplayOptions(store_hit_recency=kw["store_hit_recency"], fetch_on_write_miss=kw["fetch_on_write_miss"],
+                         fetch_on_writeback_miss=kw["fetch_on_writeback_miss"], flush=kw["flush"],
+                         seed=kw["policy_seed"], pim=kw["pim"], fast_path=kw["fast_path"])
+
+
+def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
+    """Replay ``trace`` with the options in ``kw``; print the tables or JSON; write Parquet if asked."""
+    from emulator.chipfile import load_chip
+    from emulator.replay import replay_trace
+    from emulator.report import cost_of, format_text, to_json, write_parquet
+    from traces.atomic import check_output
+
+    chip = load_chip(kw["chip"])
+    if kw.get("output"):
+        check_output(kw["output"], force=force)
+    tr = replay_trace(trace, chip, options_from(kw), progress=True)
+    cst = cost_of(tr)
+    d = to_json(tr, cst)
+    if kw.get("output"):
+        write_parquet(tr, cst, kw["output"], force=force)
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+    else:
+        click.echo(format_text(d))
+    return d
+
+
+@click.command("replay")
+@click.argument("trace", type=click.Path())
+@replay_options
+@force_option
+@json_option
+def command(trace, force, as_json, **kw):
+    """Replay TRACE on a chip: bytes per tier and link, hits, energy and latency per token."""
+    replay_and_report(trace, kw, as_json=as_json, force=force)
