@@ -22,6 +22,8 @@ COMMANDS = (
     "emulator.cli.mrc",
     "emulator.cli.bench",
     "emulator.cli.chips",
+    "emulator.cli.replay",
+    "emulator.cli.run",
 )
 
 
