@@ -28,10 +28,11 @@ Accounting semantics (the lead lifts this into the README; DESIGN.md has the out
 * **Policies** ``lru``, ``fifo``, ``random`` (xorshift64 per tier seeded from ``seed``), ``opt``
   (Belady's MIN, lowest way on ties; needs each OPT tier's future lookups, obtained by a pre-pass that
   replays the tiers above it, affordable up to ``opt_max_lookups`` lookups).
-* **PIM** (``pim``): an op with ``pim_eligible`` whose operand tensor is a ``weight`` or ``kv`` homed in
-  a tier whose PIM unit runs that op kind reads the operand inside that memory: its tier-0 blocks are
-  counted as ``pim_bytes`` at the home tier; they cross no link and fill no cache. With ``pim`` off,
-  or on a chip without PIM units, the replay is the plain one.
+* **PIM** (``pim``): an op with ``pim_eligible`` whose dominant operand (the ``weight`` or ``kv``
+  tensor it reads most) is homed in a tier whose PIM unit runs that op kind runs in memory
+  (:mod:`emulator.pim`): its reads of operand tensors homed there are counted as ``pim_bytes`` at
+  the home tier (their tier-0 blocks); they cross no link and fill no cache. With ``pim`` off, or
+  on a chip without PIM units, the replay is the plain one.
 * **Attribution.** Counters are kept per op and per tensor kind; work caused by evicting a block
   (writebacks and what they cause farther down) is attributed to the op that caused the eviction and
   to the kind of the evicted block's tensor.
@@ -52,7 +53,7 @@ from traces.errors import CapacityError, TraceError, UsageError
 from traces.format import TENSOR_KINDS
 
 KINDS = TENSOR_KINDS  # breakdown order; unknown kinds count as "other"
-PIM_OPERAND_KINDS = ("weight", "kv")
+PIM_OPERAND_KINDS = ("weight", "kv")  # see emulator.pim.OPERAND_KINDS
 
 
 @dataclass(frozen=True)
@@ -381,23 +382,7 @@ class TraceReplay:
     placement: object      # emulator.placement.Placement
     options: ReplayOptions
     result: ReplayResult
-
-
-def _pim_tables(chip: Chip, trace, home: np.ndarray, kinds: np.ndarray, options: ReplayOptions):
-    """Per-op and per-tensor arrays deciding which descriptors a PIM unit reads in memory."""
-    ops = trace.ops
-    n_ops = ops.num_rows
-    op_kind = np.asarray(ops.column("kind").to_pylist(), dtype=object)
-    eligible = np.asarray(ops.column("pim_eligible").to_numpy(zero_copy_only=False), bool)
-    operand = np.isin(kinds, [KINDS.index(k) for k in PIM_OPERAND_KINDS])
-    pim_tiers = [i for i, t in enumerate(chip.tiers) if t.pim is not None]
-    if not options.pim or not pim_tiers or not eligible.any() or not operand.any():
-        return None
-    # runs[op, tier]: op ``op`` runs in the PIM unit of ``tier``
-    runs = np.zeros((n_ops, len(chip.tiers)), bool)
-    for i in pim_tiers:
-        runs[:, i] = eligible & np.isin(op_kind, list(chip.tiers[i].pim.op_kinds))
-    return runs, operand
+    pim: object = None     # emulator.pim.PimPlan: where each op ran (None: no op ran in memory)
 
 
 def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions(), *,
@@ -408,6 +393,7 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
     CapacityError, a trace aligned below a tier's block raises TraceError.
     """
     from emulator.chipfile import load_chip
+    from emulator.pim import plan_for_trace
     from emulator.placement import place
     from traces.reader import Trace, open_trace
 
@@ -421,21 +407,18 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
     nbytes = t.column("nbytes").to_numpy().astype(np.int64)
     kinds = kind_index(t.column("kind").to_pylist())
     home = np.asarray(placement.home, np.int64)
-    pim = _pim_tables(chip, trace, home, kinds, options)
+    pim = plan_for_trace(chip, trace, home, enabled=options.pim, batch_rows=options.batch_rows)
 
     def batches():
         for rb in trace.iter_accesses(options.batch_rows):
             op = rb.column(0).to_numpy().astype(np.int64)
             tid = rb.column(1).to_numpy().astype(np.int64)
-            if pim is None:
-                flag = np.zeros(len(op), np.int64)
-            else:
-                runs, operand = pim
-                flag = (runs[op, home[tid]] & operand[tid]).astype(np.int64)
+            write = rb.column(6).to_numpy(zero_copy_only=False)
+            flag = np.zeros(len(op), np.int64) if pim is None else pim.flags(op, tid, write)
             yield (op, tid,
                    rb.column(2).to_numpy().astype(np.int64), rb.column(3).to_numpy().astype(np.int64),
                    rb.column(4).to_numpy().astype(np.int64), rb.column(5).to_numpy().astype(np.int64),
-                   rb.column(6).to_numpy(zero_copy_only=False), flag)
+                   write, flag)
 
     bar = None
     if progress and sys.stderr.isatty():
@@ -450,4 +433,4 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
     finally:
         if bar is not None:
             bar.close()
-    return TraceReplay(chip=chip, trace=trace, placement=placement, options=options, result=result)
+    return TraceReplay(chip=chip, trace=trace, placement=placement, options=options, result=result, pim=pim)
