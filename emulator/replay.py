@@ -310,9 +310,9 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
     for i, t in enumerate(tiers):
         bad = np.nonzero(addr % t.block_bytes)[0]
         if len(bad):
-            raise TraceError(f"tensor {int(bad[0])} at address {int(addr[bad[0]])} is not aligned to "
-                             f"tier {t.name!r}'s {t.block_bytes} B block; regenerate the trace with "
-                             f"a larger --align", field="address")
+            raise TraceError(f"tensor {int(bad[0])} at address {int(addr[bad[0]])} is not aligned to the "
+                             f"{t.block_bytes} B block of tier {t.name!r}; regenerate the trace with "
+                             f"--align {t.block_bytes} or more", field="address")
     below = np.array([int((-(-nbytes[home > i] // t.block_bytes)).sum()) for i, t in enumerate(tiers)],
                      np.int64)
     geo = build_geometry(tiers, lent, below, options)
@@ -430,6 +430,10 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
                                tensor_kind=kinds, batches=batches, n_ops=trace.n_ops,
                                lent_bytes=placement.lent_bytes, options=options,
                                progress=None if bar is None else bar.update)
+    except TraceError as err:
+        if err.file is None:      # the tensor table's addresses do not suit this chip
+            err.file = str(trace.path / "tensors.arrow")
+        raise
     finally:
         if bar is not None:
             bar.close()

@@ -21,8 +21,9 @@ def check_output(path: str | os.PathLike, *, force: bool = False, directory: boo
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(f"parent directory {parent} does not exist", file=str(p))
-    if not os.access(parent, os.W_OK):
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise UsageError(f"parent directory {parent} {what}", file=str(p))
+    if not os.access(parent, os.W_OK) or not _can_create_in(parent):
         raise UsageError(f"directory {parent} is not writable", file=str(p))
     if p.exists():
         if not force:
@@ -32,6 +33,19 @@ def check_output(path: str | os.PathLike, *, force: bool = False, directory: boo
         if not directory and p.is_dir():
             raise UsageError("output exists as a directory, expected a file", file=str(p))
     return p
+
+
+def _can_create_in(parent: Path) -> bool:
+    """Whether a file can really be created in ``parent`` (os.access says yes to root everywhere,
+    even on read-only or pseudo file systems); the probe file is removed at once."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".tmp-probe-", dir=parent)
+    except OSError:
+        return False
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+    return True
 
 
 def _remove(p: Path) -> None:
@@ -48,12 +62,15 @@ def atomic_path(path: str | os.PathLike, *, directory: bool = False, force: bool
     final = check_output(path, force=force, directory=directory)
     parent = final.parent if str(final.parent) else Path(".")
     prefix = f".tmp-{final.name}-"
-    if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    else:
-        fd, name = tempfile.mkstemp(prefix=prefix, dir=parent)
-        os.close(fd)
-        tmp = Path(name)
+    try:
+        if directory:
+            tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        else:
+            fd, name = tempfile.mkstemp(prefix=prefix, dir=parent)
+            os.close(fd)
+            tmp = Path(name)
+    except OSError as err:
+        raise UsageError(f"cannot create a temporary output in {parent}: {err.strerror}", file=str(final)) from None
     try:
         yield tmp
     except BaseException:

@@ -251,16 +251,16 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
                           file=file, field="architectures")
     if family == "chatglm":
         return _glm_spec(r, name, config)
-    h = r.int("hidden_size")
-    layers = r.int("num_hidden_layers")
-    heads = r.int("num_attention_heads")
+    h = r.pos("hidden_size")
+    layers = r.pos("num_hidden_layers")
+    heads = r.pos("num_attention_heads")
     kw: dict = dict(
         name=name, family=family, hidden_size=h, num_layers=layers, num_heads=heads,
-        num_kv_heads=r.int("num_key_value_heads", heads),
-        head_dim=r.int("head_dim", None) or _div(h, heads, r, "hidden_size"),
-        intermediate_size=r.int("intermediate_size"),
-        vocab_size=r.int("vocab_size"),
-        max_position_embeddings=r.int("max_position_embeddings"),
+        num_kv_heads=r.pos("num_key_value_heads", heads),
+        head_dim=r.pos("head_dim", None) or _div(h, heads, r, "hidden_size"),
+        intermediate_size=r.pos("intermediate_size"),
+        vocab_size=r.pos("vocab_size"),
+        max_position_embeddings=r.pos("max_position_embeddings"),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         config=config,
     )
@@ -272,7 +272,7 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
     if family == "llama":
         kw["qkv_bias"] = bool(config.get("attention_bias", False))
     if family == "mixtral":
-        kw.update(num_experts=r.int("num_local_experts"), num_experts_per_tok=r.int("num_experts_per_tok"),
+        kw.update(num_experts=r.pos("num_local_experts"), num_experts_per_tok=r.pos("num_experts_per_tok"),
                   moe_intermediate_size=kw["intermediate_size"], moe_layers=(True,) * layers)
     if family == "qwen3_moe":
         n = r.int("num_experts")
@@ -296,6 +296,9 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
                   moe_layers=tuple(n > 0 and i >= k_dense and i % freq == 0 for i in range(layers)))
         kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
     spec = ModelSpec(**kw)
+    if spec.num_experts and spec.num_experts_per_tok < 1:
+        raise ConfigError(f"expected at least 1 expert per token, got {spec.num_experts_per_tok}", file=file,
+                          field="num_experts_per_tok")
     if spec.num_experts and spec.num_experts_per_tok > spec.num_experts:
         raise ConfigError(f"num_experts_per_tok {spec.num_experts_per_tok} exceeds the {spec.num_experts} experts",
                           file=file, field="num_experts_per_tok")
@@ -308,15 +311,15 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
 def _glm_spec(r: "_Reader", name: str, config: dict) -> ModelSpec:
     """GLM / ChatGLM configs: fused query_key_value and dense_h_to_4h are lowered as separate
     q/k/v and gate/up tensors of the same total size."""
-    h = r.int("hidden_size")
-    heads = r.int("num_attention_heads")
+    h = r.pos("hidden_size")
+    heads = r.pos("num_attention_heads")
     mqa = bool(config.get("multi_query_attention", False))
-    kv_heads = r.int("multi_query_group_num") if mqa else heads
+    kv_heads = r.pos("multi_query_group_num") if mqa else heads
     return ModelSpec(
-        name=name, family="chatglm", hidden_size=h, num_layers=r.int("num_layers"), num_heads=heads,
-        num_kv_heads=kv_heads, head_dim=r.int("kv_channels", None) or _div(h, heads, r, "hidden_size"),
-        intermediate_size=r.int("ffn_hidden_size"), vocab_size=r.int("padded_vocab_size"),
-        max_position_embeddings=r.int("seq_length", None) or r.int("max_position_embeddings"),
+        name=name, family="chatglm", hidden_size=h, num_layers=r.pos("num_layers"), num_heads=heads,
+        num_kv_heads=kv_heads, head_dim=r.pos("kv_channels", None) or _div(h, heads, r, "hidden_size"),
+        intermediate_size=r.pos("ffn_hidden_size"), vocab_size=r.pos("padded_vocab_size"),
+        max_position_embeddings=r.pos("seq_length", None) or r.pos("max_position_embeddings"),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         qkv_bias=bool(config.get("add_qkv_bias", False) or config.get("add_bias_linear", False)),
         config=config,
@@ -345,6 +348,15 @@ class _Reader:
         v = self.config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ConfigError(f"expected a non-negative integer, got {v!r}", file=self.file, field=key)
+        return v
+
+    def pos(self, key: str, default=_MISSING):
+        """A dimension: an integer of at least 1 (a zero-sized model is a broken config)."""
+        if key not in self.config or self.config[key] is None:
+            return self.int(key, default)
+        v = self.config[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"expected a positive integer, got {v!r}", file=self.file, field=key)
         return v
 
 

@@ -1,0 +1,513 @@
+"""The catalogue of bad inputs: each one, fed to the CLI, gives exactly one known line and exit 2.
+
+Every case writes its input files into a fresh directory, runs ``tierlab`` there (click's
+CliRunner, in process), and requires: exit status 2, stdout empty, stderr exactly
+``tierlab: error: <message>`` on one line (no traceback), and no file created, changed or removed
+in the directory. ``{tmp}`` in arguments and messages stands for that directory.
+
+Sections: chip files, model configs, traces, command-line arguments (see issue 6).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from emulator.chipfile import list_presets as chip_presets
+from emulator.cli import main
+from traces import format as fmt
+from traces.spec import ARCHITECTURES
+
+DATA = Path(__file__).parent / "data"
+GOLDEN = DATA / "golden-v1-synthetic.trace"
+TINY = DATA / "models" / "tiny-llama.json"
+
+# ---- chip files ---------------------------------------------------------------------------------
+
+CHIP = """\
+name = "toy"
+[compute]
+flops = { bf16 = "100 TFLOP/s" }
+energy = { bf16 = "0.5 pJ" }
+[[tier]]
+name = "sram"
+capacity = "1 MiB"
+block = "128 B"
+ways = 4
+policy = "lru"
+managed = "cache"
+bandwidth = "10 TB/s"
+read_energy = "0.2 pJ/bit"
+write_energy = "0.2 pJ/bit"
+[[tier]]
+name = "hbm"
+capacity = "16 GiB"
+block = "64 KiB"
+policy = "lru"
+managed = "memory"
+bandwidth = "1 TB/s"
+read_energy = "3 pJ/bit"
+write_energy = "3 pJ/bit"
+[[tier]]
+name = "ddr"
+capacity = "64 GiB"
+block = "64 KiB"
+policy = "lru"
+managed = "memory"
+bandwidth = "100 GB/s"
+read_energy = "20 pJ/bit"
+write_energy = "20 pJ/bit"
+[[link]]
+from = "sram"
+to = "hbm"
+bandwidth = "1 TB/s"
+energy = "0.3 pJ/bit"
+[[link]]
+from = "hbm"
+to = "ddr"
+bandwidth = "100 GB/s"
+energy = "8 pJ/bit"
+"""
+
+
+def chip(*edits: tuple[str, str]) -> str:
+    """CHIP with each ``(old, new)`` applied once (``old`` must occur)."""
+    text = CHIP
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+def chip_file(*edits) -> dict:
+    return {"c.toml": chip(*edits)}
+
+
+# ---- model configs ------------------------------------------------------------------------------
+
+LLAMA = json.loads(TINY.read_text())
+MIXTRAL = json.loads((DATA / "models" / "tiny-mixtral.json").read_text())
+
+
+def config(base: dict, drop=(), **changes) -> dict:
+    d = {k: v for k, v in base.items() if k not in drop}
+    d.update(changes)
+    return {"m.json": json.dumps(d)}
+
+
+# ---- traces -------------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> pa.Table:
+    with pa.OSFile(str(path), "rb") as f:
+        return pa.ipc.open_stream(f).read_all()
+
+
+def _write(path: Path, table: pa.Table) -> None:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+
+
+def trace(edit: Callable[[Path], None] | None = None) -> Callable[[Path], None]:
+    """A builder copying the golden synthetic trace to ``{tmp}/t.trace`` and applying ``edit``."""
+
+    def build(tmp: Path) -> None:
+        t = tmp / "t.trace"
+        shutil.copytree(GOLDEN, t)
+        if edit is not None:
+            edit(t)
+
+    return build
+
+
+def manifest(**changes) -> Callable[[Path], None]:
+    def edit(t: Path) -> None:
+        m = json.loads((t / fmt.MANIFEST).read_text())
+        for k, v in changes.items():
+            if isinstance(v, dict) and isinstance(m.get(k), dict):
+                m[k].update(v)
+            else:
+                m[k] = v
+        (t / fmt.MANIFEST).write_text(json.dumps(m))
+    return edit
+
+
+def table(name: str, fn: Callable[[pa.Table], pa.Table]) -> Callable[[Path], None]:
+    """Rewrite table ``name`` of the trace (decoded to plain Python rows) through ``fn``."""
+    def edit(t: Path) -> None:
+        file = t / fmt.TABLES[name][0]
+        _write(file, fn(_read(file)))
+    return edit
+
+
+def set_column(name: str, column: str, values: list, type_=None) -> Callable[[Path], None]:
+    def fn(tab: pa.Table) -> pa.Table:
+        i = tab.schema.get_field_index(column)
+        typ = type_ or tab.schema.field(column).type
+        if pa.types.is_dictionary(typ):
+            typ = typ.value_type
+        return tab.set_column(i, pa.field(column, typ), pa.array(values, type=typ))
+    return table(name, fn)
+
+
+def truncate(file: str, keep: float) -> Callable[[Path], None]:
+    def edit(t: Path) -> None:
+        p = t / file
+        data = p.read_bytes()
+        p.write_bytes(data[:int(len(data) * keep)])
+    return edit
+
+
+def scribble(file: str) -> Callable[[Path], None]:
+    """Overwrite the middle third of a file with 0xFF bytes."""
+    def edit(t: Path) -> None:
+        p = t / file
+        data = bytearray(p.read_bytes())
+        n = len(data)
+        data[n // 3: 2 * n // 3] = b"\xff" * (2 * n // 3 - n // 3)
+        p.write_bytes(bytes(data))
+    return edit
+
+
+def remove(file: str) -> Callable[[Path], None]:
+    return lambda t: (t / file).unlink()
+
+
+# ---- the catalogue ------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    id: str
+    args: list[str]
+    message: str
+    files: dict | Callable[[Path], None] = field(default_factory=dict)
+
+
+TRACE_OUT = ["-o", "{tmp}/out.trace"]
+
+# A directory nobody may write in: a read-only one for ordinary users; root writes everywhere on
+# ordinary file systems, so for root a pseudo file system where nothing can be created.
+UNWRITABLE = "/proc" if os.geteuid() == 0 else "{tmp}/ro"
+
+
+def _unwritable(tmp: Path) -> None:
+    if UNWRITABLE != "/proc":
+        (tmp / "ro").mkdir()
+        (tmp / "ro").chmod(0o555)
+
+CASES = [
+    # -- chip files: `tierlab chips FILE` loads and validates one --------------------------------
+    Case("chip-unknown-key", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].blok: unknown key; did you mean 'block'?",
+         chip_file(('block = "128 B"', 'blok = "128 B"'))),
+    Case("chip-missing-key", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].bandwidth: missing required key",
+         chip_file(('bandwidth = "10 TB/s"\n', ''))),
+    Case("chip-bad-unit", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].capacity: expected a size such as \"128 B\", \"50 MiB\" or \"64 GB\", got '1 MiBs'",
+         chip_file(('capacity = "1 MiB"', 'capacity = "1 MiBs"'))),
+    Case("chip-unitless-number", ["chips", "{tmp}/c.toml"],
+         '{tmp}/c.toml: tier[0].capacity: expected a size such as "128 B", "50 MiB" or "64 GB" (a string with a unit), got 1048576',
+         chip_file(('capacity = "1 MiB"', 'capacity = 1048576'))),
+    Case("chip-bandwidth-as-size", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[1].bandwidth: expected a bandwidth such as \"3.35 TB/s\", \"900 GB/s\" or \"100 Gb/s\", got '1 TB'",
+         chip_file(('bandwidth = "1 TB/s"\nread', 'bandwidth = "1 TB"\nread'))),
+    Case("chip-energy-per-second", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].read_energy: expected an energy per bit or byte such as \"3.9 pJ/bit\" or \"0.5 pJ/B\", got '0.2 pJ/s'",
+         chip_file(('read_energy = "0.2 pJ/bit"', 'read_energy = "0.2 pJ/s"'))),
+    Case("chip-negative-capacity", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[1].capacity: must be positive, got '-16 GiB'",
+         chip_file(('capacity = "16 GiB"', 'capacity = "-16 GiB"'))),
+    Case("chip-zero-capacity", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].capacity: must be positive, got '0 B'",
+         chip_file(('capacity = "1 MiB"', 'capacity = "0 B"'))),
+    Case("chip-block-not-power-of-two", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].block: must be a power of two, got 96 B (96 B)",
+         chip_file(('block = "128 B"', 'block = "96 B"'))),
+    Case("chip-block-not-dividing-capacity", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].capacity: must be a multiple of the block (128 B), got '1000 kB'",
+         chip_file(('capacity = "1 MiB"', 'capacity = "1000 kB"'))),
+    Case("chip-ways-not-dividing-blocks", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].ways: must divide the number of blocks (8192), got 3",
+         chip_file(('ways = 4', 'ways = 3'))),
+    Case("chip-ways-zero", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].ways: expected a positive integer (omit for fully associative), got 0",
+         chip_file(('ways = 4', 'ways = 0'))),
+    Case("chip-farther-block-smaller", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[1].block: must be a multiple of (so not smaller than) the nearer tier's block (tier[0] 'sram': 128 B), got 64 B",
+         chip_file(('block = "64 KiB"', 'block = "64 B"'))),
+    Case("chip-link-non-adjacent", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: link[0]: links must join adjacent tiers in order: expected 'sram' -> 'hbm', got 'sram' -> 'ddr'",
+         chip_file(('to = "hbm"', 'to = "ddr"'))),
+    Case("chip-link-missing", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: link: expected 2 links (one per adjacent pair of tiers), got 1; missing 'hbm' -> 'ddr'",
+         chip_file(('[[link]]\nfrom = "hbm"\nto = "ddr"\nbandwidth = "100 GB/s"\nenergy = "8 pJ/bit"\n', ''))),
+    Case("chip-duplicate-tier", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[2].name: duplicate tier name 'hbm' (also tier[1])",
+         chip_file(('name = "ddr"', 'name = "hbm"'))),
+    Case("chip-pim-on-cache", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].pim: a PIM unit needs a 'memory' tier, got managed = 'cache'",
+         chip_file(('write_energy = "0.2 pJ/bit"\n', 'write_energy = "0.2 pJ/bit"\n[tier.pim]\n'
+                    'internal_bandwidth = "4 TB/s"\nflops = "1 TFLOP/s"\nread_energy = "0.5 pJ/bit"\n'
+                    'energy = "1 pJ"\nops = ["linear"]\n'))),
+    Case("chip-pim-unknown-op", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[1].pim.ops[0]: unknown op kind 'gemv'; expected one of linear, attention, norm, elementwise, rotary, embedding, kv_append, moe_router, moe_dispatch, moe_combine",
+         chip_file(('write_energy = "3 pJ/bit"\n', 'write_energy = "3 pJ/bit"\n[tier.pim]\n'
+                    'internal_bandwidth = "4 TB/s"\nflops = "1 TFLOP/s"\nread_energy = "0.5 pJ/bit"\n'
+                    'energy = "1 pJ"\nops = ["gemv"]\n'))),
+    Case("chip-unknown-policy", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].policy: unknown value 'lfu'; did you mean 'lru'?",
+         chip_file(('policy = "lru"', 'policy = "lfu"'))),
+    Case("chip-unknown-managed", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].managed: unknown value 'cached'; did you mean 'cache'?",
+         chip_file(('managed = "cache"', 'managed = "cached"'))),
+    Case("chip-cache-farthest", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[2].managed: the farthest tier must be 'memory' or 'scratchpad' (a cache has nowhere to fetch from), got 'cache'",
+         chip_file(('name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\npolicy = "lru"\nmanaged = "memory"',
+                    'name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\npolicy = "lru"\nmanaged = "cache"'))),
+    Case("chip-unknown-compute-dtype", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: compute.flops.bf61: unknown dtype; did you mean 'bf16'?",
+         chip_file(('flops = { bf16', 'flops = { bf61'))),
+    Case("chip-home-rule-on-cache", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: placement[0].tier: a 'cache' tier cannot be a home; expected a 'memory' or 'scratchpad' tier, got 'sram'",
+         {"c.toml": CHIP + '[[placement]]\ntier = "sram"\nkind = "kv"\n'}),
+    Case("chip-not-toml", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: not valid TOML: Invalid value (at line 1, column 8)",
+         {"c.toml": "name = toy\n[[tier]\n"}),
+    Case("chip-not-utf8", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: not a UTF-8 text file",
+         {"c.toml": b"name = \"\xff\xfe\"\n"}),
+    Case("chip-file-missing", ["chips", "{tmp}/none.toml"],
+         "{tmp}/none.toml: chip file not found"),
+    Case("chip-unknown-preset", ["chips", "h1000"],
+         "unknown chip preset 'h1000'; did you mean 'h100'? (presets: " + ", ".join(chip_presets()) + ")"),
+    # -- model configs: `tierlab trace CONFIG -o OUT --generate 1` ---------------------------------
+    Case("config-not-json", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: malformed JSON at line 1 column 20: Expecting property name enclosed in double quotes",
+         {"m.json": '{"hidden_size": 64,'}),
+    Case("config-not-object", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: expected a JSON object",
+         {"m.json": '[1, 2]'}),
+    Case("config-missing-dimension", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: hidden_size: missing required field",
+         config(LLAMA, drop=["hidden_size"])),
+    Case("config-heads-not-dividing-hidden", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: hidden_size: 64 is not divisible by num_attention_heads 6",
+         config(LLAMA, num_attention_heads=6)),
+    Case("config-kv-heads-not-dividing-heads", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: num_key_value_heads: num_attention_heads 4 is not a multiple of num_key_value_heads 3",
+         config(LLAMA, num_key_value_heads=3)),
+    Case("config-unknown-family", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: architectures: unsupported model family 'GPT2LMHeadModel'; supported: "
+         + ", ".join(sorted(ARCHITECTURES)),
+         config(LLAMA, architectures=["GPT2LMHeadModel"], model_type="gpt2")),
+    Case("config-zero-experts", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: num_local_experts: expected a positive integer, got 0",
+         config(MIXTRAL, num_local_experts=0)),
+    Case("config-top-k-above-experts", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: num_experts_per_tok: num_experts_per_tok 5 exceeds the 4 experts",
+         config(MIXTRAL, num_experts_per_tok=5)),
+    Case("config-negative-dimension", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: intermediate_size: expected a positive integer, got -128",
+         config(LLAMA, intermediate_size=-128)),
+    Case("config-string-dimension", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: num_hidden_layers: expected a positive integer, got '2'",
+         config(LLAMA, num_hidden_layers="2")),
+    Case("config-zero-layers", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: num_hidden_layers: expected a positive integer, got 0",
+         config(LLAMA, num_hidden_layers=0)),
+    Case("config-zero-hidden", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: hidden_size: expected a positive integer, got 0",
+         config(LLAMA, hidden_size=0)),
+    Case("config-dir-without-config", ["trace", "{tmp}/model", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/model: directory holds no config.json",
+         {"model/README": "x"}),
+    # -- traces: `tierlab info TRACE` validates it and reads every access -----------------------
+    Case("trace-missing-manifest", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace: no manifest.json: not a complete trace (interrupted write?)",
+         trace(remove(fmt.MANIFEST))),
+    Case("trace-newer-version", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/manifest.json: version: trace format version 2 is newer than this tierlab reads (1); upgrade tierlab",
+         trace(manifest(version=2))),
+    Case("trace-unknown-format", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/manifest.json: format: format is 'parquet-trace', expected 'tierlab-trace'",
+         trace(manifest(format="parquet-trace"))),
+    Case("trace-manifest-not-json", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/manifest.json: unreadable manifest: Expecting property name enclosed in double quotes: line 1 column 28 (char 27)",
+         trace(lambda t: (t / fmt.MANIFEST).write_text('{"format": "tierlab-trace",'))),
+    Case("trace-missing-table", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/ops.arrow: missing table file",
+         trace(remove(fmt.OPS_FILE))),
+    Case("trace-truncated-accesses", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: truncated or corrupt Arrow stream after 3 rows: Expected to read 424 metadata bytes, but only read 174",
+         trace(truncate(fmt.ACCESSES_FILE, 0.6))),
+    Case("trace-truncated-tensors", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/tensors.arrow: truncated or corrupt Arrow stream: Expected to be able to read 16 bytes for message body, got 0",
+         trace(truncate(fmt.TENSORS_FILE, 0.5))),
+    Case("trace-corrupt-ops", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/ops.arrow: truncated or corrupt Arrow stream: Invalid flatbuffers message.",
+         trace(scribble(fmt.OPS_FILE))),
+    Case("trace-empty-accesses-file", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: truncated or corrupt Arrow stream after 0 rows: Tried reading schema message, was null or length 0",
+         trace(truncate(fmt.ACCESSES_FILE, 0.0))),
+    Case("trace-row-count-ops", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/ops.arrow: holds 3 rows, the manifest says 4",
+         trace(manifest(tables={"ops": 4}))),
+    Case("trace-row-count-accesses", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: holds 7 access rows, the manifest says 9 (truncated?)",
+         trace(manifest(tables={"accesses": 9}))),
+    Case("trace-wrong-column-type", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/tensors.arrow: nbytes: column has type double, expected uint64",
+         trace(set_column("tensors", "nbytes", [8192, 4096, 256], pa.float64()))),
+    Case("trace-missing-column", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/ops.arrow: schema mismatch: missing columns ['flops']",
+         trace(table("ops", lambda t: t.drop_columns(["flops"])))),
+    Case("trace-access-outside-tensor", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: offset: row 4: access (offset 4000, nbytes 64, count 1, stride 0) lies outside tensor 2 of 256 bytes",
+         trace(set_column("accesses", "offset", [0, 0, 0, 0, 4000, 0, 0]))),
+    Case("trace-access-op-without-op", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: op_id: rows 6..6: op id 3 does not exist (3 ops)",
+         trace(set_column("accesses", "op_id", [0, 0, 0, 1, 1, 2, 3]))),
+    Case("trace-access-unknown-tensor", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: tensor_id: rows 6..6: tensor id 5 does not exist (3 tensors)",
+         trace(set_column("accesses", "tensor_id", [0, 2, 1, 1, 2, 0, 5]))),
+    Case("trace-accesses-out-of-op-order", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: op_id: rows 3..5: op ids decrease; accesses must be grouped by op in execution order",
+         trace(set_column("accesses", "op_id", [0, 0, 1, 0, 1, 2, 2]))),
+    Case("trace-ops-out-of-order", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/ops.arrow: op_id: op_id must be 0..n-1 in order",
+         trace(set_column("ops", "op_id", [0, 2, 1]))),
+    Case("trace-tensors-overlap", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/tensors.arrow: address: tensors 0 and 1 overlap",
+         trace(set_column("tensors", "address", [0, 4096, 131072]))),
+    Case("trace-zero-count", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: count: rows 3..5: count below 1",
+         trace(set_column("accesses", "count", [1, 4, 4, 2, 0, 2, 1]))),
+    Case("trace-is-a-file", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace: not a trace directory",
+         {"t.trace": "not a directory"}),
+    Case("trace-missing", ["info", "{tmp}/none.trace"],
+         "{tmp}/none.trace: no such trace"),
+    # -- command-line arguments -----------------------------------------------------------------
+    Case("arg-negative-prompt", ["trace", str(TINY), *TRACE_OUT, "--prompt", "-4"],
+         "prompt: must not be negative, got -4"),
+    Case("arg-negative-generate", ["trace", str(TINY), *TRACE_OUT, "--generate", "-1"],
+         "generate: must not be negative, got -1"),
+    Case("arg-zero-batch", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--batch", "0"],
+         "batch: must be at least 1"),
+    Case("arg-non-integer-length", ["trace", str(TINY), *TRACE_OUT, "--generate", "1.5"],
+         "generate: expected an integer, got '1.5'"),
+    Case("arg-nothing-to-trace", ["trace", str(TINY), *TRACE_OUT, "--context", "8"],
+         "prompt: nothing to trace: give a prompt length and/or tokens to generate"),
+    Case("arg-unknown-weights-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--weights", "int3"],
+         "weights: unknown dtype 'int3'; expected one of bf16, fp16, fp32, fp8, int8, int4"),
+    Case("arg-unknown-kv-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--kv", "int4"],
+         "kv: unknown dtype 'int4'; expected one of bf16, fp16, fp32, fp8, int8"),
+    Case("arg-unknown-activations-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--activations", "int8"],
+         "activations: unknown dtype 'int8'; expected one of bf16, fp16, fp32, fp8"),
+    Case("arg-unknown-model-preset", ["trace", "llama-3.1-9b", *TRACE_OUT, "--generate", "1"],
+         "llama-3.1-9b: no such model preset or config file (did you mean llama-3.1-8b?)"),
+    Case("arg-unknown-router", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--router", "topk"],
+         "router: unknown router 'topk'; expected uniform, zipf:S or table:PATH.arrow"),
+    Case("arg-bad-zipf", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--router", "zipf:-1"],
+         "router: zipf exponent in 'zipf:-1' must be a positive number, e.g. zipf:1.2"),
+    Case("arg-routing-table-missing", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--router", "table:{tmp}/r.arrow"],
+         "{tmp}/r.arrow: router: routing table not found"),
+    Case("arg-unknown-attention", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--attention", "paged"],
+         "attention: unknown attention kernel 'paged'; expected one of flash, naive"),
+    Case("arg-align-not-power-of-two", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--align", "3000"],
+         "alignment: must be a power of two number of bytes, got 3000"),
+    Case("arg-output-exists", ["trace", str(TINY), *TRACE_OUT, "--generate", "1"],
+         "{tmp}/out.trace: output exists; pass --force to replace it",
+         {"out.trace/keep": "x"}),
+    Case("arg-output-exists-as-file", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--force"],
+         "{tmp}/out.trace: output exists as a file, expected a directory",
+         {"out.trace": "x"}),
+    Case("arg-output-parent-missing", ["trace", str(TINY), "-o", "{tmp}/no/out.trace", "--generate", "1"],
+         "{tmp}/no/out.trace: parent directory {tmp}/no does not exist"),
+    Case("arg-output-not-writable", ["trace", str(TINY), "-o", UNWRITABLE + "/out.trace", "--generate", "1"],
+         UNWRITABLE + "/out.trace: directory " + UNWRITABLE + " is not writable",
+         _unwritable),
+    Case("arg-output-parent-is-file", ["trace", str(TINY), "-o", "{tmp}/f/out.trace", "--generate", "1"],
+         "{tmp}/f/out.trace: parent directory {tmp}/f is not a directory",
+         {"f": "x"}),
+    Case("replay-unknown-chip", ["replay", str(GOLDEN), "--chip", "h1000"],
+         "unknown chip preset 'h1000'; did you mean 'h100'? (presets: " + ", ".join(chip_presets()) + ")"),
+    Case("replay-output-exists", ["replay", str(GOLDEN), "--chip", "h100", "-o", "{tmp}/r.parquet"],
+         "{tmp}/r.parquet: output exists; pass --force to replace it",
+         {"r.parquet": "x"}),
+    Case("replay-trace-does-not-fit", ["replay", "{tmp}/t.trace", "--chip", "groq-lpu"],
+         "placement: tensor 'x' (activation, 1 TiB) fits in no home tier; free: sram 230.7 MB",
+         trace(set_column("tensors", "nbytes", [8192, 4096, 1 << 40]))),
+    Case("replay-trace-misaligned", ["replay", str(DATA / "golden-v1-tiny-llama.trace"), "--chip", "sn40l"],
+         str(DATA) + "/golden-v1-tiny-llama.trace/tensors.arrow: address: tensor 1 at address 32768 is not aligned to the 65536 B block of tier 'hbm'; regenerate the trace with --align 65536 or more"),
+    Case("run-keep-trace-exists", ["run", str(TINY), "--generate", "1", "--chip", "h100", "--keep-trace", "{tmp}/k.trace"],
+         "{tmp}/k.trace: output exists; pass --force to replace it",
+         {"k.trace/x": "x"}),
+    Case("run-output-exists", ["run", str(TINY), "--generate", "1", "--chip", "h100", "-o", "{tmp}/r.parquet"],
+         "{tmp}/r.parquet: output exists; pass --force to replace it",
+         {"r.parquet": "x"}),
+    Case("mrc-unknown-tier", ["mrc", str(GOLDEN), "--chip", "h100", "--tier", "l3"],
+         "--tier: unknown tier 'l3'; chip h100 has l2, hbm, ddr"),
+    Case("mrc-bad-size", ["mrc", str(GOLDEN), "--chip", "h100", "--tier", "l2", "--sizes", "1 MiB,2 parsecs"],
+         "--sizes: expected a size such as \"128 B\", \"50 MiB\" or \"64 GB\", got '2 parsecs'"),
+    Case("mrc-plot-exists", ["mrc", str(GOLDEN), "--chip", "h100", "--tier", "l2", "--plot", "{tmp}/p.png"],
+         "{tmp}/p.png: output exists; pass --force to replace it",
+         {"p.png": "x"}),
+]
+
+
+def _materialise(files, tmp: Path) -> None:
+    if callable(files):
+        files(tmp)
+        return
+    for name, content in files.items():
+        p = tmp / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content)
+
+
+def _snapshot(tmp: Path) -> dict[str, tuple]:
+    out = {}
+    for root, dirs, files in os.walk(tmp):
+        for n in dirs + files:
+            p = Path(root) / n
+            st = p.lstat()
+            out[str(p.relative_to(tmp))] = (st.st_mode, None if p.is_dir() else st.st_size, st.st_mtime_ns)
+    return out
+
+
+def run_case(case: Case, tmp: Path):
+    _materialise(case.files, tmp)
+    before = _snapshot(tmp)
+    args = [a.replace("{tmp}", str(tmp)) for a in case.args]
+    r = CliRunner().invoke(main, args, catch_exceptions=False)
+    return r, before, _snapshot(tmp)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, tmp_path: Path):
+    r, before, after = run_case(case, tmp_path)
+    expected = "tierlab: error: " + case.message.replace("{tmp}", str(tmp_path))
+    assert r.stderr.rstrip("\n") == expected
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    assert "Traceback" not in r.stderr
+    assert after == before, "the command wrote, changed or removed files"
+
+
+def test_catalogue_size_and_ids():
+    assert len(CASES) >= 40
+    assert len({c.id for c in CASES}) == len(CASES)
