@@ -24,6 +24,8 @@ COMMANDS = (
     "emulator.cli.chips",
     "emulator.cli.replay",
     "emulator.cli.run",
+    "emulator.cli.compare",
+    "emulator.cli.capacity",
 )
 
 
