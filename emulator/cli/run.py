@@ -31,6 +31,8 @@ def command(model, keep_trace, force, as_json, **kw):
     from emulator.chipfile import load_chip
 
     load_chip(kw["chip"])  # a bad chip fails before the (long) tracing
+    if kw.get("output"):   # so does an output that may not be written: nothing is left half-done
+        check_output(kw["output"], force=force)
     if keep_trace:
         check_output(keep_trace, force=force, directory=True)
         path = generate_trace(spec, run, keep_trace, force=force)
