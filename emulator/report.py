@@ -5,7 +5,8 @@ Top-level JSON keys: ``chip``, ``tiers`` (list: ``name``, ``hits``, ``misses``, 
 ``home_bytes``, ``lent_bytes``), ``links`` (list: ``from``, ``to``, ``bytes_down``, ``bytes_up``),
 ``energy_j`` (``total`` and splits), ``per_token`` (decode only, else null: ``bytes_by_link``,
 ``energy_j``, ``latency_s``, ``tokens_per_s``, ``bound``), ``latency_s`` (whole run), ``by_kind``,
-``flush``, ``placement``, ``counts`` (descriptors and tier-0 blocks replayed) and ``provenance``.
+``flush``, ``placement``, ``counts`` (descriptors and tier-0 blocks replayed) and ``provenance``;
+``per_turn`` (a conversation trace, else null: one entry per turn, see :mod:`emulator.turns`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 from emulator.cost import Cost, cost, per_token
 from emulator.counters import TIER_COUNTERS, link_bytes, tier_dict
 from emulator.replay import TraceReplay
+from emulator.turns import format_turns, per_turn
 from traces.atomic import atomic_path
 from traces.format import FORMAT_VERSION
 
@@ -90,6 +92,7 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
         "links": links,
         "energy_j": energy,
         "per_token": pt,
+        "per_turn": per_turn(tr, cst),
         "latency_s": float(cst.latency_s.sum()),
         "by_kind": by_kind,
         "flush": None if not tr.options.flush else {
@@ -170,6 +173,8 @@ def format_text(d: dict) -> str:
                  ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]]]
         out.append(table(["per decode token", "value"], rows,
                          title=f"per token ({pt['steps']} decode steps, batch {pt['batch']})"))
+    if d.get("per_turn"):
+        out.append(format_turns(d["per_turn"]))
     rows = []
     for kind, v in d["by_kind"].items():
         for name, c in v["tiers"].items():
