@@ -83,6 +83,14 @@ def _marks_build(bits, tree, n_marks):
 
 
 @njit
+def _place_blocks(keys, vals, block_at):
+    """``block_at[time] = block`` for every tracked block."""
+    for i in range(keys.shape[0]):
+        if keys[i] != -1:
+            block_at[vals[i]] = keys[i]
+
+
+@njit
 def _renumber(keys, vals, bits):
     """Give the live blocks new times 0..n-1 in the order of their last access, without sorting.
 
@@ -104,13 +112,48 @@ def _renumber(keys, vals, bits):
 
 
 @njit
-def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, hist, state):
+def _delete(keys, vals, i, shift):
+    """Remove slot ``i`` of the linear-probing table, shifting later entries of its run back."""
+    mask = keys.shape[0] - 1
+    j = i
+    while True:
+        j = (j + 1) & mask
+        k = keys[j]
+        if k == -1:
+            break
+        home = np.int64((np.uint64(k) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
+        # the entry at j may fill the hole at i unless its home lies cyclically in (i, j]
+        if (i < j and (home <= i or home > j)) or (i > j and home <= i and home > j):
+            keys[i] = k
+            vals[i] = vals[j]
+            i = j
+    keys[i] = -1
+
+
+@njit
+def _lowest_mark(bits, start):
+    """The earliest marked time at or after ``start`` (a mark must exist there)."""
+    w = start >> 6
+    word = bits[w] & ~((np.uint64(1) << np.uint64(start & 63)) - np.uint64(1))
+    while word == 0:
+        w += 1
+        word = bits[w]
+    low = word & (~word + np.uint64(1))
+    return (w << 6) + _popcount(low - np.uint64(1))
+
+
+@njit
+def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, limit, state):
     """Record stack distances of ``blocks[pos:]`` until done or a table needs to grow.
 
-    Each distinct block has one mark, at the time of its last access: bit ``t`` of ``bits``, with
-    per-word counts in the Fenwick tree ``tree`` (small enough to stay in cache). The distance of an
-    access whose block was last seen at ``p`` is the number of marks after ``p``.
-    ``state`` = [next time, distinct blocks, (unused), cold misses]. Returns the position reached.
+    Each tracked block has one mark, at the time of its last access: bit ``t`` of ``bits``, with
+    per-word counts in the Fenwick tree ``tree`` (small enough to stay in cache); ``block_at[t]``
+    is the block accessed at time ``t``. The distance of an access whose block was last seen at
+    ``p`` is the number of marks after ``p``. With ``limit >= 0`` only the ``limit`` most recent
+    distinct blocks are tracked (the top of the LRU stack): the oldest is forgotten when a new one
+    arrives, so memory is bounded and distances below ``limit`` stay exact.
+    ``state`` = [next time, tracked blocks, oldest-mark search start, not found (cold or deeper),
+    forgotten blocks]. Returns the position reached.
     """
     n_words = bits.shape[0]
     size = n_words * 64
@@ -150,6 +193,19 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, hist, state):
             tree[i] += 1
             i += i & -i
         vals[s] = t
+        block_at[t] = b
+        if 0 <= limit < n_keys:                    # forget the least recently used block
+            p = _lowest_mark(bits, state[2])
+            state[2] = p + 1
+            _delete(keys, vals, _slot(keys, block_at[p], shift), shift)
+            w = p >> 6
+            bits[w] &= ~(np.uint64(1) << np.uint64(p & 63))
+            i = w + 1
+            while i <= n_words:
+                tree[i] -= 1
+                i += i & -i
+            n_keys -= 1
+            state[4] += 1
         t += 1
         pos += 1
     state[0] = t
@@ -158,24 +214,11 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, hist, state):
 
 
 @njit
-def _set_lru_run(blocks, n_sets, stacks, fill, hist, keys, shift, state):
-    """Per-set LRU stacks of depth ``stacks.shape[1]``; ``hist[max_ways]`` counts deeper/cold.
-
-    ``state`` = [distinct blocks, cold misses]. Stops early (returning the position) when the
-    distinct-block table needs to grow.
-    """
+def _set_lru_run(blocks, n_sets, stacks, fill, hist):
+    """Per-set LRU stacks of depth ``stacks.shape[1]``; ``hist[depth]`` counts deeper or cold."""
     depth = stacks.shape[1]
-    max_keys = keys.shape[0] // 2
-    n = blocks.shape[0]
-    for pos in range(n):
-        if state[0] == max_keys:
-            return pos
+    for pos in range(blocks.shape[0]):
         b = blocks[pos]
-        s = _slot(keys, b, shift)
-        if keys[s] != b:
-            keys[s] = b
-            state[0] += 1
-            state[1] += 1
         row = b % n_sets
         f = fill[row]
         d = 0
@@ -191,7 +234,6 @@ def _set_lru_run(blocks, n_sets, stacks, fill, hist, keys, shift, state):
         for j in range(d, 0, -1):
             stacks[row, j] = stacks[row, j - 1]
         stacks[row, 0] = b
-    return n
 
 
 @njit
@@ -359,131 +401,150 @@ def _as_blocks(blocks) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MissRatioCurve:
-    """Exact miss counts of one block stream for every capacity, from a stack-distance histogram.
+    """Exact LRU miss counts of one block stream at every capacity, from a stack-distance histogram.
 
-    ``n_sets`` is None for a fully-associative cache (``hist[d]`` = accesses at stack distance
-    ``d``; capacities in blocks), else the fixed set count (``hist[d]`` = accesses at per-set
-    distance ``d`` for ``d < max_ways``, ``hist[max_ways]`` = deeper or cold; capacities in ways).
+    Capacities are counted in *units*: blocks when fully associative (``n_sets`` None), ways at
+    ``n_sets`` sets otherwise. ``hist[d]`` = accesses that hit at (per-set) stack distance ``d``;
+    ``beyond`` = accesses found within no tracked depth (cold, or deeper than ``limit``). So
+    ``misses(c) = beyond + sum(hist[c:])`` for every ``c <= limit`` (every ``c`` if ``limit`` is None).
+    ``cold_misses`` is the number of distinct blocks when known exactly (else None).
     """
 
     block_bytes: int
     n_sets: int | None
     accesses: int
-    cold_misses: int
     hist: np.ndarray
+    beyond: int
+    limit: int | None
+    cold_misses: int | None
 
     @property
-    def max_ways(self) -> int | None:
-        return None if self.n_sets is None else len(self.hist) - 1
+    def unit_bytes(self) -> int:
+        return self.block_bytes * (self.n_sets or 1)
 
-    def blocks_for(self, capacity_bytes: int) -> int:
+    def units_for(self, capacity_bytes: int) -> int:
         """Capacity in blocks (fully associative) or ways (set associative); must be exact."""
-        unit = self.block_bytes * (self.n_sets or 1)
+        unit = self.unit_bytes
         if capacity_bytes <= 0 or capacity_bytes % unit:
             what = "block size" if self.n_sets is None else f"{self.n_sets} sets x {self.block_bytes} B"
             raise UsageError(f"capacity {capacity_bytes} B is not a positive multiple of {unit} B ({what})",
                              field="sizes")
         n = capacity_bytes // unit
-        if self.n_sets is not None and n > self.max_ways:
-            raise UsageError(f"{n} ways is beyond the {self.max_ways} ways tracked; raise max_ways",
-                             field="sizes")
+        if self.limit is not None and n > self.limit:
+            raise UsageError(f"capacity {capacity_bytes} B is beyond the {self.limit * unit} B the curve "
+                             f"tracks exactly; raise its limit", field="sizes")
         return n
 
     def misses(self, capacity_bytes: int) -> int:
         """LRU misses (cold included) of a cache of ``capacity_bytes``."""
-        n = self.blocks_for(capacity_bytes)
-        deeper = int(self.hist[min(n, len(self.hist)):].sum())
-        return (self.cold_misses if self.n_sets is None else 0) + deeper
+        return self.beyond + int(self.hist[self.units_for(capacity_bytes):].sum())
 
     def miss_ratio(self, capacity_bytes: int) -> float:
         return self.misses(capacity_bytes) / self.accesses if self.accesses else 0.0
 
     def curve(self) -> tuple[np.ndarray, np.ndarray]:
-        """(capacity_bytes, misses) at every capacity where the count changes, plus zero capacity.
-
-        Fully associative: 0, 1, ..., distinct blocks; set associative: 0..max_ways ways.
-        """
-        tail = np.cumsum(self.hist[::-1])[::-1]            # tail[d] = accesses at distance >= d
-        base = self.cold_misses if self.n_sets is None else 0
-        misses = np.concatenate([[self.accesses], base + tail[1:], [base]] if self.n_sets is None
-                                else [[self.accesses], tail[1:]])
-        n = np.arange(len(misses), dtype=np.int64)
-        return n * self.block_bytes * (self.n_sets or 1), misses.astype(np.int64)
+        """(capacity_bytes, misses) at 0, 1, ..., len(hist) units: every point where the count can change."""
+        tail = np.concatenate([np.cumsum(self.hist[::-1])[::-1], [0]])   # tail[d] = hits at distance >= d
+        units = np.arange(len(tail), dtype=np.int64)
+        return units * self.unit_bytes, (self.beyond + tail).astype(np.int64)
 
 
 class LruDistances:
-    """One-pass fully-associative LRU stack distances; feed chunks with :meth:`update`."""
+    """One-pass fully-associative LRU stack distances; feed chunks with :meth:`update`.
 
-    def __init__(self, *, initial_log2: int = 16):
+    ``limit`` (blocks, optional) bounds memory: only the ``limit`` most recent distinct blocks are
+    tracked, so the curve is exact up to ``limit`` blocks of capacity and memory is O(limit), however
+    long the stream and large its footprint. Without it the curve covers every capacity and memory
+    is O(distinct blocks).
+    """
+
+    def __init__(self, *, limit: int | None = None, initial_log2: int = 16):
+        if limit is not None and limit < 1:
+            raise UsageError(f"limit must be at least one block, got {limit}", field="limit")
+        self.limit = limit
+        if limit is not None:                       # the table never holds more than limit + 1 keys
+            initial_log2 = min(initial_log2, max(1, int(limit + 1).bit_length() + 1))
         # initial_log2 sizes the tables (they grow as needed); tests set it small to exercise growth.
         self._min_words = max(1, (1 << initial_log2) // 64)
         self._table = _Table(initial_log2)
         self._bits = np.zeros(self._min_words, np.uint64)
         self._tree = np.zeros(self._min_words + 1, np.int32)
-        self._hist = np.zeros(1 << initial_log2, np.int64)
-        self._state = np.zeros(4, np.int64)       # next time, distinct blocks, (unused), cold
+        self._block_at = np.zeros(64 * self._min_words, np.int64)
+        self._hist = np.zeros(1 << initial_log2 if limit is None else limit, np.int64)
+        self._state = np.zeros(5, np.int64)   # next time, tracked, oldest search, not found, forgotten
         self.accesses = 0
 
     def update(self, blocks) -> None:
         b = _as_blocks(blocks)
         pos = 0
+        lim = -1 if self.limit is None else self.limit
         while pos < b.shape[0]:
             pos = _lru_full_run(b, pos, self._table.keys, self._table.vals, self._table.shift,
-                                self._bits, self._tree, self._hist, self._state)
+                                self._bits, self._tree, self._block_at, self._hist, lim, self._state)
             n_keys = int(self._state[1])
             if n_keys == self._table.keys.shape[0] // 2:
                 self._table.grow()
-                hist = np.zeros(self._table.keys.shape[0], np.int64)
-                hist[:self._hist.shape[0]] = self._hist
-                self._hist = hist
+                if self.limit is None:
+                    hist = np.zeros(self._table.keys.shape[0], np.int64)
+                    hist[:self._hist.shape[0]] = self._hist
+                    self._hist = hist
             if self._state[0] == 64 * self._bits.shape[0]:   # times used up: renumber live blocks
                 _renumber(self._table.keys, self._table.vals, self._bits)
                 words = max(self._min_words, -(-4 * n_keys // 64))
                 if words != self._bits.shape[0]:
                     self._bits = np.zeros(words, np.uint64)
                     self._tree = np.zeros(words + 1, np.int32)
+                    self._block_at = np.zeros(64 * words, np.int64)
                 _marks_build(self._bits, self._tree, n_keys)
+                _place_blocks(self._table.keys, self._table.vals, self._block_at)
                 self._state[0] = n_keys
+                self._state[2] = 0
         self.accesses += b.shape[0]
 
     def curve(self, block_bytes: int) -> MissRatioCurve:
-        distinct = int(self._state[1])
-        return MissRatioCurve(block_bytes, None, self.accesses, int(self._state[3]),
-                              self._hist[:max(distinct, 1)].copy())
+        not_found, forgotten = int(self._state[3]), int(self._state[4])
+        if self.limit is None:
+            hist = self._hist[:not_found].copy()    # distances are below the number of distinct blocks
+        else:
+            hist = self._hist.copy()
+        return MissRatioCurve(block_bytes, None, self.accesses, hist, not_found, self.limit,
+                              not_found if forgotten == 0 else None)
 
 
 class SetLruDistances:
-    """One-pass per-set LRU stack distances at ``n_sets`` sets, exact for every way count <= ``max_ways``."""
+    """One-pass per-set LRU stack distances at ``n_sets`` sets, exact for every way count <= ``max_ways``.
 
-    def __init__(self, n_sets: int, max_ways: int, *, initial_log2: int = 16):
+    Memory is ``n_sets x max_ways`` block numbers, whatever the stream.
+    """
+
+    def __init__(self, n_sets: int, max_ways: int):
         if n_sets < 1 or max_ways < 1:
             raise UsageError("n_sets and max_ways must be at least 1", field="n_sets")
         self.n_sets = int(n_sets)
         self._stacks = np.full((self.n_sets, int(max_ways)), _EMPTY, np.int64)
         self._fill = np.zeros(self.n_sets, np.int64)
         self._hist = np.zeros(int(max_ways) + 1, np.int64)
-        self._table = _Table(initial_log2)
-        self._state = np.zeros(2, np.int64)       # distinct blocks, cold misses
         self.accesses = 0
 
     def update(self, blocks) -> None:
         b = _as_blocks(blocks)
-        pos = 0
-        while pos < b.shape[0]:
-            pos += _set_lru_run(b[pos:], self.n_sets, self._stacks, self._fill, self._hist,
-                                self._table.keys, self._table.shift, self._state)
-            if self._state[0] == self._table.keys.shape[0] // 2:
-                self._table.grow()
+        _set_lru_run(b, self.n_sets, self._stacks, self._fill, self._hist)
         self.accesses += b.shape[0]
 
     def curve(self, block_bytes: int) -> MissRatioCurve:
-        return MissRatioCurve(block_bytes, self.n_sets, self.accesses, int(self._state[1]),
-                              self._hist.copy())
+        depth = self._hist.shape[0] - 1
+        return MissRatioCurve(block_bytes, self.n_sets, self.accesses, self._hist[:depth].copy(),
+                              int(self._hist[depth]), depth, None)
 
 
-def lru_curve(chunks, block_bytes: int, *, n_sets: int | None = None, max_ways: int = 32) -> MissRatioCurve:
-    """Exact LRU miss-ratio curve of a stream given as an iterable of block-number arrays."""
-    acc = LruDistances() if n_sets is None else SetLruDistances(n_sets, max_ways)
+def lru_curve(chunks, block_bytes: int, *, n_sets: int | None = None, max_ways: int = 32,
+              limit: int | None = None) -> MissRatioCurve:
+    """Exact LRU miss-ratio curve of a stream given as an iterable of block-number arrays.
+
+    Fully associative unless ``n_sets`` is given (then every way count up to ``max_ways``);
+    ``limit`` bounds a fully-associative curve (and its memory) to ``limit`` blocks of capacity.
+    """
+    acc = LruDistances(limit=limit) if n_sets is None else SetLruDistances(n_sets, max_ways)
     for blocks in chunks:
         acc.update(blocks)
     return acc.curve(block_bytes)

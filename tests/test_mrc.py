@@ -79,17 +79,33 @@ def test_fully_associative_every_capacity_matches_replay(blocks, cuts):
 @given(blocks=streams, n_sets=st.sampled_from([1, 2, 3, 4, 8]), max_ways=st.integers(1, 12),
        cuts=st.lists(st.integers(0, 300), max_size=3))
 def test_set_associative_every_way_count_matches_replay(blocks, n_sets, max_ways, cuts):
-    acc = SetLruDistances(n_sets, max_ways, initial_log2=1)
+    acc = SetLruDistances(n_sets, max_ways)
     for c in chunks(blocks, cuts):
         acc.update(c)
     curve = acc.curve(B)
-    assert curve.cold_misses == len(set(blocks))
     for ways in range(1, max_ways + 1):
         assert curve.misses(ways * n_sets * B) == naive_lru_misses(blocks, n_sets, ways), ways
-        assert curve.misses(ways * n_sets * B) >= curve.cold_misses
+        assert curve.misses(ways * n_sets * B) >= len(set(blocks))
     caps, misses = curve.curve()
     assert caps.tolist() == [w * n_sets * B for w in range(max_ways + 1)]
     assert all(misses[1:] <= misses[:-1])
+
+
+@settings(max_examples=120, deadline=None)
+@given(blocks=streams, limit=st.integers(1, 30), cuts=st.lists(st.integers(0, 300), max_size=4))
+def test_bounded_curve_is_exact_up_to_its_limit(blocks, limit, cuts):
+    """Tracking only the top ``limit`` blocks of the LRU stack loses nothing below ``limit``."""
+    acc = LruDistances(limit=limit, initial_log2=1)
+    for c in chunks(blocks, cuts):
+        acc.update(c)
+    curve = acc.curve(B)
+    for cap in range(1, limit + 1):
+        assert curve.misses(cap * B) == naive_lru_misses(blocks, 1, cap), cap
+    distinct = len(set(blocks))
+    assert curve.cold_misses == (distinct if distinct <= limit else None)
+    assert acc._table.keys.shape[0] <= 4 * (limit + 1)        # memory follows the limit, not the stream
+    with pytest.raises(UsageError):
+        curve.misses((limit + 1) * B)
 
 
 @settings(max_examples=80, deadline=None)
@@ -136,8 +152,12 @@ def test_agrees_with_pycachesim_across_renumbering():
     hot = [rng.integers(5000, 5200, 50) for _ in range(1500)]
     blocks = np.concatenate([x for pair in zip(runs, hot) for x in pair]).astype(np.int64)
     full = lru_curve(np.array_split(blocks, 7), B)
+    bounded = lru_curve(np.array_split(blocks, 5), B, limit=1024)
     for cap in (16, 256, 1024, 4096):
-        assert full.misses(cap * B) == pycachesim_misses(blocks, 1, cap)
+        expected = pycachesim_misses(blocks, 1, cap)
+        assert full.misses(cap * B) == expected
+        if cap <= 1024:
+            assert bounded.misses(cap * B) == expected
     per_set = lru_curve(np.array_split(blocks, 3), B, n_sets=64, max_ways=16)
     for ways in (1, 4, 8, 16):
         assert per_set.misses(64 * ways * B) == pycachesim_misses(blocks, 64, ways)

@@ -69,7 +69,10 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
             raise UsageError(f"size {c} B is not a positive multiple of the {tier.block_bytes} B block",
                              field="--sizes")
 
-    full = LruDistances()
+    # the fully-associative curve tracks only as deep as the largest row: memory stays bounded by
+    # that capacity, not by the trace's footprint (a model's weights are ~10^8 distinct blocks)
+    limit_blocks = max(max(rows), tier.capacity_bytes) // tier.block_bytes
+    full = LruDistances(limit=limit_blocks)
     per_set = SetLruDistances(n_sets, max_ways) if n_sets is not None else None
     kept, kept_blocks, opt_note = [], 0, None
     expander = BlockExpander(tensor_addresses(trace.tensors), tier.block_bytes, include=include)
@@ -130,8 +133,9 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
         "trace": str(trace.path), "chip": chip.name, "tier": tier.name, "tier_index": idx,
         "tier_capacity_bytes": tier.capacity_bytes, "block_bytes": tier.block_bytes,
         "ways": tier.ways, "n_sets": n_sets, "max_ways": max_ways,
-        "accesses": n, "distinct_blocks": curve.cold_misses,
-        "footprint_bytes": curve.cold_misses * tier.block_bytes,
+        "accesses": n, "tracked_blocks": limit_blocks,
+        "distinct_blocks": curve.cold_misses,       # None when more than tracked_blocks
+        "footprint_bytes": None if curve.cold_misses is None else curve.cold_misses * tier.block_bytes,
         "rows": out_rows, "opt": opt_note,
         "stream": ("every access" if idx == 0 else
                    f"accesses to tensors homed at or beyond {tier.name}; nearer tiers not simulated"),
@@ -145,8 +149,10 @@ def _format(result: dict) -> str:
     head = (f"{result['chip']} / {result['tier']}: {format_size(result['tier_capacity_bytes'])}, "
             f"{result['block_bytes']} B blocks, "
             + ("fully associative" if ways is None else f"{ways}-way, {result['n_sets']} sets")
-            + f"; {result['accesses']:,} block accesses, {result['distinct_blocks']:,} distinct "
-              f"({format_size(result['footprint_bytes'])})")
+            + f"; {result['accesses']:,} block accesses, "
+            + (f"{result['distinct_blocks']:,} distinct ({format_size(result['footprint_bytes'])})"
+               if result["distinct_blocks"] is not None else
+               f"footprint above {format_size(result['tracked_blocks'] * result['block_bytes'])}"))
     cols = ["capacity", "LRU full", f"LRU {result['n_sets']} sets" if ways else None, "OPT full", ""]
     table = []
     for r in result["rows"]:
@@ -171,7 +177,6 @@ def write_plot(result: dict, curves, path, *, force: bool = False) -> None:
         raise UsageError("--plot needs matplotlib: pip install 'tierlab[plot]'", field="--plot") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     import matplotlib.ticker
 
     from emulator.units import format_size
