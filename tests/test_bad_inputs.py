@@ -177,6 +177,15 @@ def scribble(file: str) -> Callable[[Path], None]:
     return edit
 
 
+def _bad_dictionary(tab: pa.Table) -> pa.Table:
+    """The ops table with its ``kind`` column dictionary-encoded, one index pointing past the
+    dictionary (pyarrow's IPC reader accepts it; a cast of it would crash the process)."""
+    kind = pa.DictionaryArray.from_arrays(pa.array([0, 1, 7], pa.int32()), pa.array(["linear", "attention"]),
+                                          safe=False)
+    i = tab.schema.get_field_index("kind")
+    return tab.set_column(i, pa.field("kind", kind.type), kind)
+
+
 def remove(file: str) -> Callable[[Path], None]:
     return lambda t: (t / file).unlink()
 
@@ -328,6 +337,16 @@ CASES = [
     Case("config-zero-hidden", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: hidden_size: expected a positive integer, got 0",
          config(LLAMA, hidden_size=0)),
+    Case("config-architectures-not-strings", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: architectures: unsupported model family ['LlamaForCausalLM']; supported: "
+         + ", ".join(sorted(ARCHITECTURES)),
+         config(LLAMA, architectures=[["LlamaForCausalLM"]], model_type=["llama"])),
+    Case("config-absurd-layers", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: num_hidden_layers: 1000000 layers is beyond what tierlab models (at most 4096)",
+         config(LLAMA, num_hidden_layers=10**6)),
+    Case("config-dimension-overflow", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: vocab_size: expected at most 2147483647, got 1099511627776",
+         config(LLAMA, vocab_size=2**40)),
     Case("config-dir-without-config", ["trace", "{tmp}/model", *TRACE_OUT, "--generate", "1"],
          "{tmp}/model: directory holds no config.json",
          {"model/README": "x"}),
@@ -392,6 +411,12 @@ CASES = [
     Case("trace-zero-count", ["info", "{tmp}/t.trace"],
          "{tmp}/t.trace/accesses.arrow: count: rows 3..5: count below 1",
          trace(set_column("accesses", "count", [1, 4, 4, 2, 0, 2, 1]))),
+    Case("trace-null-values", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: nbytes: rows 3..5: 1 null value; every cell must hold a value",
+         trace(set_column("accesses", "nbytes", [8192, 64, 1024, 1024, None, 4096, 32]))),
+    Case("trace-dictionary-index-out-of-range", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/ops.arrow: truncated or corrupt Arrow stream: Column 2: In chunk 1: Invalid: Dictionary indices invalid: Invalid: Value at position 0 out of bounds: 7 (should be in [0, 1])",
+         trace(table("ops", _bad_dictionary))),
     Case("trace-is-a-file", ["info", "{tmp}/t.trace"],
          "{tmp}/t.trace: not a trace directory",
          {"t.trace": "not a directory"}),

@@ -58,14 +58,30 @@ def _normalise(table: pa.Table, expected: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=expected)
 
 
+def _check_nulls(data: pa.Table | pa.RecordBatch, path: Path, where: str = "") -> None:
+    for name, col in zip(data.schema.names, data.columns):
+        if col.null_count:
+            n = col.null_count
+            raise TraceError(f"{where}{n} null value{'' if n == 1 else 's'}; every cell must hold a value",
+                             file=str(path), field=name)
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
 def _read_small_table(path: Path, schema: pa.Schema) -> pa.Table:
     try:
         with pa.OSFile(str(path), "rb") as src:
             reader = pa.ipc.open_stream(src)
             _check_schema(reader.schema, schema, path)
             table = reader.read_all()
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
-        raise TraceError(f"truncated or corrupt Arrow stream: {err}", file=str(path)) from None
+            # the IPC reader trusts buffer contents; corrupt offsets or dictionary indices would
+            # crash (not raise) in later compute calls, so every buffer is checked first
+            table.validate(full=True)
+    except (pa.ArrowException, OSError) as err:
+        raise TraceError(f"truncated or corrupt Arrow stream: {_one_line(err)}", file=str(path)) from None
+    _check_nulls(table, path)
     return _normalise(table, schema)
 
 
@@ -130,6 +146,8 @@ class Trace:
                         break
                     if batch.num_rows == 0:
                         continue
+                    batch.validate(full=True)
+                    _check_nulls(batch, path, f"rows {rows}..{rows + batch.num_rows - 1}: ")
                     last_op = self._check_batch(batch, path, rows, last_op, n_ops, sizes)
                     rows += batch.num_rows
                     pending.append(batch)
@@ -137,8 +155,8 @@ class Trace:
                     while pending_rows >= batch_rows:
                         out, pending, pending_rows = _take(pending, batch_rows)
                         yield out
-            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
-                raise TraceError(f"truncated or corrupt Arrow stream after {rows} rows: {err}",
+            except (pa.ArrowException, OSError) as err:
+                raise TraceError(f"truncated or corrupt Arrow stream after {rows} rows: {_one_line(err)}",
                                  file=str(path)) from None
         if pending_rows:
             out, pending, pending_rows = _take(pending, pending_rows)

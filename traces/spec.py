@@ -241,16 +241,17 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
     r = _Reader(config, file)
     archs = config.get("architectures") or []
     family = None
-    if isinstance(archs, list) and archs and archs[0] in ARCHITECTURES:
+    model_type = config.get("model_type")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in ARCHITECTURES:
         family = ARCHITECTURES[archs[0]]
-    elif config.get("model_type") in MODEL_TYPES:
-        family = MODEL_TYPES[config["model_type"]]
+    elif isinstance(model_type, str) and model_type in MODEL_TYPES:
+        family = MODEL_TYPES[model_type]
     if family is None:
         what = archs[0] if isinstance(archs, list) and archs else config.get("model_type")
         raise ConfigError(f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}",
                           file=file, field="architectures")
     if family == "chatglm":
-        return _glm_spec(r, name, config)
+        return _check_scale(_glm_spec(r, name, config), file, "num_layers")
     h = r.pos("hidden_size")
     layers = r.pos("num_hidden_layers")
     heads = r.pos("num_attention_heads")
@@ -305,6 +306,30 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
     if spec.attention == "gqa" and heads % spec.num_kv_heads:
         raise ConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads "
                           f"{spec.num_kv_heads}", file=file, field="num_key_value_heads")
+    return _check_scale(spec, file, "num_hidden_layers")
+
+
+# Bounds that keep a config within what a trace can describe (int32 layer/expert columns, uint64
+# addresses) and what tierlab can list in memory; real models are orders of magnitude inside them.
+MAX_DIMENSION = 2**31 - 1
+MAX_LAYERS = 4096
+MAX_EXPERT_INSTANCES = 1 << 20        # layers x experts (DeepSeek-V3: 61 x 256)
+MAX_PARAMS = 1 << 56                  # elements; fp32 weights must stay far below 2**64 bytes
+
+
+def _check_scale(spec: ModelSpec, file: str | None, layers_key: str) -> ModelSpec:
+    if spec.num_layers > MAX_LAYERS:
+        raise ConfigError(f"{spec.num_layers} layers is beyond what tierlab models (at most {MAX_LAYERS})",
+                          file=file, field=layers_key)
+    experts = spec.num_layers * spec.num_experts
+    if experts > MAX_EXPERT_INSTANCES:
+        key = {"mixtral": "num_local_experts", "deepseek_v3": "n_routed_experts"}.get(spec.family, "num_experts")
+        raise ConfigError(f"{spec.num_experts} experts in each of {spec.num_layers} layers is beyond what tierlab "
+                          f"models (at most {MAX_EXPERT_INSTANCES} layer-experts)", file=file, field=key)
+    params = spec.param_count()
+    if params > MAX_PARAMS:
+        raise ConfigError(f"{params} parameters is beyond what tierlab models (at most 2**56)", file=file,
+                          field="hidden_size")
     return spec
 
 
@@ -348,6 +373,8 @@ class _Reader:
         v = self.config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ConfigError(f"expected a non-negative integer, got {v!r}", file=self.file, field=key)
+        if v > MAX_DIMENSION:
+            raise ConfigError(f"expected at most {MAX_DIMENSION}, got {v}", file=self.file, field=key)
         return v
 
     def pos(self, key: str, default=_MISSING):
@@ -357,7 +384,7 @@ class _Reader:
         v = self.config[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"expected a positive integer, got {v!r}", file=self.file, field=key)
-        return v
+        return self.int(key)
 
 
 def human_count(n: float) -> str:
