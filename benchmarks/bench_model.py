@@ -4,8 +4,7 @@ Generates ``llama-3.1-8b --context 1024 --generate 8`` (bf16) into a temporary d
 on ``h100`` and reports: simulated bytes per host second (bytes requested at tier 0, and bytes on
 each link), host time per decode token (the replay's host time split over decode steps in
 proportion to their tier-0 requests, so trace reading and setup are spread evenly) against the
-chip's own time per token from the same result (the cost model's per-token latency, when
-``emulator.cost`` provides it; else the HBM-link roofline bytes / bandwidth, labelled as such).
+chip's own time per token from the same result (the cost model's per-token latency).
 
     python benchmarks/bench_model.py [--model NAME] [--chip NAME] [--context N] [--generate N]
 """
@@ -24,21 +23,16 @@ from _common import emit, log
 from emulator.counters import BYPASSES, HITS, MISSES
 
 
-def chip_seconds_per_token(tr, decode_steps: np.ndarray) -> tuple[dict, str]:
-    """Chip time per decode step from the cost model, or the HBM-link roofline if it is absent."""
-    try:
-        from emulator import cost
-        latency = cost.per_token(tr)["latency_s"]                # type: ignore[attr-defined]
-        return {str(k): float(v) for k, v in dict(latency).items()}, "emulator.cost per-token latency"
-    except (ImportError, AttributeError, KeyError, TypeError):
-        pass
-    res = tr.result
-    link = tr.chip.links[0]
-    per_op_links = res.per_op[:, 0, MISSES] * int(res.block_bytes[0])   # bytes down link 0 per op
-    out = {}
-    for s in np.unique(decode_steps[decode_steps >= 0]):
-        out[str(int(s))] = float(per_op_links[decode_steps == s].sum() / link.bandwidth_bytes_per_s)
-    return out, f"roofline: bytes down {link.upper}->{link.lower} / {link.bandwidth_bytes_per_s:.3g} B/s"
+def chip_seconds_per_token(tr, ops) -> tuple[dict, str]:
+    """The chip's own time per decode step: the cost model's per-op roofline latency summed over
+    each step's ops (what ``tierlab replay --json`` reports as ``per_token.latency_s``)."""
+    from emulator.cost import per_step
+    from emulator.report import cost_of
+
+    cst = cost_of(tr)
+    steps = per_step(cst, ops["step"], ops["phase"])
+    return ({str(s): float(cst.latency_s[ids].sum()) for s, ids in steps.items()},
+            "emulator.cost: per op max(compute, tier and link bytes / bandwidth), summed per step")
 
 
 def main() -> None:
@@ -75,7 +69,7 @@ def main() -> None:
     total_req = int(requests.sum())
     host_per_step = {str(int(s)): t_replay * float(requests[steps == s].sum()) / max(total_req, 1)
                      for s in np.unique(steps[steps >= 0])}
-    chip_per_step, chip_source = chip_seconds_per_token(tr, steps)
+    chip_per_step, chip_source = chip_seconds_per_token(tr, ops)
     host_mean = float(np.mean(list(host_per_step.values()))) if host_per_step else None
     chip_mean = float(np.mean(list(chip_per_step.values()))) if chip_per_step else None
     links = res.links
