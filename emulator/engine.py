@@ -199,17 +199,165 @@ def _policy_victim(pid, meta, base, ways, rng, t):
 # The walk
 # ---------------------------------------------------------------------------------------------
 
+# columns of ``tinfo[tier, :]`` (int64): log2 of the block, set mask (-1 when the set count is not
+# a power of two), log2 of blocks per residency region, offset of the tier's regions in
+# ``region_cnt``, the number of dirty blocks the tier holds whose home is not the next tier, and
+# the requests the fast path served at the tier (a statistic)
+TI_SHIFT, TI_SET_MASK, TI_REGION_SHIFT, TI_REGION_OFF, TI_DIRTY_FAR, TI_FAST_REQUESTS = range(6)
+N_TINFO = 6
 
-@njit
+
+@njit(nogil=True)
+def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
+               blk, n_sets, n_ways, mode, policy, slot_off,
+               tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta):
+    """Serve a run of read requests at tier ``i`` set by set; False (and nothing changed) if it may not.
+
+    The requests are units ``lo..hi`` of ``2**ush`` bytes, in order (one tensor, reads). It applies
+    when tier ``i`` is an LRU or FIFO cache, none of the run's blocks is resident there (every
+    residency region the run covers is empty) and every dirty block the tier holds is homed in the
+    next tier (so a writeback is a home hit there and changes no state). Then every block of the run
+    misses once (repeated requests to it hit), and in each set the ways are reused in a fixed order:
+    empty ways (lowest first), then the resident blocks oldest first, then the run's own blocks in
+    the order they came — exactly what per-block LRU/FIFO replacement does, since all the run's blocks
+    are distinct, newer than everything resident, and stamped in request order.
+    """
+    if mode[i] != MODE_CACHE:
+        return False
+    pid = policy[i]
+    if pid != 0 and pid != 1:
+        return False
+    if tinfo[i, TI_DIRTY_FAR] != 0:
+        return False
+    sh = tinfo[i, TI_SHIFT]
+    d = sh - ush
+    F = lo >> d
+    L = hi >> d
+    rs = tinfo[i, TI_REGION_SHIFT]
+    ro = tinfo[i, TI_REGION_OFF]
+    for r in range(F >> rs, (L >> rs) + 1):
+        if region_cnt[ro + r] != 0:
+            return False
+    nb = L - F + 1
+    n_req = hi - lo + 1
+    S = n_sets[i]
+    W = n_ways[i]
+    clock0 = clock[i]
+    k_run = t_kind[tid]
+    b_i = blk[i]
+    smask = tinfo[i, TI_SET_MASK]
+    n_touch = nb if nb < S else S
+    for k in range(n_touch):
+        b_first = F + k
+        s = (b_first & smask) if smask >= 0 else (b_first % S)
+        base = slot_off[i] + s * W
+        m = (L - b_first) // S + 1
+        n_empty = 0
+        for x in range(W):
+            if tag[base + x] < 0:
+                seq[n_empty] = base + x
+                n_empty += 1
+        n_old = W - n_empty
+        n_evict_old = m - n_empty
+        if n_evict_old > n_old:
+            n_evict_old = n_old
+        if n_evict_old > 0 and m <= W and n_evict_old <= 2:
+            # few victims: pick the oldest ones by scanning (stamps are unique)
+            prev = -1
+            for q in range(n_evict_old):
+                best = -1
+                bv = OPT_NEVER
+                for x in range(W):
+                    if tag[base + x] >= 0:
+                        v = meta[base + x]
+                        if v > prev and v < bv:
+                            bv = v
+                            best = x
+                seq[n_empty + q] = base + best
+                prev = bv
+        elif n_evict_old > 0 or m > n_empty:
+            # the resident blocks, oldest first (stamps are unique)
+            if W <= 64:
+                p_n = 0
+                for x in range(W):
+                    if tag[base + x] >= 0:
+                        v = meta[base + x]
+                        p = p_n
+                        while p > 0 and old_meta[p - 1] > v:
+                            old_meta[p] = old_meta[p - 1]
+                            seq[n_empty + p] = seq[n_empty + p - 1]
+                            p -= 1
+                        old_meta[p] = v
+                        seq[n_empty + p] = base + x
+                        p_n += 1
+            else:
+                p_n = 0
+                for x in range(W):
+                    if tag[base + x] >= 0:
+                        old_meta[p_n] = meta[base + x]
+                        p_n += 1
+                order = np.argsort(old_meta[:p_n])
+                p_n = 0
+                ways_valid = np.empty(n_old, np.int64)
+                for x in range(W):
+                    if tag[base + x] >= 0:
+                        ways_valid[p_n] = base + x
+                        p_n += 1
+                for p in range(n_old):
+                    seq[n_empty + p] = ways_valid[order[p]]
+        for q in range(n_evict_old):
+            slot = seq[n_empty + q]
+            vt = owner[slot]
+            vk = t_kind[vt]
+            cnt[row, vk, i, EVICTIONS] += 1
+            region_cnt[ro + (tag[slot] >> rs)] -= 1
+            if dirty[slot]:
+                cnt[row, vk, i, WRITEBACKS] += 1
+                cnt[row, vk, i, BYTES_READ] += b_i
+                cnt[row, vk, i + 1, HITS] += 1
+                cnt[row, vk, i + 1, BYTES_WRITTEN] += b_i
+        if m > W:
+            cnt[row, k_run, i, EVICTIONS] += m - W
+        j0 = m - W if m > W else 0
+        for j in range(j0, m):
+            slot = seq[j % W]
+            b = b_first + j * S
+            tag[slot] = b
+            owner[slot] = tid
+            dirty[slot] = 0
+            if pid == 0:  # lru: the stamp of the block's last request
+                u = ((b + 1) << d) - 1
+                if u > hi:
+                    u = hi
+            else:         # fifo: the stamp of its fill
+                u = b << d
+                if u < lo:
+                    u = lo
+            meta[slot] = clock0 + (u - lo)
+            region_cnt[ro + (b >> rs)] += 1
+    cnt[row, k_run, i, MISSES] += nb
+    cnt[row, k_run, i, FILLS] += nb
+    cnt[row, k_run, i, HITS] += n_req - nb
+    cnt[row, k_run, i, BYTES_WRITTEN] += nb * b_i
+    cnt[row, k_run, i, BYTES_READ] += n_req << ush
+    clock[i] = clock0 + n_req
+    tinfo[i, TI_FAST_REQUESTS] += n_req
+    return True
+
+
+@njit(nogil=True)
 def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim,
          t_addr, t_home, t_kind,
          blk, n_sets, n_ways, mode, policy, slot_off,
          tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
          store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-         rec_tier, rec_buf, rec_pos, cnt):
+         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, cnt):
     """Both entry points in one body (a call per block would cost more than the block itself).
 
     ``is_flush`` false: replay the descriptors. True: flush dirty blocks (descriptors unused).
+    With ``fast_path``, a read chunk of at least ``fast_min_blocks`` tier-0 blocks is cut at tier-0
+    residency-region boundaries; a piece with no resident block is served by :func:`_fast_tier`
+    tier after tier (and counted in one step at its home tier), the rest block by block.
     """
     n_tiers = blk.shape[0]
     depth = 2 * n_tiers + 4
@@ -217,7 +365,15 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
     st_addr = np.empty(depth, np.int64)
     st_write = np.empty(depth, np.int64)
     st_tid = np.empty(depth, np.int64)
+    max_w = 1
+    for i in range(n_tiers):
+        if mode[i] == MODE_CACHE and n_ways[i] > max_w:
+            max_w = n_ways[i]
+    seq = np.empty(max_w, np.int64)
+    old_meta = np.empty(max_w, np.int64)
+    fast = fast_path and rec_tier < 0
     b0 = blk[0]
+    sh0 = tinfo[0, TI_SHIFT]
     n_blocks = 0
     if is_flush:
         n_src = slot_off[n_tiers - 1] + n_sets[n_tiers - 1] * n_ways[n_tiers - 1]
@@ -235,155 +391,234 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                 continue
             dirty[a] = 0
             vt = owner[a]
+            if t_home[vt] != src_tier + 1:
+                tinfo[src_tier, TI_DIRTY_FAR] -= 1
             cnt[0, t_kind[vt], src_tier, WRITEBACKS] += 1
             cnt[0, t_kind[vt], src_tier, BYTES_READ] += blk[src_tier]
             row = 0
             tid = vt
             w = 1
             n_chunks = 1
-            first = 0
-            last = 0
         else:
             row = acc_row[a]
             tid = acc_tid[a]
             w = 1 if acc_write[a] else 0
             n_chunks = acc_count[a]
+        kd = t_kind[tid]
         for j in range(n_chunks):
-            if not is_flush:
+            if is_flush:
+                first = 0
+                last = 0
+            else:
                 start = t_addr[tid] + acc_offset[a] + j * acc_stride[a]
-                first = start // b0
-                last = (start + acc_nbytes[a] - 1) // b0
+                first = start >> sh0
+                last = (start + acc_nbytes[a] - 1) >> sh0
                 n_blocks += last - first + 1
                 if acc_pim[a] > 0:
-                    cnt[row, t_kind[tid], t_home[tid], PIM_BYTES] += (last - first + 1) * b0
+                    cnt[row, kd, t_home[tid], PIM_BYTES] += (last - first + 1) * b0
                     continue
-            for blkno in range(first, last + 1):
+            pos = first
+            while pos <= last:
+                g_tier = 0
+                g_lo = pos
+                g_hi = last
+                g_ush = sh0
                 if is_flush:
-                    st_tier[0] = src_tier + 1
-                    st_addr[0] = tag[a] * blk[src_tier]
-                else:
-                    st_tier[0] = 0
-                    st_addr[0] = blkno * b0
-                st_write[0] = w
-                st_tid[0] = tid
-                sp = 1
-                while sp > 0:
-                    sp -= 1
-                    i = st_tier[sp]
-                    addr = st_addr[sp]
-                    rw = st_write[sp]
-                    rt = st_tid[sp]
-                    k = t_kind[rt]
-                    h = t_home[rt]
-                    req = blk[0] if i == 0 else blk[i - 1]
-                    if i == h:
-                        cnt[row, k, i, HITS] += 1
-                        if rw:
-                            cnt[row, k, i, BYTES_WRITTEN] += req
+                    g_tier = src_tier + 1
+                    g_lo = tag[a]
+                    g_hi = tag[a]
+                    g_ush = tinfo[src_tier, TI_SHIFT]
+                    pos = last + 1
+                elif fast and w == 0 and last - pos + 1 >= fast_min_blocks:
+                    seg_hi = last
+                    if mode[0] == MODE_CACHE:
+                        rs0 = tinfo[0, TI_REGION_SHIFT]
+                        ro0 = tinfo[0, TI_REGION_OFF]
+                        r = pos >> rs0
+                        if region_cnt[ro0 + r] != 0:
+                            seg_hi = -1
+                            g_hi = min(last, ((r + 1) << rs0) - 1)
                         else:
-                            cnt[row, k, i, BYTES_READ] += req
-                        continue
-                    b_i = blk[i]
-                    b = addr // b_i
-                    if mode[i] == MODE_PASS:
-                        st_tier[sp] = i + 1
-                        st_addr[sp] = b * b_i
-                        st_write[sp] = rw
-                        st_tid[sp] = rt
-                        sp += 1
-                        if rw:
-                            cnt[row, k, i, WRITETHROUGHS] += 1
-                        else:
-                            cnt[row, k, i, BYPASSES] += 1
-                        continue
-                    # a caching tier: look the block up in its set
-                    ways = n_ways[i]
-                    base = slot_off[i] + (b % n_sets[i]) * ways
-                    stamp = clock[i]
-                    clock[i] = stamp + 1
-                    pid = policy[i]
-                    nxt = OPT_NEVER
-                    if pid == 3:
-                        nxt = opt_next[opt_off[i] + opt_pos[i]]
-                        opt_pos[i] += 1
-                    if i == rec_tier:
-                        if rec_pos[0] < rec_buf.shape[0]:
-                            rec_buf[rec_pos[0]] = b
-                        rec_pos[0] += 1
-                    way = -1
-                    empty = -1
-                    for x in range(ways):
-                        tg = tag[base + x]
-                        if tg == b:
-                            way = x
+                            r_end = last >> rs0
+                            while r < r_end and region_cnt[ro0 + r + 1] == 0:
+                                r += 1
+                            seg_hi = min(last, ((r + 1) << rs0) - 1)
+                    if seg_hi >= 0:
+                        ti = 0
+                        lo = pos
+                        hi = seg_hi
+                        ush = sh0
+                        done = False
+                        while True:
+                            if ti == t_home[tid]:
+                                cnt[row, kd, ti, HITS] += hi - lo + 1
+                                cnt[row, kd, ti, BYTES_READ] += (hi - lo + 1) << ush
+                                done = True
+                                break
+                            if mode[ti] == MODE_PASS and tinfo[ti, TI_SHIFT] == ush:
+                                cnt[row, kd, ti, BYPASSES] += hi - lo + 1
+                                ti += 1
+                                continue
+                            if _fast_tier(ti, lo, hi, ush, tid, row, cnt, t_kind,
+                                          blk, n_sets, n_ways, mode, policy, slot_off,
+                                          tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta):
+                                dd = tinfo[ti, TI_SHIFT] - ush
+                                lo = lo >> dd
+                                hi = hi >> dd
+                                ush = tinfo[ti, TI_SHIFT]
+                                ti += 1
+                                continue
                             break
-                        if tg < 0 and empty < 0:
-                            empty = x
-                    if way >= 0:
+                        pos = seg_hi + 1
+                        if done:
+                            continue
+                        g_tier = ti
+                        g_lo = lo
+                        g_hi = hi
+                        g_ush = ush
+                    else:
+                        pos = g_hi + 1
+                else:
+                    pos = last + 1
+                # block by block: units g_lo..g_hi of 2**g_ush bytes, entering at tier g_tier
+                for unit in range(g_lo, g_hi + 1):
+                    st_tier[0] = g_tier
+                    st_addr[0] = unit << g_ush
+                    st_write[0] = w
+                    st_tid[0] = tid
+                    sp = 1
+                    while sp > 0:
+                        sp -= 1
+                        i = st_tier[sp]
+                        addr = st_addr[sp]
+                        rw = st_write[sp]
+                        rt = st_tid[sp]
+                        k = t_kind[rt]
+                        req = b0 if i == 0 else blk[i - 1]
+                        if i == t_home[rt]:
+                            cnt[row, k, i, HITS] += 1
+                            if rw:
+                                cnt[row, k, i, BYTES_WRITTEN] += req
+                            else:
+                                cnt[row, k, i, BYTES_READ] += req
+                            continue
+                        sh_i = tinfo[i, TI_SHIFT]
+                        b_i = blk[i]
+                        b = addr >> sh_i
+                        if mode[i] == MODE_PASS:
+                            st_tier[sp] = i + 1
+                            st_addr[sp] = b << sh_i
+                            st_write[sp] = rw
+                            st_tid[sp] = rt
+                            sp += 1
+                            if rw:
+                                cnt[row, k, i, WRITETHROUGHS] += 1
+                            else:
+                                cnt[row, k, i, BYPASSES] += 1
+                            continue
+                        # a caching tier: look the block up in its set
+                        ways = n_ways[i]
+                        smask = tinfo[i, TI_SET_MASK]
+                        sidx = (b & smask) if smask >= 0 else (b % n_sets[i])
+                        base = slot_off[i] + sidx * ways
+                        stamp = clock[i]
+                        clock[i] = stamp + 1
+                        pid = policy[i]
+                        nxt = OPT_NEVER
+                        if pid == 3:
+                            nxt = opt_next[opt_off[i] + opt_pos[i]]
+                            opt_pos[i] += 1
+                        if i == rec_tier:
+                            if rec_pos[0] < rec_buf.shape[0]:
+                                rec_buf[rec_pos[0]] = b
+                            rec_pos[0] += 1
+                        way = -1
+                        empty = -1
+                        for x in range(ways):
+                            tg = tag[base + x]
+                            if tg == b:
+                                way = x
+                                break
+                            if tg < 0 and empty < 0:
+                                empty = x
+                        if way >= 0:
+                            slot = base + way
+                            cnt[row, k, i, HITS] += 1
+                            if rw:
+                                if dirty[slot] == 0 and t_home[rt] != i + 1:
+                                    tinfo[i, TI_DIRTY_FAR] += 1
+                                dirty[slot] = 1
+                                cnt[row, k, i, BYTES_WRITTEN] += req
+                                if store_hit_recency or pid == 3:  # opt's word is the next use
+                                    _policy_hit(pid, meta, slot, stamp, nxt)
+                            else:
+                                cnt[row, k, i, BYTES_READ] += req
+                                _policy_hit(pid, meta, slot, stamp, nxt)
+                            continue
+                        cnt[row, k, i, MISSES] += 1
+                        fetch = True
+                        if rw and req == b_i:
+                            if i == 0:
+                                fetch = fetch_on_write_miss
+                            else:
+                                fetch = fetch_on_writeback_miss
+                        rs = tinfo[i, TI_REGION_SHIFT]
+                        ro = tinfo[i, TI_REGION_OFF]
+                        if empty >= 0:
+                            way = empty
+                        else:
+                            way = _policy_victim(pid, meta, base, ways, rng, i)
+                            slot = base + way
+                            vt = owner[slot]
+                            vk = t_kind[vt]
+                            cnt[row, vk, i, EVICTIONS] += 1
+                            region_cnt[ro + (tag[slot] >> rs)] -= 1
+                            if dirty[slot]:
+                                if t_home[vt] != i + 1:
+                                    tinfo[i, TI_DIRTY_FAR] -= 1
+                                cnt[row, vk, i, WRITEBACKS] += 1
+                                cnt[row, vk, i, BYTES_READ] += b_i
+                                # pushed first so the fetch below is served first
+                                st_tier[sp] = i + 1
+                                st_addr[sp] = tag[slot] << sh_i
+                                st_write[sp] = 1
+                                st_tid[sp] = vt
+                                sp += 1
                         slot = base + way
-                        cnt[row, k, i, HITS] += 1
+                        tag[slot] = b
+                        owner[slot] = rt
+                        region_cnt[ro + (b >> rs)] += 1
                         if rw:
                             dirty[slot] = 1
+                            if t_home[rt] != i + 1:
+                                tinfo[i, TI_DIRTY_FAR] += 1
+                        else:
+                            dirty[slot] = 0
+                        _policy_fill(pid, meta, slot, stamp, nxt)
+                        cnt[row, k, i, FILLS] += 1
+                        if fetch:
+                            cnt[row, k, i, BYTES_WRITTEN] += b_i
+                            st_tier[sp] = i + 1
+                            st_addr[sp] = b << sh_i
+                            st_write[sp] = 0
+                            st_tid[sp] = rt
+                            sp += 1
+                        else:
+                            cnt[row, k, i, UNFETCHED] += 1
+                        if rw:
                             cnt[row, k, i, BYTES_WRITTEN] += req
-                            if store_hit_recency or pid == 3:  # opt's word is the next use, not recency
-                                _policy_hit(pid, meta, slot, stamp, nxt)
                         else:
                             cnt[row, k, i, BYTES_READ] += req
-                            _policy_hit(pid, meta, slot, stamp, nxt)
-                        continue
-                    cnt[row, k, i, MISSES] += 1
-                    fetch = True
-                    if rw and req == b_i:
-                        if i == 0:
-                            fetch = fetch_on_write_miss
-                        else:
-                            fetch = fetch_on_writeback_miss
-                    if empty >= 0:
-                        way = empty
-                    else:
-                        way = _policy_victim(pid, meta, base, ways, rng, i)
-                        slot = base + way
-                        vt = owner[slot]
-                        vk = t_kind[vt]
-                        cnt[row, vk, i, EVICTIONS] += 1
-                        if dirty[slot]:
-                            cnt[row, vk, i, WRITEBACKS] += 1
-                            cnt[row, vk, i, BYTES_READ] += b_i
-                            # pushed first so the fetch below is served first
-                            st_tier[sp] = i + 1
-                            st_addr[sp] = tag[slot] * b_i
-                            st_write[sp] = 1
-                            st_tid[sp] = vt
-                            sp += 1
-                    slot = base + way
-                    tag[slot] = b
-                    owner[slot] = rt
-                    dirty[slot] = 1 if rw else 0
-                    _policy_fill(pid, meta, slot, stamp, nxt)
-                    cnt[row, k, i, FILLS] += 1
-                    if fetch:
-                        cnt[row, k, i, BYTES_WRITTEN] += b_i
-                        st_tier[sp] = i + 1
-                        st_addr[sp] = b * b_i
-                        st_write[sp] = 0
-                        st_tid[sp] = rt
-                        sp += 1
-                    else:
-                        cnt[row, k, i, UNFETCHED] += 1
-                    if rw:
-                        cnt[row, k, i, BYTES_WRITTEN] += req
-                    else:
-                        cnt[row, k, i, BYTES_READ] += req
     return n_blocks
 
 
-@njit
+@njit(nogil=True)
 def replay_batch(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim,
                  t_addr, t_home, t_kind,
                  blk, n_sets, n_ways, mode, policy, slot_off,
                  tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
                  store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                 rec_tier, rec_buf, rec_pos, cnt):
+                 rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, cnt):
     """Replay a batch of access descriptors; returns the number of tier-0 blocks requested.
 
     Descriptor ``a`` covers ``acc_count[a]`` chunks of ``acc_nbytes[a]`` bytes at
@@ -396,15 +631,15 @@ def replay_batch(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride
                 t_addr, t_home, t_kind, blk, n_sets, n_ways, mode, policy, slot_off,
                 tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
                 store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                rec_tier, rec_buf, rec_pos, cnt)
+                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, cnt)
 
 
-@njit
+@njit(nogil=True)
 def flush_dirty(t_home, t_kind,
                 blk, n_sets, n_ways, mode, policy, slot_off,
                 tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
                 store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                rec_tier, rec_buf, rec_pos, cnt):
+                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, cnt):
     """End-of-run flush: tier by tier from the nearest, write every dirty block to the next tier.
 
     Counted as writebacks in ``cnt[0]`` (which the caller reports separately); flushed blocks stay
@@ -415,4 +650,4 @@ def flush_dirty(t_home, t_kind,
          e, t_home, t_kind, blk, n_sets, n_ways, mode, policy, slot_off,
          tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
          store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-         rec_tier, rec_buf, rec_pos, cnt)
+         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, False, fast_min_blocks, cnt)

@@ -67,7 +67,8 @@ class ReplayOptions:
     inclusive: bool = False               # reserved: inclusive hierarchies are not implemented
     seed: int = 0                         # the random policy's seed
     pim: bool = True                      # run PIM-eligible ops in memory where the chip allows
-    fast_path: bool = True                # use exact fast paths where they apply
+    fast_path: bool = True                # serve long read runs set by set where exact (same counts)
+    fast_min_blocks: int = 64             # shortest read chunk (tier-0 blocks) the fast path takes
     batch_rows: int = 1 << 16             # access descriptors per engine call
     opt_max_lookups: int = 1 << 26        # largest per-tier future the opt pre-pass may hold
     max_slots: int = 1 << 27              # largest emulated state (blocks over all tiers)
@@ -96,6 +97,7 @@ class Geometry:
     mode: np.ndarray
     policy: np.ndarray
     slot_off: np.ndarray
+    space_bytes: int = 1 << 20   # addresses replayed lie below this (sizes the residency regions)
 
     @property
     def n_slots(self) -> int:
@@ -188,6 +190,21 @@ class Replayer:
         self.rec_tier = record_tier
         self.rec_buf = np.zeros(max(1, record_capacity), np.int64)
         self.rec_pos = np.zeros(1, np.int64)
+        # per tier: log2 block, set mask, residency regions (2**k blocks each, at most ~2**18 of
+        # them), dirty blocks homed beyond the next tier (see engine.TI_*)
+        self.tinfo = np.zeros((n, engine.N_TINFO), np.int64)
+        r_off = 0
+        for i in range(n):
+            b = int(geo.block_bytes[i])
+            self.tinfo[i, engine.TI_SHIFT] = b.bit_length() - 1
+            s = int(geo.n_sets[i])
+            self.tinfo[i, engine.TI_SET_MASK] = s - 1 if s & (s - 1) == 0 else -1
+            n_blk = max(1, -(-int(geo.space_bytes) // b))
+            rs = max(0, (n_blk - 1).bit_length() - 18) if geo.mode[i] == engine.MODE_CACHE else 62
+            self.tinfo[i, engine.TI_REGION_SHIFT] = rs
+            self.tinfo[i, engine.TI_REGION_OFF] = r_off
+            r_off += ((n_blk - 1) >> rs) + 1 if geo.mode[i] == engine.MODE_CACHE else 1
+        self.region_cnt = np.zeros(r_off, np.int32)
 
     def _state(self):
         g, o = self.geo, self.options
@@ -195,7 +212,8 @@ class Replayer:
                 self.tag, self.dirty, self.meta, self.owner, self.clock, self.rng,
                 self.opt_next, self.opt_off, self.opt_pos,
                 o.store_hit_recency, o.fetch_on_write_miss, o.fetch_on_writeback_miss,
-                self.rec_tier, self.rec_buf, self.rec_pos)
+                self.rec_tier, self.rec_buf, self.rec_pos, self.tinfo, self.region_cnt,
+                o.fast_path, o.fast_min_blocks)
 
     def run(self, row, tid, offset, nbytes, count, stride, write, pim, cnt) -> int:
         """Replay one batch; counters are added to ``cnt[row, kind, tier, counter]``."""
@@ -224,8 +242,11 @@ def next_use(stream: np.ndarray) -> np.ndarray:
 
 def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iterable[Batch]],
                n_rows: int, options: ReplayOptions, on_batch: Callable[[int, np.ndarray, int], None],
-               progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, int, int]:
+               progress: Callable[[int], None] | None = None, stats: dict | None = None
+               ) -> tuple[np.ndarray, int, int]:
     """Replay every batch from ``batches()`` (called again for each opt pre-pass).
+
+    ``stats`` (if given) receives ``fast_requests``: requests the fast path served, per tier.
 
     ``on_batch(row_lo, cnt, n_rows_in_batch)`` receives each batch's counter array
     ``cnt[row - row_lo, kind, tier, counter]``. Returns (flush counters ``[kind, tier, counter]``,
@@ -259,7 +280,10 @@ def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iter
                 break
             cap = n
     r = Replayer(geo, t_addr, t_home, t_kind, options, opt_next)
-    return _drive(r, batches(), n_rows, options, on_batch, progress)
+    out = _drive(r, batches(), n_rows, options, on_batch, progress)
+    if stats is not None:
+        stats["fast_requests"] = r.fast_requests
+    return out
 
 
 def _drive(r: Replayer, batches: Iterable[Batch], n_rows: int, options: ReplayOptions,
@@ -281,6 +305,7 @@ def _drive(r: Replayer, batches: Iterable[Batch], n_rows: int, options: ReplayOp
     fl = np.zeros((1, n_kinds, n_tiers, N_COUNTERS), np.int64)
     if options.flush:
         r.flush(fl)
+    r.fast_requests = r.tinfo[:, engine.TI_FAST_REQUESTS].tolist()
     return fl[0], n_blocks, n_acc
 
 
@@ -316,6 +341,7 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
     below = np.array([int((-(-nbytes[home > i] // t.block_bytes)).sum()) for i, t in enumerate(tiers)],
                      np.int64)
     geo = build_geometry(tiers, lent, below, options)
+    geo.space_bytes = int((addr + nbytes).max()) if len(addr) else 1
     per_op = np.zeros((max(n_ops, 1), n_tiers, N_COUNTERS), np.int64)
     by_kind = np.zeros((len(KINDS), n_tiers, N_COUNTERS), np.int64)
 
@@ -323,13 +349,15 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
         per_op[lo:lo + n] += cnt.sum(axis=1)
         by_kind[...] += cnt.sum(axis=0)
 
+    stats: dict = {}
     flush, n_blocks, n_acc = run_replay(geo, addr, home, kind, batches, n_ops, options, on_batch,
-                                        progress)
+                                        progress, stats)
     result = ReplayResult(tier_names=geo.names, block_bytes=geo.block_bytes.copy(), kinds=KINDS,
                           tiers=per_op.sum(axis=0), by_kind=by_kind, per_op=per_op[:n_ops],
                           flush=flush.sum(axis=0), n_accesses=n_acc, n_blocks=n_blocks,
                           meta={"geometry": {"n_sets": geo.n_sets.tolist(), "n_ways": geo.n_ways.tolist(),
-                                             "caching": (geo.mode == engine.MODE_CACHE).tolist()}})
+                                             "caching": (geo.mode == engine.MODE_CACHE).tolist()},
+                                "fast_requests": stats["fast_requests"]})
     from emulator.invariants import check_result, debug_from_env
 
     if options.debug or debug_from_env():
@@ -358,15 +386,31 @@ def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
                read_energy_j_per_byte=0.0, write_energy_j_per_byte=0.0)
     all_tiers = tuple(tiers) + (mem,)
     top = int(a.max()) + 1 if n else 1
-    zeros = np.zeros(n, np.int64)
-    ones = np.ones(n, np.int64)
+    b0 = tiers[0].block_bytes
+    if options.fast_path and n:
+        # coalesce consecutive blocks (same write flag) into one chunk each: a chunk requests each
+        # of its blocks once, in order, exactly as the separate addresses did
+        blk = a // b0
+        brk = np.ones(n, bool)
+        brk[1:] = (blk[1:] != blk[:-1] + 1) | (w[1:] != w[:-1])
+        starts = np.flatnonzero(brk)
+        lens = np.diff(np.append(starts, n))
+        offs = blk[starts] * b0
+        nbs = lens * b0
+        ws = w[starts]
+    else:
+        offs, nbs, ws = a, np.ones(n, np.int64), w
+    m = len(offs)
+    zeros = np.zeros(m, np.int64)
+    ones = np.ones(m, np.int64)
+    top = max(top, int((offs + nbs).max()) if m else 1)
 
     def batches():
         step = options.batch_rows * 16
-        for lo in range(0, n, step):
-            hi = min(n, lo + step)
-            yield (zeros[lo:hi], zeros[lo:hi], a[lo:hi], ones[lo:hi], ones[lo:hi], zeros[lo:hi],
-                   w[lo:hi], zeros[lo:hi])
+        for lo in range(0, m, step):
+            hi = min(m, lo + step)
+            yield (zeros[lo:hi], zeros[lo:hi], offs[lo:hi], nbs[lo:hi], ones[lo:hi], zeros[lo:hi],
+                   ws[lo:hi], zeros[lo:hi])
 
     return replay_arrays(all_tiers, tensor_address=[0], tensor_nbytes=[top],
                          tensor_home=[len(tiers)], tensor_kind=[KINDS.index("other")],

@@ -61,7 +61,8 @@ def scenarios(draw):
         a[0] = o
     opts = ReplayOptions(store_hit_recency=draw(st.booleans()), fetch_on_write_miss=draw(st.booleans()),
                          fetch_on_writeback_miss=draw(st.booleans()), flush=draw(st.booleans()),
-                         seed=draw(st.integers(0, 3)))
+                         seed=draw(st.integers(0, 3)), fast_path=draw(st.booleans()),
+                         fast_min_blocks=draw(st.sampled_from([1, 2, 8])))
     cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(acc) - 1)), max_size=3))))
     return tiers, lent, tensors, n_ops, acc, opts, cuts
 

@@ -1,0 +1,78 @@
+"""The range fast path gives bit-identical counters to per-block replay (and it does run)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+
+from emulator.hierarchy import Tier
+from emulator.replay import ReplayOptions, replay_arrays, replay_blocks
+from test_engine_reference import _engine, scenarios
+
+
+def _both(sc):
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    fast = _engine(tiers, lent, tensors, n_ops, acc,
+                   dataclasses.replace(opts, fast_path=True, fast_min_blocks=1), cuts)
+    slow = _engine(tiers, lent, tensors, n_ops, acc, dataclasses.replace(opts, fast_path=False), cuts)
+    return fast, slow
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_fast_path_is_bit_identical(sc):
+    fast, slow = _both(sc)
+    np.testing.assert_array_equal(fast.per_op, slow.per_op)
+    np.testing.assert_array_equal(fast.by_kind, slow.by_kind)
+    np.testing.assert_array_equal(fast.flush, slow.flush)
+    assert sum(slow.meta["fast_requests"]) == 0
+
+
+def _cache(name, sets, ways, block, policy="lru"):
+    return Tier(name, sets * ways * block, block, ways, policy, "cache", 1.0, 0.0, 0.0)
+
+
+def test_fast_path_runs_on_cold_streams_at_every_level():
+    rng = np.random.default_rng(0)
+    # long sequential runs over a large region, a small hot set between them, some stores
+    parts = []
+    for _ in range(200):
+        start = int(rng.integers(0, 1 << 16))
+        parts.append((start + np.arange(int(rng.integers(50, 600)))) * 32)
+        parts.append(rng.integers(0, 512, int(rng.integers(1, 100))) * 32 + (1 << 22))
+    a = np.concatenate(parts)
+    w = rng.random(len(a)) < 0.05
+    for policy in ("lru", "fifo"):
+        tiers = [_cache("l1", 8, 4, 32, policy), _cache("l2", 32, 8, 64, policy), _cache("l3", 64, 8, 128, policy)]
+        fast = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=True, fast_min_blocks=8, flush=True))
+        slow = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=False, flush=True))
+        np.testing.assert_array_equal(fast.tiers, slow.tiers)
+        np.testing.assert_array_equal(fast.flush, slow.flush)
+        assert all(f > 0 for f in fast.meta["fast_requests"][:3]), fast.meta["fast_requests"]
+
+
+def test_fast_path_with_dirty_victims_homed_below_and_farther():
+    # two tensors: t0 homed in the lending memory tier right below the cache, t1 homed in the last
+    # tier; writes leave dirty blocks of both in the cache, then long reads stream through it
+    cache = _cache("c", 4, 4, 64)
+    mid = Tier("mid", 1 << 20, 64, 4, "lru", "memory", 1.0, 0.0, 0.0, lend=True)
+    mem = Tier("mem", 1 << 30, 128, None, "lru", "memory", 1.0, 0.0, 0.0)
+    rows = [(0, 0, 0, 4096, 1, 0, True), (0, 1, 0, 2048, 1, 0, True), (0, 0, 0, 65536, 1, 0, False),
+            (0, 1, 0, 32768, 1, 0, False), (0, 0, 4096, 8192, 2, 16384, False), (0, 1, 0, 64, 8, 128, True),
+            (0, 1, 0, 65536, 1, 0, False)]
+    cols = [np.array([r[j] for r in rows], np.int64) for j in range(7)]
+    cols[6] = cols[6].astype(bool)
+    out = {}
+    for fp in (True, False):
+        for lent in (0, 1024, 8192):
+            r = replay_arrays((cache, mid, mem), tensor_address=[0, 1 << 20], tensor_nbytes=[1 << 17, 1 << 17],
+                              tensor_home=[1, 2], tensor_kind=[0, 1], lent_bytes=[0, lent, 0],
+                              batches=lambda: iter([tuple(cols) + (np.zeros(len(rows), np.int64),)]), n_ops=1,
+                              options=ReplayOptions(fast_path=fp, fast_min_blocks=4, flush=True))
+            out[fp, lent] = r
+    for lent in (0, 1024, 8192):
+        np.testing.assert_array_equal(out[True, lent].by_kind, out[False, lent].by_kind)
+        np.testing.assert_array_equal(out[True, lent].flush, out[False, lent].flush)
+    assert out[True, 0].meta["fast_requests"][0] > 0
