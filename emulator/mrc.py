@@ -38,10 +38,18 @@ _EMPTY = -1
 # ---------------------------------------------------------------- compiled kernels -------------
 
 @njit
+def _home(key, shift):
+    """Preferred slot of ``key``: eight consecutive blocks share one hashed group of eight slots
+    (one cache line of keys), so a sequential run costs one table miss per eight blocks."""
+    group = (np.uint64(key >> 3) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift + 3)
+    return np.int64(group << np.uint64(3)) | (key & 7)
+
+
+@njit
 def _slot(keys, key, shift):
     """Slot of ``key`` in the open-addressing table, or of the empty slot where it belongs."""
     mask = keys.shape[0] - 1
-    i = np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
+    i = _home(key, shift)
     while keys[i] != key and keys[i] != -1:
         i = (i + 1) & mask
     return i
@@ -121,7 +129,7 @@ def _delete(keys, vals, i, shift):
         k = keys[j]
         if k == -1:
             break
-        home = np.int64((np.uint64(k) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
+        home = _home(k, shift)
         # the entry at j may fill the hole at i unless its home lies cyclically in (i, j]
         if (i < j and (home <= i or home > j)) or (i > j and home <= i and home > j):
             keys[i] = k
@@ -374,6 +382,7 @@ class _Table:
     """A growable open-addressing table of block numbers (keys) with an int64 value each."""
 
     def __init__(self, log2: int = 16):
+        log2 = max(log2, 4)                         # whole groups of eight slots, and room to probe
         self.log2 = log2
         self.keys = np.full(1 << log2, _EMPTY, np.int64)
         self.vals = np.zeros(1 << log2, np.int64)
@@ -470,7 +479,7 @@ class LruDistances:
         self._bits = np.zeros(self._min_words, np.uint64)
         self._tree = np.zeros(self._min_words + 1, np.int32)
         self._block_at = np.zeros(64 * self._min_words, np.int64)
-        self._hist = np.zeros(1 << initial_log2 if limit is None else limit, np.int64)
+        self._hist = np.zeros(self._table.keys.shape[0] if limit is None else limit, np.int64)
         self._state = np.zeros(5, np.int64)   # next time, tracked, oldest search, not found, forgotten
         self.accesses = 0
 
