@@ -46,9 +46,9 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
     Returns ``(result, curves)``: a JSON-able dict (the ``--json`` output) and the curve objects
     ``(fully-associative MissRatioCurve, per-set MissRatioCurve or None, {capacity: OPT misses})``.
 
-    ``opt``: True computes the fully-associative OPT misses per row (error if the stream exceeds ``opt_limit_blocks``), False skips it,
-    None computes it when the stream fits the limit. ``max_ways`` (set-associative tiers) bounds the
-    per-set curve; default twice the tier's ways.
+    ``opt``: True computes the fully-associative OPT misses of every row (an error if the stream
+    is longer than ``opt_limit_blocks``), False skips it, None computes it when the stream fits.
+    ``max_ways`` (set-associative tiers) bounds the per-set curve; default twice the tier's ways.
     """
     names = [t.name for t in chip.tiers]
     if tier_name not in names:
@@ -120,8 +120,10 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
     out_rows = []
     for c in rows:
         set_m = None
-        if set_curve is not None and c % (n_sets * tier.block_bytes) == 0 and c // (n_sets * tier.block_bytes) <= max_ways:
-            set_m = set_curve.misses(c)
+        if set_curve is not None:
+            unit = n_sets * tier.block_bytes
+            if c % unit == 0 and c // unit <= max_ways:
+                set_m = set_curve.misses(c)
         lru_m = curve.misses(c)
         out_rows.append({
             "capacity_bytes": c,
