@@ -5,14 +5,15 @@ Count first, cost later: changing an energy or bandwidth figure only needs this 
 Energy (joules), per op, split by component:
   tier ``i``:   bytes_read_i x read_energy_i + bytes_written_i x write_energy_i
   link ``l``:   (bytes_down_l + bytes_up_l) x link energy_l
-  compute:      FLOPs x energy per FLOP of the run's compute dtype (an op run by a PIM unit uses the
-                unit's energy per FLOP instead)
-  PIM at ``i``: pim_bytes_i x the PIM unit's in-bank read energy
+  compute:      FLOPs x energy per FLOP of the run's compute dtype, for ops run on the chip's compute
+  PIM at ``i``: pim_bytes_i x the PIM unit's in-bank read energy, plus the FLOPs of the ops that unit
+                runs (:mod:`emulator.pim`) x its energy per FLOP
 The end-of-run flush, if replayed, is costed separately (``flush_j``) and not in the totals.
 
 Latency (seconds), per op, a roofline stated as such: the largest of the op's compute time
-(FLOPs / peak FLOP/s, or the PIM unit's rate), each tier's (bytes_read + bytes_written) / bandwidth,
-each link's (bytes_down + bytes_up) / bandwidth and each PIM unit's pim_bytes / internal bandwidth.
+(FLOPs / peak FLOP/s; resource ``compute``), each tier's (bytes_read + bytes_written) / bandwidth,
+each link's (bytes_down + bytes_up) / bandwidth, each PIM unit's pim_bytes / internal bandwidth
+(``pim:TIER``) and, for an op run in memory, its FLOPs / the unit's FLOP/s (``pim_flops:TIER``).
 The resource reaching that maximum is the op's **bound**. Per decode step: the sum over the step's
 ops. Per token: a decode step produces one token for each of the ``batch`` sequences, so bytes and
 energy per token are per step / batch, the latency per token is the step's latency, and tokens/s =
@@ -108,16 +109,21 @@ def cost(chip: Chip, per_op: np.ndarray, block_bytes: np.ndarray, flops: np.ndar
     e_flop = chip.compute.energy_j_per_flop.get(dtype, 0.0)
     compute_j = flops * e_flop
     compute_s = flops / peak
-    for i in pim_tiers:
+    pim_flop_time = np.zeros((n_ops, len(pim_tiers)))
+    for k, i in enumerate(pim_tiers):
+        # an op run in memory does its arithmetic in the PIM unit: its FLOPs are PIM energy and time
         sel = on_pim == i
         u = tiers[i].pim
-        compute_j[sel] = flops[sel] * u.energy_j_per_flop
-        compute_s[sel] = flops[sel] / u.flop_per_s
+        pim_j[sel, i] += flops[sel] * u.energy_j_per_flop
+        pim_flop_time[sel, k] = flops[sel] / u.flop_per_s
+        compute_j[sel] = 0.0
+        compute_s[sel] = 0.0
     time_s = np.concatenate([compute_s[:, None], (b_rd + b_wr) / bw, lb / lbw if len(links) else
-                             np.zeros((n_ops, 0)), pim_time], axis=1)
+                             np.zeros((n_ops, 0)), pim_time, pim_flop_time], axis=1)
     resources = (("compute",) + tuple(f"tier:{t.name}" for t in tiers)
                  + tuple(f"link:{lk.upper}-{lk.lower}" for lk in links)
-                 + tuple(f"pim:{tiers[i].name}" for i in pim_tiers))
+                 + tuple(f"pim:{tiers[i].name}" for i in pim_tiers)
+                 + tuple(f"pim_flops:{tiers[i].name}" for i in pim_tiers))
     latency = time_s.max(axis=1) if n_ops else np.zeros(0)
     bound = time_s.argmax(axis=1) if n_ops else np.zeros(0, np.int64)
     flush_j = 0.0
@@ -139,8 +145,12 @@ def per_step(cst: Cost, step: np.ndarray, phase: np.ndarray) -> dict[int, np.nda
 
 
 def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.ndarray,
-              phase: np.ndarray, batch: int, link_names: list[str]) -> dict | None:
-    """Decode figures per token (see the module docstring); None when the trace has no decode."""
+              phase: np.ndarray, batch: int, link_names: list[str], tier_names=None) -> dict | None:
+    """Decode figures per token (see the module docstring); None when the trace has no decode.
+
+    ``in_memory_bytes_by_tier`` (tiers whose PIM unit read anything, with ``tier_names``) and
+    ``energy_split_j`` (tiers, links, compute, pim) are per token like ``bytes_by_link``.
+    """
     steps = per_step(cst, step, phase)
     if not steps:
         return None
@@ -152,6 +162,10 @@ def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.n
     for ids in steps.values():
         np.add.at(bound_counts, cst.bound[ids], cst.latency_s[ids])
     step_latency = float(lat.mean())
+    n_steps = len(steps)
+    ids_all = np.concatenate(list(steps.values()))
+    split = cst.totals(ids_all)
+    in_mem = per_op[ids_all][:, :, PIM_BYTES].sum(0) / n_steps / batch
     return {
         "steps": len(steps),
         "batch": int(batch),
@@ -161,4 +175,7 @@ def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.n
         "tokens_per_s": batch / step_latency if step_latency > 0 else float("inf"),
         "bound": cst.resources[int(bound_counts.argmax())],
         "time_by_resource_s": {r: float(t) for r, t in zip(cst.resources, time_by_res)},
+        "in_memory_bytes_by_tier": {} if tier_names is None else
+        {n: float(v) for n, v in zip(tier_names, in_mem) if v},
+        "energy_split_j": {k: split[k] / n_steps / batch for k in ("tiers", "links", "compute", "pim")},
     }

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from emulator.cost import Cost, cost, per_token
 from emulator.counters import TIER_COUNTERS, link_bytes, tier_dict
 from emulator.replay import TraceReplay
+from emulator.pim import summary as pim_summary
 from emulator.turns import format_turns, per_turn
 from traces.atomic import atomic_path
 from traces.format import FORMAT_VERSION
@@ -68,7 +69,7 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
     run = tr.trace.manifest.get("run") or {}
     pt = per_token(cst, r.per_op, r.block_bytes, ops.column("step").to_numpy(),
                    np.asarray(ops.column("phase").to_pylist(), dtype=object), run.get("batch", 1),
-                   link_names(chip))
+                   link_names(chip), r.tier_names)
     energy = cst.totals()
     energy["by_tier"] = dict(zip(r.tier_names, energy["by_tier"]))
     energy["by_link"] = dict(zip(link_names(chip), energy["by_link"]))
@@ -93,6 +94,8 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
         "energy_j": energy,
         "per_token": pt,
         "per_turn": per_turn(tr, cst),
+        "pim": {"enabled": bool(tr.options.pim),
+                "ops_in_memory": pim_summary(tr.pim, chip, ops.column("kind").to_pylist())},
         "latency_s": float(cst.latency_s.sum()),
         "by_kind": by_kind,
         "flush": None if not tr.options.flush else {
@@ -169,6 +172,7 @@ def format_text(d: dict) -> str:
     pt = d["per_token"]
     if pt:
         rows = [[f"bytes {n}", _fmt_bytes(v)] for n, v in pt["bytes_by_link"].items()]
+        rows += [[f"in memory {n} (PIM)", _fmt_bytes(v)] for n, v in pt.get("in_memory_bytes_by_tier", {}).items()]
         rows += [["energy", _fmt_si(pt["energy_j"], "J")], ["latency (per step)", _fmt_si(pt["latency_s"], "s")],
                  ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]]]
         out.append(table(["per decode token", "value"], rows,
@@ -201,6 +205,10 @@ def per_op_table(tr: TraceReplay, cst: Cost) -> pa.Table:
         cols[f"{n}.bytes_up"] = pa.array(lb[:, i, 1])
     cols["energy_j"] = pa.array(cst.energy_j)
     cols["compute_energy_j"] = pa.array(cst.compute_j)
+    cols["pim_energy_j"] = pa.array(cst.pim_j.sum(1))
+    names = list(r.tier_names)
+    cols["ran_in_memory_of"] = pa.array([None] * len(cst.compute_j) if tr.pim is None else
+                                        [names[t] if t >= 0 else None for t in tr.pim.op_tier], pa.string())
     cols["latency_s"] = pa.array(cst.latency_s)
     cols["bound"] = pa.array([cst.resources[b] for b in cst.bound])
     return pa.table(cols)

@@ -51,7 +51,7 @@ def without_idle_pim(d):
     d = json.loads(json.dumps(d))
     pt = d.get("per_token") or {}
     res = pt.get("time_by_resource_s", {})
-    for k in [k for k, v in res.items() if k.startswith("pim:")]:
+    for k in [k for k, v in res.items() if k.startswith(("pim:", "pim_flops:"))]:
         assert res.pop(k) == 0.0
     return d
 
@@ -216,11 +216,17 @@ def test_pim_energy_and_time_use_the_unit_figures(llama_trace):
     pim_b = tr.result.per_op[:, hbm, PIM_BYTES].astype(float)
     flops = llama_trace.ops.column("flops").to_numpy().astype(float)
     on = tr.pim.op_tier == hbm
-    assert np.allclose(cst.pim_j[:, hbm], pim_b * unit.read_energy_j_per_byte, rtol=1e-12, atol=0)
-    assert np.allclose(cst.compute_j[on], flops[on] * unit.energy_j_per_flop, rtol=1e-12, atol=0)
+    want_j = pim_b * unit.read_energy_j_per_byte + np.where(on, flops * unit.energy_j_per_flop, 0.0)
+    assert np.allclose(cst.pim_j[:, hbm], want_j, rtol=1e-12, atol=0)
+    assert (cst.compute_j[on] == 0).all() and (cst.time_s[on, cst.resources.index("compute")] == 0).all()
+    host = tr.chip.compute
+    assert np.allclose(cst.compute_j[~on], flops[~on] * host.energy_j_per_flop[cst.dtype], rtol=1e-12, atol=0)
     t_pim = cst.time_s[:, cst.resources.index("pim:hbm")]
+    t_flops = cst.time_s[:, cst.resources.index("pim_flops:hbm")]
     assert np.allclose(t_pim, pim_b / unit.internal_bandwidth_bytes_per_s, rtol=1e-12, atol=0)
-    assert (cst.latency_s[on] >= np.maximum(t_pim[on], flops[on] / unit.flop_per_s) * (1 - 1e-12)).all()
+    assert np.allclose(t_flops, np.where(on, flops / unit.flop_per_s, 0.0), rtol=1e-12, atol=0)
+    assert (cst.latency_s[on] >= np.maximum(t_pim[on], t_flops[on])).all()
+    assert np.isclose(cst.totals()["total"], cst.energy_j.sum(), rtol=1e-12)
 
 
 # ---- bad input -----------------------------------------------------------------------------------
