@@ -29,8 +29,18 @@ COMMANDS = (
 )
 
 
+class _Interrupted(Exception):
+    """Ctrl-C inside a command, carried past click (which would print an empty line for it)."""
+
+
 class TierlabGroup(click.Group):
     """Turns every failure on bad input into one line on stderr and a non-zero exit, no traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as err:
+            raise _Interrupted() from err
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
@@ -52,7 +62,7 @@ class TierlabGroup(click.Group):
         except TierlabError as err:
             click.echo(f"tierlab: error: {err}", err=True)
             sys.exit(2)
-        except (KeyboardInterrupt, click.Abort):
+        except (KeyboardInterrupt, click.Abort, _Interrupted):
             click.echo("tierlab: interrupted", err=True)
             sys.exit(130)
         except BrokenPipeError:

@@ -1,0 +1,173 @@
+"""Nothing half-written, nothing lost: interrupted runs leave no valid-looking output; --force.
+
+* SIGKILL: ``tierlab trace`` runs in a subprocess and is killed at seeded random points while it
+  writes (and once during start-up). What is left must not read as a trace: nothing at the final
+  path, and any temporary sibling (``.tmp-NAME-*``) refused by ``open_trace`` unless its manifest
+  was already complete (a kill between the manifest and the rename). A rerun without ``--force``
+  then succeeds and writes the same bytes as an uninterrupted run.
+* SIGINT (Ctrl-C): exit status 130, the one line ``tierlab: interrupted``, no traceback, and the
+  temporary directory removed.
+* Every command that writes refuses to replace an existing output without ``--force`` (the
+  catalogue in test_bad_inputs.py checks the messages) and, with it, replaces it completely.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emulator.cli import main
+from traces.errors import TraceError
+from traces.reader import open_trace
+
+DATA = Path(__file__).parent / "data"
+MODEL = str(DATA / "models" / "tiny-mixtral.json")
+TRACE_ARGS = [MODEL, "--prompt", "192", "--generate", "192", "--batch", "8", "--router", "zipf:1.1", "--seed", "7"]
+EXE = Path(sys.executable).parent / "tierlab"
+
+pytestmark = pytest.mark.skipif(not EXE.exists(), reason="tierlab console script not installed beside python")
+
+
+def _start(out: Path) -> subprocess.Popen:
+    return subprocess.Popen([str(EXE), "trace", *TRACE_ARGS, "-o", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _temporaries(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f".tmp-{out.name}-*"))
+
+
+def _wait_for_temporary(proc: subprocess.Popen, out: Path, timeout_s: float = 60.0) -> float:
+    """Block until the writer's temporary directory exists (or the process ends); return the time."""
+    t0 = time.monotonic()
+    while proc.poll() is None and not _temporaries(out):
+        if time.monotonic() - t0 > timeout_s:
+            raise AssertionError("tierlab trace never started writing")
+        time.sleep(0.002)
+    return time.monotonic()
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One uninterrupted run: its files, and how long it spent writing (seconds)."""
+    out = tmp_path_factory.mktemp("ref") / "t.trace"
+    proc = _start(out)
+    t_write = _wait_for_temporary(proc, out)
+    proc.wait(timeout=120)
+    window = time.monotonic() - t_write
+    assert proc.returncode == 0, proc.stderr
+    open_trace(out)
+    return _files(out), window
+
+
+def test_sigkill_at_random_points_leaves_nothing_valid_and_rerun_succeeds(tmp_path, reference):
+    ref_files, window = reference
+    rng = random.Random(6)
+    # one kill during start-up, the others at random points of the writing window (which, as
+    # measured, also covers reading the finished trace back for the summary line)
+    delays = [None] + sorted(rng.uniform(0.02, 0.6) * window for _ in range(4))
+    mid_write = 0
+    for k, delay in enumerate(delays):
+        d = tmp_path / f"k{k}"
+        d.mkdir()
+        out = d / "t.trace"
+        proc = _start(out)
+        if delay is None:
+            time.sleep(0.05)
+        else:
+            t_write = _wait_for_temporary(proc, out)
+            time.sleep(max(0.0, delay - (time.monotonic() - t_write)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        if out.exists():       # killed after the rename (or finished): the trace must be complete
+            assert _files(out) == ref_files
+            assert _temporaries(out) == []
+            continue
+        with pytest.raises(TraceError):
+            open_trace(out)
+        for tmp in _temporaries(out):
+            mid_write += 1
+            if (tmp / "manifest.json").exists():    # killed between the manifest and the rename
+                continue
+            with pytest.raises(TraceError):
+                open_trace(tmp)
+        # a rerun (no --force needed: nothing is at the final path) gives the uninterrupted bytes
+        r = subprocess.run([str(EXE), "trace", *TRACE_ARGS, "-o", str(out)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert _files(out) == ref_files
+    assert mid_write >= 2, "the kills did not land while the trace was being written"
+
+
+def test_ctrl_c_stops_cleanly_and_removes_temporaries(tmp_path, reference):
+    ref_files, window = reference
+    interrupted = 0
+    for k, fraction in enumerate((0.05, 0.25, 0.45)):
+        out = tmp_path / f"c{k}" / "t.trace"
+        out.parent.mkdir()
+        proc = _start(out)
+        t_write = _wait_for_temporary(proc, out)
+        time.sleep(max(0.0, fraction * window - (time.monotonic() - t_write)))
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert "Traceback" not in stderr
+        assert _temporaries(out) == [], "temporary files were left behind"
+        if out.exists():      # the interrupt came after the trace was complete and in place
+            assert _files(out) == ref_files
+            continue
+        interrupted += 1
+        assert proc.returncode == 130, stderr
+        assert stderr == "tierlab: interrupted\n"
+        assert stdout == ""
+    assert interrupted >= 1, "no interrupt landed while the trace was being written"
+
+
+# ---- --force replaces an existing output completely, for every command that writes ---------------
+
+
+def _run(*args):
+    r = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def test_force_replaces_every_kind_of_output(tmp_path):
+    trace = tmp_path / "t.trace"
+    trace.mkdir()
+    (trace / "stale").write_text("old")
+    _run("trace", DATA / "models" / "tiny-llama.json", "-o", trace, "--generate", "2", "--force")
+    assert not (trace / "stale").exists() and open_trace(trace).n_ops > 0
+
+    parquet = tmp_path / "r.parquet"
+    parquet.write_text("old")
+    _run("replay", trace, "--chip", "h100", "-o", parquet, "--force")
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(parquet).num_rows == open_trace(trace).n_ops
+
+    plot = tmp_path / "p.png"
+    plot.write_text("old")
+    _run("mrc", trace, "--chip", "h100", "--tier", "l2", "--plot", plot, "--force")
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    kept = tmp_path / "k.trace"
+    kept.mkdir()
+    (kept / "stale").write_text("old")
+    r = _run("run", DATA / "models" / "tiny-llama.json", "--generate", "2", "--chip", "h100",
+             "--keep-trace", kept, "--force", "--json")
+    assert not (kept / "stale").exists() and open_trace(kept).n_ops > 0
+    assert json.loads(r.stdout)["chip"]
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    assert leftovers == []
