@@ -1,0 +1,136 @@
+"""tierlab compare: rows equal separate replays; chips that do not fit keep their column; outputs; errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emulator.cli import main
+from emulator.compare import compare, format_table, summarise, table_rows
+from emulator.replay import ReplayOptions
+from traces.lower import generate_trace
+from traces.reader import open_trace
+from traces.run import RunConfig
+from traces.spec import load_model
+
+DATA = Path(__file__).parent / "data" / "models"
+CHIPS = ["h100", "sn40l", "h100-hbm-pim", "attacc", "aim-gddr6"]
+
+
+@pytest.fixture(scope="module")
+def trace_path(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cmp")
+    spec = load_model(DATA / "tiny-llama.json")
+    return generate_trace(spec, RunConfig(context=6, generate=3, batch=2), d / "t.trace")
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def replay_json(trace_path, chip, *flags):
+    r = cli("replay", trace_path, "--chip", chip, "--json", *flags)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+@pytest.mark.parametrize("pim", ["--pim", "--no-pim"])
+def test_compare_rows_equal_separate_replays(trace_path, pim):
+    r = cli("compare", trace_path, "--chips", ",".join(CHIPS), "--json", pim)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert [c["chip"] for c in d["chips"]] == CHIPS and d["pim"] == (pim == "--pim")
+    for c in d["chips"]:
+        assert c["fits"]
+        alone = replay_json(trace_path, c["chip"], pim)
+        for key in ("tiers", "links", "energy_j", "per_token", "by_kind", "pim", "placement", "latency_s"):
+            assert c["replay"][key] == alone[key], (c["chip"], key)
+        assert c["summary"] == json.loads(json.dumps(summarise(alone)))
+
+
+def test_summary_figures_follow_the_replay(trace_path):
+    (row,) = compare(trace_path, ["h100"])
+    pt, s = row.result["per_token"], row.summary
+    assert s["bytes_by_link"] == pt["bytes_by_link"]
+    assert s["energy_per_token_j"] == pt["energy_j"] and s["tokens_per_j"] == 1 / pt["energy_j"]
+    assert sum(s["energy_j"].values()) == pytest.approx(pt["energy_j"], rel=1e-12)
+    assert s["tokens_per_s"] == pt["tokens_per_s"] == pt["batch"] / pt["latency_s"]
+    # found share = hits / requests arriving, from the by-kind counters
+    for kind, v in row.result["by_kind"].items():
+        for tier, c in v["tiers"].items():
+            n = c["hits"] + c["misses"] + c["bypasses"]
+            assert s["found"].get(f"{tier} ({kind})") == (c["hits"] / n if n else None)
+    # per-token link bytes are per step / batch over the decode steps, from the per-op counters
+    ops = open_trace(trace_path).ops.to_pydict()
+    assert pt["steps"] == len({st for st, ph in zip(ops["step"], ops["phase"]) if ph == "decode"}) == 3
+
+
+def test_chip_that_cannot_hold_the_model_is_shown_with_the_reason(tmp_path):
+    spec = load_model(DATA / "tiny-llama.json")
+    path = generate_trace(spec, RunConfig(context=4, generate=1), tmp_path / "t.trace")
+    small = tmp_path / "small.toml"
+    text = (Path(__file__).parents[1] / "configs" / "chips" / "h100.toml").read_text()
+    small.write_text(text.replace('capacity = "80 GB"', 'capacity = "64 KiB"')
+                     .replace('capacity = "256 GB"', 'capacity = "64 KiB"'))
+    rows = compare(path, ["h100", str(small)])
+    assert rows[0].ok and not rows[1].ok and "fits in no home tier" in rows[1].reason
+    text = format_table(rows)
+    assert "no (see below)" in text and rows[1].chip in text.splitlines()[0]
+    assert all(vals[1] is None for _, vals in table_rows(rows))
+    r = cli("compare", path, "--chips", f"h100,{small}", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["chips"][1]["fits"] is False and d["chips"][1]["replay"] is None
+    assert d["chips"][1]["reason"] == rows[1].reason
+
+
+def test_trace_aligned_below_a_block_is_a_reason_not_a_crash(tmp_path):
+    spec = load_model(DATA / "tiny-llama.json")
+    path = generate_trace(spec, RunConfig(context=4, generate=1, alignment=64), tmp_path / "t.trace")
+    rows = compare(path, ["h100"])  # 128 B blocks
+    assert not rows[0].ok and "align" in rows[0].reason
+
+
+def test_unknown_chip_is_one_line_exit_2(trace_path):
+    for chips, msg in (("h100,nochip", "nochip"), ("h100,,sn40l", "comma-separated"), ("h100,h100", "listed twice")):
+        r = cli("compare", trace_path, "--chips", chips)
+        assert r.exit_code == 2, r.output
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and msg in lines[0], r.output
+
+
+def test_model_is_traced_once_and_compared(tmp_path):
+    keep = tmp_path / "kept.trace"
+    r = cli("compare", DATA / "tiny-llama.json", "--chips", "h100,sn40l", "--context", 4, "--generate", 2,
+            "--keep-trace", keep, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["run"]["generate"] == 2 and d["model"] == "tiny-llama"
+    r2 = cli("compare", keep, "--chips", "h100,sn40l", "--json")
+    assert [c["replay"]["per_token"] for c in json.loads(r2.output)["chips"]] == \
+        [c["replay"]["per_token"] for c in d["chips"]]
+
+
+def test_csv_and_plot(tmp_path, trace_path):
+    out_csv, out_png = tmp_path / "c.csv", tmp_path / "c.png"
+    r = cli("compare", trace_path, "--chips", "h100,h100-hbm-pim", "--csv", out_csv, "--plot", out_png)
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [x["chip"] for x in rows] == ["h100", "h100-hbm-pim"]
+    d = compare(trace_path, ["h100", "h100-hbm-pim"])
+    assert float(rows[1]["energy/token total"]) == d[1].summary["energy_per_token_j"]
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_png.stat().st_size > 10_000
+    r = cli("compare", trace_path, "--chips", "h100", "--csv", out_csv)
+    assert r.exit_code == 2 and "--force" in r.output
+    assert cli("compare", trace_path, "--chips", "h100", "--csv", out_csv, "--force").exit_code == 0
+
+
+def test_pim_lowers_link_bytes_and_energy(trace_path):
+    on = compare(trace_path, ["h100-hbm-pim"])[0].summary
+    off = compare(trace_path, ["h100-hbm-pim"], ReplayOptions(pim=False))[0].summary
+    assert on["in_memory_bytes"] and not off["in_memory_bytes"]
+    assert on["bytes_by_link"]["l2-hbm"] <= off["bytes_by_link"]["l2-hbm"]
