@@ -104,10 +104,32 @@ def compare(trace, chips: Sequence[str | Chip], options=None, *, extra_rules=(),
     return out
 
 
+def model_line(trace) -> tuple[dict, str]:
+    """The model's parameters and those one token activates (MoE: the routed experts), in count and
+    in bytes of the trace's weights dtype (excluding quantisation scales), plus a one-line summary."""
+    from traces.dtypes import DTYPE_BITS
+    from traces.spec import human_count
+
+    spec = trace.manifest.get("spec") or {}
+    run = trace.manifest.get("run") or {}
+    wd = run.get("weights", "bf16")
+    d = {"name": spec.get("name"), "params": spec.get("params"), "active_params": spec.get("active_params"),
+         "weights": wd}
+    if d["params"] is None or d["active_params"] is None or wd not in DTYPE_BITS:
+        return d, str(d["name"] or "trace")
+    d["active_weight_bytes"] = d["active_params"] * DTYPE_BITS[wd] // 8
+    from emulator.report import _fmt_bytes
+
+    text = (f"{d['name']}: {human_count(d['params'])} parameters, {human_count(d['active_params'])} active per "
+            f"token ({_fmt_bytes(d['active_weight_bytes'])} of {wd} weights); batch {run.get('batch', 1)}, "
+            f"context {run.get('context', 0)} + prompt {run.get('prompt', 0)}, {run.get('generate', 0)} decode steps")
+    return d, text
+
+
 def to_json(rows: list[ChipResult], trace, options) -> dict:
     """``--json``: the run, then per chip its summary and its full replay dict (or the reason)."""
     return {
-        "model": (trace.manifest.get("spec") or {}).get("name"),
+        "model": model_line(trace)[0],
         "run": trace.manifest.get("run"),
         "pim": bool(options.pim),
         "chips": [{"chip": r.chip, "fits": r.ok, "reason": r.reason, "summary": r.summary or None,

@@ -69,6 +69,18 @@ def test_summary_figures_follow_the_replay(trace_path):
     assert pt["steps"] == len({st for st, ph in zip(ops["step"], ops["phase"]) if ph == "decode"}) == 3
 
 
+def test_moe_active_parameters_in_the_title(tmp_path):
+    spec = load_model(DATA / "tiny-mixtral.json")
+    path = generate_trace(spec, RunConfig(context=2, generate=1), tmp_path / "t.trace")
+    r = cli("compare", path, "--chips", "sn40l")
+    assert r.exit_code == 0, r.output
+    from traces.spec import human_count
+
+    assert spec.active_param_count() < spec.param_count()
+    assert r.output.startswith(f"tiny-mixtral: {human_count(spec.param_count())} parameters, "
+                               f"{human_count(spec.active_param_count())} active per token")
+
+
 def test_chip_that_cannot_hold_the_model_is_shown_with_the_reason(tmp_path):
     spec = load_model(DATA / "tiny-llama.json")
     path = generate_trace(spec, RunConfig(context=4, generate=1), tmp_path / "t.trace")
@@ -109,7 +121,10 @@ def test_model_is_traced_once_and_compared(tmp_path):
             "--keep-trace", keep, "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["run"]["generate"] == 2 and d["model"] == "tiny-llama"
+    assert d["run"]["generate"] == 2 and d["model"]["name"] == "tiny-llama"
+    spec = load_model(DATA / "tiny-llama.json")
+    assert d["model"]["active_params"] == spec.active_param_count() == d["model"]["params"]
+    assert d["model"]["active_weight_bytes"] == spec.active_param_count() * 2
     r2 = cli("compare", keep, "--chips", "h100,sn40l", "--json")
     assert [c["replay"]["per_token"] for c in json.loads(r2.output)["chips"]] == \
         [c["replay"]["per_token"] for c in d["chips"]]

@@ -86,9 +86,9 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, force, as_j
         if as_json:
             click.echo(json.dumps(to_json(rows, trace, options), indent=2))
         else:
-            spec = trace.manifest.get("spec") or {}
-            click.echo(format_table(rows, title=f"{spec.get('name', 'trace')} on {len(rows)} chips "
-                                                f"(PIM {'on' if pim else 'off'})"))
+            from emulator.compare import model_line
+
+            click.echo(format_table(rows, title=f"{model_line(trace)[1]}\nPIM {'on' if pim else 'off'}"))
 
     if _is_trace(model):
         if keep_trace:
