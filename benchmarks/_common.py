@@ -51,7 +51,8 @@ def machine() -> dict:
     import numba
 
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "numba": numba.__version__, "numpy": np.__version__, "platform": platform.platform()}
+            "numba": numba.__version__, "numpy": np.__version__, "platform": platform.platform(),
+            "load_average": os.getloadavg()}   # other work on the machine inflates wall times
 
 
 def timed(fn, *args, repeat: int = 1, **kwargs):

@@ -151,6 +151,16 @@ def _lowest_mark(bits, start):
 
 
 @njit
+def _tree_add(tree, w, delta):
+    """Add ``delta`` marks to 64-time word ``w`` in the Fenwick tree."""
+    i = w + 1
+    n_words = tree.shape[0] - 1
+    while i <= n_words:
+        tree[i] += delta
+        i += i & -i
+
+
+@njit
 def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, limit, state):
     """Record stack distances of ``blocks[pos:]`` until done or a table needs to grow.
 
@@ -160,15 +170,25 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, li
     ``p`` is the number of marks after ``p``. With ``limit >= 0`` only the ``limit`` most recent
     distinct blocks are tracked (the top of the LRU stack): the oldest is forgotten when a new one
     arrives, so memory is bounded and distances below ``limit`` stay exact.
+
+    Runs cost less than one tree walk per block. If block ``b`` follows block ``b - 1`` and was
+    last seen right after it (``p == p_prev + 1``), its distance equals the previous one: the
+    marks after ``p`` lost ``p`` itself and gained ``t - 1``. So no query is needed, and the tree
+    updates of a run (marks cleared at consecutive old times, set at consecutive new times) are
+    summed per 64-time word and applied before the next query.
+
     ``state`` = [next time, tracked blocks, oldest-mark search start, not found (cold or deeper),
     forgotten blocks]. Returns the position reached.
     """
-    n_words = bits.shape[0]
-    size = n_words * 64
+    size = bits.shape[0] * 64
     max_keys = keys.shape[0] // 2
     t = state[0]
     n_keys = state[1]
     n = blocks.shape[0]
+    set_w, set_n = -1, 0           # pending +set_n marks in word set_w
+    clr_w, clr_n = -1, 0           # pending -clr_n marks in word clr_w (hits)
+    old_w, old_n = -1, 0           # pending -old_n marks in word old_w (forgotten blocks)
+    prev_b, prev_p, prev_d = -2, -2, -1
     while pos < n:
         if t == size or n_keys == max_keys:
             break
@@ -178,44 +198,68 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, li
             p = vals[s]
             w = p >> 6
             bit = np.uint64(1) << np.uint64(p & 63)
-            upto = bits[w] & ((bit << np.uint64(1)) - np.uint64(1))   # marks at times <= p in word w
-            below = _popcount(upto)
-            i = w
-            while i > 0:
-                below += tree[i]
-                i -= i & -i
-            hist[n_keys - below] += 1
+            if b == prev_b + 1 and p == prev_p + 1 and prev_d >= 0:
+                d = prev_d
+            else:
+                if set_n:
+                    _tree_add(tree, set_w, set_n)
+                    set_n = 0
+                if clr_n:
+                    _tree_add(tree, clr_w, -clr_n)
+                    clr_n = 0
+                if old_n:
+                    _tree_add(tree, old_w, -old_n)
+                    old_n = 0
+                below = _popcount(bits[w] & ((bit << np.uint64(1)) - np.uint64(1)))  # marks <= p in w
+                i = w
+                while i > 0:
+                    below += tree[i]
+                    i -= i & -i
+                d = n_keys - below
+            hist[d] += 1
             bits[w] &= ~bit
-            i = w + 1
-            while i <= n_words:
-                tree[i] -= 1
-                i += i & -i
+            if w != clr_w:
+                if clr_n:
+                    _tree_add(tree, clr_w, -clr_n)
+                clr_w, clr_n = w, 0
+            clr_n += 1
+            prev_p, prev_d = p, d
         else:
             keys[s] = b
             n_keys += 1
             state[3] += 1
+            prev_d = -1
         w = t >> 6
         bits[w] |= np.uint64(1) << np.uint64(t & 63)
-        i = w + 1
-        while i <= n_words:
-            tree[i] += 1
-            i += i & -i
+        if w != set_w:
+            if set_n:
+                _tree_add(tree, set_w, set_n)
+            set_w, set_n = w, 0
+        set_n += 1
         vals[s] = t
         block_at[t] = b
         if 0 <= limit < n_keys:                    # forget the least recently used block
-            p = _lowest_mark(bits, state[2])
-            state[2] = p + 1
-            _delete(keys, vals, _slot(keys, block_at[p], shift), shift)
-            w = p >> 6
-            bits[w] &= ~(np.uint64(1) << np.uint64(p & 63))
-            i = w + 1
-            while i <= n_words:
-                tree[i] -= 1
-                i += i & -i
+            q = _lowest_mark(bits, state[2])
+            state[2] = q + 1
+            _delete(keys, vals, _slot(keys, block_at[q], shift), shift)
+            w = q >> 6
+            bits[w] &= ~(np.uint64(1) << np.uint64(q & 63))
+            if w != old_w:
+                if old_n:
+                    _tree_add(tree, old_w, -old_n)
+                old_w, old_n = w, 0
+            old_n += 1
             n_keys -= 1
             state[4] += 1
+        prev_b = b
         t += 1
         pos += 1
+    if set_n:
+        _tree_add(tree, set_w, set_n)
+    if clr_n:
+        _tree_add(tree, clr_w, -clr_n)
+    if old_n:
+        _tree_add(tree, old_w, -old_n)
     state[0] = t
     state[1] = n_keys
     return pos

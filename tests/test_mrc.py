@@ -75,6 +75,24 @@ def test_fully_associative_every_capacity_matches_replay(blocks, cuts):
         assert [curve.misses(int(c)) for c in caps[1:]] == misses[1:].tolist()
 
 
+runs = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 40)), max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spans=runs, limit=st.one_of(st.none(), st.integers(1, 50)), cuts=st.lists(st.integers(0, 300), max_size=3))
+def test_sequential_runs_match_replay(spans, limit, cuts):
+    """Streams of overlapping sequential runs (re-read in the same order, as weights are each
+    token): the run shortcut and the deferred tree updates must change nothing."""
+    blocks = [b for start, length in spans for b in range(start, start + length)]
+    acc = LruDistances(limit=limit, initial_log2=1)
+    for c in chunks(blocks, cuts):
+        acc.update(c)
+    curve = acc.curve(B)
+    top = limit if limit is not None else len(set(blocks)) + 1
+    for cap in range(1, top + 1):
+        assert curve.misses(cap * B) == naive_lru_misses(blocks, 1, cap), cap
+
+
 @settings(max_examples=120, deadline=None)
 @given(blocks=streams, n_sets=st.sampled_from([1, 2, 3, 4, 8]), max_ways=st.integers(1, 12),
        cuts=st.lists(st.integers(0, 300), max_size=3))
