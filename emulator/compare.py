@@ -196,6 +196,8 @@ def format_table(rows: list[ChipResult], title: str = "") -> str:
     status = ["fits"] + ["yes" if r.ok else "no (see below)" for r in rows]
     text = table(["per decode token"] + [r.chip for r in rows], [status] + body, title=title or None)
     notes = [f"{r.chip}: {r.reason}" for r in rows if not r.ok]
+    if any(label.startswith("found") for label, _ in table_rows(rows)):
+        notes.append("found at TIER (KIND): share of the requests arriving at the tier found there, whole run")
     if not any(r.ok and r.result.get("per_token") for r in rows):
         notes.append("the trace has no decode steps: per-token figures need --generate N")
     return text + ("\n\n" + "\n".join(notes) if notes else "")
