@@ -56,6 +56,7 @@ def run_target(name: str, cases: int, seed: int, scratch: Path, timeout_s: int =
     fn = TARGETS[name]
     tally: Counter = Counter()
     examples: dict[str, str] = {}
+    messages: dict[str, str] = {}
 
     @hypothesis_seed(seed)
     @settings(max_examples=cases, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -63,7 +64,11 @@ def run_target(name: str, cases: int, seed: int, scratch: Path, timeout_s: int =
     def one(data):
         signal.alarm(timeout_s)
         try:
-            tally[fn(data, scratch)] += 1
+            result = fn(data, scratch)
+            tally[result] += 1
+            kind = result.partition(":")[2]
+            if kind and sum(k.startswith(kind) for k in messages) < 3:   # a few samples of each type
+                messages[f"{kind} #{tally[result]}"] = test_fuzz.LAST_ERROR[:200]
         except Exception as err:   # a failure: record it, keep going (no shrinking)
             key = f"{type(err).__name__} at {_where(err)}"
             tally["failure"] += 1
@@ -77,7 +82,7 @@ def run_target(name: str, cases: int, seed: int, scratch: Path, timeout_s: int =
     failures = tally.pop("failure", 0)
     return {"cases": ok + failures + sum(tally.values()), "ok": ok,
             "errors": {k.split(":", 1)[1]: v for k, v in sorted(tally.items())},
-            "failures": failures, "examples": examples}
+            "failures": failures, "examples": examples, "sample_errors": messages}
 
 
 def main() -> int:

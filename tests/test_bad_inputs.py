@@ -95,6 +95,7 @@ def chip_file(*edits) -> dict:
 
 LLAMA = json.loads(TINY.read_text())
 MIXTRAL = json.loads((DATA / "models" / "tiny-mixtral.json").read_text())
+QWEN3_MOE = json.loads((DATA / "models" / "tiny-qwen3-moe.json").read_text())
 
 
 def config(base: dict, drop=(), **changes) -> dict:
@@ -347,6 +348,12 @@ CASES = [
     Case("config-dimension-overflow", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: vocab_size: expected at most 2147483647, got 1099511627776",
          config(LLAMA, vocab_size=2**40)),
+    Case("config-mlp-only-layers-not-a-list", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: mlp_only_layers: expected a list of layer numbers, got 1.5",
+         config(QWEN3_MOE, mlp_only_layers=1.5)),
+    Case("config-zero-sparse-step", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: decoder_sparse_step: expected a positive integer, got 0",
+         config(QWEN3_MOE, decoder_sparse_step=0)),
     Case("config-dir-without-config", ["trace", "{tmp}/model", *TRACE_OUT, "--generate", "1"],
          "{tmp}/model: directory holds no config.json",
          {"model/README": "x"}),
@@ -417,6 +424,10 @@ CASES = [
     Case("trace-dictionary-index-out-of-range", ["info", "{tmp}/t.trace"],
          "{tmp}/t.trace/ops.arrow: truncated or corrupt Arrow stream: Column 2: In chunk 1: Invalid: Dictionary indices invalid: Invalid: Value at position 0 out of bounds: 7 (should be in [0, 1])",
          trace(table("ops", _bad_dictionary))),
+    Case("trace-column-name-not-utf8", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/tensors.arrow: truncated or corrupt Arrow stream: 'utf-8' codec can't decode byte 0xff in position 4: invalid start byte",
+         trace(lambda t: (t / fmt.TENSORS_FILE).write_bytes((t / fmt.TENSORS_FILE).read_bytes()
+                                                             .replace(b"nbytes", b"nbyt\xff\xfe")))),
     Case("trace-is-a-file", ["info", "{tmp}/t.trace"],
          "{tmp}/t.trace: not a trace directory",
          {"t.trace": "not a directory"}),

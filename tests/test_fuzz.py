@@ -41,14 +41,19 @@ PRESET_MODELS = sorted(configs_dir("models").glob("*.json"))
 FUZZ_REPLAY = ReplayOptions(max_slots=1 << 20, opt_max_lookups=1 << 16)
 
 
+LAST_ERROR = ""   # text of the last TierlabError seen by outcome() (fuzz_long.py samples them)
+
+
 def outcome(fn) -> str:
     """Run ``fn``; "ok" if it returns, "error:<type>" for a one-line TierlabError, raise otherwise."""
+    global LAST_ERROR
     try:
         fn()
     except TierlabError as err:
         text = str(err)
         if "\n" in text or not text.strip():
             raise AssertionError(f"{type(err).__name__} is not one line: {text!r}") from err
+        LAST_ERROR = text
         return f"error:{type(err).__name__}"
     return "ok"
 

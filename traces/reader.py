@@ -79,7 +79,7 @@ def _read_small_table(path: Path, schema: pa.Schema) -> pa.Table:
             # the IPC reader trusts buffer contents; corrupt offsets or dictionary indices would
             # crash (not raise) in later compute calls, so every buffer is checked first
             table.validate(full=True)
-    except (pa.ArrowException, OSError) as err:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
         raise TraceError(f"truncated or corrupt Arrow stream: {_one_line(err)}", file=str(path)) from None
     _check_nulls(table, path)
     return _normalise(table, schema)
@@ -155,7 +155,7 @@ class Trace:
                     while pending_rows >= batch_rows:
                         out, pending, pending_rows = _take(pending, batch_rows)
                         yield out
-            except (pa.ArrowException, OSError) as err:
+            except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
                 raise TraceError(f"truncated or corrupt Arrow stream after {rows} rows: {_one_line(err)}",
                                  file=str(path)) from None
         if pending_rows:

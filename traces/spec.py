@@ -267,7 +267,7 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
     )
     if family == "mistral" or (family == "qwen2" and config.get("use_sliding_window")):
         sw = config.get("sliding_window")
-        kw["sliding_window"] = r.int("sliding_window") if sw is not None else None
+        kw["sliding_window"] = r.pos("sliding_window") if sw is not None else None
     if family == "qwen2":
         kw["qkv_bias"] = True
     if family == "llama":
@@ -277,21 +277,24 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
                   moe_intermediate_size=kw["intermediate_size"], moe_layers=(True,) * layers)
     if family == "qwen3_moe":
         n = r.int("num_experts")
-        step = r.int("decoder_sparse_step", 1)
-        only = set(config.get("mlp_only_layers") or [])
+        step = r.pos("decoder_sparse_step", 1)
+        only = config.get("mlp_only_layers") or []
+        if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+            raise ConfigError(f"expected a list of layer numbers, got {only!r}", file=file, field="mlp_only_layers")
+        only = set(only)
         kw.update(qk_norm=True, num_experts=n, num_experts_per_tok=r.int("num_experts_per_tok"),
-                  moe_intermediate_size=r.int("moe_intermediate_size"),
+                  moe_intermediate_size=r.pos("moe_intermediate_size") if n else r.int("moe_intermediate_size", 0),
                   moe_layers=tuple(i not in only and n > 0 and (i + 1) % step == 0 for i in range(layers)))
     if family == "deepseek_v3":
         n = r.int("n_routed_experts")
         k_dense = r.int("first_k_dense_replace", 0)
-        freq = r.int("moe_layer_freq", 1)
+        freq = r.pos("moe_layer_freq", 1)
         q_lora = config.get("q_lora_rank")
-        kw.update(attention="mla", q_lora_rank=r.int("q_lora_rank") if q_lora is not None else None,
-                  kv_lora_rank=r.int("kv_lora_rank"), qk_nope_head_dim=r.int("qk_nope_head_dim"),
-                  qk_rope_head_dim=r.int("qk_rope_head_dim"), v_head_dim=r.int("v_head_dim"),
+        kw.update(attention="mla", q_lora_rank=r.pos("q_lora_rank") if q_lora is not None else None,
+                  kv_lora_rank=r.pos("kv_lora_rank"), qk_nope_head_dim=r.int("qk_nope_head_dim"),
+                  qk_rope_head_dim=r.pos("qk_rope_head_dim"), v_head_dim=r.pos("v_head_dim"),
                   num_experts=n, num_experts_per_tok=r.int("num_experts_per_tok"),
-                  moe_intermediate_size=r.int("moe_intermediate_size"),
+                  moe_intermediate_size=r.pos("moe_intermediate_size") if n else r.int("moe_intermediate_size", 0),
                   num_shared_experts=r.int("n_shared_experts", 0),
                   router_bias=config.get("topk_method") == "noaux_tc",
                   moe_layers=tuple(n > 0 and i >= k_dense and i % freq == 0 for i in range(layers)))
