@@ -108,12 +108,26 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
             "tierlab": _version(),
             "trace_format": tr.trace.manifest.get("version", FORMAT_VERSION),
             "trace": str(tr.trace.path),
+            "trace_generator": tr.trace.manifest.get("generator"),
+            "trace_run": tr.trace.manifest.get("run"),   # how the trace was made: lengths, dtypes, router, seed
+            "trace_manifest_sha256": _manifest_sha256(tr.trace.path),
             "chip_sha256": chip.source_sha256,
             "chip_file": chip.source_file,
             "compute_dtype": cst.dtype,
             "options": tr.options.to_dict(),
         },
     }
+
+
+def _manifest_sha256(trace_path) -> str | None:
+    """sha256 of the trace's manifest.json (its identity: row counts, model, run, generator)."""
+    import hashlib
+    from pathlib import Path
+
+    try:
+        return hashlib.sha256((Path(trace_path) / "manifest.json").read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _fmt_bytes(n: float) -> str:
