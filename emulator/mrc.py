@@ -25,6 +25,8 @@ Counts are per block access of the stream given (hits + misses = accesses); bloc
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,7 +162,7 @@ def _tree_add(tree, w, delta):
         i += i & -i
 
 
-@njit
+@njit(nogil=True)
 def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, limit, state):
     """Record stack distances of ``blocks[pos:]`` until done or a table needs to grow.
 
@@ -265,7 +267,7 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, li
     return pos
 
 
-@njit
+@njit(nogil=True)
 def _set_lru_run(blocks, n_sets, stacks, fill, hist):
     """Per-set LRU stacks of depth ``stacks.shape[1]``; ``hist[depth]`` counts deeper or cold."""
     depth = stacks.shape[1]
@@ -356,7 +358,7 @@ def _heap_pop(hk, hv, size):
     return size
 
 
-@njit
+@njit(nogil=True)
 def _opt_full(ids, nxt, n_ids, capacity):
     """Belady's MIN, fully associative, ``capacity`` blocks: the number of misses."""
     resident_next = np.full(n_ids, -1, np.int64)      # next use of a resident block, -1 if absent
@@ -391,7 +393,7 @@ def _opt_full(ids, nxt, n_ids, capacity):
     return misses
 
 
-@njit
+@njit(nogil=True)
 def _opt_sets(blocks, ids, nxt, n_ids, n_sets, ways):
     """Belady's MIN per set (set = block mod n_sets), ``ways`` blocks each: the number of misses."""
     way_of = np.full(n_ids, -1, np.int64)
@@ -616,20 +618,29 @@ def dense_ids(blocks) -> tuple[np.ndarray, int]:
     return ids, int(state[0])
 
 
-def opt_misses(blocks, capacities: list[int], *, n_sets: int | None = None) -> dict[int, int]:
+def opt_misses(blocks, capacities: list[int], *, n_sets: int | None = None,
+               workers: int | None = None) -> dict[int, int]:
     """Belady-MIN misses for each capacity (blocks if fully associative, else ways per set).
 
-    The whole stream is held in memory (about 24 bytes per block access); one exact pass per capacity.
+    The whole stream is held in memory (about 24 bytes per block access); one exact pass per
+    capacity, the capacities spread over ``workers`` threads (default: every core; the kernels
+    release the GIL).
     """
     b = _as_blocks(blocks)
     ids, n_ids = dense_ids(b)
     nxt = _next_use(ids, n_ids)
-    out = {}
-    for c in capacities:
-        if int(c) < 1:
+    caps = sorted({int(c) for c in capacities})
+    for c in caps:
+        if c < 1:
             raise UsageError(f"capacity must be at least one block/way, got {c}", field="sizes")
+
+    def one(c: int) -> int:
         if n_sets is None:
-            out[int(c)] = int(_opt_full(ids, nxt, n_ids, int(c)))
-        else:
-            out[int(c)] = int(_opt_sets(b, ids, nxt, n_ids, int(n_sets), int(c)))
-    return out
+            return int(_opt_full(ids, nxt, n_ids, c))
+        return int(_opt_sets(b, ids, nxt, n_ids, int(n_sets), c))
+
+    n_workers = max(1, min(len(caps), workers or os.cpu_count() or 1))
+    if n_workers == 1:
+        return {c: one(c) for c in caps}
+    with ThreadPoolExecutor(n_workers) as pool:
+        return dict(zip(caps, pool.map(one, caps)))

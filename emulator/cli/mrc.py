@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import click
 import numpy as np
@@ -81,23 +82,27 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
         from tqdm import tqdm
 
         bar = tqdm(total=trace.n_accesses, unit="row", file=sys.stderr, desc=f"mrc {tier_name}")
-    for batch in trace.iter_accesses(1 << 18):
-        for blocks, _ in expander.expand_batch(batch):
-            full.update(blocks)
-            if per_set is not None:
-                per_set.update(blocks)
-            if opt is False or kept is None:
-                continue
-            kept_blocks += blocks.shape[0]
-            if kept_blocks <= opt_limit_blocks:
-                kept.append(blocks.copy())
-            elif opt:
-                raise UsageError(f"OPT needs the whole stream in memory; it exceeds {opt_limit_blocks} blocks "
-                                 "(raise --opt-limit or pass --no-opt)", field="--opt")
-            else:
-                kept, opt_note = None, f"OPT skipped: stream longer than --opt-limit {opt_limit_blocks} blocks"
-        if bar is not None:
-            bar.update(batch.num_rows)
+    # the two curves are independent and their kernels release the GIL: the per-set one runs on
+    # a second core while this thread computes the fully-associative one
+    with ThreadPoolExecutor(1) as pool:
+        for batch in trace.iter_accesses(1 << 18):
+            for blocks, _ in expander.expand_batch(batch):
+                other = pool.submit(per_set.update, blocks) if per_set is not None else None
+                full.update(blocks)
+                if other is not None:
+                    other.result()
+                if opt is False or kept is None:
+                    continue
+                kept_blocks += blocks.shape[0]
+                if kept_blocks <= opt_limit_blocks:
+                    kept.append(blocks.copy())
+                elif opt:
+                    raise UsageError(f"OPT needs the whole stream in memory; it exceeds {opt_limit_blocks} "
+                                     "blocks (raise --opt-limit or pass --no-opt)", field="--opt")
+                else:
+                    kept, opt_note = None, f"OPT skipped: stream longer than --opt-limit {opt_limit_blocks} blocks"
+            if bar is not None:
+                bar.update(batch.num_rows)
     if bar is not None:
         bar.close()
 
