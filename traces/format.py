@@ -58,7 +58,7 @@ TABLES = {
 
 # Tensor kinds the generator writes. Readers accept any string; the emulator maps unknown kinds
 # to "other" in its breakdowns.
-TENSOR_KINDS = ("weight", "kv", "activation", "other")
+TENSOR_KINDS = ("weight", "kv", "activation", "kv_offload", "other")   # kv_offload: multi-turn KV copies
 PHASES = ("prefill", "decode")
 
 # Default alignment of tensor base addresses (bytes). Every tier's block size must divide every
