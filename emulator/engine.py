@@ -252,11 +252,13 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
         s = (b_first & smask) if smask >= 0 else (b_first % S)
         base = slot_off[i] + s * W
         m = (L - b_first) // S + 1
+        # valid ways always form a prefix (fills take the lowest empty way; nothing is invalidated)
         n_empty = 0
-        for x in range(W):
-            if tag[base + x] < 0:
-                seq[n_empty] = base + x
-                n_empty += 1
+        if tag[base + W - 1] < 0:
+            for x in range(W):
+                if tag[base + x] < 0:
+                    seq[n_empty] = base + x
+                    n_empty += 1
         n_old = W - n_empty
         n_evict_old = m - n_empty
         if n_evict_old > n_old:
@@ -372,6 +374,11 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
     seq = np.empty(max_w, np.int64)
     old_meta = np.empty(max_w, np.int64)
     fast = fast_path and rec_tier < 0
+    # counters through a flat view: cnt[row, kind, tier, c] is cf[row*s_row + kind*s_kind + tier*s_tier + c]
+    cf = cnt.reshape(cnt.size)
+    s_tier = cnt.shape[3]
+    s_kind = cnt.shape[2] * s_tier
+    s_row = cnt.shape[1] * s_kind
     b0 = blk[0]
     sh0 = tinfo[0, TI_SHIFT]
     n_blocks = 0
@@ -494,27 +501,32 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                         rw = st_write[sp]
                         rt = st_tid[sp]
                         k = t_kind[rt]
+                        ci = row * s_row + k * s_kind + i * s_tier
                         req = b0 if i == 0 else blk[i - 1]
                         if i == t_home[rt]:
-                            cnt[row, k, i, HITS] += 1
+                            cf[ci + HITS] += 1
                             if rw:
-                                cnt[row, k, i, BYTES_WRITTEN] += req
+                                cf[ci + BYTES_WRITTEN] += req
                             else:
-                                cnt[row, k, i, BYTES_READ] += req
+                                cf[ci + BYTES_READ] += req
                             continue
                         sh_i = tinfo[i, TI_SHIFT]
                         b_i = blk[i]
                         b = addr >> sh_i
                         if mode[i] == MODE_PASS:
-                            st_tier[sp] = i + 1
-                            st_addr[sp] = b << sh_i
-                            st_write[sp] = rw
-                            st_tid[sp] = rt
-                            sp += 1
-                            if rw:
-                                cnt[row, k, i, WRITETHROUGHS] += 1
+                            if t_home[rt] == i + 1:  # a home hit below changes no state: count it now
+                                cf[ci + s_tier + HITS] += 1
+                                cf[ci + s_tier + (BYTES_WRITTEN if rw else BYTES_READ)] += b_i
                             else:
-                                cnt[row, k, i, BYPASSES] += 1
+                                st_tier[sp] = i + 1
+                                st_addr[sp] = b << sh_i
+                                st_write[sp] = rw
+                                st_tid[sp] = rt
+                                sp += 1
+                            if rw:
+                                cf[ci + WRITETHROUGHS] += 1
+                            else:
+                                cf[ci + BYPASSES] += 1
                             continue
                         # a caching tier: look the block up in its set
                         ways = n_ways[i]
@@ -543,19 +555,19 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                                 empty = x
                         if way >= 0:
                             slot = base + way
-                            cnt[row, k, i, HITS] += 1
+                            cf[ci + HITS] += 1
                             if rw:
                                 if dirty[slot] == 0 and t_home[rt] != i + 1:
                                     tinfo[i, TI_DIRTY_FAR] += 1
                                 dirty[slot] = 1
-                                cnt[row, k, i, BYTES_WRITTEN] += req
+                                cf[ci + BYTES_WRITTEN] += req
                                 if store_hit_recency or pid == 3:  # opt's word is the next use
                                     _policy_hit(pid, meta, slot, stamp, nxt)
                             else:
-                                cnt[row, k, i, BYTES_READ] += req
+                                cf[ci + BYTES_READ] += req
                                 _policy_hit(pid, meta, slot, stamp, nxt)
                             continue
-                        cnt[row, k, i, MISSES] += 1
+                        cf[ci + MISSES] += 1
                         fetch = True
                         if rw and req == b_i:
                             if i == 0:
@@ -571,19 +583,24 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                             slot = base + way
                             vt = owner[slot]
                             vk = t_kind[vt]
-                            cnt[row, vk, i, EVICTIONS] += 1
+                            cv = row * s_row + vk * s_kind + i * s_tier
+                            cf[cv + EVICTIONS] += 1
                             region_cnt[ro + (tag[slot] >> rs)] -= 1
                             if dirty[slot]:
                                 if t_home[vt] != i + 1:
                                     tinfo[i, TI_DIRTY_FAR] -= 1
-                                cnt[row, vk, i, WRITEBACKS] += 1
-                                cnt[row, vk, i, BYTES_READ] += b_i
-                                # pushed first so the fetch below is served first
-                                st_tier[sp] = i + 1
-                                st_addr[sp] = tag[slot] << sh_i
-                                st_write[sp] = 1
-                                st_tid[sp] = vt
-                                sp += 1
+                                cf[cv + WRITEBACKS] += 1
+                                cf[cv + BYTES_READ] += b_i
+                                if t_home[vt] == i + 1:
+                                    cf[cv + s_tier + HITS] += 1
+                                    cf[cv + s_tier + BYTES_WRITTEN] += b_i
+                                else:
+                                    # pushed first so the fetch below is served first
+                                    st_tier[sp] = i + 1
+                                    st_addr[sp] = tag[slot] << sh_i
+                                    st_write[sp] = 1
+                                    st_tid[sp] = vt
+                                    sp += 1
                         slot = base + way
                         tag[slot] = b
                         owner[slot] = rt
@@ -595,20 +612,24 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                         else:
                             dirty[slot] = 0
                         _policy_fill(pid, meta, slot, stamp, nxt)
-                        cnt[row, k, i, FILLS] += 1
+                        cf[ci + FILLS] += 1
                         if fetch:
-                            cnt[row, k, i, BYTES_WRITTEN] += b_i
-                            st_tier[sp] = i + 1
-                            st_addr[sp] = b << sh_i
-                            st_write[sp] = 0
-                            st_tid[sp] = rt
-                            sp += 1
+                            cf[ci + BYTES_WRITTEN] += b_i
+                            if t_home[rt] == i + 1:
+                                cf[ci + s_tier + HITS] += 1
+                                cf[ci + s_tier + BYTES_READ] += b_i
+                            else:
+                                st_tier[sp] = i + 1
+                                st_addr[sp] = b << sh_i
+                                st_write[sp] = 0
+                                st_tid[sp] = rt
+                                sp += 1
                         else:
-                            cnt[row, k, i, UNFETCHED] += 1
+                            cf[ci + UNFETCHED] += 1
                         if rw:
-                            cnt[row, k, i, BYTES_WRITTEN] += req
+                            cf[ci + BYTES_WRITTEN] += req
                         else:
-                            cnt[row, k, i, BYTES_READ] += req
+                            cf[ci + BYTES_READ] += req
     return n_blocks
 
 

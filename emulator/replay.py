@@ -40,6 +40,7 @@ Accounting semantics (the lead lifts this into the README; DESIGN.md has the out
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Iterator, Sequence
@@ -69,6 +70,7 @@ class ReplayOptions:
     pim: bool = True                      # run PIM-eligible ops in memory where the chip allows
     fast_path: bool = True                # serve long read runs set by set where exact (same counts)
     fast_min_blocks: int = 64             # shortest read chunk (tier-0 blocks) the fast path takes
+    threads: int = 1                      # replay_blocks: split the stream by set over 2 threads where exact
     batch_rows: int = 1 << 16             # access descriptors per engine call
     opt_max_lookups: int = 1 << 26        # largest per-tier future the opt pre-pass may hold
     max_slots: int = 1 << 27              # largest emulated state (blocks over all tiers)
@@ -365,6 +367,35 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
     return result
 
 
+def partition_bit(tiers: Sequence[Tier]) -> int | None:
+    """A bit of the tier-0 block number that is also a set-index bit at every caching tier, or None.
+
+    Blocks differing in that bit never share a set at any tier, so the two halves of a block stream
+    are independent: each set still sees its own requests in order, writebacks stay in their half.
+    Needs lru/fifo/opt (random draws one sequence per tier across all sets).
+    """
+    if not tiers or any(t.managed != "cache" or t.policy == "random" for t in tiers):
+        return None
+    sh0 = tiers[0].block_bytes.bit_length() - 1
+    lo, hi = 0, 1 << 62
+    for t in tiers:
+        d = t.block_bytes.bit_length() - 1 - sh0
+        low_bits = (t.n_sets & -t.n_sets).bit_length() - 1  # set index bits equal to block bits
+        lo, hi = max(lo, d), min(hi, d + low_bits)
+    return lo if lo < hi else None
+
+
+def _merge(results: list[ReplayResult]) -> ReplayResult:
+    r0 = results[0]
+    fast = np.sum([r.meta["fast_requests"] for r in results], axis=0).tolist()
+    return ReplayResult(tier_names=r0.tier_names, block_bytes=r0.block_bytes, kinds=r0.kinds,
+                        tiers=sum(r.tiers for r in results), by_kind=sum(r.by_kind for r in results),
+                        per_op=sum(r.per_op for r in results), flush=sum(r.flush for r in results),
+                        n_accesses=sum(r.n_accesses for r in results),
+                        n_blocks=sum(r.n_blocks for r in results),
+                        meta={**r0.meta, "fast_requests": fast, "partitions": len(results)})
+
+
 def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
                   options: ReplayOptions = ReplayOptions(), memory_name: str = "memory") -> ReplayResult:
     """Replay a raw stream of byte addresses (+ write flags) on cache ``tiers`` without a trace.
@@ -372,8 +403,24 @@ def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
     Each address is one request for the tier-0 block containing it. Below the last tier an
     unbounded memory tier (named ``memory_name``) homes everything; it is the last tier of the
     result. For throughput comparisons (``benchmarks/bench_replay.py``) and the pycachesim tests.
+    With ``options.threads`` > 1 and a :func:`partition_bit`, the stream is split in two by that
+    bit and the halves replay on two threads (the engine releases the GIL); counts are identical.
     """
     a = np.ascontiguousarray(addresses, np.int64)
+    if options.threads > 1 and len(a) > 1:
+        bit = partition_bit(tiers)
+        if bit is not None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            one = dataclasses.replace(options, threads=1)
+            w = None if is_write is None else np.ascontiguousarray(is_write, np.bool_)
+            sel = ((a // tiers[0].block_bytes) >> bit) & 1 == 1
+            halves = [(a[~sel], None if w is None else w[~sel]), (a[sel], None if w is None else w[sel])]
+            halves = [h for h in halves if len(h[0])]
+            with ThreadPoolExecutor(len(halves)) as pool:
+                results = list(pool.map(lambda h: replay_blocks(h[0], h[1], tiers=tiers, options=one,
+                                                                memory_name=memory_name), halves))
+            return results[0] if len(results) == 1 else _merge(results)
     n = len(a)
     w = np.zeros(n, np.bool_) if is_write is None else np.ascontiguousarray(is_write, np.bool_)
     if w.shape != a.shape:

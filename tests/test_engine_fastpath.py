@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from emulator.hierarchy import Tier
 from emulator.replay import ReplayOptions, replay_arrays, replay_blocks
@@ -76,3 +77,33 @@ def test_fast_path_with_dirty_victims_homed_below_and_farther():
         np.testing.assert_array_equal(out[True, lent].by_kind, out[False, lent].by_kind)
         np.testing.assert_array_equal(out[True, lent].flush, out[False, lent].flush)
     assert out[True, 0].meta["fast_requests"][0] > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(["lru", "fifo", "opt"]), st.integers(1, 3), st.booleans())
+def test_two_thread_set_partition_is_exact(seed, policy, levels, flush):
+    rng = np.random.default_rng(seed)
+    n = 3000
+    a = np.where(rng.random(n) < 0.5, rng.integers(0, 1 << 14, n), (rng.integers(0, 1 << 10) + np.arange(n)) % (1 << 14)) * 32
+    w = rng.random(n) < 0.2
+    geoms = [(8, 4, 32), (16, 4, 64), (64, 2, 128)][:levels]
+    tiers = [_cache(f"t{i}", s, wy, b, policy) for i, (s, wy, b) in enumerate(geoms)]
+    one = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(flush=flush))
+    two = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(flush=flush, threads=2))
+    assert two.meta.get("partitions") == 2
+    np.testing.assert_array_equal(one.tiers, two.tiers)
+    np.testing.assert_array_equal(one.flush, two.flush)
+
+
+def test_partition_bit():
+    from emulator.replay import partition_bit
+
+    # 64 B blocks, 64 and 1024 sets: bit 0..5 of the block number index both
+    assert partition_bit([_cache("l1", 64, 8, 64), _cache("l2", 1024, 16, 64)]) == 0
+    # l2 blocks 4x larger: its set bits start at tier-0 bit 2
+    assert partition_bit([_cache("l1", 64, 8, 64), _cache("l2", 1024, 16, 256)]) == 2
+    # a fully associative tier has no set bits; random draws across sets
+    assert partition_bit([_cache("l1", 1, 8, 64)]) is None
+    assert partition_bit([_cache("l1", 64, 8, 64, "random")]) is None
+    # 25600 sets (not a power of two) still has 10 low set bits equal to block bits
+    assert partition_bit([_cache("l2", 25600, 16, 128)]) == 0
