@@ -1,9 +1,10 @@
 """Lowering: a model spec and a run become an ordered list of operators written as a trace.
 
 A run is a list of :class:`Segment` s — a prefill of ``tokens`` positions per sequence, or one
-decode step — each starting at a KV-cache position. :func:`plan_segments` builds the list for a
-:class:`~traces.run.RunConfig`; :func:`lower_segments` writes any list (multi-turn runs, whose
-later turns keep or re-prefill earlier KV, are another list of segments over the same tensors).
+decode step, or a KV copy between conversation turns — each starting at a KV-cache position.
+:func:`traces.segments.plan_segments` builds the list for a :class:`~traces.run.RunConfig`;
+:func:`lower_segments` writes any list (multi-turn runs, whose later turns keep or re-prefill
+earlier KV, are another list of segments over the same tensors).
 
 Per segment, the execution order is: embedding gather; per layer: input norm, attention block
 (q/k/v projections, optional q/k norms, rotary, KV append, attention, output projection), residual
@@ -39,7 +40,6 @@ a reusing turn routes, and more.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -57,66 +57,9 @@ from traces.dtypes import DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, nbytes_of, s
 from traces.errors import UsageError
 from traces.routing import ROUTING_FILE, ROUTING_SCHEMA, Router
 from traces.run import RunConfig
+from traces.segments import COPY_ACTIONS, Segment, conversation_table, plan_segments, plan_turns  # noqa: F401
 from traces.spec import ModelSpec
 from traces.writer import TraceWriter
-
-
-@dataclass(frozen=True)
-class Segment:
-    """``tokens`` new positions per sequence starting at KV position ``start``; ``step`` is the
-    decode step (-1 in prefill). ``turn`` is the conversation turn (-1 outside a conversation);
-    ``action`` is ``compute``, or ``offload``/``restore`` for a KV copy of positions
-    ``start .. start+tokens-1`` of every sequence."""
-
-    phase: str
-    step: int
-    tokens: int
-    start: int
-    turn: int = -1
-    action: str = "compute"
-
-    def to_dict(self) -> dict:
-        d = {"phase": self.phase, "step": self.step, "tokens": self.tokens, "start": self.start}
-        if self.turn >= 0:
-            d.update(turn=self.turn, action=self.action)
-        return d
-
-
-COPY_ACTIONS = ("offload", "restore")
-
-
-def plan_turns(run: RunConfig) -> list[Segment]:
-    """The segments of a conversation (see the module docstring)."""
-    segs: list[Segment] = []
-    history = run.context      # KV positions per sequence before the turn
-    step = 0
-    for t, (prompt, answer) in enumerate(run.turns):
-        if run.kv_offload and t > 0:
-            segs.append(Segment("prefill", -1, history, 0, t, "restore"))
-        if run.kv_reuse:
-            segs.append(Segment("prefill", -1, prompt, history, t))
-        else:
-            segs.append(Segment("prefill", -1, history - run.context + prompt, run.context, t))
-        base = history + prompt
-        segs += [Segment("decode", step + s, 1, base + s, t) for s in range(answer)]
-        step += answer
-        history = base + answer
-        if run.kv_offload and t < len(run.turns) - 1:
-            segs.append(Segment("prefill", -1, history, 0, t, "offload"))
-    return segs
-
-
-def plan_segments(run: RunConfig) -> list[Segment]:
-    """Prefill of the prompt (after ``context`` cached positions), then one segment per decode step;
-    a conversation's segments come from :func:`plan_turns`."""
-    if run.turns:
-        return plan_turns(run)
-    segs = []
-    if run.prompt:
-        segs.append(Segment("prefill", -1, run.prompt, run.context))
-    base = run.context + run.prompt
-    segs += [Segment("decode", s, 1, base + s) for s in range(run.generate)]
-    return segs
 
 
 def generate_trace(spec: ModelSpec, run: RunConfig, out_dir: str | os.PathLike, *, force: bool = False,
@@ -158,35 +101,6 @@ def lower_segments(spec: ModelSpec, run: RunConfig, segments: list[Segment], out
         if run.turns:
             w.run["conversation"] = conversation_table(run, segments, op_ranges)
     return Path(out_dir)
-
-
-def conversation_table(run: RunConfig, segments: list[Segment], op_ranges: list[tuple[int, int]]) -> list[dict]:
-    """Per turn (tokens per sequence): ``prompt_tokens``/``answer_tokens`` (the turn's new tokens),
-    ``history_positions`` (KV positions before the turn, context included), ``prefill_tokens``
-    (positions actually prefilled: the prompt with reuse, history + prompt without),
-    ``decode_tokens``, op ids ``[op_start, op_end)``, decode steps ``[step_start, step_end)``, and the
-    op id ranges of its KV copies ``restore_ops``/``offload_ops`` (``[lo, hi)`` or null)."""
-    out, history = [], run.context
-    for t, (prompt, answer) in enumerate(run.turns):
-        out.append({"turn": t, "prompt_tokens": prompt, "answer_tokens": answer, "history_positions": history,
-                    "prefill_tokens": 0, "decode_tokens": 0, "op_start": None, "op_end": None,
-                    "step_start": None, "step_end": None, "restore_ops": None, "offload_ops": None})
-        history += prompt + answer
-    for seg, (lo, hi) in zip(segments, op_ranges):
-        if not 0 <= seg.turn < len(out):
-            continue
-        t = out[seg.turn]
-        t["op_start"] = lo if t["op_start"] is None else t["op_start"]
-        t["op_end"] = hi
-        if seg.action in COPY_ACTIONS:
-            t[f"{seg.action}_ops"] = [lo, hi]
-        elif seg.phase == "prefill":
-            t["prefill_tokens"] += seg.tokens
-        else:
-            t["decode_tokens"] += seg.tokens
-            t["step_start"] = seg.step if t["step_start"] is None else t["step_start"]
-            t["step_end"] = seg.step + 1
-    return out
 
 
 class _Lowering:
