@@ -125,6 +125,9 @@ def test_gqa_context_longer_than_mha_in_the_same_budget():
     extra = 32 * 2 * (4096 - 1024) * 4096
     assert m.weight_bytes - g.weight_bytes == extra // 2 + extra // 128 * 2
     assert g.memory_context > 4 * m.memory_context  # 4x less KV per token and more room left for it
+    mqa = load_model(Path(__file__).parents[1] / "configs" / "variants" / "llama-3.1-8b-mqa.json")
+    q = capacity(mqa, b, weights="int4")
+    assert q.kv_bytes_per_token * 8 == g.kv_bytes_per_token and q.limited_by == "positions"
 
 
 def test_chip_budget_is_its_home_tiers():
