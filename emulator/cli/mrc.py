@@ -75,13 +75,23 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
     limit_blocks = max(max(rows), tier.capacity_bytes) // tier.block_bytes
     full = LruDistances(limit=limit_blocks)
     per_set = SetLruDistances(n_sets, max_ways) if n_sets is not None else None
-    kept, kept_blocks, opt_note = [], 0, None
+    kept, opt_note = [], None
     expander = BlockExpander(tensor_addresses(trace.tensors), tier.block_bytes, include=include)
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=trace.n_accesses, unit="row", file=sys.stderr, desc=f"mrc {tier_name}")
+    if opt is not False:                            # descriptors are coarse: counting blocks is cheap
+        total = sum(expander.count(*(batch.column(c).to_numpy(zero_copy_only=False) for c in
+                                     ("tensor_id", "offset", "nbytes", "count", "stride")))
+                    for batch in trace.iter_accesses(1 << 18))
+        if total > opt_limit_blocks:
+            if opt:
+                raise UsageError(f"OPT needs the whole stream in memory: {total} blocks exceed --opt-limit "
+                                 f"{opt_limit_blocks} (raise it or pass --no-opt)", field="--opt")
+            kept, opt_note = None, f"OPT skipped: {total} blocks exceed --opt-limit {opt_limit_blocks}"
+
     # the two curves are independent and their kernels release the GIL: the per-set one runs on
     # a second core while this thread computes the fully-associative one
     with ThreadPoolExecutor(1) as pool:
@@ -91,16 +101,8 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
                 full.update(blocks)
                 if other is not None:
                     other.result()
-                if opt is False or kept is None:
-                    continue
-                kept_blocks += blocks.shape[0]
-                if kept_blocks <= opt_limit_blocks:
+                if opt is not False and kept is not None:
                     kept.append(blocks.copy())
-                elif opt:
-                    raise UsageError(f"OPT needs the whole stream in memory; it exceeds {opt_limit_blocks} "
-                                     "blocks (raise --opt-limit or pass --no-opt)", field="--opt")
-                else:
-                    kept, opt_note = None, f"OPT skipped: stream longer than --opt-limit {opt_limit_blocks} blocks"
             if bar is not None:
                 bar.update(batch.num_rows)
     if bar is not None:
