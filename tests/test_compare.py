@@ -108,8 +108,9 @@ def test_trace_aligned_below_a_block_is_a_reason_not_a_crash(tmp_path):
 
 
 def test_unknown_chip_is_one_line_exit_2(trace_path):
-    for chips, msg in (("h100,nochip", "nochip"), ("h100,,sn40l", "comma-separated"), ("h100,h100", "listed twice")):
-        r = cli("compare", trace_path, "--chips", chips)
+    for chips, msg in (("h100,nochip", "nochip"), ("h100,,sn40l", "comma-separated"), ("h100,h100", "listed twice"),
+                       ("h100 --generate 5", "trace options apply only when tracing")):
+        r = cli("compare", trace_path, "--chips", *chips.split())
         assert r.exit_code == 2, r.output
         lines = r.output.strip().splitlines()
         assert len(lines) == 1 and msg in lines[0], r.output

@@ -91,8 +91,15 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, force, as_j
             click.echo(format_table(rows, title=f"{model_line(trace)[1]}\nPIM {'on' if pim else 'off'}"))
 
     if _is_trace(model):
+        from click.core import ParameterSource
+
         if keep_trace:
             raise UsageError("MODEL is already a trace; --keep-trace applies when tracing a model", field="--keep-trace")
+        ctx = click.get_current_context()
+        given = [n for n in kw if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]
+        if given:
+            raise UsageError(f"MODEL is already a trace; trace options apply only when tracing a model "
+                             f"(got --{given[0].replace('_', '-')})", field="MODEL")
         run(model)
         return
     from traces.lower import generate_trace
