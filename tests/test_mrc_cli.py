@@ -206,3 +206,14 @@ def test_deeper_tier_sees_only_tensors_homed_beyond_nearer_tiers(trace, tmp_path
     for row in out["rows"]:
         assert row["set_lru_misses"] == naive_lru_misses(weight_blocks, 16, row["capacity_bytes"] // (16 * 128))
         assert row["lru_misses"] == naive_lru_misses(weight_blocks, 1, row["capacity_bytes"] // 128)
+
+
+def test_plot_without_matplotlib_is_a_clear_error(trace, tmp_path, monkeypatch):
+    path, _ = trace
+    chip = tmp_path / "tiny.toml"
+    chip.write_text(CHIP.format(cap="8 KiB", ways=""))
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)    # import matplotlib fails
+    res = CliRunner().invoke(main, ["mrc", str(path), "--tier", "sram", "--chip", str(chip),
+                                    "--plot", str(tmp_path / "x.png")])
+    assert res.exit_code == 2 and "pip install 'tierlab[plot]'" in res.output
+    assert not (tmp_path / "x.png").exists()
