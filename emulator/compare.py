@@ -83,7 +83,8 @@ def compare(trace, chips: Sequence[str | Chip], options=None, *, extra_rules=(),
     ``progress(name)`` is called before each chip's replay.
     """
     from emulator.replay import ReplayOptions, replay_trace
-    from emulator.report import cost_of, to_json
+    from emulator.report import cost_of
+    from emulator.report import to_json as replay_json
     from traces.reader import Trace, open_trace
 
     options = options or ReplayOptions()
@@ -99,7 +100,7 @@ def compare(trace, chips: Sequence[str | Chip], options=None, *, extra_rules=(),
         except (CapacityError, TraceError) as err:
             out.append(ChipResult(chip.name, reason=str(err)))
             continue
-        d = to_json(tr, cost_of(tr))
+        d = replay_json(tr, cost_of(tr))
         out.append(ChipResult(chip.name, result=d, summary=summarise(d)))
     return out
 
