@@ -141,20 +141,24 @@ def _si(x: float, unit: str) -> str:
 
 
 def format_turns(rows: list[dict], *, title: str | None = None) -> str:
-    """An aligned table: one line per turn, then the conversation's total."""
+    """An aligned table: one line per turn, then the conversation's total (the KV-copy columns only
+    when the conversation offloads)."""
     from emulator.report import table
     from emulator.units import format_size
 
     links = list(rows[0]["bytes_by_link"]) if rows else []
-    head = ["turn", "prefill", "decode", "KV read", "KV written", "KV copies"] + \
-           [f"{n} (down+up)" for n in links] + ["energy", "latency"]
+    offload = any(r["offload_ops"] or r["restore_ops"] for r in rows)
+    head = (["turn", "prefill", "decode", "KV read", "KV written"]
+            + (["KV copies", "copies on links"] if offload else [])
+            + [f"{n} (down+up)" for n in links] + ["energy", "latency"])
     body = []
 
     def line(label, rs):
         copies = sum(r["kv_offload_bytes"]["read"] + r["kv_offload_bytes"]["written"] for r in rs)
         return ([label, sum(r["prefill_tokens"] for r in rs), sum(r["decode_tokens"] for r in rs),
                  format_size(sum(r["kv_bytes"]["read"] for r in rs)),
-                 format_size(sum(r["kv_bytes"]["written"] for r in rs)), format_size(copies)]
+                 format_size(sum(r["kv_bytes"]["written"] for r in rs))]
+                + ([format_size(copies), format_size(sum(r["copy_link_bytes"] for r in rs))] if offload else [])
                 + [format_size(sum(r["bytes_by_link"][n]["down"] + r["bytes_by_link"][n]["up"] for r in rs))
                    for n in links]
                 + [_si(sum(r["energy_j"]["total"] for r in rs), "J"), _si(sum(r["latency_s"] for r in rs), "s")])

@@ -92,6 +92,7 @@ def test_turns_sum_to_the_run(small_traces):
         assert r["decode_latency_s_per_token"] == pytest.approx(
             cst.latency_s[t["op_start"]:t["op_end"]][ops["phase"][t["op_start"]:t["op_end"]] == "decode"].sum()
             / len(steps))
+    assert "copies on links" not in format_turns(rows)
     assert "total" in format_turns(rows) and len(format_turns(rows).splitlines()) == 3 + len(TURNS) + 1
 
 
@@ -114,6 +115,7 @@ def test_offload_copies_cross_the_link_once(tmp_path, batch, context):
         down, up = r["bytes_by_link"]["sram-ddr"]["down"], r["bytes_by_link"]["sram-ddr"]["up"]
         assert (down, up) == (off["read"], off["written"])
         assert r["copy_link_bytes"] == r["link_bytes"] == down + up
+    assert "copies on links" in format_turns(rows)
 
 
 def test_per_turn_deterministic_and_absent_for_plain_runs(tmp_path):
