@@ -21,7 +21,7 @@ def _both(sc):
     return fast, slow
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_fast_path_is_bit_identical(sc):
     fast, slow = _both(sc)
@@ -79,7 +79,7 @@ def test_fast_path_with_dirty_victims_homed_below_and_farther():
     assert out[True, 0].meta["fast_requests"][0] > 0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.integers(0, 10_000), st.sampled_from(["lru", "fifo", "opt"]), st.integers(1, 3), st.booleans())
 def test_two_thread_set_partition_is_exact(seed, policy, levels, flush):
     rng = np.random.default_rng(seed)

@@ -19,7 +19,7 @@ def _cache(name, n_blocks, block, ways, policy):
 streams = st.lists(st.integers(0, 63), min_size=1, max_size=400).map(lambda x: np.array(x) * 64)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(streams, st.integers(1, 4), st.integers(1, 8), st.lists(st.booleans(), min_size=400, max_size=400))
 def test_opt_never_misses_more_than_lru(addrs, sets, ways, writes):
     w = np.array(writes[: len(addrs)])

@@ -101,7 +101,7 @@ def _expected(tiers, lent, tensors, n_ops, acc, opts):
     return per_op, by_kind, flush
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_every_counter_matches_reference(sc):
     tiers, lent, tensors, n_ops, acc, opts, cuts = sc
@@ -112,7 +112,7 @@ def test_every_counter_matches_reference(sc):
     np.testing.assert_array_equal(res.flush, flush)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scenarios())
 def test_conservation_and_lookups(sc):
     tiers, lent, tensors, n_ops, acc, opts, cuts = sc
