@@ -239,3 +239,29 @@ def test_unknown_pim_op_kind_is_one_line_exit_2(tmp_path, llama_trace):
     assert r.exit_code == 2
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "unknown op kind 'gemv'" in lines[0] and "ops[1]" in lines[0]
+
+
+def test_in_memory_bytes_are_shown_apart_in_json_text_and_parquet(tmp_path, llama_trace):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "ops.parquet"
+    r = CliRunner().invoke(main, ["replay", str(llama_trace.path), "--chip", "h100-hbm-pim", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    tr = replay_trace(llama_trace, "h100-hbm-pim")
+    hbm = tr.chip.tier_index("hbm")
+    total = int(tr.result.tiers[hbm, PIM_BYTES])
+    assert d["tiers"][hbm]["pim_bytes"] == total > 0
+    # per token: the decode ops' in-memory bytes / steps / batch, apart from the link bytes
+    ops = llama_trace.ops.to_pydict()
+    dec = np.array([p == "decode" for p in ops["phase"]])
+    pt = d["per_token"]
+    assert pt["in_memory_bytes_by_tier"] == {"hbm": tr.result.per_op[dec, hbm, PIM_BYTES].sum() / 3 / 2}
+    assert set(pt["bytes_by_link"]) == {"l2-hbm", "hbm-ddr"}
+    assert d["pim"]["ops_in_memory"]["hbm"] == {"attention": int(((np.array(ops["kind"]) == "attention") & dec).sum()),
+                                                "linear": int(((np.array(ops["kind"]) == "linear") & dec).sum())}
+    t = pq.read_table(out).to_pydict()
+    assert sum(t["hbm.pim_bytes"]) == total
+    assert t["ran_in_memory_of"] == [("hbm" if x >= 0 else None) for x in tr.pim.op_tier]
+    text = CliRunner().invoke(main, ["replay", str(llama_trace.path), "--chip", "h100-hbm-pim"]).output
+    assert "in memory hbm (PIM)" in text
