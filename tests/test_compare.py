@@ -150,3 +150,14 @@ def test_pim_lowers_link_bytes_and_energy(trace_path):
     off = compare(trace_path, ["h100-hbm-pim"], ReplayOptions(pim=False))[0].summary
     assert on["in_memory_bytes"] and not off["in_memory_bytes"]
     assert on["bytes_by_link"]["l2-hbm"] <= off["bytes_by_link"]["l2-hbm"]
+
+
+def test_plot_without_matplotlib_is_one_line_before_any_work(tmp_path, trace_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "c.png"
+    r = cli("compare", trace_path, "--chips", "h100", "--plot", out)
+    assert r.exit_code == 2 and r.output.strip() == \
+        "tierlab: error: --plot: plotting needs matplotlib: pip install 'tierlab[plot]'"
+    assert not out.exists()

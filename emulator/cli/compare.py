@@ -60,6 +60,10 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, force, as_j
     for p in (csv_path, plot_path):
         if p:
             check_output(p, force=force)
+    if plot_path:
+        from emulator.plots import _pyplot
+
+        _pyplot()  # no matplotlib: say so before the replays
     options = ReplayOptions(pim=pim)
     progress = (lambda name: click.echo(f"replaying on {name}", err=True)) if sys.stderr.isatty() else None
 
