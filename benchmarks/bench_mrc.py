@@ -15,7 +15,7 @@ import argparse
 
 import numpy as np
 
-from _common import LINE_BYTES, emit, issue_blocks, log, timed
+from _common import LINE_BYTES, emit, issue_blocks, log, timed_cpu
 
 from emulator.jit import njit
 from emulator.mrc import LruDistances, SetLruDistances, opt_misses
@@ -86,24 +86,25 @@ def main() -> None:
     # 1. one pass vs the naive stack-distance loop, same prefix, same histogram
     prefix = blocks[:args.naive_lines]
     hist = np.zeros(prefix.shape[0], np.int64)
-    t_naive, cold = timed(naive_stack_distances, prefix, hist)
-    t_fast, curve = timed(one_pass, prefix, repeat=args.repeat)
+    t_naive, c_naive, cold = timed_cpu(naive_stack_distances, prefix, hist)
+    t_fast, c_fast, curve = timed_cpu(one_pass, prefix, repeat=args.repeat)
     k = curve.hist.shape[0]
     if cold != curve.cold_misses or not np.array_equal(hist[:k], curve.hist) or hist[k:].any():
         raise SystemExit("one-pass histogram differs from the naive loop")
     out["vs_naive"] = {
         "prefix_lines": int(prefix.shape[0]), "distinct_blocks": int(cold),
-        "naive_s": t_naive, "one_pass_s": t_fast,
+        "naive_s": t_naive, "one_pass_s": t_fast, "naive_cpu_s": c_naive, "one_pass_cpu_s": c_fast,
         "naive_blocks_per_s": prefix.shape[0] / t_naive, "one_pass_blocks_per_s": prefix.shape[0] / t_fast,
-        "speedup": t_naive / t_fast, "histograms_equal": True,
+        "speedup": t_naive / t_fast, "speedup_cpu": c_naive / c_fast, "histograms_equal": True,
     }
     log("vs naive:", out["vs_naive"])
 
     # 2. one pass over the whole stream, fully associative
-    t_full, curve = timed(one_pass, blocks, repeat=args.repeat)
+    t_full, c_full, curve = timed_cpu(one_pass, blocks, repeat=args.repeat)
     caps = [32 << 10, 1 << 20, 8 << 20, 64 << 20, 128 << 20]
     out["fully_associative"] = {
         "seconds": t_full, "blocks_per_s": blocks.shape[0] / t_full,
+        "cpu_seconds": c_full, "blocks_per_cpu_s": blocks.shape[0] / c_full,
         "distinct_blocks": curve.cold_misses, "capacities_covered": curve.cold_misses,
         "miss_ratio": {str(c): curve.miss_ratio(c) for c in caps},
     }
@@ -111,22 +112,23 @@ def main() -> None:
 
     # 3. per-set curve (L2-like geometry) vs one pycachesim replay per way count
     n_sets, max_ways = 1024, 32
-    t_sets, set_curve = timed(per_set_pass, blocks, n_sets, max_ways, repeat=args.repeat)
+    t_sets, c_sets, set_curve = timed_cpu(per_set_pass, blocks, n_sets, max_ways, repeat=args.repeat)
     addrs = (blocks * LINE_BYTES).tolist()
     ways_list = [1, 2, 4, 8, 16, 32]
-    replays, t_replays = {}, 0.0
+    replays, t_replays, c_replays = {}, 0.0, 0.0
     for w in ways_list:
-        t, m = timed(pycachesim_misses, addrs, n_sets, w)
+        t, c, m = timed_cpu(pycachesim_misses, addrs, n_sets, w)
         replays[w] = m
         t_replays += t
+        c_replays += c
         if m != set_curve.misses(n_sets * w * LINE_BYTES):
             raise SystemExit(f"per-set curve differs from pycachesim at {w} ways")
     out["per_set_vs_replays"] = {
-        "n_sets": n_sets, "max_ways": max_ways, "one_pass_s": t_sets,
+        "n_sets": n_sets, "max_ways": max_ways, "one_pass_s": t_sets, "one_pass_cpu_s": c_sets,
         "one_pass_blocks_per_s": blocks.shape[0] / t_sets,
         "pycachesim_replays": len(ways_list), "pycachesim_total_s": t_replays,
-        "pycachesim_s_per_replay": t_replays / len(ways_list),
-        "speedup_vs_replays": t_replays / t_sets,
+        "pycachesim_total_cpu_s": c_replays, "pycachesim_s_per_replay": t_replays / len(ways_list),
+        "speedup_vs_replays": t_replays / t_sets, "speedup_vs_replays_cpu": c_replays / c_sets,
         "miss_ratio_by_ways": {str(w): replays[w] / blocks.shape[0] for w in ways_list},
         "counts_equal": True,
     }
@@ -134,8 +136,9 @@ def main() -> None:
 
     # 4. OPT, one exact pass per size (fully associative)
     opt_caps = [c // LINE_BYTES for c in (32 << 10, 1 << 20, 8 << 20)]
-    t_opt, got = timed(opt_misses, blocks, opt_caps)
-    out["opt"] = {"sizes": len(opt_caps), "seconds": t_opt, "seconds_per_size": t_opt / len(opt_caps),
+    t_opt, c_opt, got = timed_cpu(opt_misses, blocks, opt_caps, workers=1)
+    out["opt"] = {"sizes": len(opt_caps), "seconds": t_opt, "cpu_seconds": c_opt,
+                  "seconds_per_size": t_opt / len(opt_caps),
                   "miss_ratio": {str(c * LINE_BYTES): got[c] / blocks.shape[0] for c in opt_caps},
                   "lru_miss_ratio": {str(c * LINE_BYTES): curve.miss_ratio(c * LINE_BYTES) for c in opt_caps}}
     log("opt:", out["opt"])

@@ -23,7 +23,7 @@ import tempfile
 
 import numpy as np
 
-from _common import LINE_BYTES, REPO, emit, issue_blocks, log, timed
+from _common import LINE_BYTES, REPO, emit, issue_blocks, log, timed, timed_cpu
 
 from emulator.hierarchy import Tier
 from emulator.jit import njit
@@ -133,13 +133,13 @@ def main() -> None:
         for lv in levels:
             tiers = tiers_for(lv, policy)
             tierlab_replay(addrs[:2000], tiers)                      # warm: load/compile once
-            t_tl, tl_misses = timed(tierlab_replay, addrs, tiers, repeat=args.repeat)
-            row = {"levels": lv, "policy": policy, "tierlab_s": t_tl, "tierlab_blocks_per_s": n / t_tl,
-                   "tierlab_misses": tl_misses}
+            t_tl, c_tl, tl_misses = timed_cpu(tierlab_replay, addrs, tiers, repeat=args.repeat)
+            row = {"levels": lv, "policy": policy, "tierlab_s": t_tl, "tierlab_cpu_s": c_tl,
+                   "tierlab_blocks_per_s": n / t_tl, "tierlab_misses": tl_misses}
             if policy in PYCACHESIM_POLICY:
-                t_pc, pc_misses = timed(pycachesim_replay, addr_list, lv, policy, repeat=args.repeat)
-                row.update(pycachesim_s=t_pc, pycachesim_blocks_per_s=n / t_pc, pycachesim_misses=pc_misses,
-                           ratio=t_pc / t_tl)
+                t_pc, c_pc, pc_misses = timed_cpu(pycachesim_replay, addr_list, lv, policy, repeat=args.repeat)
+                row.update(pycachesim_s=t_pc, pycachesim_cpu_s=c_pc, pycachesim_blocks_per_s=n / t_pc,
+                           pycachesim_misses=pc_misses, ratio=t_pc / t_tl, ratio_cpu=c_pc / c_tl)
                 if policy in EXACT_POLICIES:
                     row["counts_equal"] = pc_misses == tl_misses
             row["floor_ratio"] = t_floor / t_tl

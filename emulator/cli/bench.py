@@ -71,10 +71,11 @@ def _flatten(d, prefix=""):
 def format_result(name: str, doc: dict) -> str:
     lines = [f"== {name}: {doc.get('command', '')}"]
     if name == "replay":
-        head = ("levels", "policy", "tierlab M/s", "pycachesim M/s", "ratio", "floor ratio", "equal")
+        head = ("levels", "policy", "tierlab M/s", "pycachesim M/s", "ratio", "ratio cpu", "floor ratio", "equal")
         rows = [(str(r["levels"]), r["policy"], f"{r['tierlab_blocks_per_s'] / 1e6:.2f}",
                  f"{r['pycachesim_blocks_per_s'] / 1e6:.2f}" if "pycachesim_blocks_per_s" in r else "-",
-                 f"{r['ratio']:.2f}" if "ratio" in r else "-", f"{r['floor_ratio']:.4f}",
+                 f"{r['ratio']:.2f}" if "ratio" in r else "-",
+                 f"{r['ratio_cpu']:.2f}" if "ratio_cpu" in r else "-", f"{r['floor_ratio']:.4f}",
                  str(r.get("counts_equal", "-"))) for r in doc.get("runs", [])]
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
         lines.append("  ".join(h.rjust(w) for h, w in zip(head, widths)))
