@@ -99,7 +99,11 @@ print(json.dumps({"baseline_kib": base, "peak_kib": resource.getrusage(resource.
 
 
 def write_trace(path: Path, lines: int, run_lines: int = 250) -> int:
-    """The issue-4 stream as descriptors: a run is one descriptor, a random line is one. Returns rows."""
+    """The issue-4 stream as descriptors: a run is one descriptor, a random line is one. Returns rows.
+
+    A run starting near the end of the 64 MiB region is kept whole (the region tensor is one run
+    longer) rather than split at the wrap as :func:`_common.issue_blocks` does.
+    """
     from traces.writer import TraceWriter
 
     rng = np.random.default_rng(SEED)
@@ -108,7 +112,7 @@ def write_trace(path: Path, lines: int, run_lines: int = 250) -> int:
     rounds = -(-lines // (2 * run_lines))
     rows = 0
     with TraceWriter(path, alignment=64 << 10) as w:
-        seq = w.add_tensor("region", "weight", region, "bf16")
+        seq = w.add_tensor("region", "weight", region + run_lines * LINE_BYTES, "bf16")
         hot = w.add_tensor("hot", "kv", 512 << 10, "bf16")
         per_op = 1000 // (run_lines + 1) + 1                       # rounds per op: ~1000 descriptors
         for first in range(0, rounds, per_op):
