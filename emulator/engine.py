@@ -63,7 +63,7 @@ OPT_NEVER = np.int64(1) << np.int64(62)  # next use of a block never used again
 POLICY_IDS = {"lru": 0, "fifo": 1, "random": 2, "opt": 3}
 
 
-@njit
+@njit(inline="always")
 def _argmin_way(meta, base, ways):
     best = 0
     v = meta[base]
@@ -74,7 +74,7 @@ def _argmin_way(meta, base, ways):
     return best
 
 
-@njit
+@njit(inline="always")
 def _argmax_way(meta, base, ways):
     best = 0
     v = meta[base]
@@ -85,7 +85,7 @@ def _argmax_way(meta, base, ways):
     return best
 
 
-@njit
+@njit(inline="always")
 def xorshift64(rng, t):
     """Advance tier ``t``'s xorshift64 state (13, 7, 17) and return it."""
     x = rng[t]
@@ -97,70 +97,70 @@ def xorshift64(rng, t):
 
 
 # lru: evict the least recently used (stamp of the last hit or fill)
-@njit
+@njit(inline="always")
 def _lru_hit(meta, slot, stamp, next_use):
     meta[slot] = stamp
 
 
-@njit
+@njit(inline="always")
 def _lru_fill(meta, slot, stamp, next_use):
     meta[slot] = stamp
 
 
-@njit
+@njit(inline="always")
 def _lru_victim(meta, base, ways, rng, t):
     return _argmin_way(meta, base, ways)
 
 
 # fifo: evict the oldest fill; hits change nothing
-@njit
+@njit(inline="always")
 def _fifo_hit(meta, slot, stamp, next_use):
     pass
 
 
-@njit
+@njit(inline="always")
 def _fifo_fill(meta, slot, stamp, next_use):
     meta[slot] = stamp
 
 
-@njit
+@njit(inline="always")
 def _fifo_victim(meta, base, ways, rng, t):
     return _argmin_way(meta, base, ways)
 
 
 # random: evict way (xorshift64 state % ways), seeded per tier
-@njit
+@njit(inline="always")
 def _random_hit(meta, slot, stamp, next_use):
     pass
 
 
-@njit
+@njit(inline="always")
 def _random_fill(meta, slot, stamp, next_use):
     pass
 
 
-@njit
+@njit(inline="always")
 def _random_victim(meta, base, ways, rng, t):
     return np.int64(xorshift64(rng, t) % np.uint64(ways))
 
 
 # opt (Belady's MIN): evict the block used farthest in the future (lowest way on ties)
-@njit
+@njit(inline="always")
 def _opt_hit(meta, slot, stamp, next_use):
     meta[slot] = next_use
 
 
-@njit
+@njit(inline="always")
 def _opt_fill(meta, slot, stamp, next_use):
     meta[slot] = next_use
 
 
-@njit
+@njit(inline="always")
 def _opt_victim(meta, base, ways, rng, t):
     return _argmax_way(meta, base, ways)
 
 
-@njit
+@njit(inline="always")
 def _policy_hit(pid, meta, slot, stamp, next_use):
     if pid == 0:
         _lru_hit(meta, slot, stamp, next_use)
@@ -172,7 +172,7 @@ def _policy_hit(pid, meta, slot, stamp, next_use):
         _opt_hit(meta, slot, stamp, next_use)
 
 
-@njit
+@njit(inline="always")
 def _policy_fill(pid, meta, slot, stamp, next_use):
     if pid == 0:
         _lru_fill(meta, slot, stamp, next_use)
@@ -184,7 +184,7 @@ def _policy_fill(pid, meta, slot, stamp, next_use):
         _opt_fill(meta, slot, stamp, next_use)
 
 
-@njit
+@njit(inline="always")
 def _policy_victim(pid, meta, base, ways, rng, t):
     if pid == 0:
         return _lru_victim(meta, base, ways, rng, t)
@@ -585,7 +585,8 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                             vk = t_kind[vt]
                             cv = row * s_row + vk * s_kind + i * s_tier
                             cf[cv + EVICTIONS] += 1
-                            region_cnt[ro + (tag[slot] >> rs)] -= 1
+                            if fast:
+                                region_cnt[ro + (tag[slot] >> rs)] -= 1
                             if dirty[slot]:
                                 if t_home[vt] != i + 1:
                                     tinfo[i, TI_DIRTY_FAR] -= 1
@@ -604,7 +605,8 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                         slot = base + way
                         tag[slot] = b
                         owner[slot] = rt
-                        region_cnt[ro + (b >> rs)] += 1
+                        if fast:
+                            region_cnt[ro + (b >> rs)] += 1
                         if rw:
                             dirty[slot] = 1
                             if t_home[rt] != i + 1:
@@ -672,3 +674,105 @@ def flush_dirty(t_home, t_kind,
          tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
          store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
          rec_tier, rec_buf, rec_pos, tinfo, region_cnt, False, fast_min_blocks, cnt)
+
+
+@njit(nogil=True)
+def replay_cache_stream(blocks, write, sh, n_sets, set_mask, n_ways, slot_off, fifo,
+                        tag, dirty, meta, clock,
+                        store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss, cnt):
+    """A lean twin of the walk for a raw block stream on LRU/FIFO caches over one memory tier.
+
+    ``blocks``: tier-0 block numbers, one request each; tiers ``0..T-1`` are caches, tier ``T``
+    (``cnt`` has ``T + 1`` rows) homes everything. Same semantics and counters as :func:`_run`
+    (no kinds, ops, homes, regions or policies other than lru/fifo to look up), property-tested
+    equal to it; ``meta`` holds last-use (lru) or fill (fifo) stamps.
+    """
+    n_t = sh.shape[0]
+    depth = 2 * n_t + 4
+    st_tier = np.empty(depth, np.int64)
+    st_blk = np.empty(depth, np.int64)
+    st_write = np.empty(depth, np.int64)
+    for j in range(blocks.shape[0]):
+        st_tier[0] = 0
+        st_blk[0] = blocks[j]
+        st_write[0] = 1 if write[j] else 0
+        sp = 1
+        while sp > 0:
+            sp -= 1
+            i = st_tier[sp]
+            b = st_blk[sp]          # block number at tier i
+            rw = st_write[sp]
+            req = (1 << sh[0]) if i == 0 else (1 << sh[i - 1])
+            if i == n_t:
+                cnt[i, HITS] += 1
+                if rw:
+                    cnt[i, BYTES_WRITTEN] += req
+                else:
+                    cnt[i, BYTES_READ] += req
+                continue
+            ways = n_ways[i]
+            m = set_mask[i]
+            base = slot_off[i] + ((b & m) if m >= 0 else (b % n_sets[i])) * ways
+            stamp = clock[i]
+            clock[i] = stamp + 1
+            way = -1
+            empty = -1
+            for x in range(ways):
+                tg = tag[base + x]
+                if tg == b:
+                    way = x
+                    break
+                if tg < 0 and empty < 0:
+                    empty = x
+            if way >= 0:
+                cnt[i, HITS] += 1
+                if rw:
+                    dirty[base + way] = 1
+                    cnt[i, BYTES_WRITTEN] += req
+                    if store_hit_recency and not fifo[i]:
+                        meta[base + way] = stamp
+                else:
+                    cnt[i, BYTES_READ] += req
+                    if not fifo[i]:
+                        meta[base + way] = stamp
+                continue
+            cnt[i, MISSES] += 1
+            b_i = 1 << sh[i]
+            fetch = True
+            if rw and req == b_i:
+                fetch = fetch_on_write_miss if i == 0 else fetch_on_writeback_miss
+            if empty >= 0:
+                way = empty
+            else:
+                way = 0
+                v = meta[base]
+                for x in range(1, ways):
+                    if meta[base + x] < v:
+                        v = meta[base + x]
+                        way = x
+                slot = base + way
+                cnt[i, EVICTIONS] += 1
+                if dirty[slot]:
+                    cnt[i, WRITEBACKS] += 1
+                    cnt[i, BYTES_READ] += b_i
+                    st_tier[sp] = i + 1
+                    st_blk[sp] = tag[slot] >> (sh[i + 1] - sh[i]) if i + 1 < n_t else tag[slot]
+                    st_write[sp] = 1
+                    sp += 1
+            slot = base + way
+            tag[slot] = b
+            dirty[slot] = rw
+            meta[slot] = stamp
+            cnt[i, FILLS] += 1
+            if fetch:
+                cnt[i, BYTES_WRITTEN] += b_i
+                st_tier[sp] = i + 1
+                st_blk[sp] = b >> (sh[i + 1] - sh[i]) if i + 1 < n_t else b
+                st_write[sp] = 0
+                sp += 1
+            else:
+                cnt[i, UNFETCHED] += 1
+            if rw:
+                cnt[i, BYTES_WRITTEN] += req
+            else:
+                cnt[i, BYTES_READ] += req

@@ -107,3 +107,22 @@ def test_partition_bit():
     assert partition_bit([_cache("l1", 64, 8, 64, "random")]) is None
     # 25600 sets (not a power of two) still has 10 low set bits equal to block bits
     assert partition_bit([_cache("l2", 25600, 16, 128)]) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(["lru", "fifo"]), st.integers(1, 3), st.booleans(),
+       st.booleans(), st.booleans())
+def test_lean_cache_stream_kernel_equals_the_general_walk(seed, policy, levels, recency, fow, fowb):
+    rng = np.random.default_rng(seed)
+    n = 2000
+    a = np.where(rng.random(n) < 0.5, rng.integers(0, 1 << 12, n), (rng.integers(0, 1 << 10) + np.arange(n)) % (1 << 12))
+    a = a * 32 + rng.integers(0, 32, n)
+    w = rng.random(n) < 0.3
+    geoms = [(3, 2, 32), (8, 4, 64), (5, 8, 256)][:levels]  # set counts not all powers of two
+    tiers = [_cache(f"t{i}", s, wy, b, policy) for i, (s, wy, b) in enumerate(geoms)]
+    kw = dict(store_hit_recency=recency, fetch_on_write_miss=fow, fetch_on_writeback_miss=fowb)
+    lean = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(**kw))
+    walk = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=False, **kw))
+    assert lean.meta.get("kernel") == "cache_stream"
+    np.testing.assert_array_equal(lean.tiers, walk.tiers)
+    np.testing.assert_array_equal(lean.by_kind, walk.by_kind)
