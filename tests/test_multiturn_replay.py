@@ -144,3 +144,15 @@ def test_run_cli_per_turn(tmp_path):
     assert json.loads(r.output)["per_turn"] is None
     r = CliRunner().invoke(main, args + ["--kv-offload", "--no-kv-reuse"])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "kv_offload" in r.output
+
+
+@pytest.mark.parametrize("conv", [[], [{"op_start": 0}], [{"op_start": 0, "op_end": 10 ** 9}],
+                                  [{"op_start": 5, "op_end": 9}, {"op_start": 0, "op_end": 4}]])
+def test_bad_conversation_in_manifest(tmp_path, conv):
+    from traces.errors import TraceError
+
+    path = generate_trace(load_model(DATA / "tiny-llama.json"), RunConfig(turns=((3, 1), (2, 1))), tmp_path / "c.trace")
+    tr = replay_trace(path, "h100")
+    tr.trace.manifest["run"]["conversation"] = conv
+    with pytest.raises(TraceError, match="run.conversation"):
+        per_turn(tr)
