@@ -4,7 +4,7 @@ The cases are those of ``tests/test_fuzz.py`` (same mutations, same allowed outc
 or a one-line TierlabError), run many more times. Anything else is a *failure*: it is counted, the
 first few are described (exception, message, innermost tierlab frame), and the exit status is 1.
 
-    python benchmarks/fuzz_long.py [--cases N] [--only chip|config|trace] [--seed S]
+    python benchmarks/fuzz_long.py [--cases N] [--only chip|config|trace|trace-values] [--seed S]
 
 Output: ``{"cases": total, "seconds": ..., "targets": {name: {"cases", "ok", "errors": {type: n},
 "failures", "examples"}}}``.
@@ -34,7 +34,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 import test_fuzz  # noqa: E402
 
-TARGETS = {"chip": test_fuzz.fuzz_chip, "config": test_fuzz.fuzz_config, "trace": test_fuzz.fuzz_trace}
+TARGETS = {"chip": test_fuzz.fuzz_chip, "config": test_fuzz.fuzz_config, "trace": test_fuzz.fuzz_trace,
+           "trace-values": test_fuzz.fuzz_trace_values}
 
 
 def _where(err: BaseException) -> str:

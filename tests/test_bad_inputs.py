@@ -428,6 +428,12 @@ CASES = [
          "{tmp}/t.trace/tensors.arrow: truncated or corrupt Arrow stream: 'utf-8' codec can't decode byte 0xff in position 4: invalid start byte",
          trace(lambda t: (t / fmt.TENSORS_FILE).write_bytes((t / fmt.TENSORS_FILE).read_bytes()
                                                              .replace(b"nbytes", b"nbyt\xff\xfe")))),
+    Case("trace-address-beyond-range", ["replay", "{tmp}/t.trace", "--chip", "h100"],
+         "{tmp}/t.trace/tensors.arrow: address: tensor 2 (address 9223372036854775808, 256 bytes) ends beyond the 2**62-byte address space tierlab emulates",
+         trace(set_column("tensors", "address", [0, 65536, 2**63]))),
+    Case("trace-bad-alignment", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/manifest.json: alignment: alignment '64KiB' is not a positive integer",
+         trace(manifest(alignment="64KiB"))),
     Case("trace-is-a-file", ["info", "{tmp}/t.trace"],
          "{tmp}/t.trace: not a trace directory",
          {"t.trace": "not a directory"}),

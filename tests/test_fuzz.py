@@ -227,6 +227,82 @@ def fuzz_trace(data, scratch: Path) -> str:
     return outcome(read_all)
 
 
+EDGE_U64 = st.sampled_from([0, 1, 63, 64, 4096, 65536, 2**31, 2**32 - 1, 2**32, 2**62 - 65536, 2**62, 2**63,
+                            2**64 - 65536, 2**64 - 1])
+
+
+def _u64(data, label: str, lo: int, hi: int, edgy: bool) -> int:
+    """A value in [lo, hi]; in an ``edgy`` case, one time in six an edge value of uint64 instead."""
+    if edgy and data.draw(st.integers(0, 5), label=f"{label} edge?") == 0:
+        return data.draw(EDGE_U64, label=label)
+    return data.draw(st.integers(lo, max(lo, hi)), label=label)
+
+
+def fuzz_trace_values(data, scratch: Path) -> str:
+    """A synthetic trace written with pyarrow from random rows (edge values for addresses, sizes,
+    offsets and strides, ids that may not exist, out-of-order ops); if it opens, it must read to the
+    end and replay on a cache hierarchy (engine, placement, invariants) or be refused cleanly."""
+    import pyarrow as pa
+
+    t = scratch / "v.trace"
+    if t.exists():
+        shutil.rmtree(t)
+    t.mkdir()
+    n_t = data.draw(st.integers(0, 4), label="tensors")
+    n_o = data.draw(st.integers(0, 4), label="ops")
+    edgy = data.draw(st.integers(0, 3), label="edgy?") == 0     # a quarter of the cases try edge values
+    n_a = data.draw(st.integers(0, 8 if edgy or (n_o and n_t) else 0), label="accesses")
+    next_addr = 0
+    tensors = []
+    for i in range(n_t):
+        nbytes = _u64(data, "nbytes", 1, 1 << 18, edgy)
+        addr = next_addr if data.draw(st.integers(0, 7), label="packed?") else \
+            _u64(data, "address", 0, 1 << 20, edgy) * (64 if edgy else 65536)
+        addr %= 2**64
+        next_addr = min(2**64 - 65536, -(-(addr + max(nbytes, 1)) // 65536) * 65536)
+        tensors.append((i, f"t{i}", data.draw(st.sampled_from(["weight", "kv", "activation", "x"])), -1, -1,
+                        "bf16", addr, nbytes))
+    ops = [(i if not edgy or data.draw(st.integers(0, 3), label="op id ok?") else i + 1, f"o{i}", "linear", 0,
+            data.draw(st.sampled_from(["prefill", "decode", "other"]), label="phase"),
+            data.draw(st.integers(-2, 3), label="step"), 1, _u64(data, "flops", 0, 1000, edgy), -1,
+            data.draw(st.booleans(), label="pim")) for i in range(n_o)]
+    accesses = []
+    op = 0
+    for _ in range(n_a):
+        op = max(0, op + data.draw(st.sampled_from([0, 0, 1, 1, -1] if edgy else [0, 0, 1]), label="op step"))
+        if not edgy:
+            op = min(op, max(0, n_o - 1))
+        tid = data.draw(st.integers(0, n_t if edgy or not n_t else n_t - 1), label="tensor")   # n_t: no such tensor
+        size = tensors[tid][7] if tid < n_t else 1 << 12
+        size = min(size, 1 << 20)
+        offset = _u64(data, "offset", 0, max(0, size - 1), edgy)
+        chunk = _u64(data, "chunk", 1, max(1, size - offset), edgy)
+        count = data.draw(st.integers(0 if edgy else 1, 40), label="count")
+        stride = _u64(data, "stride", 0, max(0, (size - offset - chunk) // max(1, count - 1)), edgy)
+        accesses.append((op, tid, offset, chunk, count, stride, data.draw(st.booleans(), label="write")))
+    for name, rows in (("tensors", tensors), ("ops", ops), ("accesses", accesses)):
+        file, schema = fmt.TABLES[name]
+        cols = list(zip(*rows)) if rows else [[] for _ in schema]
+        table = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, schema)], schema=schema)
+        with pa.OSFile(str(t / file), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+            w.write_table(table)
+    manifest = {"format": fmt.FORMAT_NAME, "version": fmt.FORMAT_VERSION, "generator": "fuzz", "model": None,
+                "run": None, "tables": {"tensors": n_t, "ops": n_o, "accesses": n_a}}
+    if data.draw(st.booleans(), label="alignment"):
+        manifest["alignment"] = data.draw(st.sampled_from([1, 64, 4096, 65536, 3 if edgy else 64]), label="align")
+    (t / fmt.MANIFEST).write_text(json.dumps(manifest))
+
+    chip = data.draw(st.sampled_from(["h100", "sn40l", "h100-hbm-pim"]), label="chip")
+
+    def read_and_replay():
+        trace = open_trace(t)
+        for _ in trace.iter_accesses():
+            pass
+        replay_trace(trace, chip, FUZZ_REPLAY)
+
+    return outcome(read_and_replay)
+
+
 # ---- the default-suite runs (short) -------------------------------------------------------------
 
 FAST = settings(max_examples=60, deadline=None, derandomize=False,
@@ -255,6 +331,12 @@ def test_fuzz_model_configs_load_and_lower(scratch, data):
 @given(data=st.data())
 def test_fuzz_trace_bytes_read(scratch, data):
     fuzz_trace(data, scratch)
+
+
+@FAST
+@given(data=st.data())
+def test_fuzz_trace_values_read_and_replay(scratch, data):
+    fuzz_trace_values(data, scratch)
 
 
 def test_outcome_lets_only_tierlab_errors_through():

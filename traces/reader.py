@@ -259,21 +259,32 @@ def open_trace(path: str | os.PathLike) -> Trace:
         if np.any(ids != np.arange(len(ids), dtype=ids.dtype)):
             raise TraceError(f"{table.schema.names[0]} must be 0..n-1 in order", file=file,
                              field=table.schema.names[0])
-    _check_tensor_layout(tensors, manifest, str(p / fmt.TENSORS_FILE))
+    _check_tensor_layout(tensors, manifest, str(p / fmt.TENSORS_FILE), str(mpath))
     return Trace(p, manifest, tensors, ops)
 
 
-def _check_tensor_layout(tensors: pa.Table, manifest: dict, file: str) -> None:
+# Tensors must end below this byte address: the emulator computes addresses and block numbers in
+# int64, with room to spare for offsets and strides (every access stays inside its tensor).
+MAX_ADDRESS = 1 << 62
+
+
+def _check_tensor_layout(tensors: pa.Table, manifest: dict, file: str, manifest_file: str) -> None:
     address = tensors.column("address").to_numpy()
     nbytes = tensors.column("nbytes").to_numpy()
     if np.any(nbytes < 1):
         raise TraceError("a tensor has 0 bytes", file=file, field="nbytes")
+    limit = np.uint64(MAX_ADDRESS)
+    beyond = np.flatnonzero((address >= limit) | (nbytes > limit) | (address + nbytes > limit))
+    if len(beyond):
+        i = int(beyond[0])
+        raise TraceError(f"tensor {i} (address {int(address[i])}, {int(nbytes[i])} bytes) ends beyond the "
+                         f"2**62-byte address space tierlab emulates", file=file, field="address")
     align = manifest.get("alignment")
     if align is None and isinstance(manifest.get("run"), dict):
         align = manifest["run"].get("alignment")
     if align is not None:
-        if not isinstance(align, int) or align < 1:
-            raise TraceError(f"alignment {align!r} is not a positive integer", field="alignment")
+        if isinstance(align, bool) or not isinstance(align, int) or align < 1:
+            raise TraceError(f"alignment {align!r} is not a positive integer", file=manifest_file, field="alignment")
         bad = np.flatnonzero(address % np.uint64(align))
         if len(bad):
             raise TraceError(f"tensor {int(bad[0])} address {int(address[bad[0]])} is not a multiple of the "
