@@ -693,86 +693,93 @@ def replay_cache_stream(blocks, write, sh, n_sets, set_mask, n_ways, slot_off, f
     st_blk = np.empty(depth, np.int64)
     st_write = np.empty(depth, np.int64)
     for j in range(blocks.shape[0]):
-        st_tier[0] = 0
-        st_blk[0] = blocks[j]
-        st_write[0] = 1 if write[j] else 0
-        sp = 1
-        while sp > 0:
-            sp -= 1
-            i = st_tier[sp]
-            b = st_blk[sp]          # block number at tier i
-            rw = st_write[sp]
+        # the current request; a miss's fetch becomes the next current request directly (the
+        # walk's push-then-pop), only writebacks wait on the stack
+        i = 0
+        b = blocks[j]                 # block number at tier i
+        rw = 1 if write[j] else 0
+        sp = 0
+        while True:
             req = (1 << sh[0]) if i == 0 else (1 << sh[i - 1])
+            nxt = False
             if i == n_t:
                 cnt[i, HITS] += 1
                 if rw:
                     cnt[i, BYTES_WRITTEN] += req
                 else:
                     cnt[i, BYTES_READ] += req
-                continue
-            ways = n_ways[i]
-            m = set_mask[i]
-            base = slot_off[i] + ((b & m) if m >= 0 else (b % n_sets[i])) * ways
-            stamp = clock[i]
-            clock[i] = stamp + 1
-            way = -1
-            empty = -1
-            for x in range(ways):
-                tg = tag[base + x]
-                if tg == b:
-                    way = x
-                    break
-                if tg < 0 and empty < 0:
-                    empty = x
-            if way >= 0:
-                cnt[i, HITS] += 1
-                if rw:
-                    dirty[base + way] = 1
-                    cnt[i, BYTES_WRITTEN] += req
-                    if store_hit_recency and not fifo[i]:
-                        meta[base + way] = stamp
-                else:
-                    cnt[i, BYTES_READ] += req
-                    if not fifo[i]:
-                        meta[base + way] = stamp
-                continue
-            cnt[i, MISSES] += 1
-            b_i = 1 << sh[i]
-            fetch = True
-            if rw and req == b_i:
-                fetch = fetch_on_write_miss if i == 0 else fetch_on_writeback_miss
-            if empty >= 0:
-                way = empty
             else:
-                way = 0
-                v = meta[base]
-                for x in range(1, ways):
-                    if meta[base + x] < v:
-                        v = meta[base + x]
+                ways = n_ways[i]
+                m = set_mask[i]
+                base = slot_off[i] + ((b & m) if m >= 0 else (b % n_sets[i])) * ways
+                stamp = clock[i]
+                clock[i] = stamp + 1
+                way = -1
+                empty = -1
+                for x in range(ways):
+                    tg = tag[base + x]
+                    if tg == b:
                         way = x
-                slot = base + way
-                cnt[i, EVICTIONS] += 1
-                if dirty[slot]:
-                    cnt[i, WRITEBACKS] += 1
-                    cnt[i, BYTES_READ] += b_i
-                    st_tier[sp] = i + 1
-                    st_blk[sp] = tag[slot] >> (sh[i + 1] - sh[i]) if i + 1 < n_t else tag[slot]
-                    st_write[sp] = 1
-                    sp += 1
-            slot = base + way
-            tag[slot] = b
-            dirty[slot] = rw
-            meta[slot] = stamp
-            cnt[i, FILLS] += 1
-            if fetch:
-                cnt[i, BYTES_WRITTEN] += b_i
-                st_tier[sp] = i + 1
-                st_blk[sp] = b >> (sh[i + 1] - sh[i]) if i + 1 < n_t else b
-                st_write[sp] = 0
-                sp += 1
-            else:
-                cnt[i, UNFETCHED] += 1
-            if rw:
-                cnt[i, BYTES_WRITTEN] += req
-            else:
-                cnt[i, BYTES_READ] += req
+                        break
+                    if tg < 0 and empty < 0:
+                        empty = x
+                if way >= 0:
+                    cnt[i, HITS] += 1
+                    if rw:
+                        dirty[base + way] = 1
+                        cnt[i, BYTES_WRITTEN] += req
+                        if store_hit_recency and not fifo[i]:
+                            meta[base + way] = stamp
+                    else:
+                        cnt[i, BYTES_READ] += req
+                        if not fifo[i]:
+                            meta[base + way] = stamp
+                else:
+                    cnt[i, MISSES] += 1
+                    b_i = 1 << sh[i]
+                    fetch = True
+                    if rw and req == b_i:
+                        fetch = fetch_on_write_miss if i == 0 else fetch_on_writeback_miss
+                    if empty >= 0:
+                        way = empty
+                    else:
+                        way = 0
+                        v = meta[base]
+                        for x in range(1, ways):
+                            if meta[base + x] < v:
+                                v = meta[base + x]
+                                way = x
+                        slot = base + way
+                        cnt[i, EVICTIONS] += 1
+                        if dirty[slot]:
+                            cnt[i, WRITEBACKS] += 1
+                            cnt[i, BYTES_READ] += b_i
+                            st_tier[sp] = i + 1
+                            st_blk[sp] = tag[slot] >> (sh[i + 1] - sh[i]) if i + 1 < n_t else tag[slot]
+                            st_write[sp] = 1
+                            sp += 1
+                    slot = base + way
+                    tag[slot] = b
+                    dirty[slot] = rw
+                    meta[slot] = stamp
+                    cnt[i, FILLS] += 1
+                    if rw:
+                        cnt[i, BYTES_WRITTEN] += req
+                    else:
+                        cnt[i, BYTES_READ] += req
+                    if fetch:
+                        cnt[i, BYTES_WRITTEN] += b_i
+                        b = b >> (sh[i + 1] - sh[i]) if i + 1 < n_t else b
+                        i += 1
+                        rw = 0
+                        nxt = True
+                    else:
+                        cnt[i, UNFETCHED] += 1
+            if nxt:
+                continue
+            if sp == 0:
+                break
+            sp -= 1
+            i = st_tier[sp]
+            b = st_blk[sp]
+            rw = st_write[sp]
