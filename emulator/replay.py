@@ -36,6 +36,21 @@ Accounting semantics (the lead lifts this into the README; DESIGN.md has the out
 * **Attribution.** Counters are kept per op and per tensor kind; work caused by evicting a block
   (writebacks and what they cause farther down) is attributed to the op that caused the eviction and
   to the kind of the evicted block's tensor.
+
+Exact speed-ups (``fast_path``, on by default; off gives plain per-block replay, same counts)
+--------------------------------------------------------------------------------------------
+* **Range fast path** (:func:`emulator.engine._fast_tier`): a read chunk of at least
+  ``fast_min_blocks`` tier-0 blocks is cut at residency-region boundaries (each caching tier counts
+  its resident blocks per region of 2**k blocks, at most 2**14 regions). A piece with no resident
+  block at an LRU/FIFO tier whose dirty blocks are all homed in the next tier is served set by set:
+  every block misses once, and each set reuses its ways in a fixed order (empty ways, resident blocks
+  oldest first, then the run's own blocks), which is what per-block replacement does. The next tier
+  then sees the run's fetches as a run; a home tier counts them in one step. Property-tested
+  bit-identical to per-block replay (``tests/test_engine_fastpath.py``).
+* **Cache-stream kernel** (:func:`emulator.engine.replay_cache_stream`): ``replay_blocks`` on
+  LRU/FIFO caches without flush runs a lean twin of the walk (no kinds, ops or homes); tested equal.
+* **Set partition** (``threads=2``, ``replay_blocks``): a bit of the block number that is a set-index
+  bit at every tier splits the stream into two independent halves replayed on two threads.
 """
 
 from __future__ import annotations
