@@ -1,9 +1,12 @@
 """``tierlab mrc``: exact miss-ratio curves of one tier of a chip, from a trace, in one pass.
 
 The tier sees the trace's accesses at its own block size, in issue order (loads and stores alike:
-with write-allocate and store-hit recency update both are references to the LRU stack). Accesses to
-tensors homed in a nearer tier never reach it and are left out. Nearer *cache* tiers are not
-simulated: the curve is that of the tier as the first cache of the traffic that reaches its level.
+with write-allocate and store-hit recency update, the replay's defaults, both are references to the
+LRU stack). Accesses to tensors homed in a nearer tier never reach it and are left out (placement
+as the replay computes it); tensors homed in the tier itself are kept, so for a scratchpad or
+memory tier the curve answers "what if this capacity were a cache of everything reaching it".
+Nearer *cache* tiers are not simulated: the curve is that of the tier as the first cache of the
+traffic that reaches its level. Every row is exact; OPT is fully associative Belady MIN.
 """
 
 from __future__ import annotations
