@@ -35,8 +35,10 @@ def _sizes(text: str | None) -> list[int]:
 
 
 def _default_rows(tier, max_ways: int | None) -> list[int]:
-    if tier.ways is None:
-        caps = {tier.capacity_bytes >> k for k in range(0, 11)} | {tier.capacity_bytes << k for k in (1, 2)}
+    if tier.ways is None:                           # powers of two around the tier's capacity
+        cap = tier.capacity_bytes
+        top = 1 << (4 * cap - 1).bit_length()
+        caps = {1 << k for k in range(top.bit_length()) if cap // 1024 <= 1 << k <= 4 * cap} | {cap}
         return sorted(c for c in caps if c >= tier.block_bytes and c % tier.block_bytes == 0)
     unit = tier.n_sets * tier.block_bytes
     ways = {1 << k for k in range(max_ways.bit_length()) if 1 << k <= max_ways} | {tier.ways}
