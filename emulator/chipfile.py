@@ -301,6 +301,8 @@ def _resolve(name_or_path) -> Path:
     text = str(name_or_path)
     p = Path(text)
     if text.endswith(".toml") or "/" in text or p.is_file():
+        if p.is_dir():
+            raise ConfigError("is a directory, expected a chip .toml file", file=text)
         if not p.is_file():
             raise ConfigError("chip file not found", file=text)
         return p

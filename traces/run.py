@@ -27,6 +27,10 @@ from traces.errors import UsageError
 from traces.format import DEFAULT_ALIGNMENT
 
 ATTENTION_KERNELS = tuple(ATTENTION)
+# Limits that keep a run's lowering within memory (it holds one op's descriptors for every sequence
+# of the batch at once) and its addresses within what the reader accepts.
+MAX_BATCH = 1 << 16
+MAX_ALIGNMENT = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,10 @@ class RunConfig:
                 raise UsageError("must be at least 1", field=name)
         if self.alignment < 1 or self.alignment & (self.alignment - 1):
             raise UsageError(f"must be a power of two number of bytes, got {self.alignment}", field="alignment")
+        if self.alignment > MAX_ALIGNMENT:
+            raise UsageError(f"at most {MAX_ALIGNMENT} bytes (1 GiB), got {self.alignment}", field="alignment")
+        if self.batch > MAX_BATCH:
+            raise UsageError(f"at most {MAX_BATCH} sequences, got {self.batch}", field="batch")
         object.__setattr__(self, "turns", _check_turns(self.turns))
         for name in ("kv_reuse", "kv_offload"):
             if not isinstance(getattr(self, name), bool):
