@@ -6,7 +6,7 @@
   was already complete (a kill between the manifest and the rename). A rerun without ``--force``
   then succeeds and writes the same bytes as an uninterrupted run.
 * SIGINT (Ctrl-C): exit status 130, the one line ``tierlab: interrupted``, no traceback, and the
-  temporary directory removed.
+  temporary directory removed; SIGTERM the same with 143 and ``tierlab: terminated``.
 * Every command that writes refuses to replace an existing output without ``--force`` (the
   catalogue in test_bad_inputs.py checks the messages) and, with it, replaces it completely.
 """
@@ -115,7 +115,9 @@ def test_sigkill_at_random_points_leaves_nothing_valid_and_rerun_succeeds(tmp_pa
         assert _files(out) == ref_files
 
 
-def test_ctrl_c_stops_cleanly_and_removes_temporaries(tmp_path, reference):
+@pytest.mark.parametrize("sig,code,line", [(signal.SIGINT, 130, "tierlab: interrupted"),
+                                           (signal.SIGTERM, 143, "tierlab: terminated")], ids=["ctrl-c", "sigterm"])
+def test_interrupt_stops_cleanly_and_removes_temporaries(tmp_path, reference, sig, code, line):
     ref_files, window = reference
     interrupted = 0
     for k, fraction in enumerate((0.05, 0.3)):
@@ -124,18 +126,18 @@ def test_ctrl_c_stops_cleanly_and_removes_temporaries(tmp_path, reference):
         proc = _start(out)
         t_write = _wait_for_temporary(proc, out)
         time.sleep(max(0.0, fraction * window - (time.monotonic() - t_write)))
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=60)
         assert "Traceback" not in stderr
         assert _temporaries(out) == [], "temporary files were left behind"
-        if out.exists():      # the interrupt came after the trace was complete and in place
+        if out.exists():      # the signal came after the trace was complete and in place
             assert _files(out) == ref_files
             continue
         interrupted += 1
-        assert proc.returncode == 130, stderr
-        assert stderr == "tierlab: interrupted\n"
+        assert proc.returncode == code, stderr
+        assert stderr == line + "\n"
         assert stdout == ""
-    assert interrupted >= 1, "no interrupt landed while the trace was being written"
+    assert interrupted >= 1, "no signal landed while the trace was being written"
 
 
 # ---- --force replaces an existing output completely, for every command that writes ---------------

@@ -1,14 +1,17 @@
 """The ``tierlab`` command: a click group whose subcommands live one per module in this package.
 
 Library code raises :class:`traces.errors.TierlabError`; only here is it turned into one line on
-stderr and exit status 2. Ctrl-C prints one line and exits 130.
+stderr and exit status 2. Ctrl-C prints one line and exits 130; SIGTERM likewise, exit 143 (temporary
+outputs are removed on the way out in both cases).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 
 import click
 
@@ -33,6 +36,15 @@ class _Interrupted(Exception):
     """Ctrl-C inside a command, carried past click (which would print an empty line for it)."""
 
 
+class _Terminated(BaseException):
+    """SIGTERM (``kill``, ``timeout``, a job scheduler): unwinds like Ctrl-C, so every temporary
+    output is removed on the way out, then exits 143."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
 class TierlabGroup(click.Group):
     """Turns every failure on bad input into one line on stderr and a non-zero exit, no traceback."""
 
@@ -45,6 +57,9 @@ class TierlabGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as err:
@@ -65,6 +80,9 @@ class TierlabGroup(click.Group):
         except (KeyboardInterrupt, click.Abort, _Interrupted):
             click.echo("tierlab: interrupted", err=True)
             sys.exit(130)
+        except _Terminated:
+            click.echo("tierlab: terminated", err=True)
+            sys.exit(143)
         except BrokenPipeError:
             # Output piped into `head` and closed early: not an error. Silence the final flush.
             try:
@@ -72,6 +90,9 @@ class TierlabGroup(click.Group):
             except OSError:
                 pass
             sys.exit(0)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         if isinstance(rv, int):
             sys.exit(rv)
         sys.exit(0)
