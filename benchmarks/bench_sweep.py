@@ -2,8 +2,9 @@
 
 The issue-4 stream (``--lines``, default 2 M) on four hierarchies (1-, 2-, 3-level LRU and 2-level
 FIFO of bench_replay's geometry): sequential replays, then :func:`emulator.sweep.sweep_blocks`
-with one worker per core on each backend; results must be identical. The load average is recorded:
-other work on the machine takes cores from the sweep.
+with one worker per core on each backend; results must be identical. Other work on the machine
+takes cores from the sweep, so the load average and the speed-up a GIL-free spin loop gets on the
+same threads (``available_parallelism``, before and after) are recorded beside it.
 
     python benchmarks/bench_sweep.py [--lines N] [--backends thread,process]
 """
@@ -12,13 +13,33 @@ from __future__ import annotations
 
 import argparse
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from _common import LINE_BYTES, emit, issue_blocks, log, timed
 from bench_replay import tiers_for
 
+from emulator.jit import njit
 from emulator.sweep import engine_releases_gil, sweep_blocks
+
+
+@njit(nogil=True)
+def _spin(n):
+    x = 0
+    for i in range(n):
+        x = (x * 31 + i) % 1000003
+    return x
+
+
+def available_parallelism(workers: int, n: int = 100_000_000) -> float:
+    """Speed-up of ``workers`` copies of a compiled, GIL-free spin loop run on threads vs one after
+    the other: how many cores this process really gets right now (other jobs share the machine)."""
+    _spin(10)
+    t_seq, _ = timed(lambda: [_spin(n) for _ in range(workers)])
+    with ThreadPoolExecutor(workers) as pool:
+        t_par, _ = timed(lambda: list(pool.map(_spin, [n] * workers)))
+    return t_seq / t_par
 
 
 def same(a, b) -> bool:
@@ -35,6 +56,7 @@ def main() -> None:
     hierarchies = [tiers_for(1, "lru"), tiers_for(2, "lru"), tiers_for(3, "lru"), tiers_for(2, "fifo")]
     sweep_blocks(addrs[:2000], hierarchies, workers=1)             # warm the JIT in this process
     load_before = os.getloadavg()
+    cores_before = available_parallelism(args.workers)
     t_seq, seq = timed(sweep_blocks, addrs, hierarchies, workers=1)
     log("sequential", t_seq)
     runs = []
@@ -48,6 +70,7 @@ def main() -> None:
         "engine_releases_gil": engine_releases_gil(),
         "sequential_s": t_seq, "sequential_blocks_per_s": len(hierarchies) * addrs.shape[0] / t_seq,
         "parallel": runs, "load_average_before": load_before, "load_average_after": os.getloadavg(),
+        "available_parallelism": {"before": cores_before, "after": available_parallelism(args.workers)},
     })
 
 
