@@ -47,7 +47,7 @@ Exact speed-ups (``fast_path``, on by default; off gives plain per-block replay,
   oldest first, then the run's own blocks), which is what per-block replacement does. The next tier
   then sees the run's fetches as a run; a home tier counts them in one step. Property-tested
   bit-identical to per-block replay (``tests/test_engine_fastpath.py``).
-* **Cache-stream kernel** (:func:`emulator.engine.replay_cache_stream`): ``replay_blocks`` on
+* **Cache-stream kernel** (:func:`emulator.stream.replay_cache_stream`): ``replay_blocks`` on
   LRU/FIFO caches without flush runs a lean twin of the walk (no kinds, ops or homes); tested equal.
 * **Set partition** (``threads=2``, ``replay_blocks``): a bit of the block number that is a set-index
   bit at every tier splits the stream into two independent halves replayed on two threads.
@@ -62,7 +62,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from emulator import engine
+from emulator import engine, stream
 from emulator.counters import N_COUNTERS, ReplayResult
 from emulator.hierarchy import Chip, Tier
 from traces.errors import CapacityError, TraceError, UsageError
@@ -503,7 +503,7 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
     cnt = np.zeros((n_t + 1, N_COUNTERS), np.int64)
     step = options.batch_rows * 16
     for lo in range(0, n, step):
-        engine.replay_cache_stream(a[lo:lo + step] >> sh[0], w[lo:lo + step], sh, geo.n_sets, mask, geo.n_ways,
+        stream.replay_cache_stream(a[lo:lo + step] >> sh[0], w[lo:lo + step], sh, geo.n_sets, mask, geo.n_ways,
                                    geo.slot_off, fifo, tag, dirty, meta, clock, options.store_hit_recency,
                                    options.fetch_on_write_miss, options.fetch_on_writeback_miss, cnt)
     by_kind = np.zeros((len(KINDS), n_t + 1, N_COUNTERS), np.int64)
