@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from emulator.cli.options import force_option, json_option
+from emulator.cli.options import force_option, json_option, place_option, placement_rules
 from emulator.cli.trace import run_options, run_config_from_options
 from traces.errors import UsageError
 
@@ -47,15 +47,17 @@ def _is_trace(path: str) -> bool:
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Also draw bytes and energy per token per chip to this image (needs matplotlib).")
 @click.option("--keep-trace", type=click.Path(), default=None, help="Write the trace to this directory and keep it.")
+@place_option
 @force_option
 @json_option
-def command(model, chips_text, pim, csv_path, plot_path, keep_trace, force, as_json, **kw):
+def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, force, as_json, **kw):
     """Replay one trace of MODEL on every chip and show the per-token figures side by side."""
     from emulator.compare import compare, csv_rows, format_table, load_chips, to_json
     from emulator.replay import ReplayOptions
     from traces.atomic import atomic_path, check_output
 
     names = _chip_list(chips_text)
+    rules = placement_rules(place)
     chips = load_chips(names)  # an unknown chip fails before any tracing
     for p in (csv_path, plot_path):
         if p:
@@ -71,7 +73,7 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, force, as_j
         from traces.reader import open_trace
 
         trace = open_trace(trace_path)
-        rows = compare(trace, chips, options, progress=progress)
+        rows = compare(trace, chips, options, extra_rules=rules, progress=progress)
         if csv_path:
             header, body = csv_rows(rows)
             with atomic_path(csv_path, force=force) as tmp:

@@ -9,7 +9,7 @@ import json
 
 import click
 
-from emulator.cli.options import force_option, json_option
+from emulator.cli.options import force_option, json_option, place_option, placement_rules
 
 
 def replay_options(f):
@@ -34,7 +34,7 @@ def replay_options(f):
     ]
     for o in reversed(opts):
         f = o(f)
-    return f
+    return place_option(f)
 
 
 def options_from(kw: dict):
@@ -53,9 +53,10 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     from traces.atomic import check_output
 
     chip = load_chip(kw["chip"])
+    placement_rules(kw.get("place"))  # a malformed rule fails before the replay
     if kw.get("output"):
         check_output(kw["output"], force=force)
-    tr = replay_trace(trace, chip, options_from(kw), progress=True)
+    tr = replay_trace(trace, chip, options_from(kw), extra_rules=placement_rules(kw.get("place")), progress=True)
     cst = cost_of(tr)
     d = to_json(tr, cst)
     if kw.get("output"):
