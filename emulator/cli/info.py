@@ -47,9 +47,14 @@ def command(trace, max_steps, as_json):
     run = s["run"] or {}
     click.echo(f"trace {s['path']}  model {s['model'] or '(synthetic)'}")
     if run:
-        click.echo("run   " + "  ".join(f"{k}={run[k]}" for k in ("prompt", "context", "generate", "batch", "weights",
-                                                                   "kv", "activations", "router", "attention")
-                                        if k in run))
+        keys = ("prompt", "context", "generate", "batch", "weights", "kv", "activations", "router", "attention")
+        if run.get("turns"):  # a conversation: its turns replace prompt/generate
+            keys = ("context", "batch", "weights", "kv", "activations", "router", "attention")
+        click.echo("run   " + "  ".join(f"{k}={run[k]}" for k in keys if k in run))
+        if run.get("turns"):
+            turns = ",".join(f"{p}:{a}" for p, a in run["turns"])
+            click.echo(f"conversation  {len(run['turns'])} turns (prompt:answer) {turns}  "
+                       f"kv_reuse={run.get('kv_reuse')}  kv_offload={run.get('kv_offload')}")
     click.echo("")
     click.echo(format_table(["table", "rows"], [[k, v] for k, v in s["tables"].items()]))
     click.echo("")
