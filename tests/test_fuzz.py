@@ -38,7 +38,7 @@ TINY_MODELS = sorted((HERE / "data" / "models").glob("*.json"))
 PRESET_MODELS = sorted(configs_dir("models").glob("*.json"))
 
 # Replay state is bounded so a fuzzed chip with a huge set-associative cache is refused, not allocated.
-FUZZ_REPLAY = ReplayOptions(max_slots=1 << 20, opt_max_lookups=1 << 16)
+FUZZ_REPLAY = ReplayOptions(max_slots=1 << 21, opt_max_lookups=1 << 16)
 
 
 LAST_ERROR = ""   # text of the last TierlabError seen by outcome() (fuzz_long.py samples them)
