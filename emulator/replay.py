@@ -191,7 +191,7 @@ class Replayer:
         self.tag = np.full(ns, -1, np.int64)
         self.dirty = np.zeros(ns, np.uint8)
         self.meta = np.zeros(ns, np.int64)
-        self.owner = np.zeros(ns, np.int64)
+        self.owner = np.zeros(ns, np.int32)
         self.clock = np.zeros(n, np.int64)
         self.rng = np.array([random_seed_state(options.seed, i) for i in range(n)], np.uint64)
         opt_next = opt_next or {}
