@@ -46,6 +46,8 @@ def chip_to_dict(chip: Chip) -> dict:
 
 def _table(rows: list[tuple], right: set[int] = frozenset()) -> str:
     """Aligned columns; the last column is left ragged."""
+    if not rows:
+        return ""
     widths = [max(len(str(r[c])) for r in rows) for c in range(len(rows[0]))]
     out = []
     for r in rows:
