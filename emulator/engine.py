@@ -118,7 +118,33 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
         n_evict_old = m - n_empty
         if n_evict_old > n_old:
             n_evict_old = n_old
-        if n_evict_old > 0 and m <= W and n_evict_old <= 2:
+        rot = -1
+        if n_empty == 0 and (n_evict_old > 0 or m > n_empty):
+            # a full set whose stamps rise cyclically from way ``rot`` (what fills of runs leave
+            # behind) is already in age order from there: no sort
+            n_desc = 0
+            v_prev = meta[base + W - 1]
+            for x in range(W):
+                v = meta[base + x]
+                if v < v_prev:
+                    n_desc += 1
+                    rot = x
+                v_prev = v
+            if n_desc == 1:
+                p = rot
+                for q in range(W):
+                    seq[q] = base + p
+                    p += 1
+                    if p == W:
+                        p = 0
+            elif W == 1:
+                seq[0] = base
+                rot = 0
+            else:
+                rot = -1
+        if rot >= 0:
+            pass
+        elif n_evict_old > 0 and m <= W and n_evict_old <= 2:
             # few victims: pick the oldest ones by scanning (stamps are unique)
             prev = -1
             for q in range(n_evict_old):
@@ -176,9 +202,13 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
         if m > W:
             cnt[row, k_run, i, EVICTIONS] += m - W
         j0 = m - W if m > W else 0
+        p = j0 % W
+        b = b_first + j0 * S
         for j in range(j0, m):
-            slot = seq[j % W]
-            b = b_first + j * S
+            slot = seq[p]
+            p += 1
+            if p == W:
+                p = 0
             tag[slot] = b
             owner[slot] = tid
             dirty[slot] = 0
@@ -191,7 +221,20 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
                 if u < lo:
                     u = lo
             meta[slot] = clock0 + (u - lo)
-            region_cnt[ro + (b >> rs)] += 1
+            b += S
+    # the run's blocks left resident are the last W of each set, i.e. its last S * W blocks:
+    # count them into their regions a region at a time
+    k_lo = L - S * W + 1
+    if k_lo < F:
+        k_lo = F
+    for r in range(k_lo >> rs, (L >> rs) + 1):
+        r_lo = r << rs
+        r_hi = r_lo + (1 << rs) - 1
+        if r_lo < k_lo:
+            r_lo = k_lo
+        if r_hi > L:
+            r_hi = L
+        region_cnt[ro + r] += r_hi - r_lo + 1
     cnt[row, k_run, i, MISSES] += nb
     cnt[row, k_run, i, FILLS] += nb
     cnt[row, k_run, i, HITS] += n_req - nb
