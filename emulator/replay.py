@@ -47,8 +47,10 @@ Exact speed-ups (``fast_path``, on by default; off gives plain per-block replay,
   oldest first, then the run's own blocks), which is what per-block replacement does. The next tier
   then sees the run's fetches as a run; a home tier counts them in one step. Property-tested
   bit-identical to per-block replay (``tests/test_engine_fastpath.py``).
-* **Cache-stream kernel** (:func:`emulator.stream.replay_cache_stream`): ``replay_blocks`` on
-  LRU/FIFO caches without flush runs a lean twin of the walk (no kinds, ops or homes); tested equal.
+* **Cache-stream kernel** (:func:`emulator.stream.cache_tier_pass`): ``replay_blocks`` on LRU/FIFO
+  caches without flush replays the stream one tier at a time (a tier sees exactly what the tier above
+  issued, in order), each set kept in replacement order (no stamps, no branch on the hit way); tested
+  equal to the walk.
 * **Set partition** (``threads=2``, ``replay_blocks``): a bit of the block number that is a set-index
   bit at every tier splits the stream into two independent halves replayed on two threads.
 """
@@ -63,7 +65,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from emulator import engine, stream
-from emulator.counters import N_COUNTERS, ReplayResult
+from emulator.counters import BYTES_READ, BYTES_WRITTEN, HITS, N_COUNTERS, ReplayResult
 from emulator.hierarchy import Chip, Tier
 from traces.errors import CapacityError, TraceError, UsageError
 from traces.format import TENSOR_KINDS
@@ -496,16 +498,27 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
     sh = np.array([t.block_bytes.bit_length() - 1 for t in tiers], np.int64)
     mask = np.array([s - 1 if s & (s - 1) == 0 else -1 for s in geo.n_sets.tolist()], np.int64)
     fifo = np.array([t.policy == "fifo" for t in tiers], np.bool_)
-    tag = np.full(geo.n_slots, -1, np.int64)
-    dirty = np.zeros(geo.n_slots, np.uint8)
-    meta = np.zeros(geo.n_slots, np.int64)
-    clock = np.zeros(n_t, np.int64)
+    tag = np.full(geo.n_slots, -1, np.int64)  # block << 1 | dirty, in replacement order (stream.py)
     cnt = np.zeros((n_t + 1, N_COUNTERS), np.int64)
     step = options.batch_rows * 16
     for lo in range(0, n, step):
-        stream.replay_cache_stream(a[lo:lo + step] >> sh[0], w[lo:lo + step], sh, geo.n_sets, mask, geo.n_ways,
-                                   geo.slot_off, fifo, tag, dirty, meta, clock, options.store_hit_recency,
-                                   options.fetch_on_write_miss, options.fetch_on_writeback_miss, cnt)
+        # a chunk tier by tier: each tier's requests are what the tier above issued, in order
+        blk, wr = a[lo:lo + step] >> sh[0], w[lo:lo + step]
+        for i in range(n_t):
+            out_blk = np.empty(2 * len(blk), np.int64)
+            out_wr = np.empty(2 * len(blk), np.bool_)
+            k = stream.cache_tier_pass(blk, wr, int(geo.slot_off[i]), int(geo.n_sets[i]), int(mask[i]),
+                                       int(geo.n_ways[i]), bool(fifo[i]), options.store_hit_recency,
+                                       options.fetch_on_write_miss if i == 0 else options.fetch_on_writeback_miss,
+                                       1 << int(sh[i - 1] if i else sh[0]), 1 << int(sh[i]),
+                                       int(sh[i + 1] - sh[i]) if i + 1 < n_t else 0,
+                                       tag, out_blk, out_wr, cnt[i])
+            blk, wr = out_blk[:k], out_wr[:k]
+        # the memory tier homes everything: every request is a hit there
+        n_wr = int(np.count_nonzero(wr))
+        cnt[n_t, HITS] += len(blk)
+        cnt[n_t, BYTES_WRITTEN] += n_wr << int(sh[-1])
+        cnt[n_t, BYTES_READ] += (len(blk) - n_wr) << int(sh[-1])
     by_kind = np.zeros((len(KINDS), n_t + 1, N_COUNTERS), np.int64)
     by_kind[KINDS.index("other")] = cnt
     result = ReplayResult(tier_names=tuple(t.name for t in tiers) + (memory_name,),

@@ -1,14 +1,13 @@
 """A lean twin of the engine's walk for raw block streams on LRU/FIFO caches (``replay_blocks``).
 
 Used by :func:`emulator.replay.replay_blocks` when every tier is an LRU or FIFO cache and no flush is
-asked: no tensors, kinds, ops, homes or residency regions to look after, and a miss's fetch goes
-straight on to the next tier instead of through the request stack. Same semantics and counters as
-:func:`emulator.engine._run`, property-tested equal (``tests/test_engine_fastpath.py``).
+asked: no tensors, kinds, ops, homes or residency regions to look after, so the stream is replayed
+one tier at a time (:func:`cache_tier_pass`), each pass a tight loop over one tier's state. Same
+semantics and counters as :func:`emulator.engine._run`, property-tested equal
+(``tests/test_engine_fastpath.py``).
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from emulator.counters import (
     BYTES_READ,
@@ -23,110 +22,119 @@ from emulator.counters import (
 from emulator.jit import njit
 
 
-@njit(nogil=True)
-def replay_cache_stream(blocks, write, sh, n_sets, set_mask, n_ways, slot_off, fifo,
-                        tag, dirty, meta, clock,
-                        store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss, cnt):
-    """A lean twin of the walk for a raw block stream on LRU/FIFO caches over one memory tier.
+@njit(inline="always")
+def _find(tag, base, ways, key):
+    """(hit, way): the way of set ``base`` holding ``key`` (``block << 1 | 1``), else (False, its
+    last way); every way compared, no early exit."""
+    way = ways - 1
+    hit = False
+    for x in range(ways):
+        e = (tag[base + x] | 1) == key
+        way = x if e else way
+        hit |= e
+    return hit, way
 
-    ``blocks``: tier-0 block numbers, one request each; tiers ``0..T-1`` are caches, tier ``T``
-    (``cnt`` has ``T + 1`` rows) homes everything. Same semantics and counters as :func:`_run`
-    (no kinds, ops, homes, regions or policies other than lru/fifo to look up), property-tested
-    equal to it; ``meta`` holds last-use (lru) or fill (fifo) stamps.
+
+@njit(inline="always")
+def _to_front(tag, base, ways, way, word):
+    """Ways ``0..way-1`` of set ``base`` move one down; ``word`` goes to way 0."""
+    for x in range(ways - 1, 0, -1):
+        tag[base + x] = tag[base + x - 1] if x <= way else tag[base + x]
+    tag[base] = word
+
+
+# the way count as a compile-time constant lets the compiler unroll and vectorise both loops
+@njit(inline="always")
+def _find_ways(tag, base, ways, key):
+    if ways == 8:
+        return _find(tag, base, 8, key)
+    if ways == 16:
+        return _find(tag, base, 16, key)
+    if ways == 4:
+        return _find(tag, base, 4, key)
+    if ways == 2:
+        return _find(tag, base, 2, key)
+    return _find(tag, base, ways, key)
+
+
+@njit(inline="always")
+def _to_front_ways(tag, base, ways, way, word):
+    if ways == 8:
+        _to_front(tag, base, 8, way, word)
+    elif ways == 16:
+        _to_front(tag, base, 16, way, word)
+    elif ways == 4:
+        _to_front(tag, base, 4, way, word)
+    elif ways == 2:
+        _to_front(tag, base, 2, way, word)
+    else:
+        _to_front(tag, base, ways, way, word)
+
+
+@njit(nogil=True)
+def cache_tier_pass(blk, wr, slot_base, n_sets, set_mask, ways, fifo, store_hit_recency,
+                    fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+                    tag, out_blk, out_wr, cnt_row):
+    """Serve one LRU/FIFO cache tier's requests in order; return how many it sent to the next tier.
+
+    ``blk``/``wr``: the tier's requests (block numbers of this tier, write flags) in the order the
+    tier above issued them, each ``req_bytes`` bytes. What the tier issues — a miss's fetch, then
+    its dirty victim's writeback — goes to ``out_blk``/``out_wr`` (room for ``2 * len(blk)``) as
+    next-tier block numbers (``>> shift_next``); counters are added to ``cnt_row``.
+
+    Replaying the whole stream one tier at a time is exact: a tier's state depends only on the
+    sequence of requests it sees, and that is the sequence the tier above issues, in issue order.
+
+    State: ``tag`` words are ``block << 1 | dirty`` (-1 when empty); the ``ways`` words of a set from
+    ``slot_base + set * ways`` hold its blocks in replacement order instead of stamps — most recently used first (lru) or most recently filled first (fifo),
+    empty ways (-1) last — so the victim is always the last way and a lookup is a compare of every
+    way plus one shift, both without data-dependent branches. Which physical way holds a block never
+    shows in the counters (this kernel serves no flush).
     """
-    n_t = sh.shape[0]
-    depth = 2 * n_t + 4
-    st_tier = np.empty(depth, np.int64)
-    st_blk = np.empty(depth, np.int64)
-    st_write = np.empty(depth, np.int64)
-    for j in range(blocks.shape[0]):
-        # the current request; a miss's fetch becomes the next current request directly (the
-        # walk's push-then-pop), only writebacks wait on the stack
-        i = 0
-        b = blocks[j]                 # block number at tier i
-        rw = 1 if write[j] else 0
-        sp = 0
-        while True:
-            req = (1 << sh[0]) if i == 0 else (1 << sh[i - 1])
-            nxt = False
-            if i == n_t:
-                cnt[i, HITS] += 1
-                if rw:
-                    cnt[i, BYTES_WRITTEN] += req
-                else:
-                    cnt[i, BYTES_READ] += req
-            else:
-                ways = n_ways[i]
-                m = set_mask[i]
-                base = slot_off[i] + ((b & m) if m >= 0 else (b % n_sets[i])) * ways
-                stamp = clock[i]
-                clock[i] = stamp + 1
-                way = -1
-                empty = -1
-                for x in range(ways):
-                    tg = tag[base + x]
-                    if tg == b:
-                        way = x
-                        break
-                    if tg < 0 and empty < 0:
-                        empty = x
-                if way >= 0:
-                    cnt[i, HITS] += 1
-                    if rw:
-                        dirty[base + way] = 1
-                        cnt[i, BYTES_WRITTEN] += req
-                        if store_hit_recency and not fifo[i]:
-                            meta[base + way] = stamp
-                    else:
-                        cnt[i, BYTES_READ] += req
-                        if not fifo[i]:
-                            meta[base + way] = stamp
-                else:
-                    cnt[i, MISSES] += 1
-                    b_i = 1 << sh[i]
-                    fetch = True
-                    if rw and req == b_i:
-                        fetch = fetch_on_write_miss if i == 0 else fetch_on_writeback_miss
-                    if empty >= 0:
-                        way = empty
-                    else:
-                        way = 0
-                        v = meta[base]
-                        for x in range(1, ways):
-                            if meta[base + x] < v:
-                                v = meta[base + x]
-                                way = x
-                        slot = base + way
-                        cnt[i, EVICTIONS] += 1
-                        if dirty[slot]:
-                            cnt[i, WRITEBACKS] += 1
-                            cnt[i, BYTES_READ] += b_i
-                            st_tier[sp] = i + 1
-                            st_blk[sp] = tag[slot] >> (sh[i + 1] - sh[i]) if i + 1 < n_t else tag[slot]
-                            st_write[sp] = 1
-                            sp += 1
-                    slot = base + way
-                    tag[slot] = b
-                    dirty[slot] = rw
-                    meta[slot] = stamp
-                    cnt[i, FILLS] += 1
-                    if rw:
-                        cnt[i, BYTES_WRITTEN] += req
-                    else:
-                        cnt[i, BYTES_READ] += req
-                    if fetch:
-                        cnt[i, BYTES_WRITTEN] += b_i
-                        b = b >> (sh[i + 1] - sh[i]) if i + 1 < n_t else b
-                        i += 1
-                        rw = 0
-                        nxt = True
-                    else:
-                        cnt[i, UNFETCHED] += 1
-            if nxt:
-                continue
-            if sp == 0:
-                break
-            sp -= 1
-            i = st_tier[sp]
-            b = st_blk[sp]
-            rw = st_write[sp]
+    n_out = 0
+    hits = misses = evictions = writebacks = unfetched = bytes_read = bytes_written = 0
+    last = ways - 1
+    for j in range(blk.shape[0]):
+        b = blk[j]
+        rw = wr[j]
+        key = (b << 1) | 1
+        base = slot_base + ((b & set_mask) if set_mask >= 0 else (b % n_sets)) * ways
+        hit, way = _find_ways(tag, base, ways, key)
+        if rw:
+            bytes_written += req_bytes
+        else:
+            bytes_read += req_bytes
+        if hit:
+            hits += 1
+            if way > 0 and not fifo and (store_hit_recency or not rw):
+                _to_front_ways(tag, base, ways, way, tag[base + way] | (1 if rw else 0))
+            elif rw:
+                tag[base + way] |= 1
+            continue
+        misses += 1
+        victim = tag[base + last]
+        _to_front_ways(tag, base, ways, last, (b << 1) | (1 if rw else 0))
+        if rw and req_bytes == block_bytes and not fetch_on_whole_write_miss:
+            unfetched += 1
+        else:
+            bytes_written += block_bytes
+            out_blk[n_out] = b >> shift_next
+            out_wr[n_out] = False
+            n_out += 1
+        if victim >= 0:
+            evictions += 1
+            if victim & 1:
+                writebacks += 1
+                bytes_read += block_bytes
+                out_blk[n_out] = (victim >> 1) >> shift_next
+                out_wr[n_out] = True
+                n_out += 1
+    cnt_row[HITS] += hits
+    cnt_row[MISSES] += misses
+    cnt_row[FILLS] += misses
+    cnt_row[EVICTIONS] += evictions
+    cnt_row[WRITEBACKS] += writebacks
+    cnt_row[UNFETCHED] += unfetched
+    cnt_row[BYTES_READ] += bytes_read
+    cnt_row[BYTES_WRITTEN] += bytes_written
+    return n_out

@@ -111,14 +111,15 @@ def test_partition_bit():
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 10_000), st.sampled_from(["lru", "fifo"]), st.integers(1, 3), st.booleans(),
-       st.booleans(), st.booleans())
-def test_lean_cache_stream_kernel_equals_the_general_walk(seed, policy, levels, recency, fow, fowb):
+       st.booleans(), st.booleans(), st.lists(st.sampled_from([1, 2, 3, 4, 8, 16]), min_size=3, max_size=3))
+def test_lean_cache_stream_kernel_equals_the_general_walk(seed, policy, levels, recency, fow, fowb, ways):
     rng = np.random.default_rng(seed)
     n = 2000
     a = np.where(rng.random(n) < 0.5, rng.integers(0, 1 << 12, n), (rng.integers(0, 1 << 10) + np.arange(n)) % (1 << 12))
     a = a * 32 + rng.integers(0, 32, n)
     w = rng.random(n) < 0.3
-    geoms = [(3, 2, 32), (8, 4, 64), (5, 8, 256)][:levels]  # set counts not all powers of two
+    # set counts not all powers of two; every way count the kernel specialises, and others
+    geoms = [(3, ways[0], 32), (8, ways[1], 64), (5, ways[2], 256)][:levels]
     tiers = [_cache(f"t{i}", s, wy, b, policy) for i, (s, wy, b) in enumerate(geoms)]
     kw = dict(store_hit_recency=recency, fetch_on_write_miss=fow, fetch_on_writeback_miss=fowb)
     lean = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(**kw))
