@@ -136,14 +136,17 @@ def test_fast_path_on_streams_over_full_sets_is_bit_identical(seed, policy, leve
     # back-to-back runs longer and shorter than a tier (sets stay full, their stamps rotate), with
     # scattered hits and stores in between (which break the rotation) and dirty victims
     rng = np.random.default_rng(seed)
-    parts = []
+    start = int(rng.integers(0, 1 << 11))
+    parts = [(start + np.arange(int(rng.integers(64, 400)))) * 32]  # cold: the fast path runs
     for _ in range(int(rng.integers(5, 40))):
-        start = int(rng.integers(0, 1 << 14))
+        # often near the last run, so a wrong victim shows up as a hit or miss later
+        start = max(0, start + int(rng.integers(-64, 64))) if rng.random() < 0.5 else int(rng.integers(0, 1 << 11))
         parts.append((start + np.arange(int(rng.integers(1, 400)))) * 32)
         if rng.random() < 0.5:
-            parts.append(rng.integers(0, 1 << 14, int(rng.integers(1, 20))) * 32)
+            parts.append(rng.integers(0, 1 << 11, int(rng.integers(1, 20))) * 32)
     a = np.concatenate(parts)
-    w = rng.random(len(a)) < 0.05
+    # stores in half the cases (dirty blocks homed past the next tier keep the fast path off there)
+    w = rng.random(len(a)) < (0.05 if seed % 2 else 0.0)
     geoms = [(int(rng.integers(1, 9)), ways, 32), (int(rng.integers(1, 17)), ways, 64), (7, 2, 128)][:levels]
     tiers = [_cache(f"t{i}", s, wy, b, policy) for i, (s, wy, b) in enumerate(geoms)]
     opts = dict(flush=True, store_hit_recency=recency)
@@ -151,4 +154,4 @@ def test_fast_path_on_streams_over_full_sets_is_bit_identical(seed, policy, leve
     slow = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=False, **opts))
     np.testing.assert_array_equal(fast.tiers, slow.tiers)
     np.testing.assert_array_equal(fast.flush, slow.flush)
-    assert fast.meta["fast_requests"][0] > 0
+    assert fast.meta["fast_requests"][0] > 0 or w.any()
