@@ -19,7 +19,8 @@ Per tier (counts are in requests, bytes in bytes):
 ``evictions``
     valid blocks displaced by a fill.
 ``writebacks``
-    dirty evictions: each writes the tier's block to the next tier.
+    dirty evictions (and, inclusive, dirty back-invalidations): each writes the tier's block to the
+    next tier.
 ``writethroughs``
     write requests that passed through a non-caching tier to the next one.
 ``unfetched``
@@ -34,7 +35,8 @@ Per tier (counts are in requests, bytes in bytes):
 ``pim_bytes``
     bytes read inside the tier by a processing-in-memory unit (issue 5); these cross no link.
 ``back_invalidations``
-    reserved for the inclusive mode (blocks dropped from nearer tiers when this tier evicts).
+    inclusive mode only: valid blocks this tier dropped because a farther caching tier evicted the
+    block containing them (a dirty one is also a writeback).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.counters import (
+    BACK_INVALIDATIONS,
     BYPASSES,
     BYTES_READ,
     BYTES_WRITTEN,
@@ -246,18 +247,99 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
 
 
 @njit(nogil=True)
+def _back_invalidate(k, v, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode, slot_off,
+                     tag, dirty, owner, tinfo):
+    """Inclusive mode: caching tier ``k`` evicts its block ``v``; nearer caching tiers drop theirs inside it.
+
+    Tiers are visited nearest first. Each valid tier-j block inside ``v`` is invalidated (a
+    ``back_invalidations`` at tier j, attributed to row ``row`` and the block's tensor kind); a dirty
+    one is written back first (a writeback at tier j, ``block_j`` bytes read there): the write crosses
+    any pass-through tiers as writethroughs and arrives at the next caching tier as a write hit
+    (request size counted as bytes written, the block marked dirty, no replacement update; that block
+    is itself about to be dropped, or is ``v``, which then writes back as dirty).
+    """
+    sh_k = tinfo[k, TI_SHIFT]
+    for j in range(k):
+        if mode[j] != MODE_CACHE:
+            continue
+        sh_j = tinfo[j, TI_SHIFT]
+        d = sh_k - sh_j
+        W = n_ways[j]
+        S = n_sets[j]
+        smask = tinfo[j, TI_SET_MASK]
+        n_sub = np.int64(1) << d
+        if n_sub <= S:
+            # look each sub-block up in its set
+            for u in range(v << d, (v << d) + n_sub):
+                s = (u & smask) if smask >= 0 else (u % S)
+                base = slot_off[j] + s * W
+                for x in range(W):
+                    if tag[base + x] == u:
+                        _drop_block(j, base + x, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode,
+                                    slot_off, tag, dirty, owner, tinfo)
+                        break
+        else:
+            # fewer slots than sub-blocks: scan the tier
+            for slot in range(slot_off[j], slot_off[j] + S * W):
+                if tag[slot] >= 0 and (tag[slot] >> d) == v:
+                    _drop_block(j, slot, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode,
+                                slot_off, tag, dirty, owner, tinfo)
+
+
+@njit(nogil=True)
+def _drop_block(j, slot, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode, slot_off,
+                tag, dirty, owner, tinfo):
+    """Back-invalidate the block in ``slot`` of tier ``j`` (see :func:`_back_invalidate`)."""
+    t = owner[slot]
+    kd = t_kind[t]
+    cnt[row, kd, j, BACK_INVALIDATIONS] += 1
+    if dirty[slot]:
+        if t_home[t] != j + 1:
+            tinfo[j, TI_DIRTY_FAR] -= 1
+        cnt[row, kd, j, WRITEBACKS] += 1
+        cnt[row, kd, j, BYTES_READ] += blk[j]
+        addr = tag[slot] << tinfo[j, TI_SHIFT]
+        p = j + 1
+        while mode[p] != MODE_CACHE:
+            cnt[row, kd, p, WRITETHROUGHS] += 1
+            p += 1
+        cnt[row, kd, p, HITS] += 1
+        cnt[row, kd, p, BYTES_WRITTEN] += blk[p - 1]
+        b = addr >> tinfo[p, TI_SHIFT]
+        smask = tinfo[p, TI_SET_MASK]
+        W = n_ways[p]
+        s = (b & smask) if smask >= 0 else (b % n_sets[p])
+        base = slot_off[p] + s * W
+        found = False
+        for x in range(W):
+            if tag[base + x] == b:
+                if dirty[base + x] == 0 and t_home[t] != p + 1:
+                    tinfo[p, TI_DIRTY_FAR] += 1
+                dirty[base + x] = 1
+                found = True
+                break
+        if not found:
+            raise RuntimeError("inclusion broken: a back-invalidated block is missing from the next caching tier")
+    tag[slot] = -1
+    dirty[slot] = 0
+
+
+@njit(nogil=True)
 def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim,
          t_addr, t_home, t_kind,
          blk, n_sets, n_ways, mode, policy, slot_off,
          tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
          store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, cnt):
+         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, inclusive, cnt):
     """Both entry points in one body (a call per block would cost more than the block itself).
 
     ``is_flush`` false: replay the descriptors. True: flush dirty blocks (descriptors unused).
     With ``fast_path``, a read chunk of at least ``fast_min_blocks`` tier-0 blocks is cut at tier-0
     residency-region boundaries; a piece with no resident block is served by :func:`_fast_tier`
     tier after tier (and counted in one step at its home tier), the rest block by block.
+    With ``inclusive``, a caching tier's eviction back-invalidates nearer tiers
+    (:func:`_back_invalidate`); the caller turns ``fast_path`` off then (the fast path assumes no
+    block ever leaves a tier but by its own eviction).
     """
     n_tiers = blk.shape[0]
     depth = 2 * n_tiers + 4
@@ -485,6 +567,9 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                             cf[cv + EVICTIONS] += 1
                             if fast:
                                 region_cnt[ro + (tag[slot] >> rs)] -= 1
+                            if inclusive:  # nearer tiers drop the victim's blocks (their dirty data lands in it)
+                                _back_invalidate(i, tag[slot], row, cnt, t_home, t_kind, blk, n_sets, n_ways,
+                                                 mode, slot_off, tag, dirty, owner, tinfo)
                             if dirty[slot]:
                                 if t_home[vt] != i + 1:
                                     tinfo[i, TI_DIRTY_FAR] -= 1
@@ -539,7 +624,7 @@ def replay_batch(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride
                  blk, n_sets, n_ways, mode, policy, slot_off,
                  tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
                  store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                 rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, cnt):
+                 rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, inclusive, cnt):
     """Replay a batch of access descriptors; returns the number of tier-0 blocks requested.
 
     Descriptor ``a`` covers ``acc_count[a]`` chunks of ``acc_nbytes[a]`` bytes at
@@ -552,7 +637,7 @@ def replay_batch(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride
                 t_addr, t_home, t_kind, blk, n_sets, n_ways, mode, policy, slot_off,
                 tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
                 store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, cnt)
+                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, inclusive, cnt)
 
 
 @njit(nogil=True)
@@ -560,7 +645,7 @@ def flush_dirty(t_home, t_kind,
                 blk, n_sets, n_ways, mode, policy, slot_off,
                 tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
                 store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, cnt):
+                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, inclusive, cnt):
     """End-of-run flush: tier by tier from the nearest, write every dirty block to the next tier.
 
     Counted as writebacks in ``cnt[0]`` (which the caller reports separately); flushed blocks stay
@@ -571,4 +656,4 @@ def flush_dirty(t_home, t_kind,
          e, t_home, t_kind, blk, n_sets, n_ways, mode, policy, slot_off,
          tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
          store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, False, fast_min_blocks, cnt)
+         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, False, fast_min_blocks, inclusive, cnt)

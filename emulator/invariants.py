@@ -20,9 +20,13 @@ Notation for tier ``i`` with block ``b_i`` (the request size arriving at tier ``
 * bytes_read_{i+1} = (reads forwarded from i - bypasses_{i+1}) x b_i + writebacks_{i+1} x b_{i+1}
 * bytes_written_{i+1} = (writes forwarded from i - writethroughs_{i+1}) x b_i
                         + (fills_{i+1} - unfetched_{i+1}) x b_{i+1}
-* fills = misses, unfetched <= misses, writebacks <= evictions <= fills (whole run), resident
-  blocks (fills - evictions) fit the tier's emulated slots, and a tier that does not cache has no
-  misses, fills or evictions; the farthest tier only ever hits (every tensor has a home)
+* fills = misses, unfetched <= misses, writebacks <= evictions + back_invalidations,
+  evictions + back_invalidations <= fills (whole run), resident blocks (fills - evictions -
+  back_invalidations) fit the tier's emulated slots, and a tier that does not cache has no
+  misses, fills, evictions or back-invalidations; the farthest tier only ever hits (every tensor
+  has a home)
+* back_invalidations_j <= sum over k > j of evictions_k x block_k / block_j (inclusive mode: each
+  eviction at k drops at most its block's worth of tier-j blocks; zero otherwise)
 * per-op rows and per-kind rows each sum to the whole-run counters; nothing is negative
 
 Attribution keeps a request's consequences in the row of the op that issued it and the kind of
@@ -36,6 +40,7 @@ import os
 import numpy as np
 
 from emulator.counters import (
+    BACK_INVALIDATIONS,
     BYPASSES,
     BYTES_READ,
     BYTES_WRITTEN,
@@ -86,6 +91,13 @@ def _tier_laws(c: np.ndarray, blk: np.ndarray, where: str) -> None:
     n = c.shape[-2]
     if n < 2:
         return
+    # each eviction at k drops at most block_k / block_j blocks of every nearer tier j
+    binv = c[..., BACK_INVALIDATIONS]
+    for j in range(n - 1):
+        bound = sum(ev[..., k] * (int(blk[k]) // int(blk[j])) for k in range(j + 1, n))
+        _require(binv[..., j] <= bound, where,
+                 "back_invalidations(j) <= sum over farther tiers k of evictions(k) x block(k) / block(j)")
+    _require(binv[..., n - 1] == 0, where, "the farthest tier back-invalidates nothing")
     reads_fwd = misses[..., :-1] - unf[..., :-1] + byp[..., :-1]
     writes_fwd = wb[..., :-1] + wt[..., :-1]
     arrivals = hits + misses + byp + wt
@@ -128,19 +140,23 @@ def check_result(result: ReplayResult, *, expected_accesses: int | None = None) 
              "tier-0 requests + PIM-read blocks = tier-0 blocks the accesses touch")
     _require(fl[0, HITS] + fl[0, MISSES] + fl[0, BYPASSES] + fl[0, WRITETHROUGHS] == 0, "flush",
              "the flush issues no request at tier 0")
-    _require(tiers[:, WRITEBACKS] <= tiers[:, EVICTIONS], "tiers", "writebacks <= evictions")
-    _require(tiers[:, EVICTIONS] <= tiers[:, FILLS], "tiers", "evictions <= fills")
+    binv = tiers[:, BACK_INVALIDATIONS]
+    _require(tiers[:, WRITEBACKS] <= tiers[:, EVICTIONS] + binv, "tiers",
+             "writebacks <= evictions + back_invalidations")
+    _require(tiers[:, EVICTIONS] + binv <= tiers[:, FILLS], "tiers", "evictions <= fills - back_invalidations")
     _require(per_op[:, :, EVICTIONS] <= per_op[:, :, FILLS], "per_op", "evictions <= fills (per op)")
-    _require(by_kind[:, :, WRITEBACKS] <= by_kind[:, :, EVICTIONS], "by_kind", "writebacks <= evictions (per kind)")
+    _require(by_kind[:, :, WRITEBACKS] <= by_kind[:, :, EVICTIONS] + by_kind[:, :, BACK_INVALIDATIONS], "by_kind",
+             "writebacks <= evictions + back_invalidations (per kind)")
     geo = result.meta.get("geometry") if isinstance(result.meta, dict) else None
     if geo:
         caching = np.asarray(geo["caching"], bool)
         slots = np.asarray(geo["n_sets"], np.int64) * np.asarray(geo["n_ways"], np.int64)
-        resident = tiers[:, FILLS] - tiers[:, EVICTIONS]
+        resident = tiers[:, FILLS] - tiers[:, EVICTIONS] - binv
         _require(resident <= np.where(caching, slots, 0), "tiers",
-                 "resident blocks (fills - evictions) fit the tier's slots; a non-caching tier fills nothing")
-        _require(caching | ((tiers[:, MISSES] == 0) & (tiers[:, EVICTIONS] == 0)), "tiers",
-                 "a tier that does not cache has no misses or evictions")
+                 "resident blocks (fills - evictions - back_invalidations) fit the tier's slots; "
+                 "a non-caching tier fills nothing")
+        _require(caching | ((tiers[:, MISSES] == 0) & (tiers[:, EVICTIONS] == 0) & (binv == 0)), "tiers",
+                 "a tier that does not cache has no misses, evictions or back-invalidations")
     if expected_accesses is not None:
         _require(int(result.n_accesses) == int(expected_accesses), "n_accesses",
                  f"every access replayed ({result.n_accesses} of {expected_accesses})")

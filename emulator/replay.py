@@ -21,7 +21,25 @@ Accounting semantics (the lead lifts this into the README; DESIGN.md has the out
 * **Pass-through tiers** (a scratchpad, or a memory tier not lending, that is not the tensor's home):
   a read passes through as a **bypass** (a miss that fills nothing), a write as a **writethrough**;
   either forwards this tier's block to the next tier.
-* **Non-inclusive** (tiers evict independently; the ``inclusive`` option is reserved and refused).
+* **Non-inclusive** by default: tiers evict independently.
+* **Inclusive** (``inclusive``): among the caching tiers a tensor passes through (a ``cache`` tier,
+  or a lending ``memory`` tier for tensors homed farther away), every block a nearer caching tier
+  holds is also held by the next caching tier. Kept by **back-invalidation**: when caching tier
+  ``k`` evicts a block (after choosing the victim, before deciding whether it is dirty), every
+  caching tier ``j < k``, nearest first, invalidates each of its own blocks inside the victim
+  (counted as ``back_invalidations`` at tier ``j``, attributed to the op that caused the eviction
+  and the kind of the block's tensor). A dirty one is written back first: a writeback at tier ``j``
+  (``block_j`` bytes read there and sent up link j), which crosses any pass-through tiers as
+  writethroughs and arrives at the next caching tier as a write hit (``block`` of the tier above
+  counted as bytes written; the block there is marked dirty; no replacement update, since that
+  block is itself being dropped, or is the victim). So the victim at tier ``k`` absorbs its nearer
+  copies' dirty data and writes back as dirty; nothing is lost. Inclusive replay refuses ``opt``
+  (a tier's future would depend on farther tiers' evictions) and skipped fetches
+  (``fetch_on_write_miss``/``fetch_on_writeback_miss`` off would fill a block the next tier lacks),
+  and runs without the range fast path and the cache-stream kernel (plain per-block replay).
+  Laws it adds: writebacks <= evictions + back_invalidations; back_invalidations at tier j <=
+  sum over farther caching tiers k of evictions_k x block_k / block_j; resident blocks = fills -
+  evictions - back_invalidations.
 * **Conservation** (exact, tested): bytes down link(i, i+1) = (misses - unfetched + bypasses) x
   block_i; bytes up = (writebacks + writethroughs) x block_i. The optional end-of-run flush of dirty
   blocks (``flush``) is counted separately.
@@ -82,7 +100,7 @@ class ReplayOptions:
     fetch_on_write_miss: bool = True      # a store miss covering a whole tier-0 block still fetches it
     fetch_on_writeback_miss: bool = True  # a whole-block write arriving from above still fetches it
     flush: bool = False                   # write dirty blocks back at the end (reported separately)
-    inclusive: bool = False               # reserved: inclusive hierarchies are not implemented
+    inclusive: bool = False               # a caching tier's eviction back-invalidates nearer caching tiers
     seed: int = 0                         # the random policy's seed
     pim: bool = True                      # run PIM-eligible ops in memory where the chip allows
     fast_path: bool = True                # serve long read runs set by set where exact (same counts)
@@ -232,7 +250,7 @@ class Replayer:
                 self.opt_next, self.opt_off, self.opt_pos,
                 o.store_hit_recency, o.fetch_on_write_miss, o.fetch_on_writeback_miss,
                 self.rec_tier, self.rec_buf, self.rec_pos, self.tinfo, self.region_cnt,
-                o.fast_path, o.fast_min_blocks)
+                o.fast_path and not o.inclusive, o.fast_min_blocks, o.inclusive)
 
     def run(self, row, tid, offset, nbytes, count, stride, write, pim, cnt) -> int:
         """Replay one batch; counters are added to ``cnt[row, kind, tier, counter]``."""
@@ -259,6 +277,18 @@ def next_use(stream: np.ndarray) -> np.ndarray:
     return out
 
 
+def check_inclusive(geo: Geometry, options: ReplayOptions) -> None:
+    """Refuse what the inclusive mode cannot do exactly (see the module docstring)."""
+    if not (options.fetch_on_write_miss and options.fetch_on_writeback_miss):
+        raise UsageError("inclusive replay needs fetch_on_write_miss and fetch_on_writeback_miss on "
+                         "(an unfetched fill would hold a block the next tier does not)", field="inclusive")
+    for i in range(len(geo.names)):
+        if geo.mode[i] == engine.MODE_CACHE and geo.policy[i] == engine.POLICY_IDS["opt"]:
+            raise UsageError(f"policy 'opt' on tier {geo.names[i]!r} cannot be replayed inclusive (its "
+                             f"future depends on farther tiers' evictions); use lru, fifo or random",
+                             field=f"tier[{i}].policy")
+
+
 def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iterable[Batch]],
                n_rows: int, options: ReplayOptions, on_batch: Callable[[int, np.ndarray, int], None],
                progress: Callable[[int], None] | None = None, stats: dict | None = None
@@ -271,10 +301,9 @@ def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iter
     ``cnt[row - row_lo, kind, tier, counter]``. Returns (flush counters ``[kind, tier, counter]``,
     tier-0 blocks requested).
     """
-    if options.inclusive:
-        raise UsageError("inclusive hierarchies are not implemented; replay non-inclusive",
-                         field="inclusive")
     n_tiers = len(geo.names)
+    if options.inclusive:
+        check_inclusive(geo, options)
     opt_tiers = [i for i in range(n_tiers) if geo.policy[i] == engine.POLICY_IDS["opt"]
                  and geo.mode[i] == engine.MODE_CACHE]
     opt_next: dict[int, np.ndarray] = {}

@@ -187,3 +187,141 @@ def _tier(rt, reqs, tiers, tensors, counts, fcounts, b0, store_hit_recency, fow,
                     fcounts[(kind, i)]["bytes_read"] += blk
                     out.append((-1, e["owner"], e["block"] * blk, True, True))
     return out
+
+
+def reference_replay_inclusive(tiers, lent_bytes, tensors, accesses, *, store_hit_recency=True,
+                               flush=False, seed=0):
+    """The inclusive rule of :mod:`emulator.replay`, request by request (depth first, by recursion).
+
+    Same arguments and result as :func:`reference_replay` (lru, fifo and random only; fetches never
+    skipped, as the engine requires). Level by level no longer works here: a farther tier's eviction
+    changes what the nearer tiers hold. Each request is handled completely at its tier, then the
+    requests it sends down are handled in issue order (the fetch, then the victim's writeback).
+    Also returns the final tier states: ``states[i]`` = set of (block, dirty, tensor id) for a
+    caching tier, None for the others.
+    """
+    counts = defaultdict(lambda: dict.fromkeys(NAMES, 0))
+    fcounts = defaultdict(lambda: dict.fromkeys(NAMES, 0))
+    rts = [RefTier(i, t, lent_bytes[i] if lent_bytes is not None else 0) for i, t in enumerate(tiers)]
+    rng = [seed_state(seed, i) for i in range(len(tiers))]
+    b0 = tiers[0].block_bytes
+
+    def box(op, kind, i, is_flush):
+        return fcounts[(kind, i)] if is_flush else counts[(op, kind, i)]
+
+    def arriving_size(i):
+        return b0 if i == 0 else tiers[i - 1].block_bytes
+
+    def request(i, op, tid, addr, w, is_flush):
+        _, home, kind = tensors[tid]
+        cc = box(op, kind, i, is_flush)
+        size = arriving_size(i)
+        if home == i:
+            cc["hits"] += 1
+            cc["bytes_written" if w else "bytes_read"] += size
+            return
+        rt = rts[i]
+        bn = addr // rt.block
+        if not rt.caching:
+            cc["writethroughs" if w else "bypasses"] += 1
+            request(i + 1, op, tid, bn * rt.block, w, is_flush)
+            return
+        ways, order = rt.sets[bn % rt.n_sets], rt.order[bn % rt.n_sets]
+        if bn in order:
+            cc["hits"] += 1
+            if w:
+                ways[order[bn]]["dirty"] = True
+            cc["bytes_written" if w else "bytes_read"] += size
+            if rt.policy == "lru" and (store_hit_recency or not w):
+                order.move_to_end(bn)
+            return
+        cc["misses"] += 1
+        writeback = None
+        if None in ways:
+            way = ways.index(None)
+        else:
+            if rt.policy in ("lru", "fifo"):
+                way = order[next(iter(order))]
+            elif rt.policy == "random":
+                rng[i] = xorshift(rng[i])
+                way = rng[i] % rt.ways
+            else:
+                raise ValueError(rt.policy)
+            v = ways[way]
+            vc = box(op, tensors[v["owner"]][2], i, is_flush)
+            vc["evictions"] += 1
+            back_invalidate(i, v["block"], op, is_flush)  # may dirty v
+            if v["dirty"]:
+                vc["writebacks"] += 1
+                vc["bytes_read"] += rt.block
+                writeback = (v["owner"], v["block"] * rt.block)
+            del order[v["block"]]
+        ways[way] = {"block": bn, "dirty": w, "owner": tid}
+        order[bn] = way
+        cc["fills"] += 1
+        cc["bytes_written"] += rt.block  # the fetch
+        cc["bytes_written" if w else "bytes_read"] += size
+        request(i + 1, op, tid, bn * rt.block, False, is_flush)
+        if writeback is not None:
+            request(i + 1, op, writeback[0], writeback[1], True, is_flush)
+
+    def back_invalidate(k, victim, op, is_flush):
+        for j in range(k):  # nearest first: dirty data moves down into the next caching tier
+            rt = rts[j]
+            if not rt.caching:
+                continue
+            per = rts[k].block // rt.block
+            for u in range(victim * per, (victim + 1) * per):
+                order = rt.order[u % rt.n_sets]
+                if u not in order:
+                    continue
+                way = order.pop(u)
+                e = rt.sets[u % rt.n_sets][way]
+                rt.sets[u % rt.n_sets][way] = None
+                c = box(op, tensors[e["owner"]][2], j, is_flush)
+                c["back_invalidations"] += 1
+                if e["dirty"]:
+                    c["writebacks"] += 1
+                    c["bytes_read"] += rt.block
+                    deliver(j + 1, op, e["owner"], u * rt.block, is_flush)
+
+    def deliver(p, op, tid, addr, is_flush):
+        kind = tensors[tid][2]
+        while not rts[p].caching:
+            box(op, kind, p, is_flush)["writethroughs"] += 1
+            p += 1
+        rt = rts[p]
+        bn = addr // rt.block
+        order = rt.order[bn % rt.n_sets]
+        assert bn in order, "inclusion broken"
+        rt.sets[bn % rt.n_sets][order[bn]]["dirty"] = True
+        c = box(op, kind, p, is_flush)
+        c["hits"] += 1
+        c["bytes_written"] += arriving_size(p)
+
+    for op, tid, off, nb, cnt, stride, w, pim in accesses:
+        addr, home, kind = tensors[tid]
+        for j in range(cnt):
+            start = addr + off + j * stride
+            blocks = range(start // b0, (start + nb - 1) // b0 + 1)
+            if pim:
+                counts[(op, kind, home)]["pim_bytes"] += len(blocks) * b0
+                continue
+            for bn in blocks:
+                request(0, op, tid, bn * b0, bool(w), False)
+    if flush:
+        for i, rt in enumerate(rts[:-1]):
+            if not rt.caching:
+                continue
+            for s in range(rt.n_sets):
+                for way in range(rt.ways):
+                    e = rt.sets[s][way]
+                    if e is not None and e["dirty"]:
+                        e["dirty"] = False
+                        c = fcounts[(tensors[e["owner"]][2], i)]
+                        c["writebacks"] += 1
+                        c["bytes_read"] += rt.block
+                        request(i + 1, -1, e["owner"], e["block"] * rt.block, True, True)
+    states = [None if not rt.caching else {(e["block"], e["dirty"], e["owner"]) for ways in rt.sets for e in ways if e}
+              for rt in rts]
+    return counts, fcounts, states

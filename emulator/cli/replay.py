@@ -26,6 +26,8 @@ def replay_options(f):
                      help="A store missing a whole tier-0 block still fetches it."),
         click.option("--fetch-on-writeback-miss/--no-fetch-on-writeback-miss", default=True, show_default=True,
                      help="A whole-block write from a nearer tier that misses still fetches the block."),
+        click.option("--inclusive/--no-inclusive", default=False, show_default=True,
+                     help="Inclusive caching tiers: an eviction back-invalidates nearer tiers' copies."),
         click.option("--policy-seed", type=int, default=0, show_default=True, help="Seed of the random policy."),
         click.option("--fast-path/--no-fast-path", default=True, show_default=True,
                      help="Use the exact fast paths (identical counts; off for checking)."),
@@ -42,7 +44,8 @@ def options_from(kw: dict):
 
     return ReplayOptions(store_hit_recency=kw["store_hit_recency"], fetch_on_write_miss=kw["fetch_on_write_miss"],
                          fetch_on_writeback_miss=kw["fetch_on_writeback_miss"], flush=kw["flush"],
-                         seed=kw["policy_seed"], pim=kw["pim"], fast_path=kw["fast_path"])
+                         seed=kw["policy_seed"], pim=kw["pim"], fast_path=kw["fast_path"],
+                         inclusive=kw.get("inclusive", False))
 
 
 def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:

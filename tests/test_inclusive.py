@@ -1,0 +1,155 @@
+"""The inclusive option: every counter equals the depth-first reference, inclusion holds, a textbook case.
+
+The reference (:func:`reference.reference_replay_inclusive`) shares no code with the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from emulator.counters import TIER_COUNTERS
+from emulator.hierarchy import Tier
+from emulator.replay import KINDS, ReplayOptions, replay_blocks
+from reference import reference_replay_inclusive
+from test_engine_reference import _engine, scenarios
+from traces.errors import UsageError
+
+
+def _inclusive(sc):
+    """A scenario made replayable inclusive: no opt tiers, fetches never skipped."""
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    tiers = [dataclasses.replace(t, policy="lru") if t.policy == "opt" else t for t in tiers]
+    opts = dataclasses.replace(opts, inclusive=True, fetch_on_write_miss=True, fetch_on_writeback_miss=True)
+    return tiers, lent, tensors, n_ops, acc, opts, cuts
+
+
+def _reference(tiers, lent, tensors, n_ops, acc, opts):
+    counts, fcounts, states = reference_replay_inclusive(
+        tiers, lent, [(t[0], t[1], t[2]) for t in tensors], [tuple(a) for a in acc],
+        store_hit_recency=opts.store_hit_recency, flush=opts.flush, seed=opts.seed)
+    n_t = len(tiers)
+    per_op = np.zeros((n_ops, n_t, len(TIER_COUNTERS)), np.int64)
+    by_kind = np.zeros((len(KINDS), n_t, len(TIER_COUNTERS)), np.int64)
+    flush = np.zeros((n_t, len(TIER_COUNTERS)), np.int64)
+    for (op, kind, tier), d in counts.items():
+        for j, name in enumerate(TIER_COUNTERS):
+            per_op[op, tier, j] += d[name]
+            by_kind[kind, tier, j] += d[name]
+    for (kind, tier), d in fcounts.items():
+        for j, name in enumerate(TIER_COUNTERS):
+            flush[tier, j] += d[name]
+    return per_op, by_kind, flush, states
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios().map(_inclusive))
+def test_every_counter_matches_inclusive_reference(sc):
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    res = _engine(*sc)  # TIERLAB_DEBUG is on in the suite: the invariants are checked too
+    per_op, by_kind, flush, _ = _reference(tiers, lent, tensors, n_ops, acc, opts)
+    np.testing.assert_array_equal(res.per_op, per_op)
+    np.testing.assert_array_equal(res.by_kind, by_kind)
+    np.testing.assert_array_equal(res.flush, flush)
+
+
+def _caching(tier, lent):
+    return tier.managed == "cache" or (tier.managed == "memory" and tier.lend and lent > 0)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios().map(_inclusive))
+def test_nearer_caching_tier_is_contained_in_the_next(sc):
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    *_, states = _reference(tiers, lent, tensors, n_ops, acc, opts)
+    for j, held in enumerate(states):
+        if held is None:
+            continue
+        for block, _dirty, tid in held:
+            home = tensors[tid][1]
+            assert home > j
+            # the next tier that caches this tensor, if any before its home, holds the block too
+            nxt = next((c for c in range(j + 1, home) if states[c] is not None), None)
+            if nxt is None:
+                continue
+            per = tiers[nxt].block_bytes // tiers[j].block_bytes
+            assert (block // per) in {b for b, _, _ in states[nxt]}, (j, nxt, block)
+
+
+def test_non_inclusive_breaks_inclusion():
+    """The textbook stream below leaves L1 holding a block L2 dropped unless inclusive."""
+    a = [0, 64, 0, 128, 0]
+    res = replay_blocks(a, tiers=_two_level(), options=ReplayOptions(fast_path=False))
+    assert res.tier("l1")["hits"] == 2  # the last A hits in L1 although L2 evicted it
+
+
+def _two_level():
+    l1 = Tier("l1", 128, 64, None, "lru", "cache", 1.0, 0.0, 0.0)
+    l2 = Tier("l2", 128, 64, None, "lru", "cache", 1.0, 0.0, 0.0)
+    return [l1, l2]
+
+
+def test_textbook_two_level_reads():
+    """L1 and L2 of two 64 B blocks each, LRU; reads A B A C A (A=0, B=64, C=128).
+
+    A, B: miss in both. A: L1 hit (L2 keeps A as its LRU block). C: L1 evicts B; L2 evicts A, which
+    back-invalidates A in L1. A: misses in L1 (an empty way, no eviction) and in L2 (evicts B; B is
+    not in L1). L1: 1 hit, 4 misses, 1 eviction, 1 back-invalidation; L2: 0 hits, 4 misses, 2
+    evictions; memory: 4 hits.
+    """
+    res = replay_blocks([0, 64, 0, 128, 0], tiers=_two_level(), options=ReplayOptions(inclusive=True))
+    l1, l2, mem = res.tier("l1"), res.tier("l2"), res.tier("memory")
+    assert (l1["hits"], l1["misses"], l1["evictions"], l1["back_invalidations"], l1["writebacks"]) == (1, 4, 1, 1, 0)
+    assert (l2["hits"], l2["misses"], l2["evictions"], l2["back_invalidations"], l2["writebacks"]) == (0, 4, 2, 0, 0)
+    assert mem["hits"] == 4
+    assert res.links.tolist() == [[4 * 64, 0], [4 * 64, 0]]
+
+
+def test_textbook_two_level_dirty_back_invalidation():
+    """The same with the first A a store: A's dirty data is back-invalidated out of L1, lands in L2's victim.
+
+    L1 writes A back (1 writeback, a write hit at L2 marking A dirty), L2 then evicts A dirty (1
+    writeback to memory). Memory: 4 fetches + 1 write.
+    """
+    w = [True, False, False, False, False]
+    res = replay_blocks([0, 64, 0, 128, 0], w, tiers=_two_level(), options=ReplayOptions(inclusive=True))
+    l1, l2, mem = res.tier("l1"), res.tier("l2"), res.tier("memory")
+    assert (l1["hits"], l1["misses"], l1["evictions"], l1["back_invalidations"], l1["writebacks"]) == (1, 4, 1, 1, 1)
+    assert (l1["bytes_read"], l1["bytes_written"]) == (4 * 64 + 64, 4 * 64 + 64)
+    assert (l2["hits"], l2["misses"], l2["evictions"], l2["back_invalidations"], l2["writebacks"]) == (1, 4, 2, 0, 1)
+    assert (l2["bytes_read"], l2["bytes_written"]) == (4 * 64 + 64, 4 * 64 + 64)
+    assert (mem["hits"], mem["bytes_read"], mem["bytes_written"]) == (5, 4 * 64, 64)
+    assert res.links.tolist() == [[4 * 64, 64], [4 * 64, 64]]
+
+
+def test_default_replay_has_no_back_invalidations():
+    res = replay_blocks(np.arange(0, 64 * 40, 64) % (64 * 7), tiers=_two_level())
+    assert res.counter("back_invalidations").sum() == 0
+
+
+@pytest.mark.parametrize("bad", [dict(fetch_on_write_miss=False), dict(fetch_on_writeback_miss=False)])
+def test_inclusive_refuses_skipped_fetches(bad):
+    with pytest.raises(UsageError, match="inclusive"):
+        replay_blocks([0, 64], tiers=_two_level(), options=ReplayOptions(inclusive=True, **bad))
+
+
+def test_inclusive_refuses_opt():
+    tiers = [_two_level()[0], dataclasses.replace(_two_level()[1], policy="opt")]
+    with pytest.raises(UsageError, match="opt"):
+        replay_blocks([0, 64], tiers=tiers, options=ReplayOptions(inclusive=True))
+
+
+def test_cli_flag_reaches_the_options():
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+    from emulator.cli.replay import options_from
+
+    assert "--inclusive / --no-inclusive" in CliRunner().invoke(main, ["replay", "--help"]).output
+    kw = dict(store_hit_recency=True, fetch_on_write_miss=True, fetch_on_writeback_miss=True, flush=False,
+              policy_seed=0, pim=True, fast_path=True, inclusive=True)
+    assert options_from(kw).inclusive
