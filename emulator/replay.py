@@ -36,7 +36,9 @@ Accounting semantics (the lead lifts this into the README; DESIGN.md has the out
   copies' dirty data and writes back as dirty; nothing is lost. Inclusive replay refuses ``opt``
   (a tier's future would depend on farther tiers' evictions) and skipped fetches
   (``fetch_on_write_miss``/``fetch_on_writeback_miss`` off would fill a block the next tier lacks),
-  and runs without the range fast path and the cache-stream kernel (plain per-block replay).
+  and, with two or more caching tiers, runs without the range fast path and the cache-stream
+  kernel (plain per-block replay); with fewer, nothing can be back-invalidated and it is the
+  non-inclusive replay, fast paths included.
   Laws it adds: writebacks <= evictions + back_invalidations; back_invalidations at tier j <=
   sum over farther caching tiers k of evictions_k x block_k / block_j; resident blocks = fills -
   evictions - back_invalidations.
@@ -245,12 +247,14 @@ class Replayer:
 
     def _state(self):
         g, o = self.geo, self.options
+        # with fewer than two caching tiers nothing can be back-invalidated: inclusive = non-inclusive
+        incl = o.inclusive and int(np.count_nonzero(g.mode == engine.MODE_CACHE)) >= 2
         return (g.block_bytes, g.n_sets, g.n_ways, g.mode, self.policy, g.slot_off,
                 self.tag, self.dirty, self.meta, self.owner, self.clock, self.rng,
                 self.opt_next, self.opt_off, self.opt_pos,
                 o.store_hit_recency, o.fetch_on_write_miss, o.fetch_on_writeback_miss,
                 self.rec_tier, self.rec_buf, self.rec_pos, self.tinfo, self.region_cnt,
-                o.fast_path and not o.inclusive, o.fast_min_blocks, o.inclusive)
+                o.fast_path and not incl, o.fast_min_blocks, incl)
 
     def run(self, row, tid, offset, nbytes, count, stride, write, pim, cnt) -> int:
         """Replay one batch; counters are added to ``cnt[row, kind, tier, counter]``."""
@@ -467,7 +471,7 @@ def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
                 results = list(pool.map(lambda h: replay_blocks(h[0], h[1], tiers=tiers, options=one,
                                                                 memory_name=memory_name), halves))
             return results[0] if len(results) == 1 else _merge(results)
-    if (options.fast_path and not options.flush and not options.inclusive and len(a)
+    if (options.fast_path and not options.flush and (not options.inclusive or len(tiers) < 2) and len(a)
             and all(t.managed == "cache" and t.policy in ("lru", "fifo") for t in tiers)):
         return _replay_cache_stream(a, is_write, tiers, options, memory_name)
     n = len(a)

@@ -153,3 +153,15 @@ def test_cli_flag_reaches_the_options():
     kw = dict(store_hit_recency=True, fetch_on_write_miss=True, fetch_on_writeback_miss=True, flush=False,
               policy_seed=0, pim=True, fast_path=True, inclusive=True)
     assert options_from(kw).inclusive
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios().map(_inclusive))
+def test_inclusive_equals_non_inclusive_with_one_caching_tier(sc):
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    caching = [_caching(t, x) for t, x in zip(tiers, lent)]
+    res = _engine(*sc)
+    plain = _engine(tiers, lent, tensors, n_ops, acc, dataclasses.replace(opts, inclusive=False), cuts)
+    if sum(caching) < 2:
+        np.testing.assert_array_equal(res.per_op, plain.per_op)
+    assert res.counter("back_invalidations")[[not c for c in caching]].sum() == 0
