@@ -165,3 +165,46 @@ def test_inclusive_equals_non_inclusive_with_one_caching_tier(sc):
     if sum(caching) < 2:
         np.testing.assert_array_equal(res.per_op, plain.per_op)
     assert res.counter("back_invalidations")[[not c for c in caching]].sum() == 0
+
+
+def _engine_state(tiers, lent, tensors, acc, opts):
+    """Replay with the engine and return its final state: per caching tier the set of (block, tensor)."""
+    from emulator import engine
+    from emulator.replay import Replayer, _drive, build_geometry
+
+    addr = np.array([t[0] for t in tensors], np.int64)
+    nbytes = np.array([t[3] for t in tensors], np.int64)
+    home = np.array([t[1] for t in tensors], np.int64)
+    below = [int((-(-nbytes[home > i] // t.block_bytes)).sum()) for i, t in enumerate(tiers)]
+    geo = build_geometry(tiers, np.asarray(lent, np.int64), below, opts)
+    geo.space_bytes = int((addr + nbytes).max())
+    r = Replayer(geo, addr, home, np.array([t[2] for t in tensors], np.int64), opts)
+    cols = [np.array([a[j] for a in acc], np.int64) for j in range(8)]
+    cols[6] = cols[6].astype(bool)
+    cols[0] = np.zeros(len(acc), np.int64)
+    _drive(r, [tuple(cols)], 1, opts, None, None)
+    states = []
+    for i in range(len(tiers)):
+        if geo.mode[i] != engine.MODE_CACHE:
+            states.append(None)
+            continue
+        lo = int(geo.slot_off[i])
+        sl = slice(lo, lo + int(geo.n_sets[i] * geo.n_ways[i]))
+        states.append({(int(b), int(o)) for b, o in zip(r.tag[sl], r.owner[sl]) if b >= 0})
+    return states
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios().map(_inclusive))
+def test_engine_final_state_is_inclusive(sc):
+    """On the engine's own final state: a nearer caching tier's blocks are all in the next caching tier."""
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    states = _engine_state(tiers, lent, tensors, acc, opts)
+    for j, held in enumerate(states):
+        if held is None:
+            continue
+        for block, tid in held:
+            nxt = next((c for c in range(j + 1, tensors[tid][1]) if states[c] is not None), None)
+            if nxt is not None:
+                per = tiers[nxt].block_bytes // tiers[j].block_bytes
+                assert (block // per, tid) in states[nxt], (j, nxt, block)
