@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from emulator.mrc import LruDistances, SetLruDistances, lru_curve, opt_misses
+from emulator.mrc import LruDistances, SetLruDistances, lru_curve
+from emulator.mrc_opt import opt_misses
 from traces.errors import UsageError
 
 B = 64

@@ -20,7 +20,8 @@ import numpy as np
 
 from emulator.blocks import BlockExpander, tensor_addresses
 from emulator.cli.options import force_option, json_option
-from emulator.mrc import LruDistances, SetLruDistances, opt_misses
+from emulator.mrc import LruDistances, SetLruDistances
+from emulator.mrc_opt import opt_misses
 from traces.errors import UsageError
 
 DEFAULT_OPT_LIMIT_BLOCKS = 1 << 24   # OPT holds the stream in memory: ~24 bytes per block access
