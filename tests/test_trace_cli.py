@@ -88,3 +88,11 @@ def test_bad_input_one_line_exit_2(tmp_path, args, match):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tierlab: error:") and match in lines[0]
     assert "Traceback" not in r.output
+
+
+def test_every_command_is_registered():
+    # The README's commands all exist (a missing module would fail the import, not vanish silently).
+    from emulator.cli import main
+
+    assert set(main.commands) == {"trace", "info", "models", "mrc", "bench", "chips", "replay", "run",
+                                  "compare", "capacity"}

@@ -105,10 +105,4 @@ def main() -> None:
 
 
 for _name in COMMANDS:
-    try:
-        _mod = importlib.import_module(_name)
-    except ModuleNotFoundError as _err:  # a command not built yet must not break the others
-        if _err.name != _name:
-            raise
-        continue
-    main.add_command(_mod.command)
+    main.add_command(importlib.import_module(_name).command)
