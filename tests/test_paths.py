@@ -17,3 +17,17 @@ def test_presets_found_as_installed_package_data(monkeypatch):
     assert not str(chips).startswith("/nonexistent")
     assert (chips / "sn40l.toml").is_file()
     assert (paths.configs_dir("models") / "mixtral-8x7b.json").is_file()
+
+
+def test_traces_and_kernels_never_import_the_emulator():
+    # DESIGN.md: data flows one way; a trace is chip-independent.
+    import ast
+    from pathlib import Path
+
+    root = Path(paths.__file__).resolve().parent.parent
+    for pkg in ("traces", "kernels"):
+        for f in (root / pkg).glob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                assert not any(n == "emulator" or n.startswith("emulator.") for n in names), f
