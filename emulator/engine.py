@@ -45,6 +45,28 @@ from emulator.counters import (
     WRITETHROUGHS,
 )
 from emulator.jit import njit
+from emulator.lazy import (
+    LZ_EPOCH,
+    LZ_N,
+    LZ_N_REAL,
+    LZ_SET_OFF,
+    LZ_SLOT_OFF,
+    N_LZ_FIELDS,
+    N_RUN_FIELDS,
+    R_CLOCK0,
+    R_D,
+    R_F,
+    R_HI,
+    R_L,
+    R_LO,
+    R_TID,
+    lazy_evict,
+    materialise_all,
+    materialise_set,
+    record_order,
+    rot_add,
+    run_count,
+)
 from emulator.policies import OPT_NEVER, POLICY_IDS, _policy_fill, _policy_hit, _policy_victim  # noqa: F401
 
 MODE_CACHE = 0
@@ -66,7 +88,8 @@ N_TINFO = 6
 @njit(nogil=True)
 def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
                blk, n_sets, n_ways, mode, policy, slot_off,
-               tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta):
+               tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta,
+               lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive):
     """Serve a run of read requests at tier ``i`` set by set; False (and nothing changed) if it may not.
 
     The requests are units ``lo..hi`` of ``2**ush`` bytes, in order (one tensor, reads). It applies
@@ -77,6 +100,12 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
     empty ways (lowest first), then the resident blocks oldest first, then the run's own blocks in
     the order they came — exactly what per-block LRU/FIFO replacement does, since all the run's blocks
     are distinct, newer than everything resident, and stamped in request order.
+
+    Lazily (:mod:`emulator.lazy`): a run of at least ``S * W`` blocks replaces every block of the
+    tier, so it only counts the evictions (real sets slot by slot, lazy ones per segment) and leaves
+    the tier lazy with the run alone on its stack; a shorter run on a lazy tier serves the real sets
+    set by set, counts its evictions from the lazy ones per segment and is pushed on the stack (runs
+    no set holds anything of fall off the bottom). A full stack is materialised first.
     """
     if mode[i] != MODE_CACHE:
         return False
@@ -103,126 +132,65 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
     b_i = blk[i]
     smask = tinfo[i, TI_SET_MASK]
     n_touch = nb if nb < S else S
+    k_max = lz.shape[1]
+    n_lz = lzi[i, LZ_N]
+    if nb >= S * W:
+        # every block of the tier is replaced: count what leaves, keep the run as the whole state
+        if n_lz > 0:
+            so = lzi[i, LZ_SET_OFF]
+            for x in range(lzi[i, LZ_N_REAL]):
+                s = real_list[so + x]
+                record_order(i, s, lzi, lz_perm, lz_rot, n_ways, slot_off, tag, meta)
+                _evict_set(i, slot_off[i] + s * W, W, row, cnt, t_kind, blk,
+                           tag, dirty, owner, region_cnt, rs, ro)
+            lazy_evict(i, F, L, True, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, rs, ro,
+                       region_cnt, lz_h, lz_bnd, lz_alive)
+        else:
+            for s in range(S):
+                record_order(i, s, lzi, lz_perm, lz_rot, n_ways, slot_off, tag, meta)
+                _evict_set(i, slot_off[i] + s * W, W, row, cnt, t_kind, blk,
+                           tag, dirty, owner, region_cnt, rs, ro)
+        cnt[row, k_run, i, EVICTIONS] += nb - S * W
+        rot_add(lz_rot, lzi[i, LZ_SET_OFF], S, F, L)
+        _push_run(lz, i, 0, F, L, tid, clock0, lo, hi, d)
+        lzi[i, LZ_N] = 1
+        lzi[i, LZ_EPOCH] += 1
+        lzi[i, LZ_N_REAL] = 0
+        n_touch = 0
+    elif n_lz > 0 and n_lz < k_max and nb * W >= S:
+        so = lzi[i, LZ_SET_OFF]
+        for x in range(lzi[i, LZ_N_REAL]):
+            s = real_list[so + x]
+            m = run_count(F, L, s, S)
+            if m > 0:
+                _fast_set(i, s, F + (s - F) % S, m, lo, hi, d, tid, row, cnt, t_kind, blk, n_sets, n_ways,
+                          policy, slot_off, tag, dirty, meta, owner, clock0, tinfo, region_cnt, seq, old_meta)
+        lazy_evict(i, F, L, False, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, rs, ro,
+                   region_cnt, lz_h, lz_bnd, lz_alive)
+        k0 = 0
+        while k0 < n_lz and lz_alive[k0] == 0:
+            k0 += 1
+        for r in range(k0, n_lz):
+            for f in range(N_RUN_FIELDS):
+                lz[i, r - k0, f] = lz[i, r, f]
+        n_lz -= k0
+        rot_add(lz_rot, lzi[i, LZ_SET_OFF], S, F, L)
+        _push_run(lz, i, n_lz, F, L, tid, clock0, lo, hi, d)
+        lzi[i, LZ_N] = n_lz + 1
+        n_touch = 0
+    elif n_lz > 0 and nb * W >= S:
+        materialise_all(i, lz, lzi, real_ep, real_list, lz_perm, lz_rot, n_sets, n_ways, policy, slot_off,
+                        tag, dirty, meta, owner, lz_h)
     for k in range(n_touch):
         b_first = F + k
         s = (b_first & smask) if smask >= 0 else (b_first % S)
-        base = slot_off[i] + s * W
         m = (L - b_first) // S + 1
-        # valid ways always form a prefix (fills take the lowest empty way; nothing is invalidated)
-        n_empty = 0
-        if tag[base + W - 1] < 0:
-            for x in range(W):
-                if tag[base + x] < 0:
-                    seq[n_empty] = base + x
-                    n_empty += 1
-        n_old = W - n_empty
-        n_evict_old = m - n_empty
-        if n_evict_old > n_old:
-            n_evict_old = n_old
-        rot = -1
-        if n_empty == 0 and (n_evict_old > 0 or m > n_empty):
-            # a full set whose stamps rise cyclically from way ``rot`` (what fills of runs leave
-            # behind) is already in age order from there: no sort
-            n_desc = 0
-            v_prev = meta[base + W - 1]
-            for x in range(W):
-                v = meta[base + x]
-                if v < v_prev:
-                    n_desc += 1
-                    rot = x
-                v_prev = v
-            if n_desc == 1:
-                p = rot
-                for q in range(W):
-                    seq[q] = base + p
-                    p += 1
-                    if p == W:
-                        p = 0
-            elif W == 1:
-                seq[0] = base
-                rot = 0
-            else:
-                rot = -1
-        if rot >= 0:
-            pass
-        elif n_evict_old > 0 and m <= W and n_evict_old <= 2:
-            # few victims: pick the oldest ones by scanning (stamps are unique)
-            prev = -1
-            for q in range(n_evict_old):
-                best = -1
-                bv = OPT_NEVER
-                for x in range(W):
-                    if tag[base + x] >= 0:
-                        v = meta[base + x]
-                        if v > prev and v < bv:
-                            bv = v
-                            best = x
-                seq[n_empty + q] = base + best
-                prev = bv
-        elif n_evict_old > 0 or m > n_empty:
-            # the resident blocks, oldest first (stamps are unique)
-            if W <= 64:
-                p_n = 0
-                for x in range(W):
-                    if tag[base + x] >= 0:
-                        v = meta[base + x]
-                        p = p_n
-                        while p > 0 and old_meta[p - 1] > v:
-                            old_meta[p] = old_meta[p - 1]
-                            seq[n_empty + p] = seq[n_empty + p - 1]
-                            p -= 1
-                        old_meta[p] = v
-                        seq[n_empty + p] = base + x
-                        p_n += 1
-            else:
-                p_n = 0
-                for x in range(W):
-                    if tag[base + x] >= 0:
-                        old_meta[p_n] = meta[base + x]
-                        p_n += 1
-                order = np.argsort(old_meta[:p_n])
-                p_n = 0
-                ways_valid = np.empty(n_old, np.int64)
-                for x in range(W):
-                    if tag[base + x] >= 0:
-                        ways_valid[p_n] = base + x
-                        p_n += 1
-                for p in range(n_old):
-                    seq[n_empty + p] = ways_valid[order[p]]
-        for q in range(n_evict_old):
-            slot = seq[n_empty + q]
-            vt = owner[slot]
-            vk = t_kind[vt]
-            cnt[row, vk, i, EVICTIONS] += 1
-            region_cnt[ro + (tag[slot] >> rs)] -= 1
-            if dirty[slot]:
-                cnt[row, vk, i, WRITEBACKS] += 1
-                cnt[row, vk, i, BYTES_READ] += b_i
-                cnt[row, vk, i + 1, HITS] += 1
-                cnt[row, vk, i + 1, BYTES_WRITTEN] += b_i
-        if m > W:
-            cnt[row, k_run, i, EVICTIONS] += m - W
-        j0 = m - W if m > W else 0
-        p = j0 % W
-        b = b_first + j0 * S
-        for j in range(j0, m):
-            slot = seq[p]
-            p += 1
-            if p == W:
-                p = 0
-            tag[slot] = b
-            owner[slot] = tid
-            dirty[slot] = 0
-            if pid == 0:  # lru: the stamp of the block's last request
-                u = ((b + 1) << d) - 1
-                if u > hi:
-                    u = hi
-            else:         # fifo: the stamp of its fill
-                u = b << d
-                if u < lo:
-                    u = lo
-            meta[slot] = clock0 + (u - lo)
-            b += S
+        if lzi[i, LZ_N] > 0 and real_ep[lzi[i, LZ_SET_OFF] + s] != lzi[i, LZ_EPOCH]:
+            # a short run on a lazy tier: its few sets are made real and served as usual
+            materialise_set(i, s, lz, lzi, real_ep, real_list, lz_perm, lz_rot, n_sets, n_ways, policy, slot_off,
+                            tag, dirty, meta, owner, lz_h)
+        _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, blk, n_sets, n_ways, policy, slot_off,
+                  tag, dirty, meta, owner, clock0, tinfo, region_cnt, seq, old_meta)
     # the run's blocks left resident are the last W of each set, i.e. its last S * W blocks:
     # count them into their regions a region at a time
     k_lo = L - S * W + 1
@@ -244,6 +212,168 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
     clock[i] = clock0 + n_req
     tinfo[i, TI_FAST_REQUESTS] += n_req
     return True
+
+
+@njit(nogil=True)
+def _push_run(lz, i, r, F, L, tid, clock0, lo, hi, d):
+    """Store run ``F..L`` (with its stamp parameters) as entry ``r`` of tier ``i``'s lazy stack."""
+    lz[i, r, R_F] = F
+    lz[i, r, R_L] = L
+    lz[i, r, R_TID] = tid
+    lz[i, r, R_CLOCK0] = clock0
+    lz[i, r, R_LO] = lo
+    lz[i, r, R_HI] = hi
+    lz[i, r, R_D] = d
+
+
+@njit(nogil=True)
+def _evict_set(i, base, W, row, cnt, t_kind, blk, tag, dirty, owner, region_cnt, rs, ro):
+    """Evict every valid block of the set at ``base`` (a full run replaces them all).
+
+    Dirty ones are written back to the next tier, their home (a hit there that changes no state).
+    """
+    b_i = blk[i]
+    for slot in range(base, base + W):
+        if tag[slot] < 0:
+            continue
+        vk = t_kind[owner[slot]]
+        cnt[row, vk, i, EVICTIONS] += 1
+        region_cnt[ro + (tag[slot] >> rs)] -= 1
+        if dirty[slot]:
+            dirty[slot] = 0
+            cnt[row, vk, i, WRITEBACKS] += 1
+            cnt[row, vk, i, BYTES_READ] += b_i
+            cnt[row, vk, i + 1, HITS] += 1
+            cnt[row, vk, i + 1, BYTES_WRITTEN] += b_i
+
+
+@njit(nogil=True)
+def _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, blk, n_sets, n_ways, policy, slot_off,
+              tag, dirty, meta, owner, clock0, tinfo, region_cnt, seq, old_meta):
+    """Serve the ``m`` blocks ``b_first, b_first + S, ...`` of a run (see :func:`_fast_tier`) in set ``s``."""
+    W = n_ways[i]
+    S = n_sets[i]
+    pid = policy[i]
+    b_i = blk[i]
+    k_run = t_kind[tid]
+    rs = tinfo[i, TI_REGION_SHIFT]
+    ro = tinfo[i, TI_REGION_OFF]
+    base = slot_off[i] + s * W
+    # valid ways always form a prefix (fills take the lowest empty way; nothing is invalidated)
+    n_empty = 0
+    if tag[base + W - 1] < 0:
+        for x in range(W):
+            if tag[base + x] < 0:
+                seq[n_empty] = base + x
+                n_empty += 1
+    n_old = W - n_empty
+    n_evict_old = m - n_empty
+    if n_evict_old > n_old:
+        n_evict_old = n_old
+    rot = -1
+    if n_empty == 0 and (n_evict_old > 0 or m > n_empty):
+        # a full set whose stamps rise cyclically from way ``rot`` (what fills of runs leave
+        # behind) is already in age order from there: no sort
+        n_desc = 0
+        v_prev = meta[base + W - 1]
+        for x in range(W):
+            v = meta[base + x]
+            if v < v_prev:
+                n_desc += 1
+                rot = x
+            v_prev = v
+        if n_desc == 1:
+            p = rot
+            for q in range(W):
+                seq[q] = base + p
+                p += 1
+                if p == W:
+                    p = 0
+        elif W == 1:
+            seq[0] = base
+            rot = 0
+        else:
+            rot = -1
+    if rot >= 0:
+        pass
+    elif n_evict_old > 0 and m <= W and n_evict_old <= 2:
+        # few victims: pick the oldest ones by scanning (stamps are unique)
+        prev = -1
+        for q in range(n_evict_old):
+            best = -1
+            bv = OPT_NEVER
+            for x in range(W):
+                if tag[base + x] >= 0:
+                    v = meta[base + x]
+                    if v > prev and v < bv:
+                        bv = v
+                        best = x
+            seq[n_empty + q] = base + best
+            prev = bv
+    elif n_evict_old > 0 or m > n_empty:
+        # the resident blocks, oldest first (stamps are unique)
+        if W <= 64:
+            p_n = 0
+            for x in range(W):
+                if tag[base + x] >= 0:
+                    v = meta[base + x]
+                    p = p_n
+                    while p > 0 and old_meta[p - 1] > v:
+                        old_meta[p] = old_meta[p - 1]
+                        seq[n_empty + p] = seq[n_empty + p - 1]
+                        p -= 1
+                    old_meta[p] = v
+                    seq[n_empty + p] = base + x
+                    p_n += 1
+        else:
+            p_n = 0
+            for x in range(W):
+                if tag[base + x] >= 0:
+                    old_meta[p_n] = meta[base + x]
+                    p_n += 1
+            order = np.argsort(old_meta[:p_n])
+            p_n = 0
+            ways_valid = np.empty(n_old, np.int64)
+            for x in range(W):
+                if tag[base + x] >= 0:
+                    ways_valid[p_n] = base + x
+                    p_n += 1
+            for p in range(n_old):
+                seq[n_empty + p] = ways_valid[order[p]]
+    for q in range(n_evict_old):
+        slot = seq[n_empty + q]
+        vt = owner[slot]
+        vk = t_kind[vt]
+        cnt[row, vk, i, EVICTIONS] += 1
+        region_cnt[ro + (tag[slot] >> rs)] -= 1
+        if dirty[slot]:
+            cnt[row, vk, i, WRITEBACKS] += 1
+            cnt[row, vk, i, BYTES_READ] += b_i
+            cnt[row, vk, i + 1, HITS] += 1
+            cnt[row, vk, i + 1, BYTES_WRITTEN] += b_i
+    if m > W:
+        cnt[row, k_run, i, EVICTIONS] += m - W
+    j0 = m - W if m > W else 0
+    p = j0 % W
+    b = b_first + j0 * S
+    for j in range(j0, m):
+        slot = seq[p]
+        p += 1
+        if p == W:
+            p = 0
+        tag[slot] = b
+        owner[slot] = tid
+        dirty[slot] = 0
+        if pid == 0:  # lru: the stamp of the block's last request
+            u = ((b + 1) << d) - 1
+            if u > hi:
+                u = hi
+        else:         # fifo: the stamp of its fill
+            u = b << d
+            if u < lo:
+                u = lo
+        meta[slot] = clock0 + (u - lo)
+        b += S
 
 
 @njit(nogil=True)
@@ -354,6 +484,26 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
     seq = np.empty(max_w, np.int64)
     old_meta = np.empty(max_w, np.int64)
     fast = fast_path and rec_tier < 0
+    # lazy tiers (emulator.lazy): state local to this call, every set made real before returning
+    k_max = 16
+    lz = np.zeros((n_tiers, k_max, N_RUN_FIELDS), np.int64)
+    lzi = np.zeros((n_tiers, N_LZ_FIELDS), np.int64)
+    n_all_sets = 0
+    n_all_slots = 0
+    for i in range(n_tiers):
+        lzi[i, LZ_SET_OFF] = n_all_sets
+        lzi[i, LZ_SLOT_OFF] = n_all_slots
+        lzi[i, LZ_EPOCH] = 1
+        if fast and mode[i] == MODE_CACHE:
+            n_all_sets += n_sets[i]
+            n_all_slots += n_sets[i] * n_ways[i]
+    lz_perm = np.empty(n_all_slots, np.int64)
+    lz_rot = np.zeros(n_all_sets, np.int64)
+    real_ep = np.zeros(n_all_sets, np.int64)
+    real_list = np.empty(n_all_sets, np.int64)
+    lz_h = np.empty(k_max + 1, np.int64)
+    lz_bnd = np.empty(2 * k_max + 4, np.int64)
+    lz_alive = np.empty(k_max + 1, np.int64)
     # counters through a flat view: cnt[row, kind, tier, c] is cf[row*s_row + kind*s_kind + tier*s_tier + c]
     cf = cnt.reshape(cnt.size)
     s_tier = cnt.shape[3]
@@ -448,7 +598,8 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                                 continue
                             if _fast_tier(ti, lo, hi, ush, tid, row, cnt, t_kind,
                                           blk, n_sets, n_ways, mode, policy, slot_off,
-                                          tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta):
+                                          tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta,
+                                          lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive):
                                 dd = tinfo[ti, TI_SHIFT] - ush
                                 lo = lo >> dd
                                 hi = hi >> dd
@@ -513,6 +664,9 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                         smask = tinfo[i, TI_SET_MASK]
                         sidx = (b & smask) if smask >= 0 else (b % n_sets[i])
                         base = slot_off[i] + sidx * ways
+                        if lzi[i, LZ_N] > 0 and real_ep[lzi[i, LZ_SET_OFF] + sidx] != lzi[i, LZ_EPOCH]:
+                            materialise_set(i, sidx, lz, lzi, real_ep, real_list, lz_perm, lz_rot, n_sets, n_ways, policy, slot_off,
+                                            tag, dirty, meta, owner, lz_h)
                         stamp = clock[i]
                         clock[i] = stamp + 1
                         pid = policy[i]
@@ -615,6 +769,9 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                             cf[ci + BYTES_WRITTEN] += req
                         else:
                             cf[ci + BYTES_READ] += req
+    for i in range(n_tiers):
+        materialise_all(i, lz, lzi, real_ep, real_list, lz_perm, lz_rot, n_sets, n_ways, policy, slot_off,
+                        tag, dirty, meta, owner, lz_h)
     return n_blocks
 
 

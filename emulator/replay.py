@@ -67,6 +67,12 @@ Exact speed-ups (``fast_path``, on by default; off gives plain per-block replay,
   oldest first, then the run's own blocks), which is what per-block replacement does. The next tier
   then sees the run's fetches as a run; a home tier counts them in one step. Property-tested
   bit-identical to per-block replay (``tests/test_engine_fastpath.py``).
+* **Lazy tier state** (:mod:`emulator.lazy`): within one engine call, a fast-path run of at least
+  sets x ways blocks leaves the tier described by that run alone, and later runs of at least
+  sets / ways blocks are stacked on it, each counted per segment of sets that behave alike instead
+  of set by set; a set anything else touches is written out first (way order, stamps and all), and
+  every set is written out before the call returns. Property-tested bit-identical to per-block
+  replay (``tests/test_engine_lazy.py``).
 * **Cache-stream kernel** (:func:`emulator.stream.cache_tier_pass`): ``replay_blocks`` on LRU/FIFO
   caches without flush replays the stream one tier at a time (a tier sees exactly what the tier above
   issued, in order), each set kept in replacement order (no stamps, no branch on the hit way); tested
@@ -229,7 +235,7 @@ class Replayer:
         self.rec_tier = record_tier
         self.rec_buf = np.zeros(max(1, record_capacity), np.int64)
         self.rec_pos = np.zeros(1, np.int64)
-        # per tier: log2 block, set mask, residency regions (2**k blocks each, at most 2**14 of
+        # per tier: log2 block, set mask, residency regions (2**k blocks each, at most 2**18 of
         # them, so the counts stay in the host's caches), dirty blocks homed beyond the next tier (see engine.TI_*)
         self.tinfo = np.zeros((n, engine.N_TINFO), np.int64)
         r_off = 0
@@ -239,7 +245,7 @@ class Replayer:
             s = int(geo.n_sets[i])
             self.tinfo[i, engine.TI_SET_MASK] = s - 1 if s & (s - 1) == 0 else -1
             n_blk = max(1, -(-int(geo.space_bytes) // b))
-            rs = max(0, (n_blk - 1).bit_length() - 14) if geo.mode[i] == engine.MODE_CACHE else 62
+            rs = max(0, (n_blk - 1).bit_length() - 18) if geo.mode[i] == engine.MODE_CACHE else 62
             self.tinfo[i, engine.TI_REGION_SHIFT] = rs
             self.tinfo[i, engine.TI_REGION_OFF] = r_off
             r_off += ((n_blk - 1) >> rs) + 1 if geo.mode[i] == engine.MODE_CACHE else 1
