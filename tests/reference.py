@@ -325,3 +325,19 @@ def reference_replay_inclusive(tiers, lent_bytes, tensors, accesses, *, store_hi
     states = [None if not rt.caching else {(e["block"], e["dirty"], e["owner"]) for ways in rt.sets for e in ways if e}
               for rt in rts]
     return counts, fcounts, states
+
+
+def naive_lru_misses(blocks, n_sets, ways):
+    """Per-size LRU replay: one OrderedDict per set (set = block mod n_sets)."""
+    sets = [OrderedDict() for _ in range(n_sets)]
+    misses = 0
+    for b in blocks:
+        s = sets[b % n_sets]
+        if b in s:
+            s.move_to_end(b)
+        else:
+            misses += 1
+            s[b] = True
+            if len(s) > ways:
+                s.popitem(last=False)
+    return misses

@@ -1,6 +1,4 @@
-"""Miss-ratio curves against per-size replays by a naive simulator written here, and pycachesim."""
-
-from collections import OrderedDict
+"""Miss-ratio curves against per-size replays by a naive simulator (tests/reference.py), and pycachesim."""
 
 import numpy as np
 import pytest
@@ -9,24 +7,9 @@ from hypothesis import given, settings, strategies as st
 from emulator.mrc import LruDistances, SetLruDistances, lru_curve
 from emulator.mrc_opt import opt_misses
 from traces.errors import UsageError
+from reference import naive_lru_misses
 
 B = 64
-
-
-def naive_lru_misses(blocks, n_sets, ways):
-    """Per-size LRU replay: one OrderedDict per set (set = block mod n_sets)."""
-    sets = [OrderedDict() for _ in range(n_sets)]
-    misses = 0
-    for b in blocks:
-        s = sets[b % n_sets]
-        if b in s:
-            s.move_to_end(b)
-        else:
-            misses += 1
-            s[b] = True
-            if len(s) > ways:
-                s.popitem(last=False)
-    return misses
 
 
 def naive_opt_misses(blocks, n_sets, ways):

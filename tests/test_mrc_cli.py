@@ -1,14 +1,13 @@
 """``tierlab mrc`` on a small synthetic trace: every row checked against per-size replays."""
 
 import json
-from collections import OrderedDict
-
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from emulator.cli import main
 from traces.writer import TraceWriter
+from reference import naive_lru_misses
 
 CHIP = """
 name = "tiny"
@@ -40,21 +39,6 @@ to = "dram"
 bandwidth = "100 GB/s"
 energy = "1 pJ/bit"
 """
-
-
-def naive_lru_misses(blocks, n_sets, ways):
-    sets = [OrderedDict() for _ in range(n_sets)]
-    misses = 0
-    for b in blocks:
-        s = sets[b % n_sets]
-        if b in s:
-            s.move_to_end(b)
-        else:
-            misses += 1
-            s[b] = True
-            if len(s) > ways:
-                s.popitem(last=False)
-    return misses
 
 
 @pytest.fixture(scope="module")
