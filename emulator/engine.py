@@ -460,7 +460,7 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
          blk, n_sets, n_ways, mode, policy, slot_off,
          tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
          store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, inclusive, cnt):
+         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, lazy_max_runs, inclusive, cnt):
     """Both entry points in one body (a call per block would cost more than the block itself).
 
     ``is_flush`` false: replay the descriptors. True: flush dirty blocks (descriptors unused).
@@ -485,7 +485,7 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
     old_meta = np.empty(max_w, np.int64)
     fast = fast_path and rec_tier < 0
     # lazy tiers (emulator.lazy): state local to this call, every set made real before returning
-    k_max = 16
+    k_max = lazy_max_runs
     lz = np.zeros((n_tiers, k_max, N_RUN_FIELDS), np.int64)
     lzi = np.zeros((n_tiers, N_LZ_FIELDS), np.int64)
     n_all_sets = 0
@@ -781,7 +781,7 @@ def replay_batch(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride
                  blk, n_sets, n_ways, mode, policy, slot_off,
                  tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
                  store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                 rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, inclusive, cnt):
+                 rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, lazy_max_runs, inclusive, cnt):
     """Replay a batch of access descriptors; returns the number of tier-0 blocks requested.
 
     Descriptor ``a`` covers ``acc_count[a]`` chunks of ``acc_nbytes[a]`` bytes at
@@ -794,7 +794,7 @@ def replay_batch(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride
                 t_addr, t_home, t_kind, blk, n_sets, n_ways, mode, policy, slot_off,
                 tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
                 store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, inclusive, cnt)
+                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, lazy_max_runs, inclusive, cnt)
 
 
 @njit(nogil=True)
@@ -802,7 +802,7 @@ def flush_dirty(t_home, t_kind,
                 blk, n_sets, n_ways, mode, policy, slot_off,
                 tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
                 store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, inclusive, cnt):
+                rec_tier, rec_buf, rec_pos, tinfo, region_cnt, fast_path, fast_min_blocks, lazy_max_runs, inclusive, cnt):
     """End-of-run flush: tier by tier from the nearest, write every dirty block to the next tier.
 
     Counted as writebacks in ``cnt[0]`` (which the caller reports separately); flushed blocks stay
@@ -813,4 +813,4 @@ def flush_dirty(t_home, t_kind,
          e, t_home, t_kind, blk, n_sets, n_ways, mode, policy, slot_off,
          tag, dirty, meta, owner, clock, rng, opt_next, opt_off, opt_pos,
          store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss,
-         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, False, fast_min_blocks, inclusive, cnt)
+         rec_tier, rec_buf, rec_pos, tinfo, region_cnt, False, fast_min_blocks, lazy_max_runs, inclusive, cnt)

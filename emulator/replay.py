@@ -113,12 +113,17 @@ class ReplayOptions:
     pim: bool = True                      # run PIM-eligible ops in memory where the chip allows
     fast_path: bool = True                # serve long read runs set by set where exact (same counts)
     fast_min_blocks: int = 64             # shortest read chunk (tier-0 blocks) the fast path takes
+    lazy_max_runs: int = 16               # runs a lazy tier keeps stacked before it is written out
     threads: int = 1                      # replay_blocks: split the stream by set over 2 threads where exact
     batch_rows: int = 1 << 16             # access descriptors per engine call
     opt_max_lookups: int = 1 << 26        # largest per-tier future the opt pre-pass may hold
     max_slots: int = 1 << 27              # largest emulated state (blocks over all tiers)
     debug: bool = False                   # check conservation/count invariants after the replay
                                           # (emulator.invariants; also on with TIERLAB_DEBUG=1)
+
+    def __post_init__(self):
+        if self.lazy_max_runs < 1:
+            raise UsageError(f"expected at least 1 run, got {self.lazy_max_runs}", field="lazy_max_runs")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -260,7 +265,7 @@ class Replayer:
                 self.opt_next, self.opt_off, self.opt_pos,
                 o.store_hit_recency, o.fetch_on_write_miss, o.fetch_on_writeback_miss,
                 self.rec_tier, self.rec_buf, self.rec_pos, self.tinfo, self.region_cnt,
-                o.fast_path and not incl, o.fast_min_blocks, incl)
+                o.fast_path and not incl, o.fast_min_blocks, o.lazy_max_runs, incl)
 
     def run(self, row, tid, offset, nbytes, count, stride, write, pim, cnt) -> int:
         """Replay one batch; counters are added to ``cnt[row, kind, tier, counter]``."""

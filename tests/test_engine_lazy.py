@@ -10,12 +10,14 @@ order shows up later as a hit, a miss or a different flush.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulator.counters import TIER_COUNTERS
 from emulator.hierarchy import Tier
 from emulator.replay import ReplayOptions, replay_blocks
+from traces.errors import UsageError
 
 
 def _cache(name, sets, ways, block, policy):
@@ -78,3 +80,20 @@ def test_lazy_full_then_partial_runs_hand_counted():
     c = dict(zip(TIER_COUNTERS, fast.tiers[0].tolist()))
     assert (c["hits"], c["misses"], c["evictions"]) == (2, 12 + 6 + 1, 4 + 6 + 1), c
     assert fast.meta["fast_requests"][0] == 12 + 6 + 1  # block 8 is no longer resident: a run of one
+
+
+def test_lazy_stack_depth_is_an_option_and_changes_no_count():
+    # Numba freezes globals, so the stack depth is an argument; every depth gives the per-block counts
+    # (a depth of 1 overflows at once, so it also exercises the write-out fallback).
+    rng = np.random.default_rng(7)
+    a, w = _stream(rng, 8, 4, 40, False)
+    tiers = [_cache("l1", 8, 4, 32, "lru"), _cache("l2", 16, 4, 64, "lru")]
+    slow = replay_blocks(a * 32, w, tiers=tiers, options=ReplayOptions(fast_path=False, flush=True))
+    for depth in (1, 2, 16):
+        fast = replay_blocks(a * 32, w, tiers=tiers,
+                             options=ReplayOptions(fast_min_blocks=1, lazy_max_runs=depth, flush=True))
+        np.testing.assert_array_equal(fast.tiers, slow.tiers)
+        np.testing.assert_array_equal(fast.by_kind, slow.by_kind)
+        assert fast.meta["fast_requests"][0] > 0  # the engine's fast path ran, not the lean kernel
+    with pytest.raises(UsageError, match="lazy_max_runs"):
+        ReplayOptions(lazy_max_runs=0)
