@@ -86,7 +86,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
