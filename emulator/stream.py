@@ -2,9 +2,20 @@
 
 Used by :func:`emulator.replay.replay_blocks` when every tier is an LRU or FIFO cache and no flush is
 asked: no tensors, kinds, ops, homes or residency regions to look after, so the stream is replayed
-one tier at a time (:func:`cache_tier_pass`), each pass a tight loop over one tier's state. Same
-semantics and counters as :func:`emulator.engine._run`, property-tested equal
-(``tests/test_engine_fastpath.py``).
+one tier at a time (:func:`tier_pass`), each pass a tight loop over one tier's state. Same semantics
+and counters as :func:`emulator.engine._run`, property-tested equal (``tests/test_engine_fastpath.py``)
+and equal to pycachesim (``tests/test_pycachesim.py``).
+
+State: one int64 word per way, ``block << 1 | dirty`` (-1 when empty). The ``ways`` words of a set
+(from ``slot_base + set * ways``) hold its blocks in replacement order instead of stamps — most
+recently used first (lru) or most recently filled first (fifo), empty ways last — so the victim is
+always the last way, a lookup is one vector compare and a hit or a fill one vector shift
+(:mod:`emulator.simd`), with no branch on which way hit. Which physical way holds a block never shows
+in the counters (this kernel serves no flush).
+
+Each pass is compiled for its tier's way count as a constant (:func:`tier_pass` picks the build),
+which makes the set operations single vector instructions; way counts other than 2, 4, 8, 16 and 32
+share one build that reads the count at run time.
 """
 
 from __future__ import annotations
@@ -20,121 +31,147 @@ from emulator.counters import (
     WRITEBACKS,
 )
 from emulator.jit import njit
+from emulator.simd import VECTOR_WAYS, set_lookup, set_probe, set_put
 
 
-@njit(inline="always")
-def _find(tag, base, ways, key):
-    """(hit, way): the way of set ``base`` holding ``key`` (``block << 1 | 1``), else (False, its
-    last way); every way compared, no early exit."""
-    way = ways - 1
-    hit = False
-    for x in range(ways):
-        e = (tag[base + x] | 1) == key
-        way = x if e else way
-        hit |= e
-    return hit, way
+@njit(nogil=True, inline="always")
+def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+           store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+           tag, out_blk, out_wr, cnt_row, pow2_sets, clean):
+    """Serve one LRU/FIFO cache tier's requests ``blk[:n] >> in_shift`` (write flags ``wr``) in order;
+    return how many it sent to the next tier.
 
-
-@njit(inline="always")
-def _to_front(tag, base, ways, way, word):
-    """Ways ``0..way-1`` of set ``base`` move one down; ``word`` goes to way 0."""
-    for x in range(ways - 1, 0, -1):
-        tag[base + x] = tag[base + x - 1] if x <= way else tag[base + x]
-    tag[base] = word
-
-
-# the way count as a compile-time constant lets the compiler unroll and vectorise both loops
-@njit(inline="always")
-def _find_ways(tag, base, ways, key):
-    if ways == 8:
-        return _find(tag, base, 8, key)
-    if ways == 16:
-        return _find(tag, base, 16, key)
-    if ways == 4:
-        return _find(tag, base, 4, key)
-    if ways == 2:
-        return _find(tag, base, 2, key)
-    return _find(tag, base, ways, key)
-
-
-@njit(inline="always")
-def _to_front_ways(tag, base, ways, way, word):
-    if ways == 8:
-        _to_front(tag, base, 8, way, word)
-    elif ways == 16:
-        _to_front(tag, base, 16, way, word)
-    elif ways == 4:
-        _to_front(tag, base, 4, way, word)
-    elif ways == 2:
-        _to_front(tag, base, 2, way, word)
-    else:
-        _to_front(tag, base, ways, way, word)
-
-
-@njit(nogil=True)
-def cache_tier_pass(blk, wr, slot_base, n_sets, set_mask, ways, fifo, store_hit_recency,
-                    fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-                    tag, out_blk, out_wr, cnt_row):
-    """Serve one LRU/FIFO cache tier's requests in order; return how many it sent to the next tier.
-
-    ``blk``/``wr``: the tier's requests (block numbers of this tier, write flags) in the order the
-    tier above issued them, each ``req_bytes`` bytes. What the tier issues — a miss's fetch, then
-    its dirty victim's writeback — goes to ``out_blk``/``out_wr`` (room for ``2 * len(blk)``) as
-    next-tier block numbers (``>> shift_next``); counters are added to ``cnt_row``.
+    Each request is ``req_bytes`` bytes. What the tier issues — a miss's fetch, then its dirty victim's writeback — goes to
+    ``out_blk``/``out_wr`` (room for ``2 * n``) as next-tier block numbers (``>> shift_next``);
+    counters are added to ``cnt_row``. ``pow2_sets``: the set index is ``block & set_mask``.
+    ``clean`` (a build constant): no request is a write and no block of the tier is dirty, so the
+    loop leaves out dirty bits, store hits and writebacks.
 
     Replaying the whole stream one tier at a time is exact: a tier's state depends only on the
     sequence of requests it sees, and that is the sequence the tier above issues, in issue order.
-
-    State: ``tag`` words are ``block << 1 | dirty`` (-1 when empty); the ``ways`` words of a set from
-    ``slot_base + set * ways`` hold its blocks in replacement order instead of stamps — most recently used first (lru) or most recently filled first (fifo),
-    empty ways (-1) last — so the victim is always the last way and a lookup is a compare of every
-    way plus one shift, both without data-dependent branches. Which physical way holds a block never
-    shows in the counters (this kernel serves no flush).
+    Hit or miss is data, so the common path has no branch on it (a random mix would mispredict).
     """
     n_out = 0
-    hits = misses = evictions = writebacks = unfetched = bytes_read = bytes_written = 0
+    served = n_wr = misses = fetches = evictions = writebacks = 0
     last = ways - 1
-    for j in range(blk.shape[0]):
-        b = blk[j]
-        rw = wr[j]
-        key = (b << 1) | 1
-        base = slot_base + ((b & set_mask) if set_mask >= 0 else (b % n_sets)) * ways
-        hit, way = _find_ways(tag, base, ways, key)
-        if rw:
-            bytes_written += req_bytes
-        else:
-            bytes_read += req_bytes
-        if hit:
-            hits += 1
-            if way > 0 and not fifo and (store_hit_recency or not rw):
-                _to_front_ways(tag, base, ways, way, tag[base + way] | (1 if rw else 0))
-            elif rw:
-                tag[base + way] |= 1
-            continue
-        misses += 1
-        victim = tag[base + last]
-        _to_front_ways(tag, base, ways, last, (b << 1) | (1 if rw else 0))
-        if rw and req_bytes == block_bytes and not fetch_on_whole_write_miss:
-            unfetched += 1
-        else:
-            bytes_written += block_bytes
+    words = tag.ctypes.data     # the set operations take the address; ``tag`` outlives the loop
+    reorder_read = not fifo
+    reorder_write = not fifo and store_hit_recency
+    skip_write_fetch = req_bytes == block_bytes and not fetch_on_whole_write_miss
+    if clean:
+        for j in range(n):
+            b = blk[j] >> in_shift
+            base = slot_base + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
+            probe = set_probe(words, base, ways, (b << 1) | 1, 1)
+            r = probe & 0xFFFFFFFF
+            miss = 1 if r == ways else 0
+            way = r - miss                        # the hit way, else the last (the victim)
+            set_put(words, base, ways, way, b << 1, not fifo or miss == 1)   # clean: word = block
+            served += 1
+            misses += miss
+            evictions += miss & (1 - (probe >> 32))
             out_blk[n_out] = b >> shift_next
             out_wr[n_out] = False
+            n_out += miss
+        fetches = misses
+        n = 0
+    for j in range(n):
+        b = blk[j] >> in_shift
+        rw = wr[j]
+        d = 1 if rw else 0
+        base = slot_base + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
+        r = set_lookup(words, base, ways, (b << 1) | 1, 1)
+        miss = 1 if r == ways else 0
+        hit = miss == 0
+        way = r - miss                            # the hit way, else the last (the victim)
+        cur = tag[base + way]
+        victim = tag[base + last]
+        # a miss fills at the front; a hit moves to the front, or stays (fifo; a store hit without
+        # recency) and only takes the dirty bit. The hit word keeps its dirty bit: arithmetic, not a
+        # select, so the compiler does not turn it into a branch on ``hit``
+        word = (b << 1) | d | (cur & (1 - miss))
+        move = not hit or (reorder_write if rw else reorder_read)
+        set_put(words, base, ways, way, word, move)
+        served += 1
+        n_wr += d
+        misses += miss
+        fetch = 0 if rw and skip_write_fetch else miss
+        fetches += fetch
+        out_blk[n_out] = b >> shift_next          # kept only when fetched (room for 2 per request)
+        out_wr[n_out] = False
+        n_out += fetch
+        evicted = miss if victim >= 0 else 0
+        evictions += evicted
+        if evicted & victim:                      # a dirty victim: written back to the next tier
+            writebacks += 1
+            out_blk[n_out] = (victim >> 1) >> shift_next
+            out_wr[n_out] = True
             n_out += 1
-        if victim >= 0:
-            evictions += 1
-            if victim & 1:
-                writebacks += 1
-                bytes_read += block_bytes
-                out_blk[n_out] = (victim >> 1) >> shift_next
-                out_wr[n_out] = True
-                n_out += 1
-    cnt_row[HITS] += hits
+    cnt_row[HITS] += served - misses
     cnt_row[MISSES] += misses
     cnt_row[FILLS] += misses
     cnt_row[EVICTIONS] += evictions
     cnt_row[WRITEBACKS] += writebacks
-    cnt_row[UNFETCHED] += unfetched
-    cnt_row[BYTES_READ] += bytes_read
-    cnt_row[BYTES_WRITTEN] += bytes_written
+    cnt_row[UNFETCHED] += misses - fetches
+    cnt_row[BYTES_READ] += req_bytes * (served - n_wr) + block_bytes * writebacks
+    cnt_row[BYTES_WRITTEN] += req_bytes * n_wr + block_bytes * fetches
     return n_out
+
+
+def _build(ways_lit: int, pow2_sets: bool, clean: bool, fifo_build: bool):
+    """``_serve`` compiled with the way count ``ways_lit`` (0: read at run time), the kind of set
+    index and ``clean`` as constants (and, for clean builds, the policy: ``fifo_build``)."""
+    if ways_lit == 0:
+        @njit(nogil=True)
+        def serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+                  store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+                  tag, out_blk, out_wr, cnt_row):
+            return _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways,
+                          fifo_build if clean else fifo,
+                          store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+                          tag, out_blk, out_wr, cnt_row, pow2_sets, clean)
+        return serve
+
+    @njit(nogil=True)
+    def serve_literal(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+                      store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+                      tag, out_blk, out_wr, cnt_row):
+        return _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways_lit,
+                      fifo_build if clean else fifo,
+                      store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+                      tag, out_blk, out_wr, cnt_row, pow2_sets, clean)
+    return serve_literal
+
+
+_SERVE: dict = {}
+
+
+def tier_pass(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+              store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+              tag, out_blk, out_wr, cnt_row, clean=False) -> int:
+    """One tier's pass (see :func:`_serve`), built for its way count as a constant when that is one
+    of :data:`VECTOR_WAYS` (each build is compiled on first use, then cached on disk). ``clean``:
+    the caller knows no request is a write and no block of the tier is dirty."""
+    key = (ways if ways in VECTOR_WAYS else 0, set_mask >= 0, bool(clean), bool(clean and fifo))
+    fn = _SERVE.get(key)
+    if fn is None:
+        fn = _SERVE[key] = _build(*key)
+    return fn(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+              store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+              tag, out_blk, out_wr, cnt_row)
+
+
+@njit(nogil=True)
+def select_half(blk, n, in_shift, wr, bit, val, out_blk, out_wr):
+    """Copy the requests ``blk[:n] >> in_shift`` whose bit ``bit`` is ``val`` (and their write
+    flags) to ``out_blk``/``out_wr``, in order; return how many. Without a branch per request.
+
+    When ``bit`` is a set-index bit at every tier, the two halves of a stream share no set anywhere
+    and replay independently (one thread each)."""
+    k = 0
+    for j in range(n):
+        b = blk[j] >> in_shift
+        out_blk[k] = b
+        out_wr[k] = wr[j]
+        k += ((b >> bit) & 1) == val
+    return k

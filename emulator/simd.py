@@ -1,0 +1,208 @@
+"""Whole-set operations as single vector instructions: the way search and the move-to-front.
+
+A cache lookup compares a block against every way of its set, and an LRU update moves one way to
+the front. Written as loops over the ways in Numba, LLVM neither vectorises them (the loop is
+unrolled before the vectoriser sees it, and the early exit or select chain defeats it) nor avoids a
+data-dependent branch per way; that loop was most of the replay's time. Here each operation is
+emitted as LLVM vector IR over the ``W`` words of a set (``<W x i64>``): one load, one compare to a
+``W``-bit mask, one count of trailing zeros; one shuffle and one masked blend for the move. LLVM
+lowers them to what the host has (AVX-512, AVX2, NEON or scalar code); the results are the same on
+every machine, only the speed differs.
+
+The vector form needs the way count as a compile-time constant (a Numba literal, e.g. a closure
+constant or a literal argument); given a run-time count, the same call switches to the vector form
+for the common counts (a constant count folds the switch away) and emits a plain loop for others.
+Both are intrinsics over a raw address (``arr.ctypes.data``; the caller keeps the array alive and the
+index in bounds), so calling them adds no reference counting or call to the caller's loop.
+Tested against plain Python in ``tests/test_simd.py``.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_I1 = ir.IntType(1)
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+MAX_VECTOR_WAYS = 64
+
+
+def _vector_ways(ways) -> int:
+    """The literal way count when the vector form applies, else 0 (a run-time loop)."""
+    if isinstance(ways, types.IntegerLiteral) and 1 <= ways.literal_value <= MAX_VECTOR_WAYS:
+        return ways.literal_value
+    return 0
+
+
+def _typed(*scalars) -> bool:
+    """Every argument is an integer (the first the address of the int64 words), widened to int64."""
+    return all(isinstance(s, types.Integer) for s in scalars)
+
+
+def _scalars(context, builder, sig, args):
+    return [context.cast(builder, v, t, types.int64) for v, t in zip(args[1:], sig.args[1:])]
+
+
+def _data(context, builder, sig, args):
+    """The int64 words at the address in the first argument."""
+    addr = context.cast(builder, args[0], sig.args[0], types.uintp)
+    return builder.inttoptr(addr, ir.PointerType(_I64))
+
+
+def _splat(builder, value, n):
+    vt = ir.VectorType(_I64, n)
+    one = builder.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(_I32, n), [0] * n))
+
+
+def _vector_ptr(builder, data, base, n):
+    return builder.bitcast(builder.gep(data, [base]), ir.PointerType(ir.VectorType(_I64, n)))
+
+
+VECTOR_WAYS = (2, 4, 8, 16, 32)   # run-time way counts switched to the vector form
+
+
+def _by_ways(builder, ways_v, n_literal, vector, loop):
+    """Emit ``vector(n)`` for a literal way count, else a switch on the run-time count: the vector
+    form for each of :data:`VECTOR_WAYS`, ``loop()`` for any other. Returns the merged value (or
+    None when the forms return None). A constant count folds the switch away."""
+    if n_literal:
+        return vector(n_literal)
+    end = builder.append_basic_block("ways.end")
+    other = builder.append_basic_block("ways.loop")
+    switch = builder.switch(ways_v, other)
+    results = []
+    for w in VECTOR_WAYS:
+        bb = builder.append_basic_block(f"ways.{w}")
+        switch.add_case(ir.Constant(_I64, w), bb)
+        builder.position_at_end(bb)
+        results.append((vector(w), builder.block))
+        builder.branch(end)
+    builder.position_at_end(other)
+    results.append((loop(), builder.block))
+    builder.branch(end)
+    builder.position_at_end(end)
+    if results[0][0] is None:
+        return None
+    phi = builder.phi(_I64)
+    for v, bb in results:
+        phi.add_incoming(v, bb)
+    return phi
+
+
+def _lookup_ir(context, builder, sig, args, n):
+    """IR for :func:`set_lookup` (``n``: the literal way count, 0 for a run-time count)."""
+    data = _data(context, builder, sig, args)
+    base_v, ways_v, key_v, low_v = _scalars(context, builder, sig, args)
+    found = cgutils.alloca_once(builder, _I64)
+
+    def vector(n):
+        words_n = builder.or_(builder.load(_vector_ptr(builder, data, base_v, n), align=8), _splat(builder, low_v, n))
+        bits = builder.bitcast(builder.icmp_signed("==", words_n, _splat(builder, key_v, n)), ir.IntType(n))
+        wide = ir.IntType(max(64, n + 1))     # room for the stop bit at ``n``
+        stop = builder.or_(builder.zext(bits, wide), ir.Constant(wide, 1 << n))
+        first = builder.cttz(stop, ir.Constant(_I1, 0))
+        return builder.trunc(first, _I64) if wide.width > 64 else first
+
+    def loop():
+        builder.store(ways_v, found)
+        with cgutils.for_range(builder, ways_v) as it:
+            x = it.index
+            word = builder.load(builder.gep(data, [builder.add(base_v, x)]))
+            eq = builder.icmp_signed("==", builder.or_(word, low_v), key_v)
+            cur = builder.load(found)
+            first = builder.and_(eq, builder.icmp_signed("==", cur, ways_v))
+            builder.store(builder.select(first, x, cur), found)
+        return builder.load(found)
+
+    return _by_ways(builder, ways_v, n, vector, loop)
+
+
+@intrinsic
+def set_lookup(typingctx, words, base, ways, key, low):
+    """The first way ``x`` < ``ways`` with ``words[base + x] | low == key``, else ``ways``.
+
+    Without a branch: the caller takes ``miss = r == ways`` and works on way ``r - miss`` (the last
+    way on a miss), so a random mix of hits and misses costs no mispredictions."""
+    if not _typed(words, base, ways, key, low):
+        return None
+    n = _vector_ways(ways)
+
+    def codegen(context, builder, sig, args):
+        return _lookup_ir(context, builder, sig, args, n)
+
+    return types.int64(words, base, ways, key, low), codegen
+
+
+@intrinsic
+def set_probe(typingctx, words, base, ways, key, low):
+    """:func:`set_lookup`'s result plus ``1 << 32`` when the set's last way is empty (-1): what a
+    miss needs to know about its victim, from the same load."""
+    if not _typed(words, base, ways, key, low):
+        return None
+    n = _vector_ways(ways)
+
+    def codegen(context, builder, sig, args):
+        r = _lookup_ir(context, builder, sig, args, n)
+        data = _data(context, builder, sig, args)
+        base_v, ways_v = _scalars(context, builder, sig, args)[:2]
+        last = builder.load(builder.gep(data, [builder.sub(builder.add(base_v, ways_v), ir.Constant(_I64, 1))]))
+        empty = builder.zext(builder.icmp_signed("<", last, ir.Constant(_I64, 0)), _I64)
+        return builder.or_(r, builder.shl(empty, ir.Constant(_I64, 32)))
+
+    return types.int64(words, base, ways, key, low), codegen
+
+
+@intrinsic
+def set_put(typingctx, words, base, ways, way, word, move):
+    """Write ``word`` to the set at ``words[base]``: with ``move``, as :func:`set_shift` (to way 0,
+    ways ``0..way-1`` one down); without, in place at ``way``. One blend either way, no branch."""
+    if not _typed(words, base, ways, way, word) or not isinstance(move, types.Boolean):
+        return None
+    n = _vector_ways(ways)
+
+    def codegen(context, builder, sig, args):
+        data = _data(context, builder, sig, args)
+        base_v, ways_v, way_v, word_v = _scalars(context, builder, sig, args[:-1])
+        move_v = args[-1]
+
+        def vector(n):
+            # the word goes to lane ``lo`` (0 with ``move``, else ``way``); lanes lo+1..way take the
+            # lane before them. Lane masks only: a select on the scalar ``move`` would become a branch
+            ptr = _vector_ptr(builder, data, base_v, n)
+            old = builder.load(ptr, align=8)
+            shifted = builder.shuffle_vector(old, old, ir.Constant(ir.VectorType(_I32, n), [0] + list(range(n - 1))))
+            lane = ir.Constant(ir.VectorType(_I64, n), [ir.Constant(_I64, x) for x in range(n)])
+            keep_way = builder.sub(ir.Constant(_I64, 0), builder.zext(builder.not_(move_v), _I64))
+            lo = _splat(builder, builder.and_(way_v, keep_way), n)
+            way_n = _splat(builder, way_v, n)
+            in_range = builder.and_(builder.icmp_signed(">", lane, lo), builder.icmp_signed("<=", lane, way_n))
+            new = builder.select(in_range, shifted, old)
+            new = builder.select(builder.icmp_signed("==", lane, lo), _splat(builder, word_v, n), new)
+            builder.store(new, ptr, align=8)
+
+        def loop():
+            with builder.if_else(move_v) as (then, otherwise):
+                with then:
+                    _shift_loop(builder, data, base_v, way_v, word_v)
+                with otherwise:
+                    builder.store(word_v, builder.gep(data, [builder.add(base_v, way_v)]))
+
+        _by_ways(builder, ways_v, n, vector, loop)
+        return context.get_dummy_value()
+
+    return types.void(words, base, ways, way, word, move), codegen
+
+
+def _shift_loop(builder, data, base_v, way_v, word_v):
+    with cgutils.for_range(builder, way_v) as it:
+        x = builder.sub(way_v, it.index)                # way, way - 1, ..., 1
+        dst = builder.gep(data, [builder.add(base_v, x)])
+        src = builder.gep(data, [builder.sub(builder.add(base_v, x), ir.Constant(_I64, 1))])
+        builder.store(builder.load(src), dst)
+    builder.store(word_v, builder.gep(data, [base_v]))
+
+

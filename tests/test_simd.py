@@ -1,0 +1,108 @@
+"""The vector set operations (emulator/simd.py) against plain Python on the same words.
+
+Each operation is compiled three ways — with the way count as a literal (the vector form for
+1..64 ways), with a run-time count (switched to the vector form for 2, 4, 8, 16, 32 ways, a loop
+otherwise) — and every way count from 1 to 66 is tried, with keys present once, absent, equal to
+the empty word, and words whose low bit is set (the dirty bit the stream kernel keeps in a word).
+"""
+
+import numpy as np
+import pytest
+
+from emulator.jit import njit
+from emulator.simd import set_lookup, set_probe, set_put
+
+WAYS = list(range(1, 67))
+
+
+@njit
+def _lookup(arr, base, ways, key, low):
+    return set_lookup(arr.ctypes.data, base, ways, key, low)
+
+
+@njit
+def _probe(arr, base, ways, key, low):
+    return set_probe(arr.ctypes.data, base, ways, key, low)
+
+
+@njit
+def _put(arr, base, ways, way, word, move):
+    set_put(arr.ctypes.data, base, ways, way, word, move)
+
+
+def _literal(ways):
+    """The same operations compiled with ``ways`` as a constant (the form the stream kernel uses)."""
+    @njit(cache=False)
+    def lookup(arr, base, key, low):
+        return set_lookup(arr.ctypes.data, base, ways, key, low)
+
+    @njit(cache=False)
+    def put(arr, base, way, word, move):
+        set_put(arr.ctypes.data, base, ways, way, word, move)
+
+    return lookup, put
+
+
+def _ref_lookup(words, key, low):
+    for x, w in enumerate(words):
+        if (int(w) | low) == key:
+            return x
+    return len(words)
+
+
+def _ref_put(arr, base, ways, way, word, move):
+    want = arr.copy()
+    row = list(want[base:base + ways])
+    if move:
+        row.pop(way)
+        row = [word] + row
+    else:
+        row[way] = word
+    want[base:base + ways] = row
+    return want
+
+
+@pytest.mark.parametrize("ways", WAYS)
+def test_lookup_and_probe_match_a_loop(ways):
+    rng = np.random.default_rng(ways)
+    lit_lookup, _ = _literal(ways) if ways in (1, 3, 8, 16, 24, 64) else (None, None)
+    for trial in range(40):
+        base = int(rng.integers(0, 5))
+        arr = rng.integers(-1, 3 * ways, size=base + ways + 3).astype(np.int64)
+        arr[rng.random(arr.size) < 0.2] = -1
+        low = int(rng.integers(0, 2))
+        words = arr[base:base + ways]
+        if trial % 3 == 0:
+            key = int(words[rng.integers(0, ways)]) | low
+        else:
+            key = int(rng.integers(-1, 3 * ways)) | low
+        want = _ref_lookup(words, key, low)
+        assert _lookup(arr, base, ways, key, low) == want
+        if lit_lookup is not None:
+            assert lit_lookup(arr, base, key, low) == want
+        assert _probe(arr, base, ways, key, low) == want | (int(words[-1] < 0) << 32)
+        # the words outside the set are never read as part of it
+        outside = arr.copy()
+        outside[:base] = key
+        outside[base + ways:] = key
+        assert _lookup(outside, base, ways, key, low) == want
+
+
+@pytest.mark.parametrize("ways", WAYS)
+def test_put_matches_a_list_move_or_store(ways):
+    rng = np.random.default_rng(1000 + ways)
+    _, lit_put = _literal(ways) if ways in (1, 3, 8, 16, 24, 64) else (None, None)
+    for trial in range(40):
+        base = int(rng.integers(0, 5))
+        arr = rng.integers(-1, 1 << 40, size=base + ways + 3).astype(np.int64)
+        way = int(rng.integers(0, ways))
+        word = int(rng.integers(-1, 1 << 62))
+        move = trial % 2 == 0
+        want = _ref_put(arr, base, ways, way, word, move)
+        got = arr.copy()
+        _put(got, base, ways, way, word, move)
+        assert np.array_equal(got, want)
+        if lit_put is not None:
+            got = arr.copy()
+            lit_put(got, base, way, word, move)
+            assert np.array_equal(got, want)
