@@ -3,13 +3,15 @@
 10 M loads of 64-byte lines (see ``_common.issue_blocks``: 250-line sequential runs over 64 MiB
 alternating with 250 random lines of a 512 KiB hot set, fixed seed) replayed on 1-, 2- and 3-level
 hierarchies (L1 32 KiB 8-way, L2 1 MiB 16-way, L3 8 MiB 16-way; 64 B lines) for each policy.
-For each: tierlab's blocks/s (warm JIT), pycachesim's blocks/s on the same addresses (its C
-``iterload``; the list conversion it needs is timed separately), their ratio, and whether the
-per-level miss counts agree (lru, fifo; pycachesim's random differs by design, opt it lacks).
+For each: tierlab's blocks/s (warm JIT) on all cores and on one thread, pycachesim's blocks/s on the
+same addresses (its C ``iterload``, one thread; the list conversion it needs is timed separately),
+the ratios, and whether the per-level miss counts agree (lru, fifo; pycachesim's random differs by
+design, opt it lacks). Timings are the best of ``--repeat`` runs (the machine may be shared).
 Also: a floor loop (compiled; reads each address and one L1 tag row, nothing else) and the JIT
 compile time cold (fresh NUMBA_CACHE_DIR, in a subprocess) and warm (same cache, new process).
 
     python benchmarks/bench_replay.py [--lines N] [--levels 1,2,3] [--policies lru,fifo,random,opt]
+                                      [--threads N] [--repeat N]
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ def tiers_for(levels: int, policy: str) -> tuple[Tier, ...]:
                  for name, cap, ways in GEOMETRY[:levels])
 
 
-def tierlab_replay(addresses: np.ndarray, tiers) -> list[int]:
+def tierlab_replay(addresses: np.ndarray, tiers, threads: int = 1) -> list[int]:
     """The engine's raw-block entry point; returns misses per cache level. (The one place to
-    plug a different entry point in.)"""
-    from emulator.replay import replay_blocks
+    plug a different entry point in.) ``threads`` > 1: the stream is split by a set-index bit
+    shared by every tier and the halves replay on two threads (exact; see ReplayOptions.threads)."""
+    from emulator.replay import ReplayOptions, replay_blocks
 
-    result = replay_blocks(addresses, tiers=tiers)
+    result = replay_blocks(addresses, tiers=tiers, options=ReplayOptions(threads=threads))
     return [int(m) for m in result.counter("misses")[:len(tiers)]]
 
 
@@ -113,7 +116,10 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=10_000_000, help="loads in the stream (default 10 M)")
     ap.add_argument("--levels", default="1,2,3", help="hierarchy depths to run (default 1,2,3)")
     ap.add_argument("--policies", default="lru,fifo,random,opt", help="policies (default lru,fifo,random,opt)")
-    ap.add_argument("--repeat", type=int, default=1, help="best of N timings of each replay")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N timings of each replay (default 3)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="threads for the headline tierlab figure (default: the machine's cores); "
+                         "the one-thread figure is reported too")
     ap.add_argument("--no-jit", action="store_true", help="skip the cold/warm JIT subprocesses")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -133,13 +139,18 @@ def main() -> None:
         for lv in levels:
             tiers = tiers_for(lv, policy)
             tierlab_replay(addrs[:2000], tiers)                      # warm: load/compile once
-            t_tl, c_tl, tl_misses = timed_cpu(tierlab_replay, addrs, tiers, repeat=args.repeat)
-            row = {"levels": lv, "policy": policy, "tierlab_s": t_tl, "tierlab_cpu_s": c_tl,
-                   "tierlab_blocks_per_s": n / t_tl, "tierlab_misses": tl_misses}
+            tierlab_replay(addrs[:2000], tiers, args.threads)
+            t_1, c_1, one_misses = timed_cpu(tierlab_replay, addrs, tiers, repeat=args.repeat)
+            t_tl, c_tl, tl_misses = timed_cpu(tierlab_replay, addrs, tiers, args.threads, repeat=args.repeat)
+            row = {"levels": lv, "policy": policy, "threads": args.threads, "tierlab_s": t_tl, "tierlab_cpu_s": c_tl,
+                   "tierlab_blocks_per_s": n / t_tl, "tierlab_misses": tl_misses,
+                   "tierlab_1thread_s": t_1, "tierlab_1thread_blocks_per_s": n / t_1,
+                   "threads_equal": one_misses == tl_misses}
             if policy in PYCACHESIM_POLICY:
                 t_pc, c_pc, pc_misses = timed_cpu(pycachesim_replay, addr_list, lv, policy, repeat=args.repeat)
                 row.update(pycachesim_s=t_pc, pycachesim_cpu_s=c_pc, pycachesim_blocks_per_s=n / t_pc,
-                           pycachesim_misses=pc_misses, ratio=t_pc / t_tl, ratio_cpu=c_pc / c_tl)
+                           pycachesim_misses=pc_misses, ratio=t_pc / t_tl, ratio_1thread=t_pc / t_1,
+                           ratio_cpu=c_pc / c_tl)
                 if policy in EXACT_POLICIES:
                     row["counts_equal"] = pc_misses == tl_misses
             row["floor_ratio"] = t_floor / t_tl

@@ -93,7 +93,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from emulator import engine, stream
-from emulator.counters import BYTES_READ, BYTES_WRITTEN, HITS, N_COUNTERS, ReplayResult
+from emulator.counters import BYTES_READ, BYTES_WRITTEN, EVICTIONS, FILLS, HITS, MISSES, N_COUNTERS, ReplayResult
 from emulator.hierarchy import Chip, Tier
 from traces.errors import CapacityError, TraceError, UsageError
 from traces.format import TENSOR_KINDS
@@ -554,15 +554,70 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
                      1 << (sh[i - 1] if i else sh[0]), 1 << sh[i], sh[i + 1] - sh[i] if i + 1 < n_t else 0))
     bit = partition_bit(tiers) if options.threads > 1 and n > 1 else None
     parts = [(-1, 0)] if bit is None else [(bit, 0), (bit, 1)]
-    states = [(np.full(geo.n_slots, -1, np.int64), np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in parts]
+    states = [(stream.new_state(geo.n_slots), np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in parts]
     step = options.batch_rows
+    # no write at all and at most three tiers: each block follows the chain of clean tiers in one
+    # compiled loop (no buffers between tiers)
+    chain = n_t <= 3 and (is_write is None or not w.any())
+    if chain:
+        spec = tuple((t[3] if t[3] in stream.VECTOR_WAYS else 0, t[2] >= 0, bool(t[4])) for t in args)
+        cpar = np.array([[t[0], t[1], t[2], t[3], t[9]] for t in args], np.int64)
+
+    if chain and len(parts) == 2:
+        # the two threads split the stream between them: for each chunk, thread k splits its half
+        # of the chunk by the partition bit into two buffers, both wait, then thread k replays
+        # part k from both buffers, in stream order (double-buffered: one wait per chunk)
+        import threading
+
+        chunk = 4 * step
+        bufs = [[[np.empty(chunk // 2 + 1, np.int64) for _ in range(2)] for _ in range(2)] for _ in range(2)]
+        counts = np.zeros((2, 2, 2), np.int64)      # [buffer set][splitter][part]
+        barrier = threading.Barrier(2)
+
+        def serve_split(k):
+            tag, cnt = states[k]
+            reqs = np.zeros((n_t, 2), np.int64)
+            try:
+                for c, lo in enumerate(range(0, n, chunk)):
+                    hi = min(n, lo + chunk)
+                    mid = (lo + hi) // 2
+                    mine = bufs[c % 2][k]
+                    counts[c % 2, k] = stream.split_blocks(a, mid if k else lo, hi if k else mid, sh[0], bit,
+                                                           mine[0], mine[1])
+                    barrier.wait()
+                    for s_ in range(2):
+                        stream.chain_pass(bufs[c % 2][s_][k], int(counts[c % 2, s_, k]), 0, cpar, tag, reqs, spec)
+            except BaseException:
+                barrier.abort()
+                raise
+            _chain_counts(reqs, cnt)
+
+    def _chain_counts(reqs, cnt):
+        """Counters from a chain replay's requests and misses per tier (reads only)."""
+        for i in range(n_t):
+            q, miss = int(reqs[i, 0]), int(reqs[i, 1])
+            cnt[i, HITS] += q - miss
+            cnt[i, MISSES] += miss
+            cnt[i, FILLS] += miss
+            cnt[i, BYTES_READ] += q * args[i][7]
+            cnt[i, BYTES_WRITTEN] += miss * args[i][8]
+        # the memory below the last tier serves the last tier's misses
+        cnt[n_t, HITS] += int(reqs[n_t - 1, 1])
+        cnt[n_t, BYTES_READ] += int(reqs[n_t - 1, 1]) << sh[-1]
 
     def serve(k):
         """Replay the stream (this partition's half) chunk by chunk, each chunk tier by tier."""
         tag, cnt = states[k]
         part_bit, part_val = parts[k]
-        out = [(np.empty(2 * step, np.int64), np.empty(2 * step, np.bool_))]
         half = (np.empty(step, np.int64), np.empty(step, np.bool_)) if part_bit >= 0 else None
+        if chain:
+            if half is not None:
+                return serve_split(k)
+            reqs = np.zeros((n_t, 2), np.int64)       # requests and misses per tier
+            stream.chain_pass(a, n, sh[0], cpar, tag, reqs, spec)
+            _chain_counts(reqs, cnt)
+            return
+        out = [(np.empty(2 * step, np.int64), np.empty(2 * step, np.bool_))]
         dirty = [False] * n_t        # a tier that was ever sent a write may hold dirty blocks
         for lo in range(0, n, step):
             blk, wr, m = a[lo:lo + step], w[lo:lo + step], min(step, n - lo)
@@ -590,6 +645,10 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
 
         with ThreadPoolExecutor(len(parts)) as pool:
             list(pool.map(serve, range(len(parts))))
+    for tag, cnt in states:
+        for i in range(n_t):
+            cnt[i, EVICTIONS] += stream.evictions(int(cnt[i, MISSES]), tag, int(geo.slot_off[i]),
+                                                  int(geo.n_sets[i] * geo.n_ways[i]))
     cnt = sum(c for _, c in states)
     by_kind = np.zeros((len(KINDS), n_t + 1, N_COUNTERS), np.int64)
     by_kind[KINDS.index("other")] = cnt

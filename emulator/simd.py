@@ -138,25 +138,6 @@ def set_lookup(typingctx, words, base, ways, key, low):
 
 
 @intrinsic
-def set_probe(typingctx, words, base, ways, key, low):
-    """:func:`set_lookup`'s result plus ``1 << 32`` when the set's last way is empty (-1): what a
-    miss needs to know about its victim, from the same load."""
-    if not _typed(words, base, ways, key, low):
-        return None
-    n = _vector_ways(ways)
-
-    def codegen(context, builder, sig, args):
-        r = _lookup_ir(context, builder, sig, args, n)
-        data = _data(context, builder, sig, args)
-        base_v, ways_v = _scalars(context, builder, sig, args)[:2]
-        last = builder.load(builder.gep(data, [builder.sub(builder.add(base_v, ways_v), ir.Constant(_I64, 1))]))
-        empty = builder.zext(builder.icmp_signed("<", last, ir.Constant(_I64, 0)), _I64)
-        return builder.or_(r, builder.shl(empty, ir.Constant(_I64, 32)))
-
-    return types.int64(words, base, ways, key, low), codegen
-
-
-@intrinsic
 def set_put(typingctx, words, base, ways, way, word, move):
     """Write ``word`` to the set at ``words[base]``: with ``move``, as :func:`set_shift` (to way 0,
     ways ``0..way-1`` one down); without, in place at ``way``. One blend either way, no branch."""
@@ -206,3 +187,22 @@ def _shift_loop(builder, data, base_v, way_v, word_v):
     builder.store(word_v, builder.gep(data, [base_v]))
 
 
+
+
+@intrinsic
+def prefetch(typingctx, words, index):
+    """Hint the host to bring the cache line of ``words[index]`` (an int64 word address, as above)
+    into its caches; no effect on any value."""
+    if not _typed(words, index):
+        return None
+
+    def codegen(context, builder, sig, args):
+        data = _data(context, builder, sig, args)
+        (index_v,) = _scalars(context, builder, sig, args)
+        ptr = builder.bitcast(builder.gep(data, [index_v]), ir.PointerType(ir.IntType(8)))
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, _I32, _I32, _I32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [ptr.type], fnty)
+        builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(words, index), codegen

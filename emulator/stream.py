@@ -20,10 +20,11 @@ share one build that reads the count at run time.
 
 from __future__ import annotations
 
+import numpy as np
+
 from emulator.counters import (
     BYTES_READ,
     BYTES_WRITTEN,
-    EVICTIONS,
     FILLS,
     HITS,
     MISSES,
@@ -31,7 +32,7 @@ from emulator.counters import (
     WRITEBACKS,
 )
 from emulator.jit import njit
-from emulator.simd import VECTOR_WAYS, set_lookup, set_probe, set_put
+from emulator.simd import VECTOR_WAYS, set_lookup, set_put
 
 
 @njit(nogil=True, inline="always")
@@ -41,9 +42,11 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
     """Serve one LRU/FIFO cache tier's requests ``blk[:n] >> in_shift`` (write flags ``wr``) in order;
     return how many it sent to the next tier.
 
-    Each request is ``req_bytes`` bytes. What the tier issues — a miss's fetch, then its dirty victim's writeback — goes to
-    ``out_blk``/``out_wr`` (room for ``2 * n``) as next-tier block numbers (``>> shift_next``);
-    counters are added to ``cnt_row``. ``pow2_sets``: the set index is ``block & set_mask``.
+    Each request is ``req_bytes`` bytes. What the tier issues — a miss's fetch, then its dirty
+    victim's writeback — goes to ``out_blk``/``out_wr`` (room for ``2 * n``) as next-tier block
+    numbers (``>> shift_next``); counters are added to ``cnt_row``, all but evictions: a miss fills an empty way or evicts and no
+    way is ever emptied, so a tier's evictions are its misses less its valid ways at the end
+    (:func:`evictions`). ``pow2_sets``: the set index is ``block & set_mask``.
     ``clean`` (a build constant): no request is a write and no block of the tier is dirty, so the
     loop leaves out dirty bits, store hits and writebacks.
 
@@ -52,7 +55,7 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
     Hit or miss is data, so the common path has no branch on it (a random mix would mispredict).
     """
     n_out = 0
-    served = n_wr = misses = fetches = evictions = writebacks = 0
+    served = n_wr = misses = fetches = writebacks = 0
     last = ways - 1
     words = tag.ctypes.data     # the set operations take the address; ``tag`` outlives the loop
     reorder_read = not fifo
@@ -62,14 +65,12 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
         for j in range(n):
             b = blk[j] >> in_shift
             base = slot_base + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
-            probe = set_probe(words, base, ways, (b << 1) | 1, 1)
-            r = probe & 0xFFFFFFFF
+            r = set_lookup(words, base, ways, (b << 1) | 1, 1)
             miss = 1 if r == ways else 0
             way = r - miss                        # the hit way, else the last (the victim)
             set_put(words, base, ways, way, b << 1, not fifo or miss == 1)   # clean: word = block
             served += 1
             misses += miss
-            evictions += miss & (1 - (probe >> 32))
             out_blk[n_out] = b >> shift_next
             out_wr[n_out] = False
             n_out += miss
@@ -100,9 +101,7 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
         out_blk[n_out] = b >> shift_next          # kept only when fetched (room for 2 per request)
         out_wr[n_out] = False
         n_out += fetch
-        evicted = miss if victim >= 0 else 0
-        evictions += evicted
-        if evicted & victim:                      # a dirty victim: written back to the next tier
+        if miss & victim & (1 if victim >= 0 else 0):   # a dirty victim: written back
             writebacks += 1
             out_blk[n_out] = (victim >> 1) >> shift_next
             out_wr[n_out] = True
@@ -110,7 +109,6 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
     cnt_row[HITS] += served - misses
     cnt_row[MISSES] += misses
     cnt_row[FILLS] += misses
-    cnt_row[EVICTIONS] += evictions
     cnt_row[WRITEBACKS] += writebacks
     cnt_row[UNFETCHED] += misses - fetches
     cnt_row[BYTES_READ] += req_bytes * (served - n_wr) + block_bytes * writebacks
@@ -175,3 +173,99 @@ def select_half(blk, n, in_shift, wr, bit, val, out_blk, out_wr):
         out_wr[k] = wr[j]
         k += ((b >> bit) & 1) == val
     return k
+
+
+@njit(nogil=True)
+def split_blocks(blk, lo, hi, in_shift, bit, out0, out1):
+    """Block numbers ``blk[lo:hi] >> in_shift`` whose bit ``bit`` is 0 to ``out0``, the others to
+    ``out1``, each in order; return both counts. Without a branch per block."""
+    k0 = k1 = 0
+    for j in range(lo, hi):
+        b = blk[j] >> in_shift
+        one = (b >> bit) & 1
+        out0[k0] = b
+        out1[k1] = b
+        k0 += 1 - one
+        k1 += one
+    return k0, k1
+
+
+@njit(nogil=True, inline="always")
+def _chain_tier(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets):
+    """Look ``b`` up in one clean tier of a chain (see :func:`_build_chain`) and update it; return 1
+    on a miss."""
+    base = off + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
+    r = set_lookup(words, base, ways, (b << 1) | 1, 1)
+    miss = 1 if r == ways else 0
+    set_put(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
+    return miss
+
+
+def _build_chain(spec: tuple):
+    """The clean read-only chain kernel for one to three LRU/FIFO cache tiers: each block is
+    followed down the tiers until one holds it (no writes, so no writebacks). Each tier's (way
+    count or 0 for a run-time count, power-of-two sets, fifo) in ``spec`` is compiled in."""
+    n_t = len(spec)
+    (w0, p0, f0), (w1, p1, f1), (w2, p2, f2) = tuple(spec) + ((1, True, False),) * (3 - n_t)
+
+    @njit(nogil=True)
+    def chain(blk, n, in_shift, par, tag, cnt):
+        """Serve ``blk[:n] >> in_shift``; ``par`` rows: slot base, sets, set mask, ways, shift to
+        the next tier. Adds requests and misses per tier to ``cnt`` columns 0 and 1."""
+        words = tag.ctypes.data
+        # every parameter in a local: the compiler cannot tell the rows of ``par`` from the words
+        o0, s0, k0, x0, h0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3], par[0, 4]
+        o1, s1, k1, x1, h1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3], par[1 % n_t, 4]
+        o2, s2, k2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
+        q0 = m0 = q1 = m1 = q2 = m2 = 0
+        for j in range(n):
+            b = blk[j] >> in_shift
+            q0 += 1
+            miss = _chain_tier(words, b, o0, s0, k0, x0, f0, p0)
+            m0 += miss
+            if n_t == 1 or not miss:
+                continue
+            b = b >> h0
+            q1 += 1
+            miss = _chain_tier(words, b, o1, s1, k1, x1, f1, p1)
+            m1 += miss
+            if n_t == 2 or not miss:
+                continue
+            b = b >> h1
+            q2 += 1
+            miss = _chain_tier(words, b, o2, s2, k2, x2, f2, p2)
+            m2 += miss
+        cnt[0, 0] += q0
+        cnt[0, 1] += m0
+        if n_t > 1:
+            cnt[1, 0] += q1
+            cnt[1, 1] += m1
+        if n_t > 2:
+            cnt[2, 0] += q2
+            cnt[2, 1] += m2
+    return chain
+
+
+_CHAIN: dict = {}
+
+
+def chain_pass(blk, n, in_shift, par, tag, cnt, spec):
+    """:func:`_build_chain`'s kernel for ``spec`` (built on first use, then cached on disk)."""
+    fn = _CHAIN.get(spec)
+    if fn is None:
+        fn = _CHAIN[spec] = _build_chain(spec)
+    fn(blk, n, in_shift, par, tag, cnt)
+
+
+def evictions(misses: int, tag, slot_base: int, n_slots: int) -> int:
+    """A stream tier's evictions: each miss fills a way, an empty one or a victim's, and no way is
+    ever emptied again, so every miss beyond the ways that were filled from empty evicted a block."""
+    return misses - int(np.count_nonzero(tag[slot_base:slot_base + n_slots] >= 0))
+
+
+def new_state(n_slots: int) -> np.ndarray:
+    """The tiers' words, all empty (-1), starting on a 64-byte boundary so that a set of 8 words is
+    one cache line of the host and a vector load never splits one."""
+    raw = np.full(n_slots + 8, -1, np.int64)
+    skip = (-raw.ctypes.data % 64) // 8
+    return raw[skip:skip + n_slots]

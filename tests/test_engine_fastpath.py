@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -159,3 +160,22 @@ def test_fast_path_on_streams_over_full_sets_is_bit_identical(seed, policy, leve
     np.testing.assert_array_equal(fast.tiers, slow.tiers)
     np.testing.assert_array_equal(fast.flush, slow.flush)
     assert fast.meta["fast_requests"][0] > 0 or w.any()
+
+
+@pytest.mark.parametrize("levels", [1, 2, 3])
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("batch_rows", [100, 1 << 16])
+def test_read_only_chain_on_one_and_two_threads_equals_the_walk(levels, policy, batch_rows):
+    # no writes: replay_blocks follows each block down the tiers in one loop; with two threads the
+    # threads split each chunk between them and replay one half of the sets each
+    rng = np.random.default_rng(levels * 7 + batch_rows)
+    n = 5001
+    a = np.where(rng.random(n) < 0.5, rng.integers(0, 1 << 13, n), (rng.integers(0, 1 << 10) + np.arange(n)) % (1 << 13))
+    a = a * 32 + rng.integers(0, 32, n)
+    geoms = [(16, 4, 32), (32, 8, 64), (64, 16, 128)][:levels]
+    tiers = [_cache(f"t{i}", s, wy, b, policy) for i, (s, wy, b) in enumerate(geoms)]
+    walk = replay_blocks(a, tiers=tiers, options=ReplayOptions(fast_path=False))
+    for threads in (1, 2):
+        got = replay_blocks(a, tiers=tiers, options=ReplayOptions(threads=threads, batch_rows=batch_rows))
+        assert got.meta.get("partitions") == threads
+        np.testing.assert_array_equal(got.tiers, walk.tiers)

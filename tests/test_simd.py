@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from emulator.jit import njit
-from emulator.simd import set_lookup, set_probe, set_put
+from emulator.simd import set_lookup, set_put
 
 WAYS = list(range(1, 67))
 
@@ -18,11 +18,6 @@ WAYS = list(range(1, 67))
 @njit
 def _lookup(arr, base, ways, key, low):
     return set_lookup(arr.ctypes.data, base, ways, key, low)
-
-
-@njit
-def _probe(arr, base, ways, key, low):
-    return set_probe(arr.ctypes.data, base, ways, key, low)
 
 
 @njit
@@ -63,7 +58,7 @@ def _ref_put(arr, base, ways, way, word, move):
 
 
 @pytest.mark.parametrize("ways", WAYS)
-def test_lookup_and_probe_match_a_loop(ways):
+def test_lookup_matches_a_loop(ways):
     rng = np.random.default_rng(ways)
     lit_lookup, _ = _literal(ways) if ways in (1, 3, 8, 16, 24, 64) else (None, None)
     for trial in range(40):
@@ -80,7 +75,6 @@ def test_lookup_and_probe_match_a_loop(ways):
         assert _lookup(arr, base, ways, key, low) == want
         if lit_lookup is not None:
             assert lit_lookup(arr, base, key, low) == want
-        assert _probe(arr, base, ways, key, low) == want | (int(words[-1] < 0) << 32)
         # the words outside the set are never read as part of it
         outside = arr.copy()
         outside[:base] = key
