@@ -540,7 +540,10 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
     w = np.zeros(n, np.bool_) if is_write is None else np.ascontiguousarray(is_write, np.bool_)
     if w.shape != a.shape:
         raise UsageError("is_write must have one flag per address", field="is_write")
-    if a.min() < 0:
+    # no write at all and at most three tiers: each block follows the chain of clean tiers in one
+    # compiled loop (no buffers between tiers), which also reports a negative address afterwards
+    chain = len(tiers) <= 3 and (is_write is None or not w.any())
+    if not chain and a.min() < 0:
         raise UsageError("addresses must be non-negative", field="addresses")
     n_t = len(tiers)
     geo = build_geometry(tiers, [0] * n_t, [1 << 62] * n_t, options)
@@ -556,9 +559,7 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
     parts = [(-1, 0)] if bit is None else [(bit, 0), (bit, 1)]
     states = [(stream.new_state(geo.n_slots), np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in parts]
     step = options.batch_rows
-    # no write at all and at most three tiers: each block follows the chain of clean tiers in one
-    # compiled loop (no buffers between tiers)
-    chain = n_t <= 3 and (is_write is None or not w.any())
+    seen = np.zeros(2, np.int64)       # per thread: the OR of the blocks the chain served
     if chain:
         spec = tuple((t[3] if t[3] in stream.VECTOR_WAYS else 0, t[2] >= 0, bool(t[4])) for t in args)
         cpar = np.array([[t[0], t[1], t[2], t[3], t[9]] for t in args], np.int64)
@@ -569,7 +570,7 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
         # part k from both buffers, in stream order (double-buffered: one wait per chunk)
         import threading
 
-        chunk = 4 * step
+        chunk = 16 * step             # a wait per chunk: large chunks keep the threads busy
         bufs = [[[np.empty(chunk // 2 + 1, np.int64) for _ in range(2)] for _ in range(2)] for _ in range(2)]
         counts = np.zeros((2, 2, 2), np.int64)      # [buffer set][splitter][part]
         barrier = threading.Barrier(2)
@@ -582,8 +583,10 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
                     hi = min(n, lo + chunk)
                     mid = (lo + hi) // 2
                     mine = bufs[c % 2][k]
-                    counts[c % 2, k] = stream.split_blocks(a, mid if k else lo, hi if k else mid, sh[0], bit,
-                                                           mine[0], mine[1])
+                    k0, k1, or_ = stream.split_blocks(a, mid if k else lo, hi if k else mid, sh[0], bit,
+                                                      mine[0], mine[1])
+                    counts[c % 2, k] = k0, k1
+                    seen[k] |= or_
                     barrier.wait()
                     for s_ in range(2):
                         stream.chain_pass(bufs[c % 2][s_][k], int(counts[c % 2, s_, k]), 0, cpar, tag, reqs, spec)
@@ -614,7 +617,7 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
             if half is not None:
                 return serve_split(k)
             reqs = np.zeros((n_t, 2), np.int64)       # requests and misses per tier
-            stream.chain_pass(a, n, sh[0], cpar, tag, reqs, spec)
+            seen[k] |= stream.chain_pass(a, n, sh[0], cpar, tag, reqs, spec)
             _chain_counts(reqs, cnt)
             return
         out = [(np.empty(2 * step, np.int64), np.empty(2 * step, np.bool_))]
@@ -645,6 +648,8 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
 
         with ThreadPoolExecutor(len(parts)) as pool:
             list(pool.map(serve, range(len(parts))))
+    if seen.min() < 0:
+        raise UsageError("addresses must be non-negative", field="addresses")
     for tag, cnt in states:
         for i in range(n_t):
             cnt[i, EVICTIONS] += stream.evictions(int(cnt[i, MISSES]), tag, int(geo.slot_off[i]),

@@ -178,8 +178,9 @@ def select_half(blk, n, in_shift, wr, bit, val, out_blk, out_wr):
 @njit(nogil=True)
 def split_blocks(blk, lo, hi, in_shift, bit, out0, out1):
     """Block numbers ``blk[lo:hi] >> in_shift`` whose bit ``bit`` is 0 to ``out0``, the others to
-    ``out1``, each in order; return both counts. Without a branch per block."""
-    k0 = k1 = 0
+    ``out1``, each in order; return both counts and the OR of all blocks (negative if any was).
+    Without a branch per block."""
+    k0 = k1 = seen = 0
     for j in range(lo, hi):
         b = blk[j] >> in_shift
         one = (b >> bit) & 1
@@ -187,7 +188,8 @@ def split_blocks(blk, lo, hi, in_shift, bit, out0, out1):
         out1[k1] = b
         k0 += 1 - one
         k1 += one
-    return k0, k1
+        seen |= b
+    return k0, k1, seen
 
 
 @njit(nogil=True, inline="always")
@@ -211,15 +213,17 @@ def _build_chain(spec: tuple):
     @njit(nogil=True)
     def chain(blk, n, in_shift, par, tag, cnt):
         """Serve ``blk[:n] >> in_shift``; ``par`` rows: slot base, sets, set mask, ways, shift to
-        the next tier. Adds requests and misses per tier to ``cnt`` columns 0 and 1."""
+        the next tier. Adds requests and misses per tier to ``cnt`` columns 0 and 1; returns the
+        OR of all blocks (negative if any was: a set index stays in range, the counts do not)."""
         words = tag.ctypes.data
         # every parameter in a local: the compiler cannot tell the rows of ``par`` from the words
         o0, s0, k0, x0, h0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3], par[0, 4]
         o1, s1, k1, x1, h1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3], par[1 % n_t, 4]
         o2, s2, k2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
-        q0 = m0 = q1 = m1 = q2 = m2 = 0
+        q0 = m0 = q1 = m1 = q2 = m2 = seen = 0
         for j in range(n):
             b = blk[j] >> in_shift
+            seen |= b
             q0 += 1
             miss = _chain_tier(words, b, o0, s0, k0, x0, f0, p0)
             m0 += miss
@@ -243,6 +247,7 @@ def _build_chain(spec: tuple):
         if n_t > 2:
             cnt[2, 0] += q2
             cnt[2, 1] += m2
+        return seen
     return chain
 
 
@@ -254,7 +259,7 @@ def chain_pass(blk, n, in_shift, par, tag, cnt, spec):
     fn = _CHAIN.get(spec)
     if fn is None:
         fn = _CHAIN[spec] = _build_chain(spec)
-    fn(blk, n, in_shift, par, tag, cnt)
+    return fn(blk, n, in_shift, par, tag, cnt)
 
 
 def evictions(misses: int, tag, slot_base: int, n_slots: int) -> int:
