@@ -179,3 +179,16 @@ def test_read_only_chain_on_one_and_two_threads_equals_the_walk(levels, policy, 
         got = replay_blocks(a, tiers=tiers, options=ReplayOptions(threads=threads, batch_rows=batch_rows))
         assert got.meta.get("partitions") == threads
         np.testing.assert_array_equal(got.tiers, walk.tiers)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("writes", [False, True])
+def test_negative_address_is_refused_on_every_path(threads, writes):
+    from traces.errors import UsageError
+
+    tiers = [_cache("l1", 16, 4, 64), _cache("l2", 64, 8, 64)]
+    a = np.arange(0, 64 * 4000, 64)
+    a[1234] = -64
+    w = (np.arange(len(a)) % 7 == 0) if writes else None
+    with pytest.raises(UsageError, match="non-negative"):
+        replay_blocks(a, w, tiers=tiers, options=ReplayOptions(threads=threads))
