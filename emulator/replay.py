@@ -557,69 +557,114 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
                      1 << (sh[i - 1] if i else sh[0]), 1 << sh[i], sh[i + 1] - sh[i] if i + 1 < n_t else 0))
     bit = partition_bit(tiers) if options.threads > 1 and n > 1 else None
     parts = [(-1, 0)] if bit is None else [(bit, 0), (bit, 1)]
-    states = [(stream.new_state(geo.n_slots), np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in parts]
-    step = options.batch_rows
-    seen = np.zeros(2, np.int64)       # per thread: the OR of the blocks the chain served
     if chain:
-        spec = tuple((t[3] if t[3] in stream.VECTOR_WAYS else 0, t[2] >= 0, bool(t[4])) for t in args)
-        cpar = np.array([[t[0], t[1], t[2], t[3], t[9]] for t in args], np.int64)
+        # int32 words while every block is below 2**30 (known only afterwards: redo if not)
+        states, seen = _run_chain(a, geo, args, sh, bit, options.batch_rows, np.int32)
+        if seen >= stream.NARROW_LIMIT:
+            states, seen = _run_chain(a, geo, args, sh, bit, options.batch_rows, np.int64)
+        if seen < 0:
+            raise UsageError("addresses must be non-negative", field="addresses")
+    else:
+        states = _run_passes(a, w, geo, args, sh, parts, options.batch_rows)
+    for tag, cnt in states:
+        for i in range(n_t):
+            cnt[i, EVICTIONS] += stream.evictions(int(cnt[i, MISSES]), tag, int(geo.slot_off[i]),
+                                                  int(geo.n_sets[i] * geo.n_ways[i]))
+    cnt = sum(c for _, c in states)
+    by_kind = np.zeros((len(KINDS), n_t + 1, N_COUNTERS), np.int64)
+    by_kind[KINDS.index("other")] = cnt
+    result = ReplayResult(tier_names=tuple(t.name for t in tiers) + (memory_name,),
+                          block_bytes=np.array([t.block_bytes for t in tiers] + [tiers[-1].block_bytes], np.int64),
+                          kinds=KINDS, tiers=cnt, by_kind=by_kind, per_op=cnt[None].copy(),
+                          flush=np.zeros_like(cnt), n_accesses=n, n_blocks=n,
+                          meta={"geometry": {"n_sets": geo.n_sets.tolist() + [1], "n_ways": geo.n_ways.tolist() + [1],
+                                             "caching": [True] * n_t + [False]},
+                                "fast_requests": [0] * (n_t + 1), "kernel": "cache_stream",
+                                "partitions": len(parts)})
+    from emulator.invariants import check_result, debug_from_env
 
-    if chain and len(parts) == 2:
-        # the two threads split the stream between them: for each chunk, thread k splits its half
-        # of the chunk by the partition bit into two buffers, both wait, then thread k replays
-        # part k from both buffers, in stream order (double-buffered: one wait per chunk)
+    if options.debug or debug_from_env():
+        check_result(result)
+    return result
+
+
+def _on_threads(fn, n_parts: int) -> None:
+    """``fn(k)`` for each partition ``k``, on its own thread when there are two."""
+    if n_parts == 1:
+        fn(0)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(n_parts) as pool:
+        list(pool.map(fn, range(n_parts)))
+
+
+def _run_chain(a, geo, args, sh, bit, step, dtype):
+    """The read-only chain kernel over the whole stream (see :func:`emulator.stream.chain_pass`):
+    one partition, or two threads splitting the stream by ``bit``. Returns the per-partition
+    (words, counters) and the OR of all blocks served."""
+    n, n_t = len(a), len(args)
+    spec = tuple((t[3] if t[3] in stream.VECTOR_WAYS else 0, t[2] >= 0, bool(t[4])) for t in args)
+    par = np.array([[t[0], t[1], t[2], t[3], t[9]] for t in args], np.int64)
+    n_parts = 1 if bit is None else 2
+    states = [(stream.new_state(geo.n_slots, dtype), np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in range(n_parts)]
+    reqs = np.zeros((n_parts, n_t, 2), np.int64)   # requests and misses per tier
+    seen = np.zeros(n_parts, np.int64)
+    if n_parts == 1:
+        seen[0] = stream.chain_pass(a, n, sh[0], par, states[0][0], reqs[0], spec)
+    else:
+        # for each chunk, thread k splits its half of the chunk by the partition bit into two
+        # buffers, both wait, then thread k replays part k from both buffers in stream order
+        # (double-buffered: one wait per chunk; a wait costs more than a small chunk's work)
         import threading
 
-        chunk = 16 * step             # a wait per chunk: large chunks keep the threads busy
+        chunk = 16 * step
         bufs = [[[np.empty(chunk // 2 + 1, np.int64) for _ in range(2)] for _ in range(2)] for _ in range(2)]
         counts = np.zeros((2, 2, 2), np.int64)      # [buffer set][splitter][part]
         barrier = threading.Barrier(2)
 
-        def serve_split(k):
-            tag, cnt = states[k]
-            reqs = np.zeros((n_t, 2), np.int64)
+        def serve(k):
             try:
                 for c, lo in enumerate(range(0, n, chunk)):
                     hi = min(n, lo + chunk)
                     mid = (lo + hi) // 2
-                    mine = bufs[c % 2][k]
                     k0, k1, or_ = stream.split_blocks(a, mid if k else lo, hi if k else mid, sh[0], bit,
-                                                      mine[0], mine[1])
+                                                      bufs[c % 2][k][0], bufs[c % 2][k][1])
                     counts[c % 2, k] = k0, k1
                     seen[k] |= or_
                     barrier.wait()
                     for s_ in range(2):
-                        stream.chain_pass(bufs[c % 2][s_][k], int(counts[c % 2, s_, k]), 0, cpar, tag, reqs, spec)
+                        stream.chain_pass(bufs[c % 2][s_][k], int(counts[c % 2, s_, k]), 0, par,
+                                          states[k][0], reqs[k], spec)
             except BaseException:
                 barrier.abort()
                 raise
-            _chain_counts(reqs, cnt)
 
-    def _chain_counts(reqs, cnt):
-        """Counters from a chain replay's requests and misses per tier (reads only)."""
+        _on_threads(serve, 2)
+    for k, (_, cnt) in enumerate(states):
         for i in range(n_t):
-            q, miss = int(reqs[i, 0]), int(reqs[i, 1])
+            q, miss = int(reqs[k, i, 0]), int(reqs[k, i, 1])
             cnt[i, HITS] += q - miss
             cnt[i, MISSES] += miss
             cnt[i, FILLS] += miss
             cnt[i, BYTES_READ] += q * args[i][7]
             cnt[i, BYTES_WRITTEN] += miss * args[i][8]
         # the memory below the last tier serves the last tier's misses
-        cnt[n_t, HITS] += int(reqs[n_t - 1, 1])
-        cnt[n_t, BYTES_READ] += int(reqs[n_t - 1, 1]) << sh[-1]
+        cnt[n_t, HITS] += int(reqs[k, n_t - 1, 1])
+        cnt[n_t, BYTES_READ] += int(reqs[k, n_t - 1, 1]) << sh[-1]
+    return states, int(np.bitwise_or.reduce(seen))
+
+
+def _run_passes(a, w, geo, args, sh, parts, step):
+    """The tier passes (see :func:`emulator.stream.tier_pass`): chunk by chunk, each chunk tier by
+    tier, per partition (a thread each). Returns the per-partition (words, counters)."""
+    n, n_t = len(a), len(args)
+    states = [(stream.new_state(geo.n_slots), np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in parts]
 
     def serve(k):
-        """Replay the stream (this partition's half) chunk by chunk, each chunk tier by tier."""
         tag, cnt = states[k]
         part_bit, part_val = parts[k]
         half = (np.empty(step, np.int64), np.empty(step, np.bool_)) if part_bit >= 0 else None
-        if chain:
-            if half is not None:
-                return serve_split(k)
-            reqs = np.zeros((n_t, 2), np.int64)       # requests and misses per tier
-            seen[k] |= stream.chain_pass(a, n, sh[0], cpar, tag, reqs, spec)
-            _chain_counts(reqs, cnt)
-            return
         out = [(np.empty(2 * step, np.int64), np.empty(2 * step, np.bool_))]
         dirty = [False] * n_t        # a tier that was ever sent a write may hold dirty blocks
         for lo in range(0, n, step):
@@ -641,35 +686,8 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
             cnt[n_t, BYTES_WRITTEN] += n_wr << sh[-1]
             cnt[n_t, BYTES_READ] += (m - n_wr) << sh[-1]
 
-    if len(parts) == 1:
-        serve(0)
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(len(parts)) as pool:
-            list(pool.map(serve, range(len(parts))))
-    if seen.min() < 0:
-        raise UsageError("addresses must be non-negative", field="addresses")
-    for tag, cnt in states:
-        for i in range(n_t):
-            cnt[i, EVICTIONS] += stream.evictions(int(cnt[i, MISSES]), tag, int(geo.slot_off[i]),
-                                                  int(geo.n_sets[i] * geo.n_ways[i]))
-    cnt = sum(c for _, c in states)
-    by_kind = np.zeros((len(KINDS), n_t + 1, N_COUNTERS), np.int64)
-    by_kind[KINDS.index("other")] = cnt
-    result = ReplayResult(tier_names=tuple(t.name for t in tiers) + (memory_name,),
-                          block_bytes=np.array([t.block_bytes for t in tiers] + [tiers[-1].block_bytes], np.int64),
-                          kinds=KINDS, tiers=cnt, by_kind=by_kind, per_op=cnt[None].copy(),
-                          flush=np.zeros_like(cnt), n_accesses=n, n_blocks=n,
-                          meta={"geometry": {"n_sets": geo.n_sets.tolist() + [1], "n_ways": geo.n_ways.tolist() + [1],
-                                             "caching": [True] * n_t + [False]},
-                                "fast_requests": [0] * (n_t + 1), "kernel": "cache_stream",
-                                "partitions": len(parts)})
-    from emulator.invariants import check_result, debug_from_env
-
-    if options.debug or debug_from_env():
-        check_result(result)
-    return result
+    _on_threads(serve, len(parts))
+    return states
 
 
 @dataclass

@@ -38,7 +38,7 @@ def _vector_ways(ways) -> int:
 
 
 def _typed(*scalars) -> bool:
-    """Every argument is an integer (the first the address of the int64 words), widened to int64."""
+    """Every argument is an integer (the first the address of the words), widened to int64."""
     return all(isinstance(s, types.Integer) for s in scalars)
 
 
@@ -46,20 +46,25 @@ def _scalars(context, builder, sig, args):
     return [context.cast(builder, v, t, types.int64) for v, t in zip(args[1:], sig.args[1:])]
 
 
-def _data(context, builder, sig, args):
-    """The int64 words at the address in the first argument."""
+def _data(context, builder, sig, args, elt):
+    """The words (of type ``elt``) at the address in the first argument."""
     addr = context.cast(builder, args[0], sig.args[0], types.uintp)
-    return builder.inttoptr(addr, ir.PointerType(_I64))
+    return builder.inttoptr(addr, ir.PointerType(elt))
+
+
+def _narrow(builder, value, elt):
+    """An int64 scalar as a word of type ``elt`` (the caller keeps it in range)."""
+    return value if elt.width == 64 else builder.trunc(value, elt)
 
 
 def _splat(builder, value, n):
-    vt = ir.VectorType(_I64, n)
+    vt = ir.VectorType(value.type, n)
     one = builder.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(_I32, 0))
     return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(_I32, n), [0] * n))
 
 
 def _vector_ptr(builder, data, base, n):
-    return builder.bitcast(builder.gep(data, [base]), ir.PointerType(ir.VectorType(_I64, n)))
+    return builder.bitcast(builder.gep(data, [base]), ir.PointerType(ir.VectorType(data.type.pointee, n)))
 
 
 VECTOR_WAYS = (2, 4, 8, 16, 32)   # run-time way counts switched to the vector form
@@ -93,14 +98,16 @@ def _by_ways(builder, ways_v, n_literal, vector, loop):
     return phi
 
 
-def _lookup_ir(context, builder, sig, args, n):
+def _lookup_ir(context, builder, sig, args, n, elt):
     """IR for :func:`set_lookup` (``n``: the literal way count, 0 for a run-time count)."""
-    data = _data(context, builder, sig, args)
+    data = _data(context, builder, sig, args, elt)
     base_v, ways_v, key_v, low_v = _scalars(context, builder, sig, args)
+    key_v, low_v = _narrow(builder, key_v, elt), _narrow(builder, low_v, elt)
     found = cgutils.alloca_once(builder, _I64)
+    align = elt.width // 8
 
     def vector(n):
-        words_n = builder.or_(builder.load(_vector_ptr(builder, data, base_v, n), align=8), _splat(builder, low_v, n))
+        words_n = builder.or_(builder.load(_vector_ptr(builder, data, base_v, n), align=align), _splat(builder, low_v, n))
         bits = builder.bitcast(builder.icmp_signed("==", words_n, _splat(builder, key_v, n)), ir.IntType(n))
         wide = ir.IntType(max(64, n + 1))     # room for the stop bit at ``n``
         stop = builder.or_(builder.zext(bits, wide), ir.Constant(wide, 1 << n))
@@ -121,61 +128,75 @@ def _lookup_ir(context, builder, sig, args, n):
     return _by_ways(builder, ways_v, n, vector, loop)
 
 
-@intrinsic
-def set_lookup(typingctx, words, base, ways, key, low):
-    """The first way ``x`` < ``ways`` with ``words[base + x] | low == key``, else ``ways``.
+def _intrinsics(elt: ir.IntType):
+    """``set_lookup`` and ``set_put`` over words of type ``elt`` (int64 or int32)."""
 
-    Without a branch: the caller takes ``miss = r == ways`` and works on way ``r - miss`` (the last
-    way on a miss), so a random mix of hits and misses costs no mispredictions."""
-    if not _typed(words, base, ways, key, low):
-        return None
-    n = _vector_ways(ways)
+    @intrinsic
+    def set_lookup(typingctx, words, base, ways, key, low):
+        if not _typed(words, base, ways, key, low):
+            return None
+        n = _vector_ways(ways)
 
-    def codegen(context, builder, sig, args):
-        return _lookup_ir(context, builder, sig, args, n)
+        def codegen(context, builder, sig, args):
+            return _lookup_ir(context, builder, sig, args, n, elt)
 
-    return types.int64(words, base, ways, key, low), codegen
+        return types.int64(words, base, ways, key, low), codegen
+
+    @intrinsic
+    def set_put(typingctx, words, base, ways, way, word, move):
+        if not _typed(words, base, ways, way, word) or not isinstance(move, types.Boolean):
+            return None
+        n = _vector_ways(ways)
+
+        def codegen(context, builder, sig, args):
+            data = _data(context, builder, sig, args, elt)
+            base_v, ways_v, way_v, word_v = _scalars(context, builder, sig, args[:-1])
+            word_v = _narrow(builder, word_v, elt)
+            move_v = args[-1]
+
+            def vector(n):
+                # the word goes to lane ``lo`` (0 with ``move``, else ``way``); lanes lo+1..way take
+                # the lane before them. Lane masks only: a select on the scalar ``move`` would
+                # become a branch
+                ptr = _vector_ptr(builder, data, base_v, n)
+                old = builder.load(ptr, align=elt.width // 8)
+                shifted = builder.shuffle_vector(old, old, ir.Constant(ir.VectorType(_I32, n), [0] + list(range(n - 1))))
+                lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
+                keep_way = builder.sub(ir.Constant(_I64, 0), builder.zext(builder.not_(move_v), _I64))
+                lo = _splat(builder, _narrow(builder, builder.and_(way_v, keep_way), elt), n)
+                way_n = _splat(builder, _narrow(builder, way_v, elt), n)
+                in_range = builder.and_(builder.icmp_signed(">", lane, lo), builder.icmp_signed("<=", lane, way_n))
+                new = builder.select(in_range, shifted, old)
+                new = builder.select(builder.icmp_signed("==", lane, lo), _splat(builder, word_v, n), new)
+                builder.store(new, ptr, align=elt.width // 8)
+
+            def loop():
+                with builder.if_else(move_v) as (then, otherwise):
+                    with then:
+                        _shift_loop(builder, data, base_v, way_v, word_v)
+                    with otherwise:
+                        builder.store(word_v, builder.gep(data, [builder.add(base_v, way_v)]))
+
+            _by_ways(builder, ways_v, n, vector, loop)
+            return context.get_dummy_value()
+
+        return types.void(words, base, ways, way, word, move), codegen
+
+    return set_lookup, set_put
 
 
-@intrinsic
-def set_put(typingctx, words, base, ways, way, word, move):
-    """Write ``word`` to the set at ``words[base]``: with ``move``, as :func:`set_shift` (to way 0,
-    ways ``0..way-1`` one down); without, in place at ``way``. One blend either way, no branch."""
-    if not _typed(words, base, ways, way, word) or not isinstance(move, types.Boolean):
-        return None
-    n = _vector_ways(ways)
+set_lookup, set_put = _intrinsics(_I64)
+set_lookup32, set_put32 = _intrinsics(_I32)
+set_lookup.__doc__ = set_lookup32.__doc__ = """``set_lookup(words, base, ways, key, low)``: the first way
+``x`` < ``ways`` with ``words[base + x] | low == key``, else ``ways`` (``words``: the address of the
+int64 words, or int32 words for the ``32`` form, whose key must fit in them).
 
-    def codegen(context, builder, sig, args):
-        data = _data(context, builder, sig, args)
-        base_v, ways_v, way_v, word_v = _scalars(context, builder, sig, args[:-1])
-        move_v = args[-1]
-
-        def vector(n):
-            # the word goes to lane ``lo`` (0 with ``move``, else ``way``); lanes lo+1..way take the
-            # lane before them. Lane masks only: a select on the scalar ``move`` would become a branch
-            ptr = _vector_ptr(builder, data, base_v, n)
-            old = builder.load(ptr, align=8)
-            shifted = builder.shuffle_vector(old, old, ir.Constant(ir.VectorType(_I32, n), [0] + list(range(n - 1))))
-            lane = ir.Constant(ir.VectorType(_I64, n), [ir.Constant(_I64, x) for x in range(n)])
-            keep_way = builder.sub(ir.Constant(_I64, 0), builder.zext(builder.not_(move_v), _I64))
-            lo = _splat(builder, builder.and_(way_v, keep_way), n)
-            way_n = _splat(builder, way_v, n)
-            in_range = builder.and_(builder.icmp_signed(">", lane, lo), builder.icmp_signed("<=", lane, way_n))
-            new = builder.select(in_range, shifted, old)
-            new = builder.select(builder.icmp_signed("==", lane, lo), _splat(builder, word_v, n), new)
-            builder.store(new, ptr, align=8)
-
-        def loop():
-            with builder.if_else(move_v) as (then, otherwise):
-                with then:
-                    _shift_loop(builder, data, base_v, way_v, word_v)
-                with otherwise:
-                    builder.store(word_v, builder.gep(data, [builder.add(base_v, way_v)]))
-
-        _by_ways(builder, ways_v, n, vector, loop)
-        return context.get_dummy_value()
-
-    return types.void(words, base, ways, way, word, move), codegen
+Without a branch: the caller takes ``miss = r == ways`` and works on way ``r - miss`` (the last way
+on a miss), so a random mix of hits and misses costs no mispredictions."""
+set_put.__doc__ = set_put32.__doc__ = """``set_put(words, base, ways, way, word, move)``: write ``word`` to
+the set at ``words[base]``: with ``move``, at way 0, ways ``0..way-1`` one down (an LRU hit or a
+fill: what was in ``way`` is dropped); without, in place at ``way``. One blend either way, no
+branch."""
 
 
 def _shift_loop(builder, data, base_v, way_v, word_v):
@@ -185,24 +206,3 @@ def _shift_loop(builder, data, base_v, way_v, word_v):
         src = builder.gep(data, [builder.sub(builder.add(base_v, x), ir.Constant(_I64, 1))])
         builder.store(builder.load(src), dst)
     builder.store(word_v, builder.gep(data, [base_v]))
-
-
-
-
-@intrinsic
-def prefetch(typingctx, words, index):
-    """Hint the host to bring the cache line of ``words[index]`` (an int64 word address, as above)
-    into its caches; no effect on any value."""
-    if not _typed(words, index):
-        return None
-
-    def codegen(context, builder, sig, args):
-        data = _data(context, builder, sig, args)
-        (index_v,) = _scalars(context, builder, sig, args)
-        ptr = builder.bitcast(builder.gep(data, [index_v]), ir.PointerType(ir.IntType(8)))
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, _I32, _I32, _I32])
-        fn = builder.module.declare_intrinsic("llvm.prefetch", [ptr.type], fnty)
-        builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
-        return context.get_dummy_value()
-
-    return types.void(words, index), codegen

@@ -32,7 +32,7 @@ from emulator.counters import (
     WRITEBACKS,
 )
 from emulator.jit import njit
-from emulator.simd import VECTOR_WAYS, set_lookup, set_put
+from emulator.simd import VECTOR_WAYS, set_lookup, set_lookup32, set_put, set_put32
 
 
 @njit(nogil=True, inline="always")
@@ -203,10 +203,23 @@ def _chain_tier(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets):
     return miss
 
 
-def _build_chain(spec: tuple):
+@njit(nogil=True, inline="always")
+def _chain_tier32(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets):
+    """:func:`_chain_tier` on int32 words (blocks below ``2**30``)."""
+    base = off + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
+    r = set_lookup32(words, base, ways, (b << 1) | 1, 1)
+    miss = 1 if r == ways else 0
+    set_put32(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
+    return miss
+
+
+def _build_chain(spec: tuple, narrow: bool):
     """The clean read-only chain kernel for one to three LRU/FIFO cache tiers: each block is
     followed down the tiers until one holds it (no writes, so no writebacks). Each tier's (way
-    count or 0 for a run-time count, power-of-two sets, fifo) in ``spec`` is compiled in."""
+    count or 0 for a run-time count, power-of-two sets, fifo) in ``spec`` is compiled in; with
+    ``narrow`` the words are int32 (half the host cache footprint; blocks must stay below
+    ``2**30``, which the caller checks from the returned OR of the blocks)."""
+    tier = _chain_tier32 if narrow else _chain_tier
     n_t = len(spec)
     (w0, p0, f0), (w1, p1, f1), (w2, p2, f2) = tuple(spec) + ((1, True, False),) * (3 - n_t)
 
@@ -225,19 +238,19 @@ def _build_chain(spec: tuple):
             b = blk[j] >> in_shift
             seen |= b
             q0 += 1
-            miss = _chain_tier(words, b, o0, s0, k0, x0, f0, p0)
+            miss = tier(words, b, o0, s0, k0, x0, f0, p0)
             m0 += miss
             if n_t == 1 or not miss:
                 continue
             b = b >> h0
             q1 += 1
-            miss = _chain_tier(words, b, o1, s1, k1, x1, f1, p1)
+            miss = tier(words, b, o1, s1, k1, x1, f1, p1)
             m1 += miss
             if n_t == 2 or not miss:
                 continue
             b = b >> h1
             q2 += 1
-            miss = _chain_tier(words, b, o2, s2, k2, x2, f2, p2)
+            miss = tier(words, b, o2, s2, k2, x2, f2, p2)
             m2 += miss
         cnt[0, 0] += q0
         cnt[0, 1] += m0
@@ -255,10 +268,12 @@ _CHAIN: dict = {}
 
 
 def chain_pass(blk, n, in_shift, par, tag, cnt, spec):
-    """:func:`_build_chain`'s kernel for ``spec`` (built on first use, then cached on disk)."""
-    fn = _CHAIN.get(spec)
+    """:func:`_build_chain`'s kernel for ``spec`` and the word type of ``tag`` (int64 or int32;
+    built on first use, then cached on disk)."""
+    key = (spec, tag.dtype == np.int32)
+    fn = _CHAIN.get(key)
     if fn is None:
-        fn = _CHAIN[spec] = _build_chain(spec)
+        fn = _CHAIN[key] = _build_chain(*key)
     return fn(blk, n, in_shift, par, tag, cnt)
 
 
@@ -268,9 +283,13 @@ def evictions(misses: int, tag, slot_base: int, n_slots: int) -> int:
     return misses - int(np.count_nonzero(tag[slot_base:slot_base + n_slots] >= 0))
 
 
-def new_state(n_slots: int) -> np.ndarray:
-    """The tiers' words, all empty (-1), starting on a 64-byte boundary so that a set of 8 words is
-    one cache line of the host and a vector load never splits one."""
-    raw = np.full(n_slots + 8, -1, np.int64)
-    skip = (-raw.ctypes.data % 64) // 8
+NARROW_LIMIT = 1 << 30   # int32 words hold ``block << 1`` for blocks below this
+
+
+def new_state(n_slots: int, dtype=np.int64) -> np.ndarray:
+    """The tiers' words, all empty (-1), starting on a 64-byte boundary so that a set of 8 int64
+    (16 int32) words is one cache line of the host and a vector load never splits one."""
+    size = np.dtype(dtype).itemsize
+    raw = np.full(n_slots + 64 // size, -1, dtype)
+    skip = (-raw.ctypes.data % 64) // size
     return raw[skip:skip + n_slots]

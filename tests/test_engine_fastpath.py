@@ -192,3 +192,16 @@ def test_negative_address_is_refused_on_every_path(threads, writes):
     w = (np.arange(len(a)) % 7 == 0) if writes else None
     with pytest.raises(UsageError, match="non-negative"):
         replay_blocks(a, w, tiers=tiers, options=ReplayOptions(threads=threads))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_read_only_chain_with_blocks_beyond_int32_words_equals_the_walk(threads):
+    # the chain first replays with int32 words and replays again with int64 ones when a block
+    # turns out to be 2**30 or more: the counts must not show which words were used
+    rng = np.random.default_rng(5)
+    tiers = [_cache("l1", 16, 4, 64), _cache("l2", 64, 8, 64)]
+    for top in (1 << 29, (1 << 30) + 5, 1 << 50):
+        a = (top - rng.integers(0, 3000, 4000)) * 64
+        walk = replay_blocks(a, tiers=tiers, options=ReplayOptions(fast_path=False))
+        got = replay_blocks(a, tiers=tiers, options=ReplayOptions(threads=threads, batch_rows=256))
+        np.testing.assert_array_equal(got.tiers, walk.tiers)
