@@ -471,7 +471,7 @@ def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
     """
     a = np.ascontiguousarray(addresses, np.int64)
     if (options.fast_path and not options.flush and (not options.inclusive or len(tiers) < 2) and len(a)
-            and all(t.managed == "cache" and t.policy in ("lru", "fifo") for t in tiers)):
+            and all(t.managed == "cache" and t.policy in ("lru", "fifo", "random") for t in tiers)):
         return _replay_cache_stream(a, is_write, tiers, options, memory_name)
     if options.threads > 1 and len(a) > 1:
         bit = partition_bit(tiers)
@@ -542,7 +542,8 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
         raise UsageError("is_write must have one flag per address", field="is_write")
     # no write at all and at most three tiers: each block follows the chain of clean tiers in one
     # compiled loop (no buffers between tiers), which also reports a negative address afterwards
-    chain = len(tiers) <= 3 and (is_write is None or not w.any())
+    chain = (len(tiers) <= 3 and all(t.policy in ("lru", "fifo") for t in tiers)
+             and (is_write is None or not w.any()))
     if not chain and a.min() < 0:
         raise UsageError("addresses must be non-negative", field="addresses")
     n_t = len(tiers)
@@ -565,7 +566,9 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
         if seen < 0:
             raise UsageError("addresses must be non-negative", field="addresses")
     else:
-        states = _run_passes(a, w, geo, args, sh, parts, options.batch_rows)
+        rngs = [np.array([random_seed_state(options.seed, i)], np.uint64) if t.policy == "random" else None
+                for i, t in enumerate(tiers)]
+        states = _run_passes(a, w, geo, args, sh, parts, options.batch_rows, rngs)
     for tag, cnt in states:
         for i in range(n_t):
             cnt[i, EVICTIONS] += stream.evictions(int(cnt[i, MISSES]), tag, int(geo.slot_off[i]),
@@ -655,9 +658,11 @@ def _run_chain(a, geo, args, sh, bit, step, dtype):
     return states, int(np.bitwise_or.reduce(seen))
 
 
-def _run_passes(a, w, geo, args, sh, parts, step):
+def _run_passes(a, w, geo, args, sh, parts, step, rngs):
     """The tier passes (see :func:`emulator.stream.tier_pass`): chunk by chunk, each chunk tier by
-    tier, per partition (a thread each). Returns the per-partition (words, counters)."""
+    tier, per partition (a thread each; never with a random tier, whose draws are one sequence).
+    ``rngs[i]``: tier ``i``'s xorshift64 state if it is random. Returns the per-partition (words,
+    counters)."""
     n, n_t = len(a), len(args)
     states = [(stream.new_state(geo.n_slots), np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in parts]
 
@@ -678,7 +683,8 @@ def _run_passes(a, w, geo, args, sh, parts, step):
                     out[i:i + 1] = [(np.empty(2 * m, np.int64), np.empty(2 * m, np.bool_))]
                 ob, ow = out[i]
                 dirty[i] = dirty[i] or bool(wr[:m].any())
-                m = stream.tier_pass(blk, m, shift, wr, *args[i], tag, ob, ow, cnt[i], clean=not dirty[i])
+                m = stream.tier_pass(blk, m, shift, wr, *args[i], tag, ob, ow, cnt[i], clean=not dirty[i],
+                                     rng=rngs[i])
                 blk, wr, shift = ob, ow, 0
             # the memory tier homes everything: every request is a hit there
             n_wr = int(np.count_nonzero(wr[:m]))

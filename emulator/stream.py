@@ -32,13 +32,14 @@ from emulator.counters import (
     WRITEBACKS,
 )
 from emulator.jit import njit
+from emulator.policies import xorshift64
 from emulator.simd import VECTOR_WAYS, set_lookup, set_lookup32, set_put, set_put32
 
 
 @njit(nogil=True, inline="always")
 def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
            store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-           tag, out_blk, out_wr, cnt_row, pow2_sets, clean):
+           tag, out_blk, out_wr, cnt_row, rng, pow2_sets, clean, random):
     """Serve one LRU/FIFO cache tier's requests ``blk[:n] >> in_shift`` (write flags ``wr``) in order;
     return how many it sent to the next tier.
 
@@ -48,7 +49,9 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
     way is ever emptied, so a tier's evictions are its misses less its valid ways at the end
     (:func:`evictions`). ``pow2_sets``: the set index is ``block & set_mask``.
     ``clean`` (a build constant): no request is a write and no block of the tier is dirty, so the
-    loop leaves out dirty bits, store hits and writebacks.
+    loop leaves out dirty bits, store hits and writebacks. ``random`` (a build constant): the random
+    policy; a set keeps its blocks in their physical ways (a fill takes the first empty way, else
+    way ``xorshift64(rng) % ways``, as the walk does), so the order of the words is not used.
 
     Replaying the whole stream one tier at a time is exact: a tier's state depends only on the
     sequence of requests it sees, and that is the sequence the tier above issues, in issue order.
@@ -61,7 +64,7 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
     reorder_read = not fifo
     reorder_write = not fifo and store_hit_recency
     skip_write_fetch = req_bytes == block_bytes and not fetch_on_whole_write_miss
-    if clean:
+    if clean and not random:
         for j in range(n):
             b = blk[j] >> in_shift
             base = slot_base + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
@@ -75,6 +78,34 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
             out_wr[n_out] = False
             n_out += miss
         fetches = misses
+        n = 0
+    if random:
+        for j in range(n):
+            b = blk[j] >> in_shift
+            rw = wr[j]
+            d = 1 if rw else 0
+            base = slot_base + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
+            way = set_lookup(words, base, ways, (b << 1) | 1, 1)
+            miss = 1 if way == ways else 0
+            if miss:
+                way = set_lookup(words, base, ways, -1, 0)        # the first empty way
+                if way == ways:
+                    way = np.int64(xorshift64(rng, 0) % np.uint64(ways))
+            victim = tag[base + way]
+            tag[base + way] = (b << 1) | d | (victim & (1 - miss))
+            served += 1
+            n_wr += d
+            misses += miss
+            fetch = 0 if rw and skip_write_fetch else miss
+            fetches += fetch
+            out_blk[n_out] = b >> shift_next
+            out_wr[n_out] = False
+            n_out += fetch
+            if miss and victim >= 0 and victim & 1:
+                writebacks += 1
+                out_blk[n_out] = (victim >> 1) >> shift_next
+                out_wr[n_out] = True
+                n_out += 1
         n = 0
     for j in range(n):
         b = blk[j] >> in_shift
@@ -116,47 +147,51 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
     return n_out
 
 
-def _build(ways_lit: int, pow2_sets: bool, clean: bool, fifo_build: bool):
+def _build(ways_lit: int, pow2_sets: bool, clean: bool, fifo_build: bool, random: bool):
     """``_serve`` compiled with the way count ``ways_lit`` (0: read at run time), the kind of set
-    index and ``clean`` as constants (and, for clean builds, the policy: ``fifo_build``)."""
+    index, ``clean`` and ``random`` as constants (and, for clean builds, the policy: ``fifo_build``)."""
     if ways_lit == 0:
         @njit(nogil=True)
         def serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
                   store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-                  tag, out_blk, out_wr, cnt_row):
+                  tag, out_blk, out_wr, cnt_row, rng):
             return _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways,
                           fifo_build if clean else fifo,
                           store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-                          tag, out_blk, out_wr, cnt_row, pow2_sets, clean)
+                          tag, out_blk, out_wr, cnt_row, rng, pow2_sets, clean, random)
         return serve
 
     @njit(nogil=True)
     def serve_literal(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
                       store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-                      tag, out_blk, out_wr, cnt_row):
+                      tag, out_blk, out_wr, cnt_row, rng):
         return _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways_lit,
                       fifo_build if clean else fifo,
                       store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-                      tag, out_blk, out_wr, cnt_row, pow2_sets, clean)
+                      tag, out_blk, out_wr, cnt_row, rng, pow2_sets, clean, random)
     return serve_literal
 
 
 _SERVE: dict = {}
+_NO_RNG = np.zeros(1, np.uint64)
 
 
 def tier_pass(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
               store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-              tag, out_blk, out_wr, cnt_row, clean=False) -> int:
+              tag, out_blk, out_wr, cnt_row, clean=False, rng=None) -> int:
     """One tier's pass (see :func:`_serve`), built for its way count as a constant when that is one
     of :data:`VECTOR_WAYS` (each build is compiled on first use, then cached on disk). ``clean``:
-    the caller knows no request is a write and no block of the tier is dirty."""
-    key = (ways if ways in VECTOR_WAYS else 0, set_mask >= 0, bool(clean), bool(clean and fifo))
+    the caller knows no request is a write and no block of the tier is dirty. ``rng``: the random
+    policy's xorshift64 state (a uint64 array of one; None for lru/fifo)."""
+    random = rng is not None
+    key = (ways if ways in VECTOR_WAYS else 0, set_mask >= 0, bool(clean) and not random,
+           bool(clean and fifo) and not random, random)
     fn = _SERVE.get(key)
     if fn is None:
         fn = _SERVE[key] = _build(*key)
     return fn(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
               store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-              tag, out_blk, out_wr, cnt_row)
+              tag, out_blk, out_wr, cnt_row, _NO_RNG if rng is None else rng)
 
 
 @njit(nogil=True)

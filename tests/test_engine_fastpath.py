@@ -111,7 +111,7 @@ def test_partition_bit():
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(0, 10_000), st.sampled_from(["lru", "fifo"]), st.integers(1, 3), st.booleans(),
+@given(st.integers(0, 10_000), st.sampled_from(["lru", "fifo", "random"]), st.integers(1, 3), st.booleans(),
        st.booleans(), st.booleans(), st.lists(st.sampled_from([1, 2, 3, 4, 8, 16]), min_size=3, max_size=3),
        st.sampled_from([0.0, 0.3]), st.sampled_from([0.0, 0.5, 1.0]))
 def test_lean_cache_stream_kernel_equals_the_general_walk(seed, policy, levels, recency, fow, fowb, ways,
@@ -127,8 +127,8 @@ def test_lean_cache_stream_kernel_equals_the_general_walk(seed, policy, levels, 
     geoms = [(3, ways[0], 32), (8, ways[1], 64), (5, ways[2], 256)][:levels]
     tiers = [_cache(f"t{i}", s, wy, b, policy) for i, (s, wy, b) in enumerate(geoms)]
     kw = dict(store_hit_recency=recency, fetch_on_write_miss=fow, fetch_on_writeback_miss=fowb)
-    lean = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(batch_rows=256, **kw))
-    walk = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=False, **kw))
+    lean = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(batch_rows=256, seed=seed, **kw))
+    walk = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=False, seed=seed, **kw))
     assert lean.meta.get("kernel") == "cache_stream"
     np.testing.assert_array_equal(lean.tiers, walk.tiers)
     np.testing.assert_array_equal(lean.by_kind, walk.by_kind)
