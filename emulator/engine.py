@@ -68,6 +68,7 @@ from emulator.lazy import (
     run_count,
 )
 from emulator.policies import OPT_NEVER, POLICY_IDS, _policy_fill, _policy_hit, _policy_victim  # noqa: F401
+from emulator.simd import set_lookup
 
 MODE_CACHE = 0
 MODE_PASS = 1
@@ -472,6 +473,7 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
     block ever leaves a tier but by its own eviction).
     """
     n_tiers = blk.shape[0]
+    words = tag.ctypes.data     # the set lookups take the address; ``tag`` outlives the loop
     depth = 2 * n_tiers + 4
     st_tier = np.empty(depth, np.int64)
     st_addr = np.empty(depth, np.int64)
@@ -678,15 +680,15 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                             if rec_pos[0] < rec_buf.shape[0]:
                                 rec_buf[rec_pos[0]] = b
                             rec_pos[0] += 1
-                        way = -1
+                        # one vector compare of the set's ways (emulator.simd); on a miss, a
+                        # second finds the first empty way (empty slots hold -1)
+                        way = set_lookup(words, base, ways, b, 0)
                         empty = -1
-                        for x in range(ways):
-                            tg = tag[base + x]
-                            if tg == b:
-                                way = x
-                                break
-                            if tg < 0 and empty < 0:
-                                empty = x
+                        if way == ways:
+                            way = -1
+                            empty = set_lookup(words, base, ways, -1, 0)
+                            if empty == ways:
+                                empty = -1
                         if way >= 0:
                             slot = base + way
                             cf[ci + HITS] += 1
