@@ -557,6 +557,8 @@ def _replay_cache_stream(a: np.ndarray, is_write, tiers: Sequence[Tier], options
                      options.fetch_on_write_miss if i == 0 else options.fetch_on_writeback_miss,
                      1 << (sh[i - 1] if i else sh[0]), 1 << sh[i], sh[i + 1] - sh[i] if i + 1 < n_t else 0))
     bit = partition_bit(tiers) if options.threads > 1 and n > 1 else None
+    if chain and n_t == 1:
+        bit = None      # one tier is less work per block than splitting the stream (measured)
     parts = [(-1, 0)] if bit is None else [(bit, 0), (bit, 1)]
     if chain:
         # int32 words while every block is below 2**30 (known only afterwards: redo if not)

@@ -91,7 +91,8 @@ def test_two_thread_set_partition_is_exact(seed, policy, levels, flush):
     tiers = [_cache(f"t{i}", s, wy, b, policy) for i, (s, wy, b) in enumerate(geoms)]
     one = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(flush=flush, batch_rows=512))
     two = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(flush=flush, threads=2, batch_rows=512))
-    assert two.meta.get("partitions") == 2
+    one_tier_chain = levels == 1 and not flush and policy != "opt" and not w.any()   # stays on one thread
+    assert two.meta.get("partitions") == (1 if one_tier_chain else 2)
     np.testing.assert_array_equal(one.tiers, two.tiers)
     np.testing.assert_array_equal(one.flush, two.flush)
 
@@ -112,7 +113,9 @@ def test_partition_bit():
 
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10_000), st.sampled_from(["lru", "fifo", "random"]), st.integers(1, 3), st.booleans(),
-       st.booleans(), st.booleans(), st.lists(st.sampled_from([1, 2, 3, 4, 8, 16]), min_size=3, max_size=3),
+       st.booleans(), st.booleans(),
+       # each way count at each level, in few combinations: every shape is a compiled build
+       st.sampled_from([(1, 2, 3), (4, 8, 16), (16, 3, 8), (2, 16, 1), (8, 4, 2), (3, 1, 4)]),
        st.sampled_from([0.0, 0.3]), st.sampled_from([0.0, 0.5, 1.0]))
 def test_lean_cache_stream_kernel_equals_the_general_walk(seed, policy, levels, recency, fow, fowb, ways,
                                                            write_share, reads_first):
@@ -177,7 +180,7 @@ def test_read_only_chain_on_one_and_two_threads_equals_the_walk(levels, policy, 
     walk = replay_blocks(a, tiers=tiers, options=ReplayOptions(fast_path=False))
     for threads in (1, 2):
         got = replay_blocks(a, tiers=tiers, options=ReplayOptions(threads=threads, batch_rows=batch_rows))
-        assert got.meta.get("partitions") == threads
+        assert got.meta.get("partitions") == (1 if levels == 1 else threads)   # one tier: one thread
         np.testing.assert_array_equal(got.tiers, walk.tiers)
 
 
