@@ -56,16 +56,21 @@ from emulator.lazy import (
     R_CLOCK0,
     R_D,
     R_F,
+    R_FM,
     R_HI,
     R_L,
+    R_LM,
     R_LO,
+    R_Q,
+    R_REM,
     R_TID,
+    count_in,
+    cyc,
     lazy_evict,
     materialise_all,
     materialise_set,
     record_order,
     rot_add,
-    run_count,
 )
 from emulator.policies import OPT_NEVER, POLICY_IDS, _policy_fill, _policy_hit, _policy_victim  # noqa: F401
 from emulator.simd import set_lookup
@@ -153,18 +158,19 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
                            tag, dirty, owner, region_cnt, rs, ro)
         cnt[row, k_run, i, EVICTIONS] += nb - S * W
         rot_add(lz_rot, lzi[i, LZ_SET_OFF], S, F, L)
-        _push_run(lz, i, 0, F, L, tid, clock0, lo, hi, d)
+        _push_run(lz, i, 0, F, L, tid, clock0, lo, hi, d, S)
         lzi[i, LZ_N] = 1
         lzi[i, LZ_EPOCH] += 1
         lzi[i, LZ_N_REAL] = 0
         n_touch = 0
     elif n_lz > 0 and n_lz < k_max and nb * W >= S:
         so = lzi[i, LZ_SET_OFF]
+        fq, frem, ffm = nb // S, nb % S, F % S
         for x in range(lzi[i, LZ_N_REAL]):
             s = real_list[so + x]
-            m = run_count(F, L, s, S)
+            m = count_in(fq, frem, ffm, s, S)
             if m > 0:
-                _fast_set(i, s, F + (s - F) % S, m, lo, hi, d, tid, row, cnt, t_kind, blk, n_sets, n_ways,
+                _fast_set(i, s, F + cyc(s, ffm, S), m, lo, hi, d, tid, row, cnt, t_kind, blk, n_sets, n_ways,
                           policy, slot_off, tag, dirty, meta, owner, clock0, tinfo, region_cnt, seq, old_meta)
         lazy_evict(i, F, L, False, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, rs, ro,
                    region_cnt, lz_h, lz_bnd, lz_alive)
@@ -176,7 +182,7 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
                 lz[i, r - k0, f] = lz[i, r, f]
         n_lz -= k0
         rot_add(lz_rot, lzi[i, LZ_SET_OFF], S, F, L)
-        _push_run(lz, i, n_lz, F, L, tid, clock0, lo, hi, d)
+        _push_run(lz, i, n_lz, F, L, tid, clock0, lo, hi, d, S)
         lzi[i, LZ_N] = n_lz + 1
         n_touch = 0
     elif n_lz > 0 and nb * W >= S:
@@ -216,8 +222,13 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
 
 
 @njit(nogil=True)
-def _push_run(lz, i, r, F, L, tid, clock0, lo, hi, d):
-    """Store run ``F..L`` (with its stamp parameters) as entry ``r`` of tier ``i``'s lazy stack."""
+def _push_run(lz, i, r, F, L, tid, clock0, lo, hi, d, S):
+    """Store run ``F..L`` (with its stamp parameters and its shape over ``S`` sets) as entry ``r`` of
+    tier ``i``'s lazy stack."""
+    lz[i, r, R_FM] = F % S
+    lz[i, r, R_LM] = L % S
+    lz[i, r, R_Q] = (L - F + 1) // S
+    lz[i, r, R_REM] = (L - F + 1) % S
     lz[i, r, R_F] = F
     lz[i, r, R_L] = L
     lz[i, r, R_TID] = tid

@@ -36,8 +36,29 @@ from emulator.jit import njit
 
 LZ_N, LZ_EPOCH, LZ_N_REAL, LZ_SET_OFF, LZ_SLOT_OFF = range(5)
 N_LZ_FIELDS = 5
-R_F, R_L, R_TID, R_CLOCK0, R_LO, R_HI, R_D = range(7)
-N_RUN_FIELDS = 7
+R_F, R_L, R_TID, R_CLOCK0, R_LO, R_HI, R_D, R_FM, R_LM, R_Q, R_REM = range(11)
+N_RUN_FIELDS = 11   # the last four: F mod S, L mod S, and the run's length as q * S + rem
+
+
+@njit(inline="always")
+def cyc(a, b, S):
+    """``(a - b) mod S`` for ``0 <= a, b < S``, without a division (an int64 division is tens of
+    cycles; these run per real set and stack run)."""
+    d = a - b
+    return d + S if d < 0 else d
+
+
+@njit(inline="always")
+def count_in(q, rem, fm, s, S):
+    """Blocks in set ``s`` of a run of ``q * S + rem`` blocks whose first block is in set ``fm``:
+    ``q``, one more on the ``rem`` sets from ``fm`` on (cyclically). Equals :func:`run_count`."""
+    return q + (1 if cyc(s, fm, S) < rem else 0)
+
+
+@njit(inline="always")
+def last_in(L, lm, s, S):
+    """The run's last block in set ``s`` (``L`` its last block, in set ``lm``), when it has one."""
+    return L - cyc(lm, s, S)
 
 
 @njit(nogil=True)
@@ -68,7 +89,7 @@ def held(lz, i, n, s, S, W, h):
     """``h[r]``: blocks of stack run ``r`` that lazy set ``s`` holds (newest ``W`` across the stack)."""
     room = W
     for r in range(n - 1, -1, -1):
-        c = run_count(lz[i, r, R_F], lz[i, r, R_L], s, S)
+        c = count_in(lz[i, r, R_Q], lz[i, r, R_REM], lz[i, r, R_FM], s, S)
         if c > room:
             c = room
         h[r] = c
@@ -101,8 +122,7 @@ def materialise_set(i, s, lz, lzi, real_ep, real_list, perm, rot, n_sets, n_ways
     pb = lzi[i, LZ_SLOT_OFF] + s * W
     k = rot[lzi[i, LZ_SET_OFF] + s] % W
     for r in range(n):
-        L = lz[i, r, R_L]
-        ls = L - (L - s) % S
+        ls = last_in(lz[i, r, R_L], lz[i, r, R_LM], s, S)
         for j in range(h[r] - 1, -1, -1):
             b = ls - j * S
             slot = base + perm[pb + k]
@@ -180,23 +200,23 @@ def lazy_evict(i, F, L, full, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_wa
                 alive[r] = 1
             if e_r > 0:
                 cnt[row, t_kind[lz[i, r, R_TID]], i, EVICTIONS] += e_r * (e - a)
-                Lr = lz[i, r, R_L]
-                ls = Lr - (Lr - a) % S
+                ls = last_in(lz[i, r, R_L], lz[i, r, R_LM], a, S)
                 for j in range(h[r] - e_r, h[r]):
                     region_add(region_cnt, ro, rs, ls - j * S, ls - j * S + (e - a) - 1, -1)
     # the real sets were counted above as if lazy: take that back
     so = lzi[i, LZ_SET_OFF]
+    nb = L - F + 1
+    fq, frem, ffm = nb // S, nb % S, F % S
     for x in range(lzi[i, LZ_N_REAL]):
         s = real_list[so + x]
         held(lz, i, n, s, S, W, h)
-        need = W if full else run_count(F, L, s, S)
+        need = W if full else count_in(fq, frem, ffm, s, S)
         for r in range(n):
             e_r = h[r] if h[r] < need else need
             need -= e_r
             if e_r > 0:
                 cnt[row, t_kind[lz[i, r, R_TID]], i, EVICTIONS] -= e_r
-                Lr = lz[i, r, R_L]
-                ls = Lr - (Lr - s) % S
+                ls = last_in(lz[i, r, R_L], lz[i, r, R_LM], s, S)
                 for j in range(h[r] - e_r, h[r]):
                     region_cnt[ro + ((ls - j * S) >> rs)] += 1
 

@@ -97,3 +97,16 @@ def test_lazy_stack_depth_is_an_option_and_changes_no_count():
         assert fast.meta["fast_requests"][0] > 0  # the engine's fast path ran, not the lean kernel
     with pytest.raises(UsageError, match="lazy_max_runs"):
         ReplayOptions(lazy_max_runs=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 1 << 40), st.integers(0, 1 << 20), st.integers(1, 30000), st.integers(0, 29999))
+def test_division_free_run_shape_equals_run_count(F, length, S, s):
+    from emulator.lazy import count_in, last_in, run_count
+
+    s %= S
+    L = F + length
+    nb = L - F + 1
+    assert count_in(nb // S, nb % S, F % S, s, S) == run_count(F, L, s, S)
+    if run_count(F, L, s, S):
+        assert last_in(L, L % S, s, S) == L - (L - s) % S
