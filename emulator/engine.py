@@ -48,6 +48,7 @@ from emulator.jit import njit
 from emulator.lazy import (
     LZ_EPOCH,
     LZ_N,
+    LZ_FEN_OFF,
     LZ_N_REAL,
     LZ_SET_OFF,
     LZ_SLOT_OFF,
@@ -157,7 +158,7 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
                 _evict_set(i, slot_off[i] + s * W, W, row, cnt, t_kind, blk,
                            tag, dirty, owner, region_cnt, rs, ro)
         cnt[row, k_run, i, EVICTIONS] += nb - S * W
-        rot_add(lz_rot, lzi[i, LZ_SET_OFF], S, F, L)
+        rot_add(lzi, i, lz_rot, S, F, L)
         _push_run(lz, i, 0, F, L, tid, clock0, lo, hi, d, S)
         lzi[i, LZ_N] = 1
         lzi[i, LZ_EPOCH] += 1
@@ -181,7 +182,7 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
             for f in range(N_RUN_FIELDS):
                 lz[i, r - k0, f] = lz[i, r, f]
         n_lz -= k0
-        rot_add(lz_rot, lzi[i, LZ_SET_OFF], S, F, L)
+        rot_add(lzi, i, lz_rot, S, F, L)
         _push_run(lz, i, n_lz, F, L, tid, clock0, lo, hi, d, S)
         lzi[i, LZ_N] = n_lz + 1
         n_touch = 0
@@ -511,7 +512,13 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
             n_all_sets += n_sets[i]
             n_all_slots += n_sets[i] * n_ways[i]
     lz_perm = np.empty(n_all_slots, np.int64)
-    lz_rot = np.zeros(n_all_sets, np.int64)
+    # per set its fill count when it became lazy, then per lazy-capable tier a Fenwick tree (S + 1)
+    n_fen = 0
+    for i in range(n_tiers):
+        if fast and mode[i] == MODE_CACHE:
+            lzi[i, LZ_FEN_OFF] = n_all_sets + n_fen
+            n_fen += n_sets[i] + 1
+    lz_rot = np.zeros(n_all_sets + n_fen, np.int64)
     real_ep = np.zeros(n_all_sets, np.int64)
     real_list = np.empty(n_all_sets, np.int64)
     lz_h = np.empty(k_max + 1, np.int64)

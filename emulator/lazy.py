@@ -21,8 +21,10 @@ is real when ``real_ep[set_off + s]`` equals it), :data:`LZ_N_REAL` real sets li
 ``real_list[set_off:]``, :data:`LZ_SET_OFF` (the tier's first entry in the per-set arrays),
 :data:`LZ_SLOT_OFF` (its first entry in ``perm``). Way positions are kept exact (the flush writes
 blocks back in slot order): in a lazy set no block is ever hit, so its ways are filled cyclically in
-the age order they had when the set last became lazy, ``perm[slot_off + s * W:][:W]``; ``rot[s]``
-counts the fills since then, so its ``k``-th oldest block is in way ``perm[(rot + k) mod W]``. Per run
+the age order they had when the set last became lazy, ``perm[slot_off + s * W:][:W]``;
+:func:`rot_value` counts the fills since then, so its ``k``-th oldest block is in way
+``perm[(rot + k) mod W]`` (``rot`` holds each set's count when it became lazy, then per tier a
+Fenwick tree of the runs' extra fills; :data:`LZ_ROT_BASE` counts the fills every set got). Per run
 ``lz[i, r, :]``: first and last block, tensor id, and the stamp parameters of the run (the tier's
 clock when it began, its first and last request unit, log2 of units per block).
 """
@@ -34,8 +36,8 @@ import numpy as np
 from emulator.counters import EVICTIONS
 from emulator.jit import njit
 
-LZ_N, LZ_EPOCH, LZ_N_REAL, LZ_SET_OFF, LZ_SLOT_OFF = range(5)
-N_LZ_FIELDS = 5
+LZ_N, LZ_EPOCH, LZ_N_REAL, LZ_SET_OFF, LZ_SLOT_OFF, LZ_ROT_BASE, LZ_FEN_OFF = range(7)
+N_LZ_FIELDS = 7
 R_F, R_L, R_TID, R_CLOCK0, R_LO, R_HI, R_D, R_FM, R_LM, R_Q, R_REM = range(11)
 N_RUN_FIELDS = 11   # the last four: F mod S, L mod S, and the run's length as q * S + rem
 
@@ -120,7 +122,7 @@ def materialise_set(i, s, lz, lzi, real_ep, real_list, perm, rot, n_sets, n_ways
     held(lz, i, n, s, S, W, h)
     base = slot_off[i] + s * W
     pb = lzi[i, LZ_SLOT_OFF] + s * W
-    k = rot[lzi[i, LZ_SET_OFF] + s] % W
+    k = rot_value(lzi, i, rot, s) % W
     for r in range(n):
         ls = last_in(lz[i, r, R_L], lz[i, r, R_LM], s, S)
         for j in range(h[r] - 1, -1, -1):
@@ -221,21 +223,51 @@ def lazy_evict(i, F, L, full, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_wa
                     region_cnt[ro + ((ls - j * S) >> rs)] += 1
 
 
+@njit(nogil=True, inline="always")
+def _fen_add(fen, fo, S, x, delta):
+    """Add ``delta`` at position ``x`` (0-based) of tier's Fenwick tree at ``fen[fo + 1 .. fo + S]``."""
+    j = x + 1
+    while j <= S:
+        fen[fo + j] += delta
+        j += j & -j
+
+
 @njit(nogil=True)
-def rot_add(rot, so, S, F, L):
-    """Count the fills of run ``F..L`` into every set's ``rot`` (``q`` each, one more on ``q + 1`` sets)."""
+def rot_add(lzi, i, rot, S, F, L):
+    """Count the fills of run ``F..L`` into every set's fill count (``q`` each, one more on the
+    ``rem`` sets from ``F mod S`` on): ``q`` into the tier's base count, the cyclic interval of
+    ``+1`` as a difference in a Fenwick tree — O(log S), not O(S), per run."""
     nb = L - F + 1
-    q = nb // S
+    lzi[i, LZ_ROT_BASE] += nb // S
     rem = nb % S
-    if q > 0:
-        for s in range(S):
-            rot[so + s] += q
-    s = F % S
-    for _ in range(rem):
-        rot[so + s] += 1
-        s += 1
-        if s == S:
-            s = 0
+    if rem:
+        fo = lzi[i, LZ_FEN_OFF]
+        f = F % S
+        e = f + rem
+        _fen_add(rot, fo, S, f, 1)
+        if e < S:
+            _fen_add(rot, fo, S, e, -1)
+        else:                                   # wraps: [f, S) and [0, e - S)
+            _fen_add(rot, fo, S, 0, 1)
+            _fen_add(rot, fo, S, e - S, -1)
+
+
+@njit(nogil=True, inline="always")
+def _fills(lzi, i, rot, s):
+    """Fills counted into set ``s`` of tier ``i`` since the call began (base plus Fenwick prefix)."""
+    fo = lzi[i, LZ_FEN_OFF]
+    j = s + 1
+    t = lzi[i, LZ_ROT_BASE]
+    while j > 0:
+        t += rot[fo + j]
+        j -= j & -j
+    return t
+
+
+@njit(nogil=True, inline="always")
+def rot_value(lzi, i, rot, s):
+    """Fills into set ``s`` of tier ``i`` since it last became lazy (:func:`record_order`)."""
+    return _fills(lzi, i, rot, s) - rot[lzi[i, LZ_SET_OFF] + s]
 
 
 @njit(nogil=True)
@@ -260,4 +292,4 @@ def record_order(i, s, lzi, perm, rot, n_ways, slot_off, tag, meta):
                 p -= 1
             perm[pb + p] = x
             n += 1
-    rot[lzi[i, LZ_SET_OFF] + s] = 0
+    rot[lzi[i, LZ_SET_OFF] + s] = _fills(lzi, i, rot, s)

@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulator.counters import TIER_COUNTERS
+from emulator.jit import njit
+from emulator.lazy import LZ_FEN_OFF, LZ_SET_OFF, N_LZ_FIELDS, rot_add, rot_value, run_count
 from emulator.hierarchy import Tier
 from emulator.replay import ReplayOptions, replay_blocks
 from traces.errors import UsageError
@@ -110,3 +112,40 @@ def test_division_free_run_shape_equals_run_count(F, length, S, s):
     assert count_in(nb // S, nb % S, F % S, s, S) == run_count(F, L, s, S)
     if run_count(F, L, s, S):
         assert last_in(L, L % S, s, S) == L - (L - s) % S
+
+
+
+@njit(cache=False)
+def _reset_fills(lzi, rot, s):
+    # what record_order does to a set's fill count (the way order is not under test here)
+    rot[lzi[0, LZ_SET_OFF] + s] += rot_value(lzi, 0, rot, s)
+
+
+@njit(cache=False)
+def _fill_value(lzi, rot, s):
+    return rot_value(lzi, 0, rot, s)
+
+
+@njit(cache=False)
+def _add_fills(lzi, rot, S, F, L):
+    rot_add(lzi, 0, rot, S, F, L)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 300), st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 2000), st.integers(0, 299)),
+                                     min_size=1, max_size=30))
+def test_fill_counts_match_per_set_counting(S, runs):
+    # rot_add keeps each run's fills in a base count and a Fenwick tree; rot_value must give, per
+    # set, the fills since its count was last reset, as counting them set by set does
+    lzi = np.zeros((1, N_LZ_FIELDS), np.int64)
+    lzi[0, LZ_SET_OFF] = 0
+    lzi[0, LZ_FEN_OFF] = S
+    rot = np.zeros(2 * S + 1, np.int64)
+    want = np.zeros(S, np.int64)
+    for F, length, reset_set in runs:
+        _add_fills(lzi, rot, S, F, F + length)
+        want += [run_count(F, F + length, s, S) for s in range(S)]
+        s = reset_set % S
+        _reset_fills(lzi, rot, s)
+        want[s] = 0
+        assert [_fill_value(lzi, rot, x) for x in range(S)] == want.tolist()
