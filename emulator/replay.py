@@ -61,7 +61,7 @@ Exact speed-ups (``fast_path``, on by default; off gives plain per-block replay,
 --------------------------------------------------------------------------------------------
 * **Range fast path** (:func:`emulator.engine._fast_tier`): a read chunk of at least
   ``fast_min_blocks`` tier-0 blocks is cut at residency-region boundaries (each caching tier counts
-  its resident blocks per region of 2**k blocks, at most 2**14 regions). A piece with no resident
+  its resident blocks per region of 2**k blocks, at most 2**18 regions). A piece with no resident
   block at an LRU/FIFO tier whose dirty blocks are all homed in the next tier is served set by set:
   every block misses once, and each set reuses its ways in a fixed order (empty ways, resident blocks
   oldest first, then the run's own blocks), which is what per-block replacement does. The next tier
@@ -73,14 +73,18 @@ Exact speed-ups (``fast_path``, on by default; off gives plain per-block replay,
   of set by set; a set anything else touches is written out first (way order, stamps and all), and
   every set is written out before the call returns. Property-tested bit-identical to per-block
   replay (``tests/test_engine_lazy.py``).
-* **Cache-stream kernel** (:func:`emulator.stream.tier_pass`): ``replay_blocks`` on LRU/FIFO caches
-  without flush replays the stream chunk by chunk, each chunk one tier at a time (a tier sees exactly
-  what the tier above issued, in order), each set kept in replacement order (no stamps): a lookup is
-  one vector compare and an update one vector shift (:mod:`emulator.simd`), no branch on the hit way;
-  tested equal to the walk and to pycachesim.
+* **Cache-stream kernels** (:mod:`emulator.stream`): ``replay_blocks`` on LRU, FIFO and random
+  caches without flush. Each set is kept as words in replacement order (random: physical order):
+  a lookup is one vector compare and an update one blend (:mod:`emulator.simd`), with no branch on
+  hit or miss. A stream without writes on at most three LRU/FIFO tiers follows each block down the
+  tiers in one loop (:func:`emulator.stream.chain_pass`, int32 words while the blocks allow);
+  otherwise chunk by chunk, each chunk one tier at a time (:func:`emulator.stream.tier_pass`: a tier
+  sees exactly what the tier above issued, in order). A tier's evictions are its misses less its
+  valid ways at the end (no way is ever emptied). Tested equal to the walk and to pycachesim.
 * **Set partition** (``threads=2``, ``replay_blocks``): a bit of the block number that is a set-index
   bit at every tier splits the stream into two independent halves replayed on two threads (the
-  cache-stream kernel skips the other half in place; the walk gets two copies).
+  chain: both threads split each chunk, then each replays its half; the tier passes: each thread
+  compacts its half of each chunk; the walk: two copies). A one-tier chain stays on one thread.
 """
 
 from __future__ import annotations
