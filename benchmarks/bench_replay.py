@@ -8,7 +8,8 @@ same addresses (its C ``iterload``, one thread; the list conversion it needs is 
 the ratios, and whether the per-level miss counts agree (lru, fifo; pycachesim's random differs by
 design, opt it lacks). Timings are the best of ``--repeat`` runs (the machine may be shared).
 Also: a floor loop (compiled; reads each address and one L1 tag row, nothing else) and the JIT
-compile time cold (fresh NUMBA_CACHE_DIR, in a subprocess) and warm (same cache, new process).
+compile time cold (fresh NUMBA_CACHE_DIR, in a subprocess) and warm (same cache, new process) of
+the block-stream kernels and of the trace engine.
 
     python benchmarks/bench_replay.py [--lines N] [--levels 1,2,3] [--policies lru,fifo,random,opt]
                                       [--threads N] [--repeat N]
@@ -84,22 +85,36 @@ def floor_loop(blocks, tags):
 
 
 _JIT_PROBE = """
-import json, time
+import json, tempfile, time
 t0 = time.perf_counter()
 import numpy as np
 from emulator.hierarchy import Tier
-from emulator.replay import replay_blocks
+from emulator.replay import replay_blocks, replay_trace
+from traces.lower import generate_trace
+from traces.run import RunConfig
+from traces.spec import load_model
 t1 = time.perf_counter()
 tiers = tuple(Tier(n, c, 64, w, "lru", "cache", 1e12, 0.0, 0.0)
               for n, c, w in (("l1", 32 << 10, 8), ("l2", 1 << 20, 16)))
-replay_blocks(np.arange(4096, dtype=np.int64) * 64, tiers=tiers)
+a = np.arange(4096, dtype=np.int64) * 64
+replay_blocks(a, tiers=tiers)                                    # the read-only chain
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "first_replay_s": t2 - t1}))
+replay_blocks(a, np.arange(4096) % 3 == 0, tiers=tiers)          # the tier passes (writes)
+t3 = time.perf_counter()
+with tempfile.TemporaryDirectory() as d:
+    path = generate_trace(load_model("qwen2-0.5b"), RunConfig(context=16, generate=1), d + "/t")
+    t4 = time.perf_counter()
+    replay_trace(path, "h100")                                   # the trace engine
+    t5 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "first_replay_s": t2 - t1, "first_write_replay_s": t3 - t2,
+                  "first_trace_replay_s": t5 - t4}))
 """
 
 
 def jit_times() -> dict:
-    """First replay in a fresh process: with an empty Numba cache (cold), then with it filled (warm)."""
+    """First calls in a fresh process: with an empty Numba cache (cold), then with it filled (warm):
+    the read-only block-stream chain, the tier passes (a stream with writes) and a trace replay on
+    h100 (the trace engine, what `tierlab run` compiles on a fresh machine)."""
     with tempfile.TemporaryDirectory(prefix="tierlab-numba-") as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         runs = []
@@ -107,8 +122,9 @@ def jit_times() -> dict:
             out = subprocess.run([sys.executable, "-c", _JIT_PROBE], env=env, cwd=REPO, check=True,
                                  capture_output=True, text=True).stdout
             runs.append(json.loads(out.strip().splitlines()[-1]))
+    keys = ("first_replay_s", "first_write_replay_s", "first_trace_replay_s")
     return {"cold": runs[0], "warm": runs[1],
-            "compile_s": runs[0]["first_replay_s"] - runs[1]["first_replay_s"]}
+            "compile_s": {k: runs[0][k] - runs[1][k] for k in keys}}
 
 
 def main() -> None:

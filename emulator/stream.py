@@ -254,7 +254,8 @@ def _build_chain(spec: tuple, narrow: bool):
     count or 0 for a run-time count, power-of-two sets, fifo) in ``spec`` is compiled in; with
     ``narrow`` the words are int32 (half the host cache footprint; blocks must stay below
     ``2**30``, which the caller checks from the returned OR of the blocks)."""
-    tier = _chain_tier32 if narrow else _chain_tier
+    # (the closure holds only numbers and flags: a captured function would make the on-disk cache
+    # key differ in every process)
     n_t = len(spec)
     (w0, p0, f0), (w1, p1, f1), (w2, p2, f2) = tuple(spec) + ((1, True, False),) * (3 - n_t)
 
@@ -273,19 +274,28 @@ def _build_chain(spec: tuple, narrow: bool):
             b = blk[j] >> in_shift
             seen |= b
             q0 += 1
-            miss = tier(words, b, o0, s0, k0, x0, f0, p0)
+            if narrow:
+                miss = _chain_tier32(words, b, o0, s0, k0, x0, f0, p0)
+            else:
+                miss = _chain_tier(words, b, o0, s0, k0, x0, f0, p0)
             m0 += miss
             if n_t == 1 or not miss:
                 continue
             b = b >> h0
             q1 += 1
-            miss = tier(words, b, o1, s1, k1, x1, f1, p1)
+            if narrow:
+                miss = _chain_tier32(words, b, o1, s1, k1, x1, f1, p1)
+            else:
+                miss = _chain_tier(words, b, o1, s1, k1, x1, f1, p1)
             m1 += miss
             if n_t == 2 or not miss:
                 continue
             b = b >> h1
             q2 += 1
-            miss = tier(words, b, o2, s2, k2, x2, f2, p2)
+            if narrow:
+                miss = _chain_tier32(words, b, o2, s2, k2, x2, f2, p2)
+            else:
+                miss = _chain_tier(words, b, o2, s2, k2, x2, f2, p2)
             m2 += miss
         cnt[0, 0] += q0
         cnt[0, 1] += m0
