@@ -228,23 +228,17 @@ def split_blocks(blk, lo, hi, in_shift, bit, out0, out1):
 
 
 @njit(nogil=True, inline="always")
-def _chain_tier(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets):
+def _chain_tier(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets, narrow):
     """Look ``b`` up in one clean tier of a chain (see :func:`_build_chain`) and update it; return 1
-    on a miss."""
+    on a miss. ``narrow`` (a build constant): the words are int32 (blocks below ``2**30``)."""
     base = off + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
-    r = set_lookup(words, base, ways, (b << 1) | 1, 1)
+    key = (b << 1) | 1
+    r = set_lookup32(words, base, ways, key, 1) if narrow else set_lookup(words, base, ways, key, 1)
     miss = 1 if r == ways else 0
-    set_put(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
-    return miss
-
-
-@njit(nogil=True, inline="always")
-def _chain_tier32(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets):
-    """:func:`_chain_tier` on int32 words (blocks below ``2**30``)."""
-    base = off + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
-    r = set_lookup32(words, base, ways, (b << 1) | 1, 1)
-    miss = 1 if r == ways else 0
-    set_put32(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
+    if narrow:
+        set_put32(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
+    else:
+        set_put(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
     return miss
 
 
@@ -274,28 +268,19 @@ def _build_chain(spec: tuple, narrow: bool):
             b = blk[j] >> in_shift
             seen |= b
             q0 += 1
-            if narrow:
-                miss = _chain_tier32(words, b, o0, s0, k0, x0, f0, p0)
-            else:
-                miss = _chain_tier(words, b, o0, s0, k0, x0, f0, p0)
+            miss = _chain_tier(words, b, o0, s0, k0, x0, f0, p0, narrow)
             m0 += miss
             if n_t == 1 or not miss:
                 continue
             b = b >> h0
             q1 += 1
-            if narrow:
-                miss = _chain_tier32(words, b, o1, s1, k1, x1, f1, p1)
-            else:
-                miss = _chain_tier(words, b, o1, s1, k1, x1, f1, p1)
+            miss = _chain_tier(words, b, o1, s1, k1, x1, f1, p1, narrow)
             m1 += miss
             if n_t == 2 or not miss:
                 continue
             b = b >> h1
             q2 += 1
-            if narrow:
-                miss = _chain_tier32(words, b, o2, s2, k2, x2, f2, p2)
-            else:
-                miss = _chain_tier(words, b, o2, s2, k2, x2, f2, p2)
+            miss = _chain_tier(words, b, o2, s2, k2, x2, f2, p2, narrow)
             m2 += miss
         cnt[0, 0] += q0
         cnt[0, 1] += m0
