@@ -628,7 +628,8 @@ def _run_chain(a, geo, args, sh, bit, step, dtype):
         import threading
 
         chunk = 16 * step
-        bufs = [[[np.empty(chunk // 2 + 1, np.int64) for _ in range(2)] for _ in range(2)] for _ in range(2)]
+        # blocks in the word type: int32 buffers halve the traffic between the threads
+        bufs = [[[np.empty(chunk // 2 + 1, dtype) for _ in range(2)] for _ in range(2)] for _ in range(2)]
         counts = np.zeros((2, 2, 2), np.int64)      # [buffer set][splitter][part]
         barrier = threading.Barrier(2)
 
