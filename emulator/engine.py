@@ -67,6 +67,8 @@ from emulator.lazy import (
     R_TID,
     count_in,
     cyc,
+    held,
+    last_in,
     lazy_evict,
     materialise_all,
     materialise_set,
@@ -96,7 +98,7 @@ N_TINFO = 6
 def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
                blk, n_sets, n_ways, mode, policy, slot_off,
                tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta,
-               lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive):
+               lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive, absent):
     """Serve a run of read requests at tier ``i`` set by set; False (and nothing changed) if it may not.
 
     The requests are units ``lo..hi`` of ``2**ush`` bytes, in order (one tensor, reads). It applies
@@ -127,9 +129,10 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
     L = hi >> d
     rs = tinfo[i, TI_REGION_SHIFT]
     ro = tinfo[i, TI_REGION_OFF]
-    for r in range(F >> rs, (L >> rs) + 1):
-        if region_cnt[ro + r] != 0:
-            return False
+    if not absent:       # ``absent``: the caller found no block of the run resident, block by block
+        for r in range(F >> rs, (L >> rs) + 1):
+            if region_cnt[ro + r] != 0:
+                return False
     nb = L - F + 1
     n_req = hi - lo + 1
     S = n_sets[i]
@@ -220,6 +223,26 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
     clock[i] = clock0 + n_req
     tinfo[i, TI_FAST_REQUESTS] += n_req
     return True
+
+
+@njit(nogil=True)
+def _resident(i, b, n_sets, n_ways, slot_off, tinfo, tag, words, lz, lzi, real_ep, lz_h):
+    """Whether tier ``i`` (a cache) holds block ``b``: a lookup in a real set; in a lazy one, whether
+    a run on the stack has ``b`` among the blocks the set holds (:func:`emulator.lazy.held`)."""
+    S = n_sets[i]
+    W = n_ways[i]
+    smask = tinfo[i, TI_SET_MASK]
+    s = (b & smask) if smask >= 0 else (b % S)
+    n = lzi[i, LZ_N]
+    if n > 0 and real_ep[lzi[i, LZ_SET_OFF] + s] != lzi[i, LZ_EPOCH]:
+        held(lz, i, n, s, S, W, lz_h)
+        for r in range(n):
+            if lz_h[r] > 0:
+                ls = last_in(lz[i, r, R_L], lz[i, r, R_LM], s, S)
+                if ls - (lz_h[r] - 1) * S <= b <= ls:
+                    return True
+        return False
+    return set_lookup(words, slot_off[i] + s * W, W, b, 0) < W
 
 
 @njit(nogil=True)
@@ -588,18 +611,31 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                     pos = last + 1
                 elif fast and w == 0 and last - pos + 1 >= fast_min_blocks:
                     seg_hi = last
+                    absent = False
                     if mode[0] == MODE_CACHE:
                         rs0 = tinfo[0, TI_REGION_SHIFT]
                         ro0 = tinfo[0, TI_REGION_OFF]
-                        r = pos >> rs0
-                        if region_cnt[ro0 + r] != 0:
+                        # the longest stretch from ``pos`` with no block resident at tier 0: whole
+                        # regions that hold nothing, and in a region that holds something, the
+                        # blocks up to the first resident one (looked up one by one)
+                        q = pos
+                        while q <= last:
+                            r = q >> rs0
+                            r_hi = min(last, ((r + 1) << rs0) - 1)
+                            if region_cnt[ro0 + r] == 0:
+                                q = r_hi + 1
+                                continue
+                            absent = True
+                            while q <= r_hi and not _resident(0, q, n_sets, n_ways,
+                                                                 slot_off, tinfo, tag, words, lz, lzi, real_ep, lz_h):
+                                q += 1
+                            if q <= r_hi:
+                                break
+                        if q == pos:                  # ``pos`` itself is resident: that block alone
                             seg_hi = -1
-                            g_hi = min(last, ((r + 1) << rs0) - 1)
+                            g_hi = pos
                         else:
-                            r_end = last >> rs0
-                            while r < r_end and region_cnt[ro0 + r + 1] == 0:
-                                r += 1
-                            seg_hi = min(last, ((r + 1) << rs0) - 1)
+                            seg_hi = q - 1
                     if seg_hi >= 0:
                         ti = 0
                         lo = pos
@@ -616,10 +652,12 @@ def _run(is_flush, acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stri
                                 cnt[row, kd, ti, BYPASSES] += hi - lo + 1
                                 ti += 1
                                 continue
+                            checked = absent and ti == 0
                             if _fast_tier(ti, lo, hi, ush, tid, row, cnt, t_kind,
                                           blk, n_sets, n_ways, mode, policy, slot_off,
                                           tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta,
-                                          lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive):
+                                          lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive,
+                                          checked):
                                 dd = tinfo[ti, TI_SHIFT] - ush
                                 lo = lo >> dd
                                 hi = hi >> dd

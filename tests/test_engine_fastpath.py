@@ -208,3 +208,36 @@ def test_read_only_chain_with_blocks_beyond_int32_words_equals_the_walk(threads)
         walk = replay_blocks(a, tiers=tiers, options=ReplayOptions(fast_path=False))
         got = replay_blocks(a, tiers=tiers, options=ReplayOptions(threads=threads, batch_rows=256))
         np.testing.assert_array_equal(got.tiers, walk.tiers)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_runs_over_a_region_holding_written_blocks_are_cut_at_them(seed, policy):
+    # a KV-like pattern: a few blocks written into a tensor, then the whole tensor read (and long
+    # streams between that leave the tier lazy). The read is cut where a block is resident, not at
+    # the whole region: equal to per-block replay, and most of it still on the fast path
+    rng = np.random.default_rng(seed)
+    # one cache tier: its dirty blocks are homed in the next tier (the memory), as an h100's L2's are
+    # in its HBM, so the fast path may serve reads while written blocks are held
+    tiers = [_cache("l2", 64, 4, 64, policy)]
+    region = 1 << 16                       # the "KV tensor", in blocks
+    parts, writes = [], []
+    for step in range(12):
+        stream = np.arange(1 << 20, (1 << 20) + 64 * 4 * 3) + step * 997       # a full run: lazy tier
+        parts.append(stream)
+        writes.append(np.zeros(len(stream), bool))
+        row = rng.integers(0, region - 8)
+        parts.append(np.arange(row, row + int(rng.integers(1, 8))))            # the new KV row
+        writes.append(np.ones(len(parts[-1]), bool))
+        lo = int(rng.integers(0, 64))
+        parts.append(np.arange(lo, min(region, row + 4000)))                   # read up to (past) it
+        writes.append(np.zeros(len(parts[-1]), bool))
+    parts.append(np.array([1 << 34]))      # a far address: residency regions of 2**16 blocks
+    writes.append(np.zeros(1, bool))
+    a = np.concatenate(parts) * 64
+    w = np.concatenate(writes)
+    fast = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(flush=True, seed=seed))
+    walk = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(flush=True, fast_path=False, seed=seed))
+    np.testing.assert_array_equal(fast.tiers, walk.tiers)
+    np.testing.assert_array_equal(fast.flush, walk.flush)
+    assert fast.meta["fast_requests"][0] > 0.9 * len(a)      # whole regions per block: under 2%
