@@ -4,9 +4,11 @@ Generates ``llama-3.1-8b --context 1024 --generate 8`` (bf16) into a temporary d
 on ``h100`` and reports: simulated bytes per host second (bytes requested at tier 0, and bytes on
 each link), host time per decode token (the replay's host time split over decode steps in
 proportion to their tier-0 requests, so trace reading and setup are spread evenly) against the
-chip's own time per token from the same result (the cost model's per-token latency).
+chip's own time per token from the same result (the cost model's per-token latency). The first
+replay in the process also loads the compiled engine from Numba's cache and is reported apart
+(``first_replay_s``); the rates use the best of ``--repeat`` replays after it.
 
-    python benchmarks/bench_model.py [--model NAME] [--chip NAME] [--context N] [--generate N]
+    python benchmarks/bench_model.py [--model NAME] [--chip NAME] [--context N] [--generate N] [--repeat N]
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def main() -> None:
     ap.add_argument("--chip", default="h100")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--generate", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=3, help="replays timed after the first (best kept; default 3)")
     args = ap.parse_args()
 
     from emulator.replay import replay_trace
@@ -56,9 +59,16 @@ def main() -> None:
         t_trace = time.perf_counter() - t0
         log(f"trace written in {t_trace:.1f} s; replaying")
         trace = open_trace(path)
+        # the first replay in a process also loads the compiled engine from Numba's cache (about
+        # 0.5 s): it is reported apart, the replay rate is the best of the next runs
         t0 = time.perf_counter()
         tr = replay_trace(trace, args.chip)
-        t_replay = time.perf_counter() - t0
+        t_first = time.perf_counter() - t0
+        t_replay = float("inf")
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            tr = replay_trace(trace, args.chip)
+            t_replay = min(t_replay, time.perf_counter() - t0)
         ops = trace.op_arrays()
 
     res = tr.result
@@ -75,7 +85,7 @@ def main() -> None:
     links = res.links
     emit("bench_model", {
         "model": args.model, "chip": args.chip, "context": args.context, "generate": args.generate,
-        "trace_s": t_trace, "replay_s": t_replay,
+        "trace_s": t_trace, "replay_s": t_replay, "first_replay_s": t_first,
         "tier0_block_bytes": block0, "tier0_requests": total_req,
         "simulated_bytes": total_req * block0,
         "simulated_bytes_per_host_s": total_req * block0 / t_replay,
