@@ -1,21 +1,27 @@
-"""A lean twin of the engine's walk for raw block streams on LRU/FIFO caches (``replay_blocks``).
+"""Lean twins of the engine's walk for raw block streams on LRU, FIFO and random caches.
 
-Used by :func:`emulator.replay.replay_blocks` when every tier is an LRU or FIFO cache and no flush is
-asked: no tensors, kinds, ops, homes or residency regions to look after, so the stream is replayed
-one tier at a time (:func:`tier_pass`), each pass a tight loop over one tier's state. Same semantics
-and counters as :func:`emulator.engine._run`, property-tested equal (``tests/test_engine_fastpath.py``)
+Used by :func:`emulator.replay.replay_blocks` (through :mod:`emulator.stream_replay`) when every tier
+is such a cache and no flush is asked: no tensors, kinds, ops, homes or residency regions to look
+after. Two kinds of kernel:
+
+* :func:`tier_pass`: one tier serves a chunk of requests in order and writes what it issues (fetches,
+  then dirty victims' writebacks) for the next tier; a chunk goes tier by tier. Exact because a
+  tier's state depends only on the sequence of requests it sees.
+* :func:`chain_pass`: for streams without writes on at most three LRU/FIFO tiers, each block is
+  followed down the tiers in one loop (no buffers), with int32 words while the blocks allow.
+
+State: one word per way, ``block << 1 | dirty`` (-1 when empty). The ``ways`` words of a set (from
+``slot_base + set * ways``) hold its blocks in replacement order instead of stamps — most recently
+used first (lru) or most recently filled first (fifo), empty ways last — so the victim is always the
+last way (random keeps physical ways instead, as the walk does). A lookup is one vector compare and
+an update one blend (:mod:`emulator.simd`), with no branch on hit or miss. Which physical way holds
+an LRU/FIFO block never shows in the counters (these kernels serve no flush). A tier's evictions are
+its misses less its valid ways at the end (:func:`evictions`): no way is ever emptied.
+
+Each kernel is compiled with its tiers' way counts as constants (other counts than 2, 4, 8, 16 and
+32 share a build that reads them at run time); a build is made on first use and cached on disk.
+Same counters as :func:`emulator.engine._run`, property-tested equal (``tests/test_engine_fastpath.py``)
 and equal to pycachesim (``tests/test_pycachesim.py``).
-
-State: one int64 word per way, ``block << 1 | dirty`` (-1 when empty). The ``ways`` words of a set
-(from ``slot_base + set * ways``) hold its blocks in replacement order instead of stamps — most
-recently used first (lru) or most recently filled first (fifo), empty ways last — so the victim is
-always the last way, a lookup is one vector compare and a hit or a fill one vector shift
-(:mod:`emulator.simd`), with no branch on which way hit. Which physical way holds a block never shows
-in the counters (this kernel serves no flush).
-
-Each pass is compiled for its tier's way count as a constant (:func:`tier_pass` picks the build),
-which makes the set operations single vector instructions; way counts other than 2, 4, 8, 16 and 32
-share one build that reads the count at run time.
 """
 
 from __future__ import annotations
