@@ -73,6 +73,7 @@ from emulator.lazy import (
     materialise_all,
     materialise_set,
     record_order,
+    region_add,
     rot_add,
 )
 from emulator.policies import OPT_NEVER, POLICY_IDS, _policy_fill, _policy_hit, _policy_victim  # noqa: F401
@@ -204,17 +205,7 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
                   tag, dirty, meta, owner, clock0, tinfo, region_cnt, seq, old_meta)
     # the run's blocks left resident are the last W of each set, i.e. its last S * W blocks:
     # count them into their regions a region at a time
-    k_lo = L - S * W + 1
-    if k_lo < F:
-        k_lo = F
-    for r in range(k_lo >> rs, (L >> rs) + 1):
-        r_lo = r << rs
-        r_hi = r_lo + (1 << rs) - 1
-        if r_lo < k_lo:
-            r_lo = k_lo
-        if r_hi > L:
-            r_hi = L
-        region_cnt[ro + r] += r_hi - r_lo + 1
+    region_add(region_cnt, ro, rs, max(F, L - S * W + 1), L, 1)
     cnt[row, k_run, i, MISSES] += nb
     cnt[row, k_run, i, FILLS] += nb
     cnt[row, k_run, i, HITS] += n_req - nb
