@@ -155,27 +155,17 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
 
 def _build(ways_lit: int, pow2_sets: bool, clean: bool, fifo_build: bool, random: bool):
     """``_serve`` compiled with the way count ``ways_lit`` (0: read at run time), the kind of set
-    index, ``clean`` and ``random`` as constants (and, for clean builds, the policy: ``fifo_build``)."""
-    if ways_lit == 0:
-        @njit(nogil=True)
-        def serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
-                  store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-                  tag, out_blk, out_wr, cnt_row, rng):
-            return _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways,
-                          fifo_build if clean else fifo,
-                          store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-                          tag, out_blk, out_wr, cnt_row, rng, pow2_sets, clean, random)
-        return serve
-
+    index, ``clean`` and ``random`` as constants (and, for clean builds, the policy: ``fifo_build``).
+    A constant way count folds the set operations' switch down to their vector form."""
     @njit(nogil=True)
-    def serve_literal(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
-                      store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
-                      tag, out_blk, out_wr, cnt_row, rng):
-        return _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways_lit,
+    def serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+              store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+              tag, out_blk, out_wr, cnt_row, rng):
+        return _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways_lit if ways_lit else ways,
                       fifo_build if clean else fifo,
                       store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
                       tag, out_blk, out_wr, cnt_row, rng, pow2_sets, clean, random)
-    return serve_literal
+    return serve
 
 
 _SERVE: dict = {}
