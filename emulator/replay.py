@@ -73,6 +73,13 @@ Exact speed-ups (``fast_path``, on by default; off gives plain per-block replay,
   of set by set; a set anything else touches is written out first (way order, stamps and all), and
   every set is written out before the call returns. Property-tested bit-identical to per-block
   replay (``tests/test_engine_lazy.py``).
+* **Set groups** (:mod:`emulator.setgroups`, ``set_groups``): when tier 0 is the only caching tier
+  (LRU or FIFO) and every farther tier is a home or a pass-through, tier 0 is kept as groups of
+  consecutive sets that hold alike (set ``s`` holds blocks ``A + s`` for the group's offsets ``A``,
+  in replacement order). A chunk is served group by group, each outcome counted once for all the
+  group's sets; groups are split where a chunk starts or ends and merged when they hold alike again.
+  Property-tested equal to the plain-Python reference and to the walk (``tests/test_setgroups.py``);
+  this is what makes a decode token of an 8 B model replay faster than the chip runs it.
 * **Cache-stream kernels** (:mod:`emulator.stream`): ``replay_blocks`` on LRU, FIFO and random
   caches without flush. Each set is kept as words in replacement order (random: physical order):
   a lookup is one vector compare and an update one blend (:mod:`emulator.simd`), with no branch on
@@ -96,7 +103,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from emulator import engine
+from emulator import engine, setgroups
 from emulator.counters import N_COUNTERS, ReplayResult
 from emulator.hierarchy import Chip, Tier
 from traces.errors import CapacityError, TraceError, UsageError
@@ -120,6 +127,7 @@ class ReplayOptions:
     fast_path: bool = True                # serve long read runs set by set where exact (same counts)
     fast_min_blocks: int = 64             # shortest read chunk (tier-0 blocks) the fast path takes
     lazy_max_runs: int = 16               # runs a lazy tier keeps stacked before it is written out
+    set_groups: bool = True               # a lone LRU/FIFO caching tier kept as groups of alike sets
     threads: int = 1                      # replay_blocks: split the stream by set over 2 threads where exact
     batch_rows: int = 1 << 16             # access descriptors per engine call
     opt_max_lookups: int = 1 << 26        # largest per-tier future the opt pre-pass may hold
@@ -281,6 +289,49 @@ class Replayer:
     def flush(self, cnt) -> None:
         engine.flush_dirty(self.t_home, self.t_kind, *self._state(), cnt)
 
+    def fast_request_counts(self) -> list[int]:
+        return self.tinfo[:, engine.TI_FAST_REQUESTS].tolist()
+
+
+def set_groups_apply(geo: Geometry, options: ReplayOptions) -> bool:
+    """Whether :class:`SetGroupReplayer` replays ``geo``: tier 0 is its only caching tier, LRU or
+    FIFO, with a tier below it (see :mod:`emulator.setgroups`), and the fast paths are on."""
+    return (options.fast_path and options.set_groups and len(geo.names) >= 2
+            and geo.mode[0] == engine.MODE_CACHE
+            and not (geo.mode[1:] == engine.MODE_CACHE).any()
+            and int(geo.policy[0]) in (engine.POLICY_IDS["lru"], engine.POLICY_IDS["fifo"]))
+
+
+class SetGroupReplayer:
+    """Tier 0 as groups of sets that hold alike (:mod:`emulator.setgroups`); the same interface
+    and counts as :class:`Replayer` where :func:`set_groups_apply` holds."""
+
+    def __init__(self, geo: Geometry, t_addr: np.ndarray, t_home: np.ndarray, t_kind: np.ndarray,
+                 options: ReplayOptions):
+        self.geo = geo
+        self.options = options
+        self.t_addr = np.ascontiguousarray(t_addr, np.int64)
+        self.t_home = np.ascontiguousarray(t_home, np.int64)
+        self.t_kind = np.ascontiguousarray(t_kind, np.int64)
+        self.sh0 = int(geo.block_bytes[0]).bit_length() - 1
+        self.grp_lo, self.grp_row, self.ent, self.free, self.st = setgroups.new_state(
+            int(geo.n_sets[0]), int(geo.n_ways[0]))
+
+    def run(self, row, tid, offset, nbytes, count, stride, write, pim, cnt) -> int:
+        g, o = self.geo, self.options
+        n, self.ent, self.free = setgroups.replay_groups(
+            row, tid, offset, nbytes, count, stride, write, pim, self.t_addr, self.t_home, self.t_kind,
+            g.block_bytes, self.sh0, g.n_sets, g.n_ways, g.policy, o.store_hit_recency,
+            o.fetch_on_write_miss, self.grp_lo, self.grp_row, self.ent, self.free, self.st, cnt)
+        return int(n)
+
+    def flush(self, cnt) -> None:
+        setgroups.flush_groups(self.t_home, self.t_kind, self.geo.block_bytes, self.geo.n_ways,
+                                self.grp_lo, self.grp_row, self.ent, self.st, cnt)
+
+    def fast_request_counts(self) -> list[int]:
+        return [int(self.st[setgroups.ST_REQUESTS])] + [0] * (len(self.geo.names) - 1)
+
 
 Batch = tuple  # (row, tid, offset, nbytes, count, stride, write, pim) int64/bool arrays
 
@@ -348,7 +399,10 @@ def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iter
                 opt_next[t] = next_use(r.rec_buf[:n])
                 break
             cap = n
-    r = Replayer(geo, t_addr, t_home, t_kind, options, opt_next)
+    if set_groups_apply(geo, options):
+        r = SetGroupReplayer(geo, t_addr, t_home, t_kind, options)
+    else:
+        r = Replayer(geo, t_addr, t_home, t_kind, options, opt_next)
     out = _drive(r, batches(), n_rows, options, on_batch, progress)
     if stats is not None:
         stats["fast_requests"] = r.fast_requests
@@ -374,7 +428,7 @@ def _drive(r: Replayer, batches: Iterable[Batch], n_rows: int, options: ReplayOp
     fl = np.zeros((1, n_kinds, n_tiers, N_COUNTERS), np.int64)
     if options.flush:
         r.flush(fl)
-    r.fast_requests = r.tinfo[:, engine.TI_FAST_REQUESTS].tolist()
+    r.fast_requests = r.fast_request_counts()
     return fl[0], n_blocks, n_acc
 
 

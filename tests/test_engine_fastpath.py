@@ -158,7 +158,7 @@ def test_fast_path_on_streams_over_full_sets_is_bit_identical(seed, policy, leve
     geoms = [(int(rng.integers(1, 9)), ways, 32), (int(rng.integers(1, 17)), ways, 64), (7, 2, 128)][:levels]
     tiers = [_cache(f"t{i}", s, wy, b, policy) for i, (s, wy, b) in enumerate(geoms)]
     opts = dict(flush=True, store_hit_recency=recency)
-    fast = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=True, fast_min_blocks=4, **opts))
+    fast = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=True, fast_min_blocks=4, set_groups=False, **opts))
     slow = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=False, **opts))
     np.testing.assert_array_equal(fast.tiers, slow.tiers)
     np.testing.assert_array_equal(fast.flush, slow.flush)
@@ -236,7 +236,7 @@ def test_runs_over_a_region_holding_written_blocks_are_cut_at_them(seed, policy)
     writes.append(np.zeros(1, bool))
     a = np.concatenate(parts) * 64
     w = np.concatenate(writes)
-    fast = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(flush=True, seed=seed))
+    fast = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(flush=True, seed=seed, set_groups=False))
     walk = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(flush=True, fast_path=False, seed=seed))
     np.testing.assert_array_equal(fast.tiers, walk.tiers)
     np.testing.assert_array_equal(fast.flush, walk.flush)

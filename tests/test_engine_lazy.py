@@ -4,7 +4,8 @@ Streams are built so the lazy paths all run: full runs (at least sets x ways blo
 partial runs stacked on them (at least sets / ways blocks), short runs (a few sets, made real),
 and per-block reads and stores in between that land on lazily held blocks (materialised sets, hits
 on them, dirty blocks in real sets), often near the last run so a wrong victim or a wrong way
-order shows up later as a hit, a miss or a different flush.
+order shows up later as a hit, a miss or a different flush. A lone caching tier would be replayed
+as groups (tests/test_setgroups.py), so these tests turn that off.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def test_lazy_stacks_are_bit_identical_to_per_block_replay(seed, policy, levels,
     geoms = [(sets0, ways0, 32), (int(rng.integers(1, 13)), int(rng.choice([1, 2, 4])), 64), (5, 2, 128)][:levels]
     tiers = [_cache(f"t{i}", s, wy, b, policy) for i, (s, wy, b) in enumerate(geoms)]
     opts = dict(flush=True, store_hit_recency=recency)
-    fast = replay_blocks(a * 32, w, tiers=tiers, options=ReplayOptions(fast_path=True, fast_min_blocks=1, **opts))
+    fast = replay_blocks(a * 32, w, tiers=tiers, options=ReplayOptions(fast_path=True, fast_min_blocks=1, set_groups=False, **opts))
     slow = replay_blocks(a * 32, w, tiers=tiers, options=ReplayOptions(fast_path=False, **opts))
     np.testing.assert_array_equal(fast.tiers, slow.tiers)
     np.testing.assert_array_equal(fast.by_kind, slow.by_kind)
@@ -76,7 +77,7 @@ def test_lazy_full_then_partial_runs_hand_counted():
     # (still held, the newest of their sets) hit and block 8 (evicted) misses
     tiers = [_cache("c", 4, 2, 32, "lru")]
     a = np.concatenate([np.arange(12), 100 + np.arange(6), [10, 11, 8]]) * 32
-    fast = replay_blocks(a, None, tiers=tiers, options=ReplayOptions(fast_path=True, fast_min_blocks=1, flush=True))
+    fast = replay_blocks(a, None, tiers=tiers, options=ReplayOptions(fast_path=True, fast_min_blocks=1, set_groups=False, flush=True))
     slow = replay_blocks(a, None, tiers=tiers, options=ReplayOptions(fast_path=False, flush=True))
     np.testing.assert_array_equal(fast.tiers, slow.tiers)
     c = dict(zip(TIER_COUNTERS, fast.tiers[0].tolist()))

@@ -31,6 +31,9 @@ def replay_options(f):
         click.option("--policy-seed", type=int, default=0, show_default=True, help="Seed of the random policy."),
         click.option("--fast-path/--no-fast-path", default=True, show_default=True,
                      help="Use the exact fast paths (identical counts; off for checking)."),
+        click.option("--set-groups/--no-set-groups", default=True, show_default=True,
+                     help="Replay a lone LRU/FIFO caching tier as groups of sets that hold alike "
+                          "(identical counts; off for checking)."),
         click.option("-o", "--output", type=click.Path(), default=None,
                      help="Write the per-op breakdown to this Parquet file."),
     ]
@@ -45,6 +48,7 @@ def options_from(kw: dict):
     return ReplayOptions(store_hit_recency=kw["store_hit_recency"], fetch_on_write_miss=kw["fetch_on_write_miss"],
                          fetch_on_writeback_miss=kw["fetch_on_writeback_miss"], flush=kw["flush"],
                          seed=kw["policy_seed"], pim=kw["pim"], fast_path=kw["fast_path"],
+                         set_groups=kw.get("set_groups", True),
                          inclusive=kw.get("inclusive", False))
 
 

@@ -1,0 +1,202 @@
+"""The group replay of a lone caching tier (emulator/setgroups.py) counts exactly what the walk does.
+
+Hierarchies where it applies (tier 0 the only caching tier, LRU or FIFO, over memory, lending-off
+memory and scratchpad tiers), tensors homed anywhere below, descriptors long and short (runs of
+many times the tier, runs of a few sets, strided and overlapping chunks), reads and writes, PIM
+flags, random batch cuts and every count-changing option: every counter per op, per kind and of the
+flush equals the plain-Python reference (tests/reference.py) and the per-block walk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from emulator import setgroups
+from emulator.hierarchy import Tier
+from emulator.replay import (KINDS, ReplayOptions, SetGroupReplayer, build_geometry, replay_arrays,
+                             replay_blocks, set_groups_apply)
+from test_engine_reference import _engine, _expected
+
+
+@st.composite
+def lone_cache(draw, span=4096, max_acc=40):
+    """A scenario (as tests/test_engine_reference.scenarios) whose only caching tier is tier 0."""
+    b0 = draw(st.sampled_from([16, 32, 64]))
+    sets = draw(st.integers(1, 13))
+    ways = draw(st.integers(1, 6))
+    policy = draw(st.sampled_from(["lru", "fifo"]))
+    tiers = [Tier("c", sets * ways * b0, b0, ways, policy, "cache", 1.0, 0.0, 0.0)]
+    lent = [0]
+    for i in range(draw(st.integers(0, 2))):
+        managed = draw(st.sampled_from(["memory", "scratchpad"]))
+        b = tiers[-1].block_bytes * draw(st.sampled_from([1, 2]))
+        tiers.append(Tier(f"m{i}", 1 << 20, b, None, "lru", managed, 1.0, 0.0, 0.0))
+        lent.append(0)
+    tiers.append(Tier("mem", 1 << 40, max(128, tiers[-1].block_bytes), None, "lru", "memory", 1.0, 0.0, 0.0))
+    lent.append(0)
+    homes = [i for i in range(1, len(tiers)) if tiers[i].managed == "memory"]
+    n_t = draw(st.integers(1, 4))
+    tensors = [(t * span, draw(st.sampled_from(homes)), draw(st.integers(0, len(KINDS) - 1)),
+                draw(st.integers(1, span))) for t in range(n_t)]
+    n_ops = draw(st.integers(1, 5))
+    acc = []
+    for _ in range(draw(st.integers(1, max_acc))):
+        tid = draw(st.integers(0, n_t - 1))
+        size = tensors[tid][3]
+        nb = draw(st.one_of(st.integers(1, min(size, 4 * b0)), st.integers(1, size)))
+        count = draw(st.integers(1, 3))
+        stride = draw(st.integers(0, max(0, (size - nb) // max(1, count - 1)))) if count > 1 else 0
+        off = draw(st.integers(0, size - nb - (count - 1) * stride))
+        acc.append([0, tid, off, nb, count, stride, draw(st.booleans()), draw(st.sampled_from([0] * 9 + [1]))])
+    ops = sorted(draw(st.lists(st.integers(0, n_ops - 1), min_size=len(acc), max_size=len(acc))))
+    for a, o in zip(acc, ops):
+        a[0] = o
+    opts = ReplayOptions(store_hit_recency=draw(st.booleans()), fetch_on_write_miss=draw(st.booleans()),
+                         flush=draw(st.booleans()))
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(acc) - 1)), max_size=3))))
+    return tiers, lent, tensors, n_ops, acc, opts, cuts
+
+
+def _geometry(tiers, lent, tensors, opts):
+    below = [sum(-(-t[3] // tier.block_bytes) for t in tensors if t[1] > i) for i, tier in enumerate(tiers)]
+    return build_geometry(tiers, np.asarray(lent, np.int64), np.asarray(below, np.int64), opts)
+
+
+def _assert_same(a, b):
+    np.testing.assert_array_equal(a.per_op, b.per_op)
+    np.testing.assert_array_equal(a.by_kind, b.by_kind)
+    np.testing.assert_array_equal(a.flush, b.flush)
+    assert a.n_blocks == b.n_blocks
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lone_cache(span=1024, max_acc=25))
+def test_groups_match_the_reference(sc):
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    assert set_groups_apply(_geometry(tiers, lent, tensors, opts), opts)
+    res = _engine(*sc)
+    per_op, by_kind, flush = _expected(tiers, lent, tensors, n_ops, acc, opts)
+    np.testing.assert_array_equal(res.per_op, per_op)
+    np.testing.assert_array_equal(res.by_kind, by_kind)
+    np.testing.assert_array_equal(res.flush, flush)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lone_cache())
+def test_groups_match_the_walk(sc):
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    seg = _engine(tiers, lent, tensors, n_ops, acc, opts, cuts)
+    walk = _engine(tiers, lent, tensors, n_ops, acc, dataclasses.replace(opts, fast_path=False), cuts)
+    _assert_same(seg, walk)
+    requests = sum(int(np.ceil((a[2] % tiers[0].block_bytes + a[3]) / tiers[0].block_bytes)) * a[4]
+                   for a in acc if not a[7] and tensors[a[1]][1] != 0)
+    assert seg.meta["fast_requests"][0] >= min(1, requests)
+    assert sum(walk.meta["fast_requests"]) == 0
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("recency", [True, False])
+def test_streams_of_full_and_partial_runs_with_stores(policy, recency):
+    # the lazy-stack streams (tests/test_engine_lazy.py) on one tier with a flush: full runs, runs
+    # stacked on them, short runs and per-block reads and stores near them
+    from test_engine_lazy import _cache, _stream
+
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        sets, ways = int(rng.integers(1, 24)), int(rng.choice([1, 2, 3, 4, 8]))
+        a, w = _stream(rng, sets, ways, int(rng.integers(3, 30)), seed % 2 == 0)
+        tiers = [_cache("t0", sets, ways, 32, policy)]
+        o = ReplayOptions(flush=True, store_hit_recency=recency)
+        seg = replay_blocks(a * 32, w, tiers=tiers, options=o)
+        walk = replay_blocks(a * 32, w, tiers=tiers, options=dataclasses.replace(o, fast_path=False))
+        lazy = replay_blocks(a * 32, w, tiers=tiers, options=dataclasses.replace(o, set_groups=False))
+        for r in (walk, lazy):
+            np.testing.assert_array_equal(seg.tiers, r.tiers)
+            np.testing.assert_array_equal(seg.flush, r.flush)
+        assert seg.meta["fast_requests"][0] == len(a)
+
+
+def test_hand_counted_two_sets_lru():
+    # 2 sets x 2 ways, 32 B blocks, one tensor homed in memory. Blocks 0..5 (a run of 3 per set:
+    # 6 misses, blocks 0 and 1 evicted), then 4 and 5 again (hits), then a write of block 2 (set 0
+    # holds 4, 2: a hit, dirty), then blocks 6, 8 (set 0: evict 4 then 2, which is dirty)
+    tiers = [Tier("c", 4 * 32, 32, 2, "lru", "cache", 1.0, 0.0, 0.0),
+             Tier("mem", 1 << 30, 32, None, "lru", "memory", 1.0, 0.0, 0.0)]
+    acc = [(0, 0, 0, 6 * 32, 1, 0, False, 0), (0, 0, 4 * 32, 2 * 32, 1, 0, False, 0),
+           (0, 0, 2 * 32, 32, 1, 0, True, 0), (0, 0, 6 * 32, 32, 2, 64, False, 0)]
+    cols = [np.array([a[j] for a in acc], np.int64) for j in range(8)]
+    cols[6] = cols[6].astype(bool)
+    res = replay_arrays(tiers, tensor_address=[0], tensor_nbytes=[1 << 10], tensor_home=[1], tensor_kind=[0],
+                        batches=lambda: [tuple(cols)], n_ops=1)
+    c = dict(zip(("hits", "misses", "bypasses", "fills", "evictions", "writebacks"), res.tiers[0][:6].tolist()))
+    assert c == {"hits": 3, "misses": 8, "bypasses": 0, "fills": 8, "evictions": 4, "writebacks": 1}
+    assert res.meta["fast_requests"][0] == 11
+
+
+def test_a_run_over_the_whole_tier_leaves_few_groups_and_the_pool_grows():
+    # scattered single blocks cut a 256-set tier into many groups (more than the first pool of
+    # rows); a run of sets x ways blocks then replaces every block and they merge back
+    tiers = [Tier("c", 256 * 2 * 32, 32, 2, "lru", "cache", 1.0, 0.0, 0.0),
+             Tier("mem", 1 << 30, 32, None, "lru", "memory", 1.0, 0.0, 0.0)]
+    opts = ReplayOptions()
+    geo = build_geometry(tiers, np.zeros(2, np.int64), np.array([1 << 20, 0], np.int64), opts)
+    assert set_groups_apply(geo, opts)
+    r = SetGroupReplayer(geo, np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.int64), opts)
+    rng = np.random.default_rng(3)
+    offs = np.sort(rng.choice(1 << 12, 300, replace=False)) * 2 * 32
+    n = len(offs)
+
+    def batch(o, nb, w):
+        m = len(o)
+        return (np.zeros(m, np.int64), np.zeros(m, np.int64), np.asarray(o, np.int64),
+                np.full(m, nb, np.int64), np.ones(m, np.int64), np.zeros(m, np.int64), np.full(m, w), np.zeros(m, np.int64))
+
+    cnt = np.zeros((1, len(KINDS), 2, 12), np.int64)
+    r.run(*batch(offs, 32, True), cnt)
+    assert r.st[setgroups.ST_K] > 100 and r.st[setgroups.ST_GROWN] > 0
+    r.run(*batch([1 << 20], 256 * 2 * 32 * 3, False), cnt)
+    assert r.st[setgroups.ST_K] <= 2
+    c = cnt[0].sum(axis=0)[0]
+    assert c[0] + c[1] == n + 256 * 2 * 3          # hits + misses = requests
+    assert c[5] == n                                 # every written block was written back
+    assert r.st[setgroups.ST_REQUESTS] == n + 256 * 2 * 3
+
+
+def test_where_set_groups_apply():
+    def geo(*tiers):
+        return build_geometry(tiers, np.zeros(len(tiers), np.int64), np.array([1 << 20] * len(tiers), np.int64),
+                              ReplayOptions())
+
+    c = Tier("c", 1 << 12, 32, 2, "lru", "cache", 1.0, 0.0, 0.0)
+    mem = Tier("mem", 1 << 30, 32, None, "lru", "memory", 1.0, 0.0, 0.0)
+    on = ReplayOptions()
+    assert set_groups_apply(geo(c, mem), on)
+    assert not set_groups_apply(geo(c, mem), ReplayOptions(set_groups=False))
+    assert not set_groups_apply(geo(c, mem), ReplayOptions(fast_path=False))
+    assert not set_groups_apply(geo(dataclasses.replace(c, policy="random"), mem), on)
+    assert not set_groups_apply(geo(dataclasses.replace(c, policy="opt"), mem), on)
+    assert not set_groups_apply(geo(c, c, mem), on)                      # two caching tiers
+    assert not set_groups_apply(geo(dataclasses.replace(c, managed="scratchpad"), c, mem), on)
+    assert not set_groups_apply(geo(c), on)                              # nothing below it
+
+
+def test_model_decode_on_h100_equals_the_lazy_engine(tmp_path):
+    # a real trace on a real preset (one caching tier over HBM and DDR): the group replay and the
+    # lazy-stack engine (itself tested against the walk) give the same counters
+    from emulator.replay import replay_trace
+    from traces.lower import generate_trace
+    from traces.reader import open_trace
+    from traces.run import RunConfig
+    from traces.spec import load_model
+
+    path = generate_trace(load_model("qwen2-0.5b"), RunConfig(context=64, generate=2), tmp_path / "q.trace")
+    tr = open_trace(path)
+    seg = replay_trace(tr, "h100", ReplayOptions(flush=True)).result
+    lazy = replay_trace(tr, "h100", ReplayOptions(flush=True, set_groups=False)).result
+    _assert_same(seg, lazy)
+    assert seg.meta["fast_requests"][0] > 0.99 * seg.n_blocks
