@@ -6,7 +6,9 @@ each link), host time per decode token (the replay's host time split over decode
 proportion to their tier-0 requests, so trace reading and setup are spread evenly) against the
 chip's own time per token from the same result (the cost model's per-token latency). The first
 replay in the process also loads the compiled engine from Numba's cache and is reported apart
-(``first_replay_s``); the rates use the best of ``--repeat`` replays after it.
+(``first_replay_s``); the rates use the best of ``--repeat`` replays after it. The engine without
+set groups (lazy stacks of runs, ``set_groups=False``) is timed in the same run as the reference,
+and its counts compared.
 
     python benchmarks/bench_model.py [--model NAME] [--chip NAME] [--context N] [--generate N] [--repeat N]
 """
@@ -46,7 +48,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="replays timed after the first (best kept; default 3)")
     args = ap.parse_args()
 
-    from emulator.replay import replay_trace
+    from emulator.replay import ReplayOptions, replay_trace
     from traces.lower import generate_trace
     from traces.reader import open_trace
     from traces.run import RunConfig
@@ -69,6 +71,14 @@ def main() -> None:
             t0 = time.perf_counter()
             tr = replay_trace(trace, args.chip)
             t_replay = min(t_replay, time.perf_counter() - t0)
+        # the reference in the same run: the engine without set groups (lazy stacks of runs)
+        ref_opts = ReplayOptions(set_groups=False)
+        replay_trace(trace, args.chip, ref_opts)
+        t_ref = float("inf")
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            ref = replay_trace(trace, args.chip, ref_opts)
+            t_ref = min(t_ref, time.perf_counter() - t0)
         ops = trace.op_arrays()
 
     res = tr.result
@@ -96,6 +106,16 @@ def main() -> None:
         "host_over_chip": (host_mean / chip_mean) if host_mean and chip_mean else None,
         "chip_time_source": chip_source,
         "host_s_by_step": host_per_step, "chip_s_by_step": chip_per_step,
+        "engine": "set groups" if "set_groups_max" in res.meta else "walk with lazy stacks",
+        "set_groups_max": res.meta.get("set_groups_max"),
+        "reference": {
+            "engine": "walk with lazy stacks (set_groups=False)",
+            "replay_s": t_ref,
+            "host_s_per_decode_token": host_mean * t_ref / t_replay if host_mean else None,
+            "speedup": t_ref / t_replay,
+            "counts_equal": bool(np.array_equal(res.per_op, ref.result.per_op)
+                                 and np.array_equal(res.flush, ref.result.flush)),
+        },
     })
 
 

@@ -367,7 +367,8 @@ def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iter
                ) -> tuple[np.ndarray, int, int]:
     """Replay every batch from ``batches()`` (called again for each opt pre-pass).
 
-    ``stats`` (if given) receives ``fast_requests``: requests the fast path served, per tier.
+    ``stats`` (if given) receives ``fast_requests``: requests the fast path served, per tier, and
+    with set groups ``set_groups_max``: the most groups tier 0 was cut into at once.
 
     ``on_batch(row_lo, cnt, n_rows_in_batch)`` receives each batch's counter array
     ``cnt[row - row_lo, kind, tier, counter]``. Returns (flush counters ``[kind, tier, counter]``,
@@ -406,6 +407,8 @@ def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iter
     out = _drive(r, batches(), n_rows, options, on_batch, progress)
     if stats is not None:
         stats["fast_requests"] = r.fast_requests
+        if isinstance(r, SetGroupReplayer):
+            stats["set_groups_max"] = int(r.st[setgroups.ST_K_MAX])
     return out
 
 
@@ -480,7 +483,8 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
                           flush=flush.sum(axis=0), n_accesses=n_acc, n_blocks=n_blocks,
                           meta={"geometry": {"n_sets": geo.n_sets.tolist(), "n_ways": geo.n_ways.tolist(),
                                              "caching": (geo.mode == engine.MODE_CACHE).tolist()},
-                                "fast_requests": stats["fast_requests"]})
+                                "fast_requests": stats["fast_requests"],
+                                **({"set_groups_max": stats["set_groups_max"]} if "set_groups_max" in stats else {})})
     from emulator.invariants import check_result, debug_from_env
 
     if options.debug or debug_from_env():

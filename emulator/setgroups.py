@@ -274,19 +274,14 @@ def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, gr
     g = f + rem
     if g >= S:
         g -= S
-    cuts = np.empty(4, np.int64)
-    cuts[0] = 0
-    cuts[1] = f
-    cuts[2] = g
-    cuts[3] = S
-    if cuts[1] > cuts[2]:
-        cuts[1], cuts[2] = cuts[2], cuts[1]
+    c1 = min(f, g)
+    c2 = max(f, g)
     words = ent.ctypes.data
     k_first = st[ST_K]
     k_last = 0
-    for x in range(3):
-        a = cuts[x]
-        e = cuts[x + 1]
+    for x in range(3):      # the intervals [0, c1), [c1, c2), [c2, S)
+        a = 0 if x == 0 else (c1 if x == 1 else c2)
+        e = c1 if x == 0 else (c2 if x == 1 else S)
         if a == e:
             continue
         d = a - f
