@@ -14,8 +14,8 @@ last entry and no stamp is kept. A chunk is cut into at most three intervals of 
 the same number of blocks from the same offset; the groups are split at the interval ends, every
 group inside takes the chunk's blocks one at a time (a lookup is one vector compare of the
 entries, an update one blend, :mod:`emulator.simd`) and counts each outcome once for all its sets;
-neighbours left alike are merged. Once a group holds only blocks of the chunk, the rest of the
-chunk misses and evicts in order, and is counted in one step.
+neighbours left alike are merged. The blocks between two hits all miss and are counted in one step,
+so a group costs a step per hit, not per block.
 
 Counts are those of the per-block walk (:mod:`emulator.engine`) exactly: per op, tensor kind,
 tier and counter, writebacks attributed to the evicting op and the victim's kind, the farther tiers
@@ -83,88 +83,36 @@ def _down(rw, tid, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
 
 
 @njit(nogil=True)
-def _evict(r_base, e, n, row, ent, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
-    """Entry ``e`` of the row at ``r_base`` leaves ``n`` sets: evictions, and writebacks if dirty."""
-    vt = ent[1, r_base + e]
+def _writeback(vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
+    """``n`` dirty blocks of tensor ``vt`` leave tier 0: writebacks, and the write farther down."""
     cv = row * s_row + t_kind[vt] * s_kind
-    cf[cv + EVICTIONS] += n
-    if ent[2, r_base + e]:
-        cf[cv + WRITEBACKS] += n
-        cf[cv + BYTES_READ] += n * blk[0]
-        _down(1, vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+    cf[cv + WRITEBACKS] += n
+    cf[cv + BYTES_READ] += n * blk[0]
+    _down(1, vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
 
 
 @njit(nogil=True)
-def _apply(r_base, n, m, a0, S, W, rw, tid, row, lru, store_recency, fetch_write, ent, words,
-           cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
-    """The ``m`` blocks ``a0 + j S + s`` (``j = 0..m-1``, in order) in each of the ``n`` sets of the
-    group whose entries start at ``r_base``."""
-    wa = words
-    wt = words + 8 * ent.shape[1]
-    wd = wt + 8 * ent.shape[1]
+def _misses(r_base, n, t, a_first, S, W, rw, tid, row, fetch, ent, cf, s_row, s_kind, s_tier,
+            t_home, t_kind, blk):
+    """The ``t`` blocks ``a_first + i S + s`` (``i = 0..t-1``, in order) all miss in each of the
+    ``n`` sets of the group at ``r_base``: the held entries leave oldest first (the empty ones
+    without an eviction), then, past ``W``, the run's own blocks; the group ends holding the newest
+    ``min(t, W)`` of them before the survivors."""
     b0 = blk[0]
     ci = row * s_row + t_kind[tid] * s_kind
-    fetch = fetch_write if rw else True
-    j = 0
-    while j < m:
-        if j >= W:
-            # every entry a block of this chunk already served: the rest all miss (below)
-            only = True
-            a_served = a0 + (j - 1) * S
-            for e in range(W):
-                v = ent[0, r_base + e]
-                if v < a0 or v > a_served:
-                    only = False
-                    break
-            if only:
-                break
-        a = a0 + j * S
-        x = set_lookup(wa, r_base, W, a, 0)
-        if x < W:
-            cf[ci + HITS] += n
-            if rw:
-                cf[ci + BYTES_WRITTEN] += n * b0
-                ent[2, r_base + x] = 1
-                move = lru and store_recency
-            else:
-                cf[ci + BYTES_READ] += n * b0
-                move = lru
-            if move and x > 0:
-                t = ent[1, r_base + x]
-                d = ent[2, r_base + x]
-                set_put(wa, r_base, W, x, a, True)
-                set_put(wt, r_base, W, x, t, True)
-                set_put(wd, r_base, W, x, d, True)
-        else:
-            cf[ci + MISSES] += n
-            if ent[0, r_base + W - 1] != EMPTY:
-                _evict(r_base, W - 1, n, row, ent, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
-            set_put(wa, r_base, W, W - 1, a, True)
-            set_put(wt, r_base, W, W - 1, tid, True)
-            set_put(wd, r_base, W, W - 1, rw, True)
-            cf[ci + FILLS] += n
-            if fetch:
-                cf[ci + BYTES_WRITTEN] += n * b0
-                _down(0, tid, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
-            else:
-                cf[ci + UNFETCHED] += n
-            cf[ci + (BYTES_WRITTEN if rw else BYTES_READ)] += n * b0
-        j += 1
-    r = m - j
-    if r == 0:
-        return
-    # the last ``r`` blocks all miss: the held entries leave oldest first, then the chunk's own
-    # blocks (``r - W`` of them), and the set ends holding the newest ``min(r, W)``
-    for e in range(W - 1, W - 1 - min(r, W), -1):
-        _evict(r_base, e, n, row, ent, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
-    if r > W:
-        n_own = (r - W) * n
+    n_old = t if t < W else W
+    for e in range(W - 1, W - 1 - n_old, -1):
+        if ent[0, r_base + e] != EMPTY:
+            vt = ent[1, r_base + e]
+            cf[row * s_row + t_kind[vt] * s_kind + EVICTIONS] += n
+            if ent[2, r_base + e]:
+                _writeback(vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+    if t > W:
+        n_own = (t - W) * n
         cf[ci + EVICTIONS] += n_own
         if rw:
-            cf[ci + WRITEBACKS] += n_own
-            cf[ci + BYTES_READ] += n_own * b0
-            _down(1, tid, n_own, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
-    nr = r * n
+            _writeback(tid, n_own, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+    nr = t * n
     cf[ci + MISSES] += nr
     cf[ci + FILLS] += nr
     if fetch:
@@ -173,14 +121,66 @@ def _apply(r_base, n, m, a0, S, W, rw, tid, row, lru, store_recency, fetch_write
     else:
         cf[ci + UNFETCHED] += nr
     cf[ci + (BYTES_WRITTEN if rw else BYTES_READ)] += nr * b0
-    keep = W - r if r < W else 0
-    for e in range(W - 1, W - 1 - keep, -1):          # survivors move down by r
+    for e in range(W - 1, n_old - 1, -1):               # survivors move down by t
         for f in range(3):
-            ent[f, r_base + e] = ent[f, r_base + e - r]
-    for e in range(W - keep):                           # youngest first: blocks m-1, m-2, ...
-        ent[0, r_base + e] = a0 + (m - 1 - e) * S
+            ent[f, r_base + e] = ent[f, r_base + e - t]
+    for e in range(n_old):                              # youngest first: the last block, ...
+        ent[0, r_base + e] = a_first + (t - 1 - e) * S
         ent[1, r_base + e] = tid
         ent[2, r_base + e] = rw
+
+
+@njit(nogil=True)
+def _apply(r_base, n, m, a0, S, W, rw, tid, row, lru, store_recency, fetch_write, ent, words,
+           cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
+    """The ``m`` blocks ``a0 + j S + s`` (``j = 0..m-1``, in order) in each of the ``n`` sets of the
+    group whose entries start at ``r_base``.
+
+    From block ``j`` on, the next hit is the first block ``j'`` some entry holds that is still held
+    at its turn: the entry at position ``p`` (0 the youngest) leaves after ``W - p`` fills, and the
+    ``j' - j`` blocks before it all miss (the chunk's blocks are distinct). Those misses are counted
+    in one step (:func:`_misses`), the hit on its own, and so on: a group costs one step per hit
+    plus one, not one per block."""
+    wa = words
+    wt = words + 8 * ent.shape[1]
+    wd = wt + 8 * ent.shape[1]
+    b0 = blk[0]
+    ci = row * s_row + t_kind[tid] * s_kind
+    fetch = fetch_write if rw else True
+    a_last = a0 + (m - 1) * S
+    j = 0
+    while j < m:
+        a = a0 + j * S
+        j_hit = m
+        for p in range(W):
+            v = ent[0, r_base + p]
+            if v >= a and v <= a_last:
+                jj = (v - a0) // S
+                if jj - j < W - p and jj < j_hit:
+                    j_hit = jj
+        if j_hit > j:
+            _misses(r_base, n, j_hit - j, a, S, W, rw, tid, row, fetch, ent, cf, s_row, s_kind, s_tier,
+                    t_home, t_kind, blk)
+            j = j_hit
+            if j == m:
+                break
+            a = a0 + j * S
+        x = set_lookup(wa, r_base, W, a, 0)
+        cf[ci + HITS] += n
+        if rw:
+            cf[ci + BYTES_WRITTEN] += n * b0
+            ent[2, r_base + x] = 1
+            move = lru and store_recency
+        else:
+            cf[ci + BYTES_READ] += n * b0
+            move = lru
+        if move and x > 0:
+            t = ent[1, r_base + x]
+            d = ent[2, r_base + x]
+            set_put(wa, r_base, W, x, a, True)
+            set_put(wt, r_base, W, x, t, True)
+            set_put(wd, r_base, W, x, d, True)
+        j += 1
 
 
 @njit(nogil=True)
@@ -364,9 +364,5 @@ def flush_groups(t_home, t_kind, blk, n_ways, grp_lo, grp_row, ent, st, cnt):
         rb = grp_row[k] * W
         for e in range(W):
             if ent[0, rb + e] != EMPTY and ent[2, rb + e]:
-                vt = ent[1, rb + e]
-                cv = t_kind[vt] * s_kind
-                cf[cv + WRITEBACKS] += n
-                cf[cv + BYTES_READ] += n * blk[0]
-                _down(1, vt, n, 0, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+                _writeback(ent[1, rb + e], n, 0, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
                 ent[2, rb + e] = 0
