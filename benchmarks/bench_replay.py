@@ -104,7 +104,7 @@ t3 = time.perf_counter()
 with tempfile.TemporaryDirectory() as d:
     path = generate_trace(load_model("qwen2-0.5b"), RunConfig(context=16, generate=1), d + "/t")
     t4 = time.perf_counter()
-    replay_trace(path, "h100")                                   # the trace engine
+    replay_trace(path, "h100")                                   # the trace engine (set groups on h100)
     t5 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "first_replay_s": t2 - t1, "first_write_replay_s": t3 - t2,
                   "first_trace_replay_s": t5 - t4}))
@@ -114,7 +114,8 @@ print(json.dumps({"import_s": t1 - t0, "first_replay_s": t2 - t1, "first_write_r
 def jit_times() -> dict:
     """First calls in a fresh process: with an empty Numba cache (cold), then with it filled (warm):
     the read-only block-stream chain, the tier passes (a stream with writes) and a trace replay on
-    h100 (the trace engine, what `tierlab run` compiles on a fresh machine)."""
+    h100 (its L2 is the lone caching tier: the set-group engine, what `tierlab run --chip h100`
+    compiles on a fresh machine)."""
     with tempfile.TemporaryDirectory(prefix="tierlab-numba-") as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         runs = []
