@@ -78,6 +78,8 @@ Exact speed-ups (``fast_path``, on by default; off gives plain per-block replay,
   consecutive sets that hold alike (set ``s`` holds blocks ``A + s`` for the group's offsets ``A``,
   in replacement order). A chunk is served group by group, each outcome counted once for all the
   group's sets; groups are split where a chunk starts or ends and merged when they hold alike again.
+  A stream cut into more than ``max_set_groups`` groups (or a quarter of the sets, past 64) is too
+  scattered for groups to pay: the state is written out per set and the walk replays the rest.
   Property-tested equal to the plain-Python reference and to the walk (``tests/test_setgroups.py``);
   this is what makes a decode token of an 8 B model replay faster than the chip runs it.
 * **Cache-stream kernels** (:mod:`emulator.stream`): ``replay_blocks`` on LRU, FIFO and random
@@ -128,6 +130,7 @@ class ReplayOptions:
     fast_min_blocks: int = 64             # shortest read chunk (tier-0 blocks) the fast path takes
     lazy_max_runs: int = 16               # runs a lazy tier keeps stacked before it is written out
     set_groups: bool = True               # a lone LRU/FIFO caching tier kept as groups of alike sets
+    max_set_groups: int = 1024            # more groups (or sets / 4, past 64): tier 0 written out, walked per set
     threads: int = 1                      # replay_blocks: split the stream by set over 2 threads where exact
     batch_rows: int = 1 << 16             # access descriptors per engine call
     opt_max_lookups: int = 1 << 26        # largest per-tier future the opt pre-pass may hold
@@ -138,6 +141,8 @@ class ReplayOptions:
     def __post_init__(self):
         if self.lazy_max_runs < 1:
             raise UsageError(f"expected at least 1 run, got {self.lazy_max_runs}", field="lazy_max_runs")
+        if self.max_set_groups < 1:
+            raise UsageError(f"expected at least 1 group, got {self.max_set_groups}", field="max_set_groups")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -304,7 +309,11 @@ def set_groups_apply(geo: Geometry, options: ReplayOptions) -> bool:
 
 class SetGroupReplayer:
     """Tier 0 as groups of sets that hold alike (:mod:`emulator.setgroups`); the same interface
-    and counts as :class:`Replayer` where :func:`set_groups_apply` holds."""
+    and counts as :class:`Replayer` where :func:`set_groups_apply` holds.
+
+    When tier 0 is cut into more than ``options.max_set_groups`` groups, or into more than a
+    quarter of its sets (and 64), a stream too scattered for groups to pay, the state is written out per
+    set and a :class:`Replayer` (the walk, with its range fast path) replays the rest."""
 
     def __init__(self, geo: Geometry, t_addr: np.ndarray, t_home: np.ndarray, t_kind: np.ndarray,
                  options: ReplayOptions):
@@ -316,21 +325,43 @@ class SetGroupReplayer:
         self.sh0 = int(geo.block_bytes[0]).bit_length() - 1
         self.grp_lo, self.grp_row, self.ent, self.free, self.st = setgroups.new_state(
             int(geo.n_sets[0]), int(geo.n_ways[0]))
+        self.walk: Replayer | None = None
 
     def run(self, row, tid, offset, nbytes, count, stride, write, pim, cnt) -> int:
+        if self.walk is not None:
+            return self.walk.run(row, tid, offset, nbytes, count, stride, write, pim, cnt)
         g, o = self.geo, self.options
-        n, self.ent, self.free = setgroups.replay_groups(
+        n, self.ent, self.free, stop = setgroups.replay_groups(
             row, tid, offset, nbytes, count, stride, write, pim, self.t_addr, self.t_home, self.t_kind,
             g.block_bytes, self.sh0, g.n_sets, g.n_ways, g.policy, o.store_hit_recency,
-            o.fetch_on_write_miss, self.grp_lo, self.grp_row, self.ent, self.free, self.st, cnt)
+            o.fetch_on_write_miss, self.grp_lo, self.grp_row, self.ent, self.free, self.st,
+            min(o.max_set_groups, max(64, int(g.n_sets[0]) // 4)), cnt)
+        if stop < len(row):
+            self._write_out()
+            n += self.walk.run(row[stop:], tid[stop:], offset[stop:], nbytes[stop:], count[stop:],
+                               stride[stop:], write[stop:], pim[stop:], cnt)
         return int(n)
 
+    def _write_out(self) -> None:
+        """Hand the state to a :class:`Replayer` (see :func:`emulator.setgroups.write_slots`)."""
+        w = Replayer(self.geo, self.t_addr, self.t_home, self.t_kind, self.options)
+        setgroups.write_slots(self.grp_lo, self.grp_row, self.ent, self.st, self.geo.n_ways, self.t_home,
+                              w.tag, w.dirty, w.meta, w.owner, w.clock, w.tinfo, w.region_cnt,
+                              engine.TI_REGION_SHIFT, engine.TI_REGION_OFF, engine.TI_DIRTY_FAR)
+        self.walk = w
+
     def flush(self, cnt) -> None:
+        if self.walk is not None:
+            self.walk.flush(cnt)
+            return
         setgroups.flush_groups(self.t_home, self.t_kind, self.geo.block_bytes, self.geo.n_ways,
-                                self.grp_lo, self.grp_row, self.ent, self.st, cnt)
+                               self.grp_lo, self.grp_row, self.ent, self.st, cnt)
 
     def fast_request_counts(self) -> list[int]:
-        return [int(self.st[setgroups.ST_REQUESTS])] + [0] * (len(self.geo.names) - 1)
+        out = [int(self.st[setgroups.ST_REQUESTS])] + [0] * (len(self.geo.names) - 1)
+        if self.walk is not None:
+            out = [a + b for a, b in zip(out, self.walk.fast_request_counts())]
+        return out
 
 
 Batch = tuple  # (row, tid, offset, nbytes, count, stride, write, pim) int64/bool arrays
@@ -409,6 +440,7 @@ def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iter
         stats["fast_requests"] = r.fast_requests
         if isinstance(r, SetGroupReplayer):
             stats["set_groups_max"] = int(r.st[setgroups.ST_K_MAX])
+            stats["set_groups_written_out"] = r.walk is not None
     return out
 
 
@@ -484,7 +516,7 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
                           meta={"geometry": {"n_sets": geo.n_sets.tolist(), "n_ways": geo.n_ways.tolist(),
                                              "caching": (geo.mode == engine.MODE_CACHE).tolist()},
                                 "fast_requests": stats["fast_requests"],
-                                **({"set_groups_max": stats["set_groups_max"]} if "set_groups_max" in stats else {})})
+                                **{k: stats[k] for k in ("set_groups_max", "set_groups_written_out") if k in stats}})
     from emulator.invariants import check_result, debug_from_env
 
     if options.debug or debug_from_env():

@@ -310,10 +310,14 @@ def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, gr
 @njit(nogil=True)
 def replay_groups(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim,
                     t_addr, t_home, t_kind, blk, sh0, n_sets, n_ways, policy, store_recency, fetch_write,
-                    grp_lo, grp_row, ent, free, st, cnt):
+                    grp_lo, grp_row, ent, free, st, max_groups, cnt):
     """Replay a batch of access descriptors on the group state of tier 0 (see the module docstring
-    and :func:`emulator.engine.replay_batch` for the descriptors). Returns the tier-0 blocks
-    requested and the entry arrays (new ones when the row pool grew)."""
+    and :func:`emulator.engine.replay_batch` for the descriptors).
+
+    Stops before a descriptor when tier 0 is cut into more than ``max_groups`` groups (the caller
+    then writes the state out, :func:`write_slots`, and replays the rest per set). Returns the
+    tier-0 blocks requested, the entry arrays (new ones when the row pool grew) and the index of
+    the first descriptor not replayed (the batch's length when all were)."""
     S = n_sets[0]
     W = n_ways[0]
     lru = policy[0] == 0
@@ -324,6 +328,8 @@ def replay_groups(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_strid
     s_row = cnt.shape[1] * s_kind
     n_blocks = 0
     for a in range(acc_row.shape[0]):
+        if st[ST_K] > max_groups:
+            return n_blocks, ent, free, a
         row = acc_row[a]
         tid = acc_tid[a]
         rw = 1 if acc_write[a] else 0
@@ -348,7 +354,43 @@ def replay_groups(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_strid
             _chunk(first, last, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, grp_row,
                    ent, free, st, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
             st[ST_REQUESTS] += nb
-    return n_blocks, ent, free
+    return n_blocks, ent, free, acc_row.shape[0]
+
+
+@njit(nogil=True)
+def write_slots(grp_lo, grp_row, ent, st, n_ways, t_home, tag, dirty, meta, owner, clock, tinfo,
+                region_cnt, shift_col, off_col, dirty_far_col):
+    """Write the groups out as the walk's per-set state of tier 0 (:mod:`emulator.engine`): valid
+    ways first (youngest in way 0), replacement words falling with age below a new clock, each
+    resident block counted in its residency region and each dirty one homed past tier 1 in the
+    tier's far-dirty count. The walk then replays on from there with the same counts."""
+    W = n_ways[0]
+    clock0 = clock[0] + W
+    rs = tinfo[0, shift_col]
+    ro = tinfo[0, off_col]
+    far = 0
+    for k in range(st[ST_K]):
+        rb = grp_row[k] * W
+        for s in range(grp_lo[k], grp_lo[k + 1]):
+            base = s * W
+            for e in range(W):
+                a = ent[0, rb + e]
+                if a == EMPTY:
+                    tag[base + e] = -1
+                    dirty[base + e] = 0
+                    meta[base + e] = 0
+                    owner[base + e] = 0
+                    continue
+                b = a + s
+                tag[base + e] = b
+                owner[base + e] = ent[1, rb + e]
+                dirty[base + e] = ent[2, rb + e]
+                meta[base + e] = clock0 - 1 - e
+                region_cnt[ro + (b >> rs)] += 1
+                if ent[2, rb + e] and t_home[ent[1, rb + e]] != 1:
+                    far += 1
+    tinfo[0, dirty_far_col] += far
+    clock[0] = clock0
 
 
 @njit(nogil=True)

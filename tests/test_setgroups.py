@@ -21,6 +21,7 @@ from emulator.hierarchy import Tier
 from emulator.replay import (KINDS, ReplayOptions, SetGroupReplayer, build_geometry, replay_arrays,
                              replay_blocks, set_groups_apply)
 from test_engine_reference import _engine, _expected
+from traces.errors import UsageError
 
 
 @st.composite
@@ -99,6 +100,34 @@ def test_groups_match_the_walk(sc):
     assert sum(walk.meta["fast_requests"]) == 0
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lone_cache(), st.integers(1, 6))
+def test_written_out_when_cut_too_fine_and_walked_on_with_the_same_counts(sc, max_groups):
+    # past max_set_groups groups the state is written out per set and the walk (with its range
+    # fast path) replays the rest: from any point of any stream, the counts stay the walk's
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    opts = dataclasses.replace(opts, max_set_groups=max_groups, fast_min_blocks=1)
+    mixed = _engine(tiers, lent, tensors, n_ops, acc, opts, cuts)
+    walk = _engine(tiers, lent, tensors, n_ops, acc, dataclasses.replace(opts, fast_path=False), cuts)
+    _assert_same(mixed, walk)
+    assert mixed.meta["set_groups_max"] <= max_groups + 6 * max(a[4] for a in acc)
+
+
+def test_a_scattered_stream_is_written_out_and_walked():
+    rng = np.random.default_rng(5)
+    tiers = [Tier("c", 512 * 4 * 32, 32, 4, "lru", "cache", 1.0, 0.0, 0.0)]
+    a = rng.integers(0, 1 << 16, 20_000) * 32
+    w = rng.random(len(a)) < 0.3
+    o = ReplayOptions(flush=True, max_set_groups=64)
+    mixed = replay_blocks(a, w, tiers=tiers, options=o)
+    walk = replay_blocks(a, w, tiers=tiers, options=dataclasses.replace(o, fast_path=False))
+    np.testing.assert_array_equal(mixed.tiers, walk.tiers)
+    np.testing.assert_array_equal(mixed.flush, walk.flush)
+    assert mixed.meta["set_groups_written_out"] and mixed.meta["set_groups_max"] > 64
+    few = replay_blocks(np.arange(4096) * 32, None, tiers=tiers, options=o)
+    assert not few.meta["set_groups_written_out"]
+
+
 @pytest.mark.parametrize("policy", ["lru", "fifo"])
 @pytest.mark.parametrize("recency", [True, False])
 def test_streams_of_full_and_partial_runs_with_stores(policy, recency):
@@ -139,16 +168,16 @@ def test_hand_counted_two_sets_lru():
 
 
 def test_a_run_over_the_whole_tier_leaves_few_groups_and_the_pool_grows():
-    # scattered single blocks cut a 256-set tier into many groups (more than the first pool of
+    # scattered single blocks cut a 4096-set tier into many groups (more than the first pool of
     # rows); a run of sets x ways blocks then replaces every block and they merge back
-    tiers = [Tier("c", 256 * 2 * 32, 32, 2, "lru", "cache", 1.0, 0.0, 0.0),
+    tiers = [Tier("c", 4096 * 2 * 32, 32, 2, "lru", "cache", 1.0, 0.0, 0.0),
              Tier("mem", 1 << 30, 32, None, "lru", "memory", 1.0, 0.0, 0.0)]
     opts = ReplayOptions()
     geo = build_geometry(tiers, np.zeros(2, np.int64), np.array([1 << 20, 0], np.int64), opts)
     assert set_groups_apply(geo, opts)
     r = SetGroupReplayer(geo, np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.int64), opts)
     rng = np.random.default_rng(3)
-    offs = np.sort(rng.choice(1 << 12, 300, replace=False)) * 2 * 32
+    offs = np.sort(rng.choice(1 << 14, 300, replace=False)) * 2 * 32
     n = len(offs)
 
     def batch(o, nb, w):
@@ -159,12 +188,12 @@ def test_a_run_over_the_whole_tier_leaves_few_groups_and_the_pool_grows():
     cnt = np.zeros((1, len(KINDS), 2, 12), np.int64)
     r.run(*batch(offs, 32, True), cnt)
     assert r.st[setgroups.ST_K] > 100 and r.st[setgroups.ST_GROWN] > 0
-    r.run(*batch([1 << 20], 256 * 2 * 32 * 3, False), cnt)
+    r.run(*batch([1 << 20], 4096 * 2 * 32 * 3, False), cnt)
     assert r.st[setgroups.ST_K] <= 2
     c = cnt[0].sum(axis=0)[0]
-    assert c[0] + c[1] == n + 256 * 2 * 3          # hits + misses = requests
+    assert c[0] + c[1] == n + 4096 * 2 * 3          # hits + misses = requests
     assert c[5] == n                                 # every written block was written back
-    assert r.st[setgroups.ST_REQUESTS] == n + 256 * 2 * 3
+    assert r.st[setgroups.ST_REQUESTS] == n + 4096 * 2 * 3
 
 
 def test_where_set_groups_apply():
@@ -183,6 +212,8 @@ def test_where_set_groups_apply():
     assert not set_groups_apply(geo(c, c, mem), on)                      # two caching tiers
     assert not set_groups_apply(geo(dataclasses.replace(c, managed="scratchpad"), c, mem), on)
     assert not set_groups_apply(geo(c), on)                              # nothing below it
+    with pytest.raises(UsageError, match="max_set_groups"):
+        ReplayOptions(max_set_groups=0)
 
 
 def test_model_decode_on_h100_equals_the_lazy_engine(tmp_path):
