@@ -10,7 +10,8 @@ replay in the process also loads the compiled engine from Numba's cache and is r
 set groups (lazy stacks of runs, ``set_groups=False``) is timed in the same run as the reference,
 and its counts compared.
 
-    python benchmarks/bench_model.py [--model NAME] [--chip NAME] [--context N] [--generate N] [--repeat N]
+    python benchmarks/bench_model.py [--model NAME] [--chip NAME] [--context N] [--generate N]
+                                     [--prompt N] [--batch N] [--repeat N]
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def main() -> None:
     ap.add_argument("--chip", default="h100")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--generate", type=int, default=8)
+    ap.add_argument("--prompt", type=int, default=0, help="tokens prefilled before decoding (default 0)")
+    ap.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
     ap.add_argument("--repeat", type=int, default=3, help="replays timed after the first (best kept; default 3)")
     args = ap.parse_args()
 
@@ -56,7 +59,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="tierlab-bench-") as tmp:
         t0 = time.perf_counter()
-        path = generate_trace(load_model(args.model), RunConfig(context=args.context, generate=args.generate),
+        path = generate_trace(load_model(args.model), RunConfig(context=args.context, generate=args.generate,
+                                                                     prompt=args.prompt, batch=args.batch),
                               Path(tmp) / "model.trace")
         t_trace = time.perf_counter() - t0
         log(f"trace written in {t_trace:.1f} s; replaying")
@@ -95,6 +99,7 @@ def main() -> None:
     links = res.links
     emit("bench_model", {
         "model": args.model, "chip": args.chip, "context": args.context, "generate": args.generate,
+        "prompt": args.prompt, "batch": args.batch,
         "trace_s": t_trace, "replay_s": t_replay, "first_replay_s": t_first,
         "tier0_block_bytes": block0, "tier0_requests": total_req,
         "simulated_bytes": total_req * block0,
