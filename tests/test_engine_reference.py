@@ -19,6 +19,25 @@ from reference import reference_replay
 TENSOR_SPAN = 1024  # tensors start at multiples of this (aligned for every block size used)
 
 
+def draw_accesses(draw, tensors, n_ops, max_acc, max_count, nbytes):
+    """Descriptors ``[op, tensor, offset, nbytes, count, stride, write, pim]`` over ``tensors``
+    (``(address, home, kind, size)``): chunk sizes from ``nbytes(size)``, strided chunks that may
+    overlap, writes, one in ten PIM, op ids in order."""
+    acc = []
+    for _ in range(draw(st.integers(1, max_acc))):
+        tid = draw(st.integers(0, len(tensors) - 1))
+        size = tensors[tid][3]
+        nb = draw(nbytes(size))
+        count = draw(st.integers(1, max_count))
+        stride = draw(st.integers(0, max(0, (size - nb) // max(1, count - 1)))) if count > 1 else 0
+        off = draw(st.integers(0, size - nb - (count - 1) * stride))
+        acc.append([0, tid, off, nb, count, stride, draw(st.booleans()), draw(st.sampled_from([0] * 9 + [1]))])
+    ops = sorted(draw(st.lists(st.integers(0, n_ops - 1), min_size=len(acc), max_size=len(acc))))
+    for a, o in zip(acc, ops):
+        a[0] = o
+    return acc
+
+
 @st.composite
 def scenarios(draw):
     n_upper = draw(st.integers(1, 3))
@@ -47,18 +66,7 @@ def scenarios(draw):
         tensors.append((t * TENSOR_SPAN, draw(st.sampled_from(home_ok)), draw(st.integers(0, len(KINDS) - 1)),
                         nbytes))
     n_ops = draw(st.integers(1, 5))
-    acc = []
-    for _ in range(draw(st.integers(1, 40))):
-        tid = draw(st.integers(0, n_t - 1))
-        size = tensors[tid][3]
-        nb = draw(st.integers(1, size))
-        count = draw(st.integers(1, 4))
-        stride = draw(st.integers(0, max(0, (size - nb) // max(1, count - 1)))) if count > 1 else 0
-        off = draw(st.integers(0, size - nb - (count - 1) * stride))
-        acc.append([0, tid, off, nb, count, stride, draw(st.booleans()), draw(st.sampled_from([0] * 9 + [1]))])
-    ops = sorted(draw(st.lists(st.integers(0, n_ops - 1), min_size=len(acc), max_size=len(acc))))
-    for a, o in zip(acc, ops):
-        a[0] = o
+    acc = draw_accesses(draw, tensors, n_ops, 40, 4, lambda size: st.integers(1, size))
     opts = ReplayOptions(store_hit_recency=draw(st.booleans()), fetch_on_write_miss=draw(st.booleans()),
                          fetch_on_writeback_miss=draw(st.booleans()), flush=draw(st.booleans()),
                          seed=draw(st.integers(0, 3)), fast_path=draw(st.booleans()),

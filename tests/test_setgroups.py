@@ -20,7 +20,7 @@ from emulator import setgroups
 from emulator.hierarchy import Tier
 from emulator.replay import (KINDS, ReplayOptions, SetGroupReplayer, build_geometry, replay_arrays,
                              replay_blocks, set_groups_apply)
-from test_engine_reference import _engine, _expected
+from test_engine_reference import _engine, _expected, draw_accesses
 from traces.errors import UsageError
 
 
@@ -45,18 +45,9 @@ def lone_cache(draw, span=4096, max_acc=40):
     tensors = [(t * span, draw(st.sampled_from(homes)), draw(st.integers(0, len(KINDS) - 1)),
                 draw(st.integers(1, span))) for t in range(n_t)]
     n_ops = draw(st.integers(1, 5))
-    acc = []
-    for _ in range(draw(st.integers(1, max_acc))):
-        tid = draw(st.integers(0, n_t - 1))
-        size = tensors[tid][3]
-        nb = draw(st.one_of(st.integers(1, min(size, 4 * b0)), st.integers(1, size)))
-        count = draw(st.integers(1, 3))
-        stride = draw(st.integers(0, max(0, (size - nb) // max(1, count - 1)))) if count > 1 else 0
-        off = draw(st.integers(0, size - nb - (count - 1) * stride))
-        acc.append([0, tid, off, nb, count, stride, draw(st.booleans()), draw(st.sampled_from([0] * 9 + [1]))])
-    ops = sorted(draw(st.lists(st.integers(0, n_ops - 1), min_size=len(acc), max_size=len(acc))))
-    for a, o in zip(acc, ops):
-        a[0] = o
+    # chunks of a few blocks (a few sets) as often as of any size (up to many times the tier)
+    acc = draw_accesses(draw, tensors, n_ops, max_acc, 3,
+                        lambda size: st.one_of(st.integers(1, min(size, 4 * b0)), st.integers(1, size)))
     opts = ReplayOptions(store_hit_recency=draw(st.booleans()), fetch_on_write_miss=draw(st.booleans()),
                          flush=draw(st.booleans()))
     cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(acc) - 1)), max_size=3))))
