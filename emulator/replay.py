@@ -311,9 +311,9 @@ class SetGroupReplayer:
     """Tier 0 as groups of sets that hold alike (:mod:`emulator.setgroups`); the same interface
     and counts as :class:`Replayer` where :func:`set_groups_apply` holds.
 
-    When tier 0 is cut into more than ``options.max_set_groups`` groups, or into more than a
-    quarter of its sets (and 64), a stream too scattered for groups to pay, the state is written out per
-    set and a :class:`Replayer` (the walk, with its range fast path) replays the rest."""
+    A stream too scattered for groups to pay cuts tier 0 into more than ``options.max_set_groups``
+    groups, or into more than a quarter of its sets (once past 64). The state is then written out
+    per set, and a :class:`Replayer` (the walk, with its range fast path) replays the rest."""
 
     def __init__(self, geo: Geometry, t_addr: np.ndarray, t_home: np.ndarray, t_kind: np.ndarray,
                  options: ReplayOptions):
@@ -398,8 +398,9 @@ def run_replay(geo: Geometry, t_addr, t_home, t_kind, batches: Callable[[], Iter
                ) -> tuple[np.ndarray, int, int]:
     """Replay every batch from ``batches()`` (called again for each opt pre-pass).
 
-    ``stats`` (if given) receives ``fast_requests``: requests the fast path served, per tier, and
-    with set groups ``set_groups_max``: the most groups tier 0 was cut into at once.
+    ``stats`` (if given) receives ``fast_requests``: requests the fast path served, per tier; with
+    set groups also ``set_groups_max`` (the most groups tier 0 was cut into at once) and
+    ``set_groups_written_out`` (whether the walk replayed the rest).
 
     ``on_batch(row_lo, cnt, n_rows_in_batch)`` receives each batch's counter array
     ``cnt[row - row_lo, kind, tier, counter]``. Returns (flush counters ``[kind, tier, counter]``,
