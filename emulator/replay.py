@@ -346,8 +346,7 @@ class SetGroupReplayer:
         """Hand the state to a :class:`Replayer` (see :func:`emulator.setgroups.write_slots`)."""
         w = Replayer(self.geo, self.t_addr, self.t_home, self.t_kind, self.options)
         setgroups.write_slots(self.grp_lo, self.grp_row, self.ent, self.st, self.geo.n_ways, self.t_home,
-                              w.tag, w.dirty, w.meta, w.owner, w.clock, w.tinfo, w.region_cnt,
-                              engine.TI_REGION_SHIFT, engine.TI_REGION_OFF, engine.TI_DIRTY_FAR)
+                              w.tag, w.dirty, w.meta, w.owner, w.clock, w.tinfo, w.region_cnt)
         self.walk = w
 
     def flush(self, cnt) -> None:

@@ -41,6 +41,7 @@ from emulator.counters import (
     WRITEBACKS,
     WRITETHROUGHS,
 )
+from emulator.engine import TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT
 from emulator.jit import njit
 from emulator.simd import set_lookup, set_put
 
@@ -59,8 +60,8 @@ def new_state(n_sets: int, n_ways: int, rows: int = 64):
     grp_lo[1] = n_sets
     ent = np.full((3, rows * n_ways), EMPTY, np.int64)
     ent[1:] = 0
-    free = np.arange(rows - 1, 0, -1).astype(np.int64)   # row 0 is group 0's
-    free = np.concatenate([free, np.zeros(1, np.int64)])
+    free = np.zeros(rows, np.int64)
+    free[:rows - 1] = np.arange(rows - 1, 0, -1)          # a stack of rows; row 0 is group 0's
     st = np.zeros(N_ST, np.int64)
     st[ST_K] = 1
     st[ST_K_MAX] = 1
@@ -358,16 +359,15 @@ def replay_groups(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_strid
 
 
 @njit(nogil=True)
-def write_slots(grp_lo, grp_row, ent, st, n_ways, t_home, tag, dirty, meta, owner, clock, tinfo,
-                region_cnt, shift_col, off_col, dirty_far_col):
+def write_slots(grp_lo, grp_row, ent, st, n_ways, t_home, tag, dirty, meta, owner, clock, tinfo, region_cnt):
     """Write the groups out as the walk's per-set state of tier 0 (:mod:`emulator.engine`): valid
     ways first (youngest in way 0), replacement words falling with age below a new clock, each
     resident block counted in its residency region and each dirty one homed past tier 1 in the
     tier's far-dirty count. The walk then replays on from there with the same counts."""
     W = n_ways[0]
     clock0 = clock[0] + W
-    rs = tinfo[0, shift_col]
-    ro = tinfo[0, off_col]
+    rs = tinfo[0, TI_REGION_SHIFT]
+    ro = tinfo[0, TI_REGION_OFF]
     far = 0
     for k in range(st[ST_K]):
         rb = grp_row[k] * W
@@ -389,7 +389,7 @@ def write_slots(grp_lo, grp_row, ent, st, n_ways, t_home, tag, dirty, meta, owne
                 region_cnt[ro + (b >> rs)] += 1
                 if ent[2, rb + e] and t_home[ent[1, rb + e]] != 1:
                     far += 1
-    tinfo[0, dirty_far_col] += far
+    tinfo[0, TI_DIRTY_FAR] += far
     clock[0] = clock0
 
 
