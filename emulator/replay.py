@@ -325,6 +325,7 @@ class SetGroupReplayer:
         self.sh0 = int(geo.block_bytes[0]).bit_length() - 1
         self.grp_lo, self.grp_row, self.ent, self.free, self.st = setgroups.new_state(
             int(geo.n_sets[0]), int(geo.n_ways[0]))
+        self.max_groups = min(options.max_set_groups, max(64, int(geo.n_sets[0]) // 4))
         self.walk: Replayer | None = None
 
     def run(self, row, tid, offset, nbytes, count, stride, write, pim, cnt) -> int:
@@ -335,7 +336,7 @@ class SetGroupReplayer:
             row, tid, offset, nbytes, count, stride, write, pim, self.t_addr, self.t_home, self.t_kind,
             g.block_bytes, self.sh0, g.n_sets, g.n_ways, g.policy, o.store_hit_recency,
             o.fetch_on_write_miss, self.grp_lo, self.grp_row, self.ent, self.free, self.st,
-            min(o.max_set_groups, max(64, int(g.n_sets[0]) // 4)), cnt)
+            self.max_groups, cnt)
         if stop < len(row):
             self._write_out()
             n += self.walk.run(row[stop:], tid[stop:], offset[stop:], nbytes[stop:], count[stop:],

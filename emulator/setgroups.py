@@ -43,6 +43,7 @@ from emulator.counters import (
 )
 from emulator.engine import TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT
 from emulator.jit import njit
+from emulator.lazy import count_in
 from emulator.simd import set_lookup, set_put
 
 EMPTY = -1
@@ -67,6 +68,15 @@ def new_state(n_sets: int, n_ways: int, rows: int = 64):
     st[ST_K_MAX] = 1
     st[ST_FREE] = rows - 1
     return grp_lo, grp_row, ent, free, st
+
+
+@njit(nogil=True)
+def _flat(cnt):
+    """``cnt[row, kind, tier, c]`` as a flat view and its strides: ``cf[row * s_row + kind * s_kind
+    + tier * s_tier + c]``."""
+    s_tier = cnt.shape[3]
+    s_kind = cnt.shape[2] * s_tier
+    return cnt.reshape(cnt.size), cnt.shape[1] * s_kind, s_kind, s_tier
 
 
 @njit(nogil=True)
@@ -267,7 +277,7 @@ def _grow(ent, free, st, W):
 @njit(nogil=True)
 def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, grp_row, ent, free, st,
            cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
-    """Serve tier-0 blocks ``F..L`` (one chunk, in order) on the setgroups."""
+    """Serve tier-0 blocks ``F..L`` (one chunk, in order) on the groups."""
     n = L - F + 1
     q = n // S
     rem = n % S
@@ -285,10 +295,7 @@ def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, gr
         e = c1 if x == 0 else (c2 if x == 1 else S)
         if a == e:
             continue
-        d = a - f
-        if d < 0:
-            d += S
-        m = q + (1 if d < rem else 0)
+        m = count_in(q, rem, f, a, S)
         if m == 0:
             continue
         a0 = F - f + (S if a < f else 0)
@@ -310,8 +317,8 @@ def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, gr
 
 @njit(nogil=True)
 def replay_groups(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim,
-                    t_addr, t_home, t_kind, blk, sh0, n_sets, n_ways, policy, store_recency, fetch_write,
-                    grp_lo, grp_row, ent, free, st, max_groups, cnt):
+                  t_addr, t_home, t_kind, blk, sh0, n_sets, n_ways, policy, store_recency, fetch_write,
+                  grp_lo, grp_row, ent, free, st, max_groups, cnt):
     """Replay a batch of access descriptors on the group state of tier 0 (see the module docstring
     and :func:`emulator.engine.replay_batch` for the descriptors).
 
@@ -323,10 +330,7 @@ def replay_groups(acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_strid
     W = n_ways[0]
     lru = policy[0] == 0
     b0 = blk[0]
-    cf = cnt.reshape(cnt.size)
-    s_tier = cnt.shape[3]
-    s_kind = cnt.shape[2] * s_tier
-    s_row = cnt.shape[1] * s_kind
+    cf, s_row, s_kind, s_tier = _flat(cnt)
     n_blocks = 0
     for a in range(acc_row.shape[0]):
         if st[ST_K] > max_groups:
@@ -397,10 +401,7 @@ def write_slots(grp_lo, grp_row, ent, st, n_ways, t_home, tag, dirty, meta, owne
 def flush_groups(t_home, t_kind, blk, n_ways, grp_lo, grp_row, ent, st, cnt):
     """End-of-run flush: every dirty entry is written back (``cnt[0]``) and stays, clean."""
     W = n_ways[0]
-    cf = cnt.reshape(cnt.size)
-    s_tier = cnt.shape[3]
-    s_kind = cnt.shape[2] * s_tier
-    s_row = cnt.shape[1] * s_kind
+    cf, s_row, s_kind, s_tier = _flat(cnt)
     for k in range(st[ST_K]):
         n = grp_lo[k + 1] - grp_lo[k]
         rb = grp_row[k] * W
