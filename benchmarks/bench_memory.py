@@ -74,8 +74,8 @@ energy = "1 pJ/bit"
 _PROBE = """
 import json, resource, sys, time
 import numpy as np
-from emulator.replay import replay_trace
-from emulator.chipfile import load_chip
+from emulator.pipeline import replay_trace
+from emulator.chip.chipfile import load_chip
 from traces.reader import open_trace
 what, path, chip = sys.argv[1], sys.argv[2], load_chip(sys.argv[3])
 small = sys.argv[4]

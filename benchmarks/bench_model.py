@@ -25,19 +25,19 @@ import numpy as np
 
 from _common import emit, log
 
-from emulator.counters import BYPASSES, HITS, MISSES
+from emulator.engine.counters import BYPASSES, HITS, MISSES
 
 
 def chip_seconds_per_token(tr, ops) -> tuple[dict, str]:
     """The chip's own time per decode step: the cost model's per-op roofline latency summed over
     each step's ops (what ``tierlab replay --json`` reports as ``per_token.latency_s``)."""
-    from emulator.cost import per_step
-    from emulator.report import cost_of
+    from emulator.cost.model import per_step
+    from emulator.present.report import cost_of
 
     cst = cost_of(tr)
     steps = per_step(cst, ops["step"], ops["phase"])
     return ({str(s): float(cst.latency_s[ids].sum()) for s, ids in steps.items()},
-            "emulator.cost: per op max(compute, tier and link bytes / bandwidth), summed per step")
+            "emulator.cost.model: per op max(compute, tier and link bytes / bandwidth), summed per step")
 
 
 def main() -> None:
@@ -51,7 +51,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="replays timed after the first (best kept; default 3)")
     args = ap.parse_args()
 
-    from emulator.replay import ReplayOptions, replay_trace
+    from emulator.engine.options import ReplayOptions
+
+    from emulator.pipeline import replay_trace
     from traces.lower import generate_trace
     from traces.reader import open_trace
     from traces.run import RunConfig

@@ -1,1 +1,5 @@
-"""tierlab emulator: hierarchies, placement, the Numba replay engine, energy and latency, the CLI."""
+"""tierlab emulator: the chip, the counting engine, costing, analyses, presentation and the CLI.
+
+Data walks one way: ``chip`` (hierarchy, placement) -> ``engine`` (door -> kernel -> counters) ->
+``cost`` (energy, latency) -> ``analysis`` / ``present`` -> ``cli``. See ``docs/design.md``.
+"""

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from emulator.chipfile import list_presets as chip_presets
+from emulator.chip.chipfile import list_presets as chip_presets
 from emulator.cli import main
 from traces import format as fmt
 from traces.spec import ARCHITECTURES

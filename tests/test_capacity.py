@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.capacity import Budget, activation_tensor_bytes, capacity, weight_bytes
-from emulator.chipfile import load_chip
+from emulator.analysis.capacity import Budget, activation_tensor_bytes, capacity, weight_bytes
+from emulator.chip.chipfile import load_chip
 from emulator.cli.capacity import command
-from traces.errors import CapacityError, UsageError
+from common.errors import CapacityError, UsageError
 from traces.lower import generate_trace
 from traces.reader import open_trace
 from traces.run import RunConfig

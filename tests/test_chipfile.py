@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.chipfile import chip_from_dict, chip_hash, list_presets, load_chip
+from emulator.chip.chipfile import chip_from_dict, chip_hash, list_presets, load_chip
 from emulator.cli import main
-from emulator.hierarchy import Chip, Compute, Tier
-from traces.errors import ConfigError, UsageError
+from emulator.chip.hierarchy import Chip, Compute, Tier
+from common.errors import ConfigError, UsageError
 
 F = "chips/x.toml"
 
@@ -306,7 +306,7 @@ def test_cli_unknown_preset_real_process():
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from traces.errors import TierlabError  # noqa: E402
+from common.errors import TierlabError  # noqa: E402
 
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 2**40), st.floats(allow_nan=True),
                     st.text(max_size=12), st.sampled_from(["0 B", "-1 KiB", "3 GB/s", "1e999 B", "7 B", "lru",
@@ -363,7 +363,7 @@ def test_fuzz_random_bytes_as_chip_file(tmp_path_factory, blob):
 @settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_fuzz_mutated_preset_text(tmp_path_factory, data):
-    from traces.paths import configs_dir
+    from common.paths import configs_dir
     name = data.draw(st.sampled_from(list_presets()))
     text = (configs_dir("chips") / f"{name}.toml").read_text()
     i = data.draw(st.integers(0, len(text) - 1))

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from emulator.cli import main
-from emulator.compare import compare, format_table, summarise, table_rows
-from emulator.replay import ReplayOptions
+from emulator.analysis.compare import compare, format_table, summarise, table_rows
+from emulator.engine.options import ReplayOptions
 from traces.lower import generate_trace
 from traces.reader import open_trace
 from traces.run import RunConfig

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.hierarchy import Tier
-from emulator.replay import ReplayOptions, replay_arrays, replay_blocks
+from emulator.chip.hierarchy import Tier
+from emulator.engine.door import replay_arrays, replay_blocks
+from emulator.engine.options import ReplayOptions
 from test_engine_reference import _engine, scenarios
 
 
@@ -98,7 +99,11 @@ def test_two_thread_set_partition_is_exact(seed, policy, levels, flush):
 
 
 def test_partition_bit():
-    from emulator.replay import partition_bit
+    from emulator.engine.geometry import build_geometry
+    from emulator.engine.geometry import partition_bit as bit_of
+
+    def partition_bit(tiers):
+        return bit_of(build_geometry(tiers, [0] * len(tiers), [1 << 62] * len(tiers), ReplayOptions()))
 
     # 64 B blocks, 64 and 1024 sets: bit 0..5 of the block number index both
     assert partition_bit([_cache("l1", 64, 8, 64), _cache("l2", 1024, 16, 64)]) == 0
@@ -132,7 +137,9 @@ def test_lean_cache_stream_kernel_equals_the_general_walk(seed, policy, levels, 
     kw = dict(store_hit_recency=recency, fetch_on_write_miss=fow, fetch_on_writeback_miss=fowb)
     lean = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(batch_rows=256, seed=seed, **kw))
     walk = replay_blocks(a, w, tiers=tiers, options=ReplayOptions(fast_path=False, seed=seed, **kw))
-    assert lean.meta.get("kernel") == "cache_stream"
+    assert lean.meta["kernel"]["name"] == ("cache_stream_chain" if policy != "random" and not w.any()
+                                           else "cache_stream_passes")
+    assert walk.meta["kernel"] == {"name": "walk", "why": "asked for"}
     np.testing.assert_array_equal(lean.tiers, walk.tiers)
     np.testing.assert_array_equal(lean.by_kind, walk.by_kind)
 
@@ -187,7 +194,7 @@ def test_read_only_chain_on_one_and_two_threads_equals_the_walk(levels, policy, 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("writes", [False, True])
 def test_negative_address_is_refused_on_every_path(threads, writes):
-    from traces.errors import UsageError
+    from common.errors import UsageError
 
     tiers = [_cache("l1", 16, 4, 64), _cache("l2", 64, 8, 64)]
     a = np.arange(0, 64 * 4000, 64)

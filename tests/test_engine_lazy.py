@@ -1,4 +1,4 @@
-"""Lazy tier state (emulator.lazy): stacks of runs give bit-identical counters to per-block replay.
+"""Lazy tier state (emulator.engine.lazy): stacks of runs give bit-identical counters to per-block replay.
 
 Streams are built so the lazy paths all run: full runs (at least sets x ways blocks of tier 0),
 partial runs stacked on them (at least sets / ways blocks), short runs (a few sets, made real),
@@ -15,12 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.counters import TIER_COUNTERS
-from emulator.jit import njit
-from emulator.lazy import LZ_FEN_OFF, LZ_SET_OFF, N_LZ_FIELDS, rot_add, rot_value, run_count
-from emulator.hierarchy import Tier
-from emulator.replay import ReplayOptions, replay_blocks
-from traces.errors import UsageError
+from emulator.engine.counters import TIER_COUNTERS
+from emulator.engine.jit import njit
+from emulator.engine.lazy import LZ_FEN_OFF, LZ_SET_OFF, N_LZ_FIELDS, rot_add, rot_value, run_count
+from emulator.chip.hierarchy import Tier
+from emulator.engine.door import replay_blocks
+from emulator.engine.options import ReplayOptions
+from common.errors import UsageError
 
 
 def _cache(name, sets, ways, block, policy):
@@ -105,7 +106,7 @@ def test_lazy_stack_depth_is_an_option_and_changes_no_count():
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 1 << 40), st.integers(0, 1 << 20), st.integers(1, 30000), st.integers(0, 29999))
 def test_division_free_run_shape_equals_run_count(F, length, S, s):
-    from emulator.lazy import count_in, last_in, run_count
+    from emulator.engine.lazy import count_in, last_in, run_count
 
     s %= S
     L = F + length

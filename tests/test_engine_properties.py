@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.hierarchy import Tier
-from emulator.replay import ReplayOptions, replay_blocks
-from traces.errors import UsageError
+from emulator.chip.hierarchy import Tier
+from emulator.engine.door import replay_blocks
+from emulator.engine.options import ReplayOptions
+from common.errors import UsageError
 
 
 def _cache(name, n_blocks, block, ways, policy):

@@ -21,13 +21,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.chipfile import list_presets as chip_presets
-from emulator.chipfile import load_chip
-from emulator.replay import ReplayOptions, replay_trace
+from emulator.chip.chipfile import list_presets as chip_presets
+from emulator.chip.chipfile import load_chip
+from emulator.engine.options import ReplayOptions
+from emulator.pipeline import replay_trace
 from traces import format as fmt
-from traces.errors import TierlabError
+from common.errors import TierlabError
 from traces.lower import generate_trace
-from traces.paths import configs_dir
+from common.paths import configs_dir
 from traces.reader import open_trace
 from traces.run import RunConfig
 from traces.spec import load_model
@@ -340,7 +341,7 @@ def test_fuzz_trace_values_read_and_replay(scratch, data):
 
 
 def test_outcome_lets_only_tierlab_errors_through():
-    from traces.errors import TraceError
+    from common.errors import TraceError
 
     assert outcome(lambda: None) == "ok"
     assert outcome(lambda: (_ for _ in ()).throw(TraceError("bad", file="x"))) == "error:TraceError"

@@ -12,12 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.counters import TIER_COUNTERS
-from emulator.hierarchy import Tier
-from emulator.replay import KINDS, ReplayOptions, replay_blocks
+from emulator.engine.counters import TIER_COUNTERS
+from emulator.chip.hierarchy import Tier
+from emulator.engine.door import replay_blocks
+from emulator.engine.geometry import KINDS
+from emulator.engine.options import ReplayOptions
 from reference import reference_replay_inclusive
 from test_engine_reference import _engine, scenarios
-from traces.errors import UsageError
+from common.errors import UsageError
 
 
 def _inclusive(sc):
@@ -169,8 +171,10 @@ def test_inclusive_equals_non_inclusive_with_one_caching_tier(sc):
 
 def _engine_state(tiers, lent, tensors, acc, opts):
     """Replay with the engine and return its final state: per caching tier the set of (block, tensor)."""
-    from emulator import engine
-    from emulator.replay import Replayer, _drive, build_geometry
+    from emulator.engine.door import _drive
+    from emulator.engine.geometry import build_geometry
+    from emulator.engine.state import MODE_CACHE, Tensors
+    from emulator.engine.walker import WalkReplayer
 
     addr = np.array([t[0] for t in tensors], np.int64)
     nbytes = np.array([t[3] for t in tensors], np.int64)
@@ -178,19 +182,20 @@ def _engine_state(tiers, lent, tensors, acc, opts):
     below = [int((-(-nbytes[home > i] // t.block_bytes)).sum()) for i, t in enumerate(tiers)]
     geo = build_geometry(tiers, np.asarray(lent, np.int64), below, opts)
     geo.space_bytes = int((addr + nbytes).max())
-    r = Replayer(geo, addr, home, np.array([t[2] for t in tensors], np.int64), opts)
+    r = WalkReplayer(geo, Tensors(addr, home, np.array([t[2] for t in tensors], np.int64)), opts,
+                     fast_path=True)
     cols = [np.array([a[j] for a in acc], np.int64) for j in range(8)]
     cols[6] = cols[6].astype(bool)
     cols[0] = np.zeros(len(acc), np.int64)
     _drive(r, [tuple(cols)], 1, opts, None, None)
     states = []
     for i in range(len(tiers)):
-        if geo.mode[i] != engine.MODE_CACHE:
+        if geo.mode[i] != MODE_CACHE:
             states.append(None)
             continue
         lo = int(geo.slot_off[i])
         sl = slice(lo, lo + int(geo.n_sets[i] * geo.n_ways[i]))
-        states.append({(int(b), int(o)) for b, o in zip(r.tag[sl], r.owner[sl]) if b >= 0})
+        states.append({(int(b), int(o)) for b, o in zip(r.state.tag[sl], r.state.owner[sl]) if b >= 0})
     return states
 
 

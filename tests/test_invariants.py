@@ -1,7 +1,7 @@
 """Debug mode: the invariant checker accepts real replays and catches every kind of broken count.
 
 Real replays (presets with caches, scratchpads, lending memory, PIM; every policy; flush on and off)
-must pass :func:`emulator.invariants.check_result`; the same results with one counter nudged must
+must pass :func:`emulator.engine.invariants.check_result`; the same results with one counter nudged must
 fail it, each with the law it breaks. ``ReplayOptions(debug=True)`` (or ``TIERLAB_DEBUG=1``, which
 conftest.py sets for the whole suite) runs the check after every replay; with both off a wrong
 count goes unnoticed, which the sabotage test shows.
@@ -14,12 +14,14 @@ import copy
 import numpy as np
 import pytest
 
-import emulator.replay as replay_mod
-from emulator.counters import C
-from emulator.hierarchy import Tier
-from emulator.invariants import InvariantError, check_result, debug_from_env
-from emulator.replay import ReplayOptions, replay_blocks, replay_trace
-from traces.errors import TierlabError
+import emulator.engine.door as replay_mod
+from emulator.engine.counters import C
+from emulator.chip.hierarchy import Tier
+from emulator.engine.invariants import InvariantError, check_result, debug_from_env
+from emulator.engine.door import replay_blocks
+from emulator.engine.options import ReplayOptions
+from emulator.pipeline import replay_trace
+from common.errors import TierlabError
 from traces.lower import generate_trace
 from traces.run import RunConfig
 from traces.spec import load_model
@@ -139,8 +141,8 @@ def test_debug_option_and_env_run_the_check(monkeypatch, moe_trace):
     real = replay_mod.run_replay
 
     def off_by_one(*args, **kw):
-        fl, n_blocks, n_acc = real(*args, **kw)
-        return fl, n_blocks + 1, n_acc
+        out = real(*args, **kw)
+        return {**out, "blocks": out["blocks"] + 1}
 
     monkeypatch.setattr(replay_mod, "run_replay", off_by_one)
     with pytest.raises(InvariantError, match="tier-0 requests"):

@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from emulator.cli import main
-from traces.errors import TraceError
+from common.errors import TraceError
 from traces.reader import open_trace
 
 DATA = Path(__file__).parent / "data"

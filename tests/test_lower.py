@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from traces.errors import TraceError, UsageError
+from common.errors import TraceError, UsageError
 from traces.lower import generate_trace
 from traces.reader import open_trace
 from traces.routing import Router, write_routing_table

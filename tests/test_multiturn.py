@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from traces.errors import UsageError
+from common.errors import UsageError
 from traces.lower import generate_trace, plan_segments
 from traces.reader import open_trace
 from traces.run import RunConfig, conversation, parse_turn_lengths
@@ -70,7 +70,7 @@ def expected_turns(turns, context, reuse, offload, tile):
 
 def bytes_per_turn(trace):
     """Issued bytes per turn and tensor kind, expanded row by row from the trace (independent of
-    emulator.turns)."""
+    emulator.analysis.turns)."""
     conv = trace.manifest["run"]["conversation"]
     kinds = trace.tensors.column("kind").to_pylist()
     turn_of = {}

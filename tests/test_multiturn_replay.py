@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from emulator.chipfile import chip_from_dict
+from emulator.chip.chipfile import chip_from_dict
 from emulator.cli import main
-from emulator.counters import link_bytes
-from emulator.replay import replay_trace
-from emulator.report import cost_of
-from emulator.turns import format_turns, per_turn
+from emulator.engine.counters import link_bytes
+from emulator.pipeline import replay_trace
+from emulator.present.report import cost_of
+from emulator.analysis.turns import format_turns, per_turn
 from traces.lower import generate_trace
 from traces.reader import open_trace
 from traces.run import RunConfig
@@ -149,7 +149,7 @@ def test_run_cli_per_turn(tmp_path):
 @pytest.mark.parametrize("conv", [[], [{"op_start": 0}], [{"op_start": 0, "op_end": 10 ** 9}],
                                   [{"op_start": 5, "op_end": 9}, {"op_start": 0, "op_end": 4}]])
 def test_bad_conversation_in_manifest(tmp_path, conv):
-    from traces.errors import TraceError
+    from common.errors import TraceError
 
     path = generate_trace(load_model(DATA / "tiny-llama.json"), RunConfig(turns=((3, 1), (2, 1))), tmp_path / "c.trace")
     tr = replay_trace(path, "h100")

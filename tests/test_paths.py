@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import traces.paths as paths
+import common.paths as paths
 
 
 def test_presets_found_in_the_checkout():

@@ -12,13 +12,14 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.chipfile import load_chip
+from emulator.chip.chipfile import load_chip
 from emulator.cli import main
-from emulator.counters import BYPASSES, HITS, MISSES, PIM_BYTES, WRITETHROUGHS
-from emulator.hierarchy import PlacementRule
-from emulator.pim import dominant_operands
-from emulator.replay import ReplayOptions, replay_trace
-from emulator.report import cost_of, to_json
+from emulator.engine.counters import BYPASSES, HITS, MISSES, PIM_BYTES, WRITETHROUGHS
+from emulator.chip.hierarchy import PlacementRule
+from emulator.cost.pim import dominant_operands
+from emulator.engine.options import ReplayOptions
+from emulator.pipeline import replay_trace
+from emulator.present.report import cost_of, to_json
 from traces.lower import generate_trace
 from traces.reader import open_trace
 from traces.run import RunConfig
@@ -164,7 +165,7 @@ def test_link_bytes_saved_equal_in_memory_bytes_per_op(llama_trace):
     plain = replay_trace(llama_trace, chip, ReplayOptions(pim=False), extra_rules=rules).result
     pim = replay_trace(llama_trace, chip, extra_rules=rules).result
     in_mem = pim.per_op[:, 1, PIM_BYTES]
-    from emulator.counters import link_bytes
+    from emulator.engine.counters import link_bytes
 
     lp, lq = link_bytes(plain.per_op, plain.block_bytes), link_bytes(pim.per_op, pim.block_bytes)
     assert (lp[:, 0, 0] == lq[:, 0, 0] + in_mem).all()

@@ -8,9 +8,9 @@ import tomllib
 import pytest
 from click.testing import CliRunner
 
-from emulator.chipfile import list_presets
+from emulator.chip.chipfile import list_presets
 from emulator.cli import main
-from traces.paths import configs_dir
+from common.paths import configs_dir
 from traces.run import RunConfig
 from traces.lower import generate_trace
 from traces.spec import load_model

@@ -6,11 +6,11 @@ import tomllib
 
 import pytest
 
-from emulator.chipfile import OP_KINDS, list_presets, load_chip
-from emulator.placement import place
-from traces.errors import CapacityError
+from emulator.chip.chipfile import OP_KINDS, list_presets, load_chip
+from emulator.chip.placement import place
+from common.errors import CapacityError
 from traces.format import DEFAULT_ALIGNMENT
-from traces.paths import configs_dir
+from common.paths import configs_dir
 
 PRESETS = list_presets()
 QUANTITY = re.compile(r'"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*[A-Za-zµ/]+"')

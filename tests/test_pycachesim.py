@@ -7,8 +7,8 @@ import pytest
 
 from cachesim import Cache, CacheSimulator, MainMemory
 
-from emulator.hierarchy import Tier
-from emulator.replay import replay_blocks
+from emulator.chip.hierarchy import Tier
+from emulator.engine.door import replay_blocks
 
 
 def _tier(name, sets, ways, block, policy):

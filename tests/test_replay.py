@@ -10,11 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from emulator.cli import main
-from emulator.counters import C
-from emulator.hierarchy import Chip, Compute, Link, PimUnit, PlacementRule, Tier
-from emulator.replay import ReplayOptions, replay_trace
-from emulator.report import cost_of, to_json
-from traces.errors import CapacityError, TraceError
+from emulator.engine.counters import C
+from emulator.chip.hierarchy import Chip, Compute, Link, PimUnit, PlacementRule, Tier
+from emulator.engine.options import ReplayOptions
+from emulator.pipeline import replay_trace
+from emulator.present.report import cost_of, to_json
+from common.errors import CapacityError, TraceError
 from traces.writer import TraceWriter
 
 KIB = 1024

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from emulator.cli import main
-from emulator.replay import ReplayOptions
+from emulator.engine.options import ReplayOptions
 from traces import format as fmt
 
 DATA = Path(__file__).parent / "data"
@@ -158,6 +158,6 @@ def test_provenance(replay_inputs):
     assert p["options"]["seed"] == 9
     # a chip preset is hashed too: its file's bytes
     d = json.loads(cli("replay", t, "--chip", "h100", "--json"))
-    from traces.paths import configs_dir
+    from common.paths import configs_dir
 
     assert d["provenance"]["chip_sha256"] == hashlib.sha256((configs_dir("chips") / "h100.toml").read_bytes()).hexdigest()

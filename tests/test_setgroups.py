@@ -1,4 +1,4 @@
-"""The group replay of a lone caching tier (emulator/setgroups.py) counts exactly what the walk does.
+"""The group replay of a lone caching tier (emulator/engine/setgroups.py) counts exactly what the walk does.
 
 Hierarchies where it applies (tier 0 the only caching tier, LRU or FIFO, over memory, lending-off
 memory and scratchpad tiers), tensors homed anywhere below, descriptors long and short (runs of
@@ -15,13 +15,15 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from emulator import setgroups
-from emulator.hierarchy import Tier
-from emulator.replay import (KINDS, ReplayOptions, SetGroupReplayer, build_geometry, replay_arrays,
-                             replay_blocks, set_groups_apply)
+from emulator.engine import setgroups
+from emulator.chip.hierarchy import Tier
+from emulator.engine.door import kernel_for, replay_arrays, replay_blocks
+from emulator.engine.geometry import KINDS, build_geometry
+from emulator.engine.groups_driver import SetGroupReplayer
+from emulator.engine.options import ReplayOptions
+from emulator.engine.state import Descriptors, Tensors
 from test_engine_reference import _engine, _expected, draw_accesses
-from traces.errors import UsageError
+from common.errors import UsageError
 
 
 @st.composite
@@ -57,6 +59,11 @@ def lone_cache(draw, span=4096, max_acc=40):
 def _geometry(tiers, lent, tensors, opts):
     below = [sum(-(-t[3] // tier.block_bytes) for t in tensors if t[1] > i) for i, tier in enumerate(tiers)]
     return build_geometry(tiers, np.asarray(lent, np.int64), np.asarray(below, np.int64), opts)
+
+
+def set_groups_apply(geo, opts):
+    """Whether the door picks set groups for a descriptor replay of several ops on ``geo``."""
+    return kernel_for(geo, [len(geo.names) - 1], [0, 1], 2, opts).kernel.name == "set_groups"
 
 
 def _assert_same(a, b):
@@ -166,20 +173,21 @@ def test_a_run_over_the_whole_tier_leaves_few_groups_and_the_pool_grows():
     opts = ReplayOptions()
     geo = build_geometry(tiers, np.zeros(2, np.int64), np.array([1 << 20, 0], np.int64), opts)
     assert set_groups_apply(geo, opts)
-    r = SetGroupReplayer(geo, np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.int64), opts)
+    r = SetGroupReplayer(geo, Tensors(np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.int64)), opts)
     rng = np.random.default_rng(3)
     offs = np.sort(rng.choice(1 << 14, 300, replace=False)) * 2 * 32
     n = len(offs)
 
     def batch(o, nb, w):
         m = len(o)
-        return (np.zeros(m, np.int64), np.zeros(m, np.int64), np.asarray(o, np.int64),
-                np.full(m, nb, np.int64), np.ones(m, np.int64), np.zeros(m, np.int64), np.full(m, w), np.zeros(m, np.int64))
+        return Descriptors(np.zeros(m, np.int64), np.zeros(m, np.int64), np.asarray(o, np.int64),
+                           np.full(m, nb, np.int64), np.ones(m, np.int64), np.zeros(m, np.int64), np.full(m, w),
+                           np.zeros(m, np.int64))
 
     cnt = np.zeros((1, len(KINDS), 2, 12), np.int64)
-    r.run(*batch(offs, 32, True), cnt)
+    r.run(batch(offs, 32, True), cnt)
     assert r.st[setgroups.ST_K] > 100 and r.st[setgroups.ST_GROWN] > 0
-    r.run(*batch([1 << 20], 4096 * 2 * 32 * 3, False), cnt)
+    r.run(batch([1 << 20], 4096 * 2 * 32 * 3, False), cnt)
     assert r.st[setgroups.ST_K] <= 2
     c = cnt[0].sum(axis=0)[0]
     assert c[0] + c[1] == n + 4096 * 2 * 3          # hits + misses = requests
@@ -210,7 +218,7 @@ def test_where_set_groups_apply():
 def test_model_decode_on_h100_equals_the_lazy_engine(tmp_path):
     # a real trace on a real preset (one caching tier over HBM and DDR): the group replay and the
     # lazy-stack engine (itself tested against the walk) give the same counters
-    from emulator.replay import replay_trace
+    from emulator.pipeline import replay_trace
     from traces.lower import generate_trace
     from traces.reader import open_trace
     from traces.run import RunConfig

@@ -1,4 +1,4 @@
-"""The vector set operations (emulator/simd.py) against plain Python on the same words.
+"""The vector set operations (emulator/engine/simd.py) against plain Python on the same words.
 
 Each operation is compiled three ways — with the way count as a literal (the vector form for
 1..64 ways), with a run-time count (switched to the vector form for 2, 4, 8, 16, 32 ways, a loop
@@ -9,8 +9,8 @@ the empty word, and words whose low bit is set (the dirty bit the stream kernel 
 import numpy as np
 import pytest
 
-from emulator.jit import njit
-from emulator.simd import set_lookup, set_put
+from emulator.engine.jit import njit
+from emulator.engine.simd import set_lookup, set_put
 
 WAYS = list(range(1, 67))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from traces.errors import ConfigError
+from common.errors import ConfigError
 from traces.spec import list_presets, load_model, spec_from_config
 
 DATA = Path(__file__).parent / "data" / "models"

@@ -3,10 +3,12 @@
 import numpy as np
 import pytest
 
-from emulator.hierarchy import Tier
-from emulator.replay import ReplayOptions, replay_blocks, replay_trace
-from emulator.sweep import sweep_blocks, sweep_trace
-from traces.errors import UsageError
+from emulator.chip.hierarchy import Tier
+from emulator.engine.door import replay_blocks
+from emulator.engine.options import ReplayOptions
+from emulator.pipeline import replay_trace
+from emulator.analysis.sweep import sweep_blocks, sweep_trace
+from common.errors import UsageError
 from traces.writer import TraceWriter
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from traces import format as fmt
-from traces.errors import TraceError, UsageError
+from common.errors import TraceError, UsageError
 from traces.reader import open_trace
 from traces.writer import TraceWriter
 

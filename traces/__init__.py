@@ -1,5 +1,4 @@
-"""tierlab traces: model specs, lowering of a run into operators, and the Arrow trace format."""
+"""tierlab traces: model specs, lowering of a run into operators, and the Arrow trace format.
 
-from traces.errors import CapacityError, ConfigError, TierlabError, TraceError, UsageError
-
-__all__ = ["TierlabError", "ConfigError", "TraceError", "UsageError", "CapacityError"]
+A trace is chip-independent: nothing here imports ``emulator/``.
+"""

@@ -10,7 +10,7 @@ which is negligible and not traced. KV caches and activations never carry scales
 
 from __future__ import annotations
 
-from traces.errors import UsageError
+from common.errors import UsageError
 
 DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 WEIGHT_DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")

@@ -54,7 +54,7 @@ from kernels import moe as moe_k
 from kernels import norm as norm_k
 from kernels.base import Op, Ten
 from traces.dtypes import DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, nbytes_of, scale_bytes, vector_dtype
-from traces.errors import UsageError
+from common.errors import UsageError
 from traces.routing import ROUTING_FILE, ROUTING_SCHEMA, Router
 from traces.run import RunConfig
 from traces.segments import COPY_ACTIONS, Segment, conversation_table, plan_segments, plan_turns  # noqa: F401

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from traces import format as fmt
-from traces.errors import TraceError
+from common.errors import TraceError
 
 
 def _is_string(t: pa.DataType) -> bool:

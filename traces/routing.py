@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from traces.errors import TraceError, UsageError
+from common.errors import TraceError, UsageError
 from traces.run import RouterSpec
 
 ROUTING_COLUMNS = ("step", "layer", "token", "expert")

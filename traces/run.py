@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kernels import ATTENTION
 from traces.dtypes import ACTIVATION_DTYPES, DEFAULT_QUANT_GROUP, KV_DTYPES, WEIGHT_DTYPES, check_dtype
-from traces.errors import UsageError
+from common.errors import UsageError
 from traces.format import DEFAULT_ALIGNMENT
 
 ATTENTION_KERNELS = tuple(ATTENTION)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from traces.dtypes import KV_DTYPES, check_dtype, nbytes_of
-from traces.errors import ConfigError
-from traces.paths import configs_dir
+from common.errors import ConfigError
+from common.paths import configs_dir
 
 # architectures[0] -> family; model_type is the fallback key.
 ARCHITECTURES = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traces.errors import TraceError
+from common.errors import TraceError
 from traces.format import PHASES, TENSOR_KINDS
 from traces.reader import Trace
 

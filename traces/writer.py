@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from traces import format as fmt
-from traces.atomic import atomic_path
-from traces.errors import TraceError, UsageError
+from common.atomic import atomic_path
+from common.errors import TraceError, UsageError
 
 GENERATOR = "tierlab"
 

@@ -1,6 +1,6 @@
 """The ``tierlab`` command: a click group whose subcommands live one per module in this package.
 
-Library code raises :class:`traces.errors.TierlabError`; only here is it turned into one line on
+Library code raises :class:`common.errors.TierlabError`; only here is it turned into one line on
 stderr and exit status 2. Ctrl-C prints one line and exits 130; SIGTERM likewise, exit 143 (temporary
 outputs are removed on the way out in both cases).
 """
@@ -15,7 +15,7 @@ import threading
 
 import click
 
-from traces.errors import TierlabError
+from common.errors import TierlabError
 
 # One line per subcommand module; each defines a click command named ``command``.
 COMMANDS = (

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from emulator.cli.options import json_option
-from traces.errors import UsageError
+from common.errors import UsageError
 
 # Arguments that make a benchmark finish in seconds (--quick): for trying the harness, not for figures.
 QUICK_ARGS = {

@@ -7,9 +7,9 @@ import json
 import click
 
 from emulator.cli.options import json_option
-from emulator.units import format_size
+from emulator.chip.units import format_size
 from traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
-from traces.errors import UsageError
+from common.errors import UsageError
 
 
 def _int(value, name):
@@ -37,7 +37,7 @@ def _int(value, name):
 def command(model, chip_name, tiers, memory, weights, kv, activations, batch, context, chunk, quant_group, as_json):
     """The longest context whose weights + KV + activation workspace fit a chip's memory or a budget;
     with --context, the largest batch. The model's own position limit is stated separately."""
-    from emulator.capacity import Budget, capacity
+    from emulator.analysis.capacity import Budget, capacity
     from traces.spec import load_model
 
     if (chip_name is None) == (memory is None):
@@ -46,11 +46,11 @@ def command(model, chip_name, tiers, memory, weights, kv, activations, batch, co
         raise UsageError("--tier needs --chip", field="--tier")
     spec = load_model(model)
     if chip_name is not None:
-        from emulator.chipfile import load_chip
+        from emulator.chip.chipfile import load_chip
 
         budget = Budget.of_chip(load_chip(chip_name), tiers)
     else:
-        from emulator.units import parse_quantity
+        from emulator.chip.units import parse_quantity
 
         budget = Budget.of_size(parse_quantity(memory, "size", field="--memory"))
     plan = capacity(spec, budget, weights=weights, kv=kv, activations=activations, batch=_int(batch, "--batch"),

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from emulator.chipfile import chip_hash, list_presets, load_chip
+from emulator.chip.chipfile import chip_hash, list_presets, load_chip
 from emulator.cli.options import json_option
-from emulator.hierarchy import Chip
-from emulator.units import format_quantity, format_size
+from emulator.chip.hierarchy import Chip
+from emulator.chip.units import format_quantity, format_size
 
 
 def chip_to_dict(chip: Chip) -> dict:

@@ -16,7 +16,7 @@ import click
 
 from emulator.cli.options import force_option, json_option, place_option, placement_rules
 from emulator.cli.trace import run_options, run_config_from_options
-from traces.errors import UsageError
+from common.errors import UsageError
 
 
 def _chip_list(text: str) -> list[str]:
@@ -52,9 +52,9 @@ def _is_trace(path: str) -> bool:
 @json_option
 def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, force, as_json, **kw):
     """Replay one trace of MODEL on every chip and show the per-token figures side by side."""
-    from emulator.compare import compare, csv_rows, format_table, load_chips, to_json
-    from emulator.replay import ReplayOptions
-    from traces.atomic import atomic_path, check_output
+    from emulator.analysis.compare import compare, csv_rows, format_table, load_chips, to_json
+    from emulator.engine.options import ReplayOptions
+    from common.atomic import atomic_path, check_output
 
     names = _chip_list(chips_text)
     rules = placement_rules(place)
@@ -63,7 +63,7 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, forc
         if p:
             check_output(p, force=force)
     if plot_path:
-        from emulator.plots import _pyplot
+        from emulator.present.plots import _pyplot
 
         _pyplot()  # no matplotlib: say so before the replays
     options = ReplayOptions(pim=pim)
@@ -82,7 +82,7 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, forc
                     w.writerow(header)
                     w.writerows(body)
         if plot_path:
-            from emulator.plots import plot_comparison
+            from emulator.present.plots import plot_comparison
 
             spec = trace.manifest.get("spec") or {}
             run_d = trace.manifest.get("run") or {}
@@ -92,7 +92,7 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, forc
         if as_json:
             click.echo(json.dumps(to_json(rows, trace, options), indent=2))
         else:
-            from emulator.compare import model_line
+            from emulator.analysis.compare import model_line
 
             click.echo(format_table(rows, title=f"{model_line(trace)[1]}\nPIM {'on' if pim else 'off'}"))
 

@@ -18,17 +18,17 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 import numpy as np
 
-from emulator.blocks import BlockExpander, tensor_addresses
+from emulator.engine.blocks import BlockExpander, tensor_addresses
 from emulator.cli.options import force_option, json_option
-from emulator.mrc import LruDistances, SetLruDistances
-from emulator.mrc_opt import opt_misses
-from traces.errors import UsageError
+from emulator.analysis.mrc import LruDistances, SetLruDistances
+from emulator.analysis.mrc_opt import opt_misses
+from common.errors import UsageError
 
 DEFAULT_OPT_LIMIT_BLOCKS = 1 << 24   # OPT holds the stream in memory: ~24 bytes per block access
 
 
 def _sizes(text: str | None) -> list[int]:
-    from emulator.units import parse_quantity
+    from emulator.chip.units import parse_quantity
 
     if not text:
         return []
@@ -64,7 +64,7 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
     tier = chip.tiers[idx]
     include = None
     if idx > 0:
-        from emulator.placement import place
+        from emulator.chip.placement import place
 
         include = place(chip, trace.tensors, align_bytes=trace.alignment or 1).home >= idx
     n_sets = None if tier.ways is None else tier.n_sets
@@ -158,7 +158,7 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
 
 
 def _format(result: dict) -> str:
-    from emulator.units import format_size
+    from emulator.chip.units import format_size
 
     ways = result["ways"]
     head = (f"{result['chip']} / {result['tier']}: {format_size(result['tier_capacity_bytes'])}, "
@@ -194,8 +194,8 @@ def write_plot(result: dict, curves, path, *, force: bool = False) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    from emulator.units import format_size
-    from traces.atomic import atomic_path
+    from emulator.chip.units import format_size
+    from common.atomic import atomic_path
 
     curve, set_curve, opt_by_row = curves
     n = max(curve.accesses, 1)
@@ -244,8 +244,8 @@ def write_plot(result: dict, curves, path, *, force: bool = False) -> None:
 @json_option
 def command(trace_path, tier_name, chip_name, sizes, max_ways, opt, opt_limit, plot, force, as_json):
     """Exact LRU (and OPT) miss-ratio curve of one tier, every capacity in one pass."""
-    from emulator.chipfile import load_chip
-    from traces.atomic import check_output
+    from emulator.chip.chipfile import load_chip
+    from common.atomic import check_output
     from traces.reader import open_trace
 
     if plot:

@@ -14,6 +14,6 @@ place_option = click.option(
 
 def placement_rules(texts) -> tuple:
     """The ``--place`` rules as PlacementRule objects (checked against the chip by placement)."""
-    from emulator.placement import parse_rule
+    from emulator.chip.placement import parse_rule
 
     return tuple(parse_rule(t) for t in texts or ())

@@ -10,6 +10,7 @@ import json
 import click
 
 from emulator.cli.options import force_option, json_option, place_option, placement_rules
+from emulator.cli.progress import counting_bar
 
 
 def replay_options(f):
@@ -43,7 +44,7 @@ def replay_options(f):
 
 
 def options_from(kw: dict):
-    from emulator.replay import ReplayOptions
+    from emulator.engine.options import ReplayOptions
 
     return ReplayOptions(store_hit_recency=kw["store_hit_recency"], fetch_on_write_miss=kw["fetch_on_write_miss"],
                          fetch_on_writeback_miss=kw["fetch_on_writeback_miss"], flush=kw["flush"],
@@ -54,16 +55,21 @@ def options_from(kw: dict):
 
 def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     """Replay ``trace`` with the options in ``kw``; print the tables or JSON; write Parquet if asked."""
-    from emulator.chipfile import load_chip
-    from emulator.replay import replay_trace
-    from emulator.report import cost_of, format_text, to_json, write_parquet
-    from traces.atomic import check_output
+    from emulator.chip.chipfile import load_chip
+    from emulator.pipeline import replay_trace
+    from emulator.present.report import cost_of, format_text, to_json, write_parquet
+    from common.atomic import check_output
 
     chip = load_chip(kw["chip"])
     placement_rules(kw.get("place"))  # a malformed rule fails before the replay
     if kw.get("output"):
         check_output(kw["output"], force=force)
-    tr = replay_trace(trace, chip, options_from(kw), extra_rules=placement_rules(kw.get("place")), progress=True)
+    from traces.reader import open_trace
+
+    trace = open_trace(trace)
+    with counting_bar(trace.n_accesses, unit="desc", desc="replay") as progress:
+        tr = replay_trace(trace, chip, options_from(kw), extra_rules=placement_rules(kw.get("place")),
+                          progress=progress)
     cst = cost_of(tr)
     d = to_json(tr, cst)
     if kw.get("output"):

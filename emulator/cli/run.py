@@ -22,13 +22,13 @@ from emulator.cli.trace import run_options, run_config_from_options
 @json_option
 def command(model, keep_trace, force, as_json, **kw):
     """Trace MODEL (preset, config.json or directory) and replay it on a chip."""
-    from traces.atomic import check_output
+    from common.atomic import check_output
     from traces.lower import generate_trace
     from traces.spec import load_model
 
     spec = load_model(model)
     run = run_config_from_options(kw)
-    from emulator.chipfile import load_chip
+    from emulator.chip.chipfile import load_chip
 
     load_chip(kw["chip"])  # a bad chip fails before the (long) tracing
     if kw.get("output"):   # so does an output that may not be written: nothing is left half-done

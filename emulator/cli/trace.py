@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import click
 
 from emulator.cli.options import force_option, json_option
+from emulator.cli.progress import fraction_bar
 from traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
-from traces.errors import UsageError
+from common.errors import UsageError
 from traces.format import DEFAULT_ALIGNMENT
 
 RUN_OPTION_NAMES = ("prompt", "context", "generate", "batch", "weights", "kv", "activations", "router", "seed",
@@ -105,27 +105,6 @@ def run_config_from_options(options: dict):
                      quant_group=options["quant_group"])
 
 
-class _Progress:
-    """A tqdm bar on stderr, only when stderr is a terminal."""
-
-    def __init__(self):
-        self.bar = None
-        if sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=None, unit="seg", file=sys.stderr, desc="trace", leave=False)
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is not None:
-            self.bar.total = total
-            self.bar.n = done
-            self.bar.refresh()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 @click.command("trace")
 @click.argument("model")
 @click.option("-o", "--output", required=True, type=click.Path(), help="Trace directory to write (e.g. llama.trace).")
@@ -137,18 +116,15 @@ class _Progress:
 @json_option
 def command(model, output, force, as_json, record_routing, **options):
     """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
-    from traces.atomic import check_output
+    from common.atomic import check_output
     from traces.lower import generate_trace
     from traces.spec import load_model
 
     spec = load_model(model)
     run = run_config_from_options(options)
     check_output(output, force=force, directory=True)
-    progress = _Progress()
-    try:
+    with fraction_bar(unit="seg", desc="trace") as progress:
         path = generate_trace(spec, run, output, force=force, progress=progress, record_routing=record_routing)
-    finally:
-        progress.close()
     from traces.reader import open_trace
 
     trace = open_trace(path)

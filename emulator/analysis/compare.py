@@ -1,0 +1,214 @@
+"""One trace replayed on several chips, side by side.
+
+Each chip's result is exactly what ``tierlab replay TRACE --chip NAME --json`` gives (the same
+:func:`emulator.engine.door.replay_trace` and :func:`emulator.present.report.to_json`); this module only lines the
+per-token figures up. A chip that cannot hold the model (placement raises CapacityError) or cannot
+replay this trace (TraceError: e.g. the trace's alignment is below a tier's block) stays in the
+comparison with the reason; any other error stops the comparison.
+
+Per-token figures are for decode (a decode step makes one token per sequence; see :mod:`emulator.cost.model`):
+
+* ``bytes per token`` on each link (down + up), and ``in memory`` bytes per token read by a PIM unit;
+* ``found at TIER (KIND)``: the share of the requests for blocks of that tensor kind arriving at the
+  tier that were found there (hits / (hits + misses + bypasses)), over the whole run;
+* energy per token split into tiers, links, compute and PIM; latency per token (a decode step),
+  tokens/s, tokens per joule (1 / energy per token) and the resource that bounds the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from emulator.chip.hierarchy import Chip
+from common.errors import CapacityError, TraceError
+
+ENERGY_PARTS = ("tiers", "links", "compute", "pim")
+
+
+@dataclass
+class ChipResult:
+    """One chip's outcome: ``result`` is the replay's JSON dict, or ``reason`` why there is none."""
+
+    chip: str
+    result: dict | None = None
+    reason: str | None = None
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None
+
+
+def load_chips(names: Sequence[str | Chip]) -> list[Chip]:
+    """Every chip, loaded before any replay (an unknown name fails at once, naming it)."""
+    from emulator.chip.chipfile import load_chip
+
+    return [c if isinstance(c, Chip) else load_chip(c) for c in names]
+
+
+def hit_shares(result: dict) -> dict[str, float]:
+    """``"TIER (KIND)" -> found share`` for every tier and tensor kind that saw requests."""
+    out = {}
+    for kind, v in result["by_kind"].items():
+        for tier, c in v["tiers"].items():
+            n = c["hits"] + c["misses"] + c["bypasses"]
+            if n:
+                out[f"{tier} ({kind})"] = c["hits"] / n
+    return out
+
+
+def summarise(result: dict) -> dict:
+    """The per-token figures of one replay dict (empty values when the trace has no decode)."""
+    pt = result.get("per_token")
+    s = {"found": hit_shares(result), "bytes_by_link": {}, "in_memory_bytes": {}, "energy_j": {},
+         "energy_per_token_j": None, "latency_per_token_s": None, "tokens_per_s": None,
+         "tokens_per_j": None, "bound": None}
+    if not pt:
+        return s
+    s["bytes_by_link"] = dict(pt["bytes_by_link"])
+    s["in_memory_bytes"] = dict(pt.get("in_memory_bytes_by_tier", {}))
+    s["energy_j"] = {k: pt["energy_split_j"][k] for k in ENERGY_PARTS}
+    s["energy_per_token_j"] = pt["energy_j"]
+    s["latency_per_token_s"] = pt["latency_s"]
+    s["tokens_per_s"] = pt["tokens_per_s"]
+    s["tokens_per_j"] = 1.0 / pt["energy_j"] if pt["energy_j"] > 0 else None
+    s["bound"] = pt["bound"]
+    return s
+
+
+def compare(trace, chips: Sequence[str | Chip], options=None, *, extra_rules=(), progress=None) -> list[ChipResult]:
+    """Replay ``trace`` (a path or an opened Trace) on each chip, in the order given.
+
+    ``progress(name)`` is called before each chip's replay.
+    """
+    from emulator.engine.options import ReplayOptions
+    from emulator.pipeline import replay_trace
+    from emulator.present.report import cost_of
+    from emulator.present.report import to_json as replay_json
+    from traces.reader import Trace, open_trace
+
+    options = options or ReplayOptions()
+    loaded = load_chips(chips)
+    if not isinstance(trace, Trace):
+        trace = open_trace(trace)
+    out = []
+    for chip in loaded:
+        if progress is not None:
+            progress(chip.name)
+        try:
+            tr = replay_trace(trace, chip, options, extra_rules=extra_rules)
+        except (CapacityError, TraceError) as err:
+            out.append(ChipResult(chip.name, reason=str(err)))
+            continue
+        d = replay_json(tr, cost_of(tr))
+        out.append(ChipResult(chip.name, result=d, summary=summarise(d)))
+    return out
+
+
+def model_line(trace) -> tuple[dict, str]:
+    """The model's parameters and those one token activates (MoE: the routed experts), in count and
+    in bytes of the trace's weights dtype (excluding quantisation scales), plus a one-line summary."""
+    from traces.dtypes import DTYPE_BITS
+    from traces.spec import human_count
+
+    spec = trace.manifest.get("spec") or {}
+    run = trace.manifest.get("run") or {}
+    wd = run.get("weights", "bf16")
+    d = {"name": spec.get("name"), "params": spec.get("params"), "active_params": spec.get("active_params"),
+         "weights": wd}
+    if d["params"] is None or d["active_params"] is None or wd not in DTYPE_BITS:
+        return d, str(d["name"] or "trace")
+    d["active_weight_bytes"] = d["active_params"] * DTYPE_BITS[wd] // 8
+    from emulator.present.report import _fmt_bytes
+
+    text = (f"{d['name']}: {human_count(d['params'])} parameters, {human_count(d['active_params'])} active per "
+            f"token ({_fmt_bytes(d['active_weight_bytes'])} of {wd} weights); batch {run.get('batch', 1)}, "
+            f"context {run.get('context', 0)} + prompt {run.get('prompt', 0)}, {run.get('generate', 0)} decode steps")
+    return d, text
+
+
+def to_json(rows: list[ChipResult], trace, options) -> dict:
+    """``--json``: the run, then per chip its summary and its full replay dict (or the reason)."""
+    return {
+        "model": model_line(trace)[0],
+        "run": trace.manifest.get("run"),
+        "pim": bool(options.pim),
+        "chips": [{"chip": r.chip, "fits": r.ok, "reason": r.reason, "summary": r.summary or None,
+                   "replay": r.result} for r in rows],
+    }
+
+
+def _union(rows: list[ChipResult], key: str) -> list[str]:
+    names: list[str] = []
+    for r in rows:
+        for n in r.summary.get(key, {}):
+            if n not in names:
+                names.append(n)
+    return names
+
+
+def table_rows(rows: list[ChipResult]) -> list[tuple[str, list]]:
+    """(metric, value per chip) in display order; None where a chip has no such value."""
+    out: list[tuple[str, list]] = []
+    ok = [r.summary if r.ok else None for r in rows]
+
+    def row(label, get):
+        out.append((label, [None if s is None else get(s) for s in ok]))
+
+    for n in _union(rows, "bytes_by_link"):
+        row(f"bytes/token {n}", lambda s, n=n: s["bytes_by_link"].get(n))
+    for n in _union(rows, "in_memory_bytes"):
+        row(f"bytes/token in memory {n} (PIM)", lambda s, n=n: s["in_memory_bytes"].get(n))
+    for n in _union(rows, "found"):
+        row(f"found at {n}", lambda s, n=n: s["found"].get(n))
+    for p in ENERGY_PARTS:
+        row(f"energy/token {p}", lambda s, p=p: s["energy_j"].get(p))
+    row("energy/token total", lambda s: s["energy_per_token_j"])
+    row("latency/token", lambda s: s["latency_per_token_s"])
+    row("tokens/s", lambda s: s["tokens_per_s"])
+    row("tokens/J", lambda s: s["tokens_per_j"])
+    row("bound", lambda s: s["bound"])
+    return out
+
+
+def _fmt(label: str, v) -> str:
+    from emulator.present.report import _fmt_bytes, _fmt_si
+
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if label.startswith("bytes/"):
+        return _fmt_bytes(v)
+    if label.startswith("found"):
+        return f"{100 * v:.2f}%"
+    if label.startswith("energy"):
+        return _fmt_si(v, "J")
+    if label.startswith("latency"):
+        return _fmt_si(v, "s")
+    return f"{v:.4g}"
+
+
+def format_table(rows: list[ChipResult], title: str = "") -> str:
+    """The side-by-side table; chips that do not fit show ``-`` and their reason below."""
+    from emulator.present.report import table
+
+    body = [[label] + [_fmt(label, v) for v in vals] for label, vals in table_rows(rows)]
+    status = ["fits"] + ["yes" if r.ok else "no (see below)" for r in rows]
+    text = table(["per decode token"] + [r.chip for r in rows], [status] + body, title=title or None)
+    notes = [f"{r.chip}: {r.reason}" for r in rows if not r.ok]
+    if any(label.startswith("found") for label, _ in table_rows(rows)):
+        notes.append("found at TIER (KIND): share of the requests arriving at the tier found there, whole run")
+    if not any(r.ok and r.result.get("per_token") for r in rows):
+        notes.append("the trace has no decode steps: per-token figures need --generate N")
+    return text + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def csv_rows(rows: list[ChipResult]) -> tuple[list[str], list[list]]:
+    """One CSV row per chip: ``chip``, ``fits``, ``reason``, then every metric (raw SI numbers)."""
+    metrics = table_rows(rows)
+    header = ["chip", "fits", "reason"] + [label for label, _ in metrics]
+    body = [[r.chip, r.ok, r.reason or ""] + ["" if vals[i] is None else vals[i] for _, vals in metrics]
+            for i, r in enumerate(rows)]
+    return header, body

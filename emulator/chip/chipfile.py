@@ -1,0 +1,342 @@
+"""Chip files (TOML) to validated, frozen :class:`emulator.chip.hierarchy.Chip` objects.
+
+Validated once, here, at the edge; everything downstream trusts the Chip. Every problem is a
+:class:`ConfigError` whose text is one line, ``FILE: FIELD: what was expected``, e.g.
+``chips/x.toml: tier[1].blok: unknown key; did you mean 'block'?``. Tiers and links are numbered
+from 0 (``tier[0]`` is nearest to compute).
+
+Layout (quantities are strings with units, see :mod:`emulator.chip.units`)::
+
+    name = "h100"
+    description = "..."
+    [compute]
+    flops = { bf16 = "989.4 TFLOP/s", fp8 = "1978.9 TFLOP/s" }   # peak per dtype
+    energy = { bf16 = "0.16 pJ", fp8 = "0.1 pJ" }              # per FLOP, same dtypes
+    [[tier]]                      # nearest to compute first
+    name = "l2"; capacity = "50 MiB"; block = "128 B"; ways = 16   # ways omitted = fully associative
+    policy = "lru"; managed = "cache"                              # see POLICIES / MANAGED
+    bandwidth = "5.5 TB/s"; read_energy = "0.8 pJ/bit"; write_energy = "0.8 pJ/bit"
+    lend = false                  # memory tiers only: lend leftover capacity as a cache
+    [tier.pim]                    # optional, memory tiers only
+    internal_bandwidth = "13.4 TB/s"; flops = "6 TFLOP/s"; read_energy = "0.55 pJ/bit"
+    energy = "1 pJ"; ops = ["linear", "attention"]
+    [[link]]                      # exactly one per adjacent pair, in order
+    from = "l2"; to = "hbm"; bandwidth = "3.35 TB/s"; energy = "0.3 pJ/bit"
+    [[placement]]                 # optional home-tier rules, first match wins
+    tier = "sram"; kind = "kv"; name = "*"; layers = [0, 31]; spill = true
+    [sources]
+    S14 = "AnandTech, NVIDIA at SC23 spec table"
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import asdict
+from pathlib import Path
+
+from emulator.chip.hierarchy import MANAGED, POLICIES, Chip, Compute, Link, PimUnit, PlacementRule, Tier
+from emulator.chip.units import format_size, parse_quantity
+from common.errors import ConfigError, UsageError
+from common.paths import configs_dir
+
+# Op kinds a PIM unit may run: the ``kind`` strings of ops.arrow written by the trace generator
+# (kernels/: the LM head is a ``linear``; MoE experts are ``linear`` ops with ``expert`` set).
+OP_KINDS = ("linear", "attention", "norm", "elementwise", "rotary", "embedding", "kv_append",
+            "moe_router", "moe_dispatch", "moe_combine")
+# Dtype names of peak FLOP/s and energy per FLOP (those of traces.dtypes plus tf32).
+COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
+
+_TOP_KEYS = {"name": True, "description": False, "compute": True, "tier": True, "link": False,
+             "placement": False, "sources": False}
+_COMPUTE_KEYS = {"flops": True, "energy": True}
+_TIER_KEYS = {"name": True, "capacity": True, "block": True, "ways": False, "policy": True,
+              "managed": True, "bandwidth": True, "read_energy": True, "write_energy": True,
+              "lend": False, "pim": False}
+_PIM_KEYS = {"internal_bandwidth": True, "flops": True, "read_energy": True, "energy": True, "ops": True}
+_LINK_KEYS = {"from": True, "to": True, "bandwidth": True, "energy": True}
+_RULE_KEYS = {"tier": True, "kind": False, "name": False, "layers": False, "spill": False}
+
+
+def _key(key) -> str:
+    """A key as it appears in a message: bare if it is a plain TOML bare key, else quoted (one line)."""
+    key = str(key)
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return f"expected one of {', '.join(choices)}"
+
+
+class _Ctx:
+    """The file being read, so every error names it."""
+
+    def __init__(self, file: str | None):
+        self.file = file
+
+    def error(self, field: str | None, message: str) -> ConfigError:
+        return ConfigError(message, file=self.file, field=field)
+
+    def table(self, value, field: str, keys: dict[str, bool]) -> dict:
+        """Check ``value`` is a table with only known keys and all required ones."""
+        if not isinstance(value, dict):
+            raise self.error(field, f"expected a table, got {type(value).__name__}")
+        for key in value:
+            if key not in keys:
+                name = f"{field}.{_key(key)}" if field else _key(key)
+                raise self.error(name, f"unknown key; {_did_you_mean(key, keys)}")
+        for key, required in keys.items():
+            if required and key not in value:
+                name = f"{field}.{key}" if field else key
+                raise self.error(name, "missing required key")
+        return value
+
+    def string(self, value, field: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(field, f"expected a non-empty string, got {value!r}")
+        return value
+
+    def boolean(self, value, field: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(field, f"expected true or false, got {value!r}")
+        return value
+
+    def choice(self, value, field: str, choices) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise self.error(field, f"unknown value {value!r}; {_did_you_mean(value, choices)}")
+        return value
+
+    def quantity(self, value, kind: str, field: str, *, positive: bool = True):
+        q = parse_quantity(value, kind, file=self.file, field=field)
+        if positive and q <= 0:
+            raise self.error(field, f"must be positive, got {value!r}")
+        if not positive and q < 0:
+            raise self.error(field, f"must not be negative, got {value!r}")
+        return q
+
+    def array(self, value, field: str) -> list:
+        if not isinstance(value, list):
+            raise self.error(field, f"expected an array of tables ([[{field}]]), got {type(value).__name__}")
+        return value
+
+
+def _compute(ctx: _Ctx, d) -> Compute:
+    d = ctx.table(d, "compute", _COMPUTE_KEYS)
+    flops, energy = {}, {}
+    for key, out, kind, positive in (("flops", flops, "rate", True), ("energy", energy, "energy", False)):
+        tab = d[key]
+        if not isinstance(tab, dict) or not tab:
+            raise ctx.error(f"compute.{key}", "expected a table of dtype = quantity, e.g. { bf16 = ... }")
+        for dtype, text in tab.items():
+            if dtype not in COMPUTE_DTYPES:
+                raise ctx.error(f"compute.{key}.{_key(dtype)}", f"unknown dtype; {_did_you_mean(dtype, COMPUTE_DTYPES)}")
+            out[dtype] = ctx.quantity(text, kind, f"compute.{key}.{dtype}", positive=positive)
+    for dtype in flops:
+        if dtype not in energy:
+            raise ctx.error(f"compute.energy.{dtype}", "missing: every dtype in compute.flops needs an energy per FLOP")
+    for dtype in energy:
+        if dtype not in flops:
+            raise ctx.error(f"compute.flops.{dtype}", "missing: every dtype in compute.energy needs a peak rate")
+    return Compute(flop_per_s=flops, energy_j_per_flop=energy)
+
+
+def _pim(ctx: _Ctx, d, field: str) -> PimUnit:
+    d = ctx.table(d, field, _PIM_KEYS)
+    ops = d["ops"]
+    if not isinstance(ops, list) or not ops:
+        raise ctx.error(f"{field}.ops", f"expected a non-empty array of op kinds ({', '.join(OP_KINDS)})")
+    for j, op in enumerate(ops):
+        if op not in OP_KINDS:
+            raise ctx.error(f"{field}.ops[{j}]", f"unknown op kind {op!r}; {_did_you_mean(op, OP_KINDS)}")
+    if len(set(ops)) != len(ops):
+        raise ctx.error(f"{field}.ops", "duplicate op kind")
+    return PimUnit(
+        internal_bandwidth_bytes_per_s=ctx.quantity(d["internal_bandwidth"], "bandwidth", f"{field}.internal_bandwidth"),
+        flop_per_s=ctx.quantity(d["flops"], "rate", f"{field}.flops"),
+        read_energy_j_per_byte=ctx.quantity(d["read_energy"], "energy_per_byte", f"{field}.read_energy", positive=False),
+        energy_j_per_flop=ctx.quantity(d["energy"], "energy", f"{field}.energy", positive=False),
+        op_kinds=tuple(ops),
+    )
+
+
+def _tier(ctx: _Ctx, d, i: int) -> Tier:
+    f = f"tier[{i}]"
+    d = ctx.table(d, f, _TIER_KEYS)
+    name = ctx.string(d["name"], f"{f}.name")
+    managed = ctx.choice(d["managed"], f"{f}.managed", MANAGED)
+    policy = ctx.choice(d["policy"], f"{f}.policy", POLICIES)
+    capacity = ctx.quantity(d["capacity"], "size", f"{f}.capacity")
+    block = ctx.quantity(d["block"], "size", f"{f}.block")
+    if block & (block - 1):
+        raise ctx.error(f"{f}.block", f"must be a power of two, got {format_size(block)} ({block} B)")
+    if capacity % block:
+        raise ctx.error(f"{f}.capacity", f"must be a multiple of the block ({format_size(block)}), got {d['capacity']!r}")
+    n_blocks = capacity // block
+    ways = d.get("ways")
+    if ways is not None:
+        if isinstance(ways, bool) or not isinstance(ways, int) or ways <= 0:
+            raise ctx.error(f"{f}.ways", f"expected a positive integer (omit for fully associative), got {ways!r}")
+        if n_blocks % ways:
+            raise ctx.error(f"{f}.ways", f"must divide the number of blocks ({n_blocks}), got {ways}")
+    lend = ctx.boolean(d.get("lend", False), f"{f}.lend")
+    if lend and managed != "memory":
+        raise ctx.error(f"{f}.lend", f"only a 'memory' tier can lend capacity, got managed = {managed!r}")
+    pim = None
+    if "pim" in d:
+        if managed != "memory":
+            raise ctx.error(f"{f}.pim", f"a PIM unit needs a 'memory' tier, got managed = {managed!r}")
+        pim = _pim(ctx, d["pim"], f"{f}.pim")
+    return Tier(
+        name=name, capacity_bytes=capacity, block_bytes=block, ways=ways, policy=policy, managed=managed,
+        bandwidth_bytes_per_s=ctx.quantity(d["bandwidth"], "bandwidth", f"{f}.bandwidth"),
+        read_energy_j_per_byte=ctx.quantity(d["read_energy"], "energy_per_byte", f"{f}.read_energy", positive=False),
+        write_energy_j_per_byte=ctx.quantity(d["write_energy"], "energy_per_byte", f"{f}.write_energy", positive=False),
+        lend=lend, pim=pim,
+    )
+
+
+def _tier_ref(ctx: _Ctx, value, field: str, names: list[str]) -> int:
+    if not isinstance(value, str) or value not in names:
+        raise ctx.error(field, f"unknown tier {value!r}; {_did_you_mean(value, names)}")
+    return names.index(value)
+
+
+def _links(ctx: _Ctx, raw, tiers: tuple[Tier, ...]) -> tuple[Link, ...]:
+    raw = ctx.array(raw, "link")
+    names = [t.name for t in tiers]
+    links = []
+    for k, d in enumerate(raw):
+        f = f"link[{k}]"
+        d = ctx.table(d, f, _LINK_KEYS)
+        a = _tier_ref(ctx, d["from"], f"{f}.from", names)
+        b = _tier_ref(ctx, d["to"], f"{f}.to", names)
+        if k >= len(tiers) - 1 or (a, b) != (k, k + 1):
+            want = (f"{names[k]!r} -> {names[k + 1]!r}" if k < len(tiers) - 1
+                    else f"no link (the chip has {len(tiers)} tiers, so {len(tiers) - 1} links)")
+            raise ctx.error(f, f"links must join adjacent tiers in order: expected {want}, got {names[a]!r} -> {names[b]!r}")
+        links.append(Link(
+            upper=names[a], lower=names[b],
+            bandwidth_bytes_per_s=ctx.quantity(d["bandwidth"], "bandwidth", f"{f}.bandwidth"),
+            energy_j_per_byte=ctx.quantity(d["energy"], "energy_per_byte", f"{f}.energy", positive=False),
+        ))
+    if len(links) != len(tiers) - 1:
+        k = len(links)
+        raise ctx.error("link", f"expected {len(tiers) - 1} links (one per adjacent pair of tiers), got {k}; "
+                                f"missing {names[k]!r} -> {names[k + 1]!r}")
+    return tuple(links)
+
+
+def _rules(ctx: _Ctx, raw, tiers: tuple[Tier, ...]) -> tuple[PlacementRule, ...]:
+    raw = ctx.array(raw, "placement")
+    names = [t.name for t in tiers]
+    rules = []
+    for k, d in enumerate(raw):
+        f = f"placement[{k}]"
+        d = ctx.table(d, f, _RULE_KEYS)
+        t = _tier_ref(ctx, d["tier"], f"{f}.tier", names)
+        if tiers[t].managed == "cache":
+            raise ctx.error(f"{f}.tier", f"a 'cache' tier cannot be a home; expected a 'memory' or 'scratchpad' tier, got {names[t]!r}")
+        kind = ctx.string(d["kind"], f"{f}.kind") if "kind" in d else None
+        name = ctx.string(d["name"], f"{f}.name") if "name" in d else None
+        layers = None
+        if "layers" in d:
+            lv = d["layers"]
+            if (not isinstance(lv, list) or len(lv) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in lv)
+                    or lv[0] > lv[1]):
+                raise ctx.error(f"{f}.layers", f"expected [first, last] integers with first <= last, got {lv!r}")
+            layers = (lv[0], lv[1])
+        spill = ctx.boolean(d.get("spill", False), f"{f}.spill")
+        rules.append(PlacementRule(tier=names[t], kind=kind, name=name, layers=layers, spill=spill))
+    return tuple(rules)
+
+
+def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
+    """Validate a parsed chip file (a dict as tomllib returns it) and build the :class:`Chip`."""
+    ctx = _Ctx(None if file is None else str(file))
+    d = ctx.table(d, "", _TOP_KEYS)
+    name = ctx.string(d["name"], "name")
+    description = d.get("description", "")
+    if not isinstance(description, str):
+        raise ctx.error("description", f"expected a string, got {description!r}")
+    compute = _compute(ctx, d["compute"])
+    raw_tiers = ctx.array(d["tier"], "tier")
+    if not raw_tiers:
+        raise ctx.error("tier", "expected at least one [[tier]]")
+    tiers = tuple(_tier(ctx, t, i) for i, t in enumerate(raw_tiers))
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tiers):
+        if t.name in seen:
+            raise ctx.error(f"tier[{i}].name", f"duplicate tier name {t.name!r} (also tier[{seen[t.name]}])")
+        seen[t.name] = i
+    for i in range(1, len(tiers)):
+        near, far = tiers[i - 1], tiers[i]
+        if far.block_bytes % near.block_bytes:
+            raise ctx.error(f"tier[{i}].block", f"must be a multiple of (so not smaller than) the nearer tier's block "
+                                                f"(tier[{i - 1}] {near.name!r}: {format_size(near.block_bytes)}), "
+                                                f"got {format_size(far.block_bytes)}")
+    if tiers[-1].managed == "cache":
+        raise ctx.error(f"tier[{len(tiers) - 1}].managed", "the farthest tier must be 'memory' or 'scratchpad' "
+                                                           "(a cache has nowhere to fetch from), got 'cache'")
+    links = _links(ctx, d.get("link", []), tiers)
+    rules = _rules(ctx, d.get("placement", []), tiers)
+    sources = d.get("sources", {})
+    if not isinstance(sources, dict) or any(not isinstance(v, str) for v in sources.values()):
+        raise ctx.error("sources", "expected a table of TAG = \"citation\" strings")
+    return Chip(name=name, tiers=tiers, links=links, compute=compute, placement=rules,
+                description=description, source_file=ctx.file, sources=dict(sources), source_sha256=sha256)
+
+
+def list_presets() -> list[str]:
+    """Names of the shipped chip presets (``configs/chips/*.toml``), sorted."""
+    return sorted(p.stem for p in configs_dir("chips").glob("*.toml"))
+
+
+def _resolve(name_or_path) -> Path:
+    text = str(name_or_path)
+    p = Path(text)
+    if text.endswith(".toml") or "/" in text or p.is_file():
+        if p.is_dir():
+            raise ConfigError("is a directory, expected a chip .toml file", file=text)
+        if not p.is_file():
+            raise ConfigError("chip file not found", file=text)
+        return p
+    preset = configs_dir("chips") / f"{text}.toml"
+    if not preset.is_file():
+        presets = list_presets()
+        close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(f"unknown chip preset {text!r}; {hint}(presets: {', '.join(presets)})")
+    return preset
+
+
+def load_chip(name_or_path) -> Chip:
+    """Load a chip: a preset name (``h100``) or a path to a ``.toml`` file."""
+    path = _resolve(name_or_path)
+    data = path.read_bytes()
+    try:
+        d = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError("not a UTF-8 text file", file=str(path)) from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"not valid TOML: {err}", file=str(path)) from None
+    return chip_from_dict(d, file=str(path), sha256=hashlib.sha256(data).hexdigest())
+
+
+def chip_hash(chip_or_path) -> str:
+    """A stable content hash for provenance: sha256 (hex) of the chip file's bytes.
+
+    For a Chip loaded from a file, the hash taken when it was read; for a Chip built in code, the
+    hash of its canonical JSON; for a path or preset name, the file's bytes now.
+    """
+    if isinstance(chip_or_path, Chip):
+        if chip_or_path.source_sha256:
+            return chip_or_path.source_sha256
+        canon = json.dumps(asdict(chip_or_path), sort_keys=True, default=str)
+        return hashlib.sha256(canon.encode()).hexdigest()
+    return hashlib.sha256(_resolve(chip_or_path).read_bytes()).hexdigest()

@@ -1,0 +1,113 @@
+"""A memory hierarchy as frozen data: tiers, links, compute and optional PIM units.
+
+Built from a chip TOML by :mod:`emulator.chip.chipfile` (which validates every field once, at the edge);
+everything downstream trusts these objects. Units live in names: ``_bytes``, ``_bytes_per_s``,
+``_j_per_byte``, ``_flop_per_s``, ``_j_per_flop``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MANAGED = ("cache", "memory", "scratchpad")
+POLICIES = ("lru", "fifo", "random", "opt")
+
+
+@dataclass(frozen=True)
+class PimUnit:
+    """A processing-in-memory unit carried by a tier (issue 5)."""
+
+    internal_bandwidth_bytes_per_s: float
+    flop_per_s: float
+    read_energy_j_per_byte: float      # in-bank read, no PHY crossing
+    energy_j_per_flop: float
+    op_kinds: tuple[str, ...]          # op kinds it can run (e.g. "linear", "attention")
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One level, nearest-to-compute first in :attr:`Chip.tiers`.
+
+    ``ways`` is None for fully associative. ``managed``: ``cache`` holds copies filled on demand;
+    ``memory`` is the home of tensors placed there and, if ``lend`` is true, caches tensors homed
+    farther away in the capacity left after placement; ``scratchpad`` holds only tensors placed or
+    pinned there (others pass through without a fill).
+    """
+
+    name: str
+    capacity_bytes: int
+    block_bytes: int
+    ways: int | None
+    policy: str
+    managed: str
+    bandwidth_bytes_per_s: float
+    read_energy_j_per_byte: float
+    write_energy_j_per_byte: float
+    lend: bool = False
+    pim: PimUnit | None = None
+
+    @property
+    def n_blocks(self) -> int:
+        return self.capacity_bytes // self.block_bytes
+
+    @property
+    def n_ways(self) -> int:
+        return self.n_blocks if self.ways is None else self.ways
+
+    @property
+    def n_sets(self) -> int:
+        return self.n_blocks // self.n_ways
+
+
+@dataclass(frozen=True)
+class Link:
+    """The link between tier ``upper`` (nearer) and tier ``upper + 1``."""
+
+    upper: str
+    lower: str
+    bandwidth_bytes_per_s: float
+    energy_j_per_byte: float
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Peak compute by dtype (e.g. ``{"bf16": 989e12}``) and energy per FLOP by dtype."""
+
+    flop_per_s: dict[str, float]
+    energy_j_per_flop: dict[str, float]
+
+
+@dataclass(frozen=True)
+class PlacementRule:
+    """Home tier for tensors matching all given conditions (None = any).
+
+    ``kind`` matches the tensor kind, ``name`` is an fnmatch pattern on the tensor name, ``layers``
+    an inclusive (first, last) range. Rules are tried in order; the first that matches wins.
+    ``spill``: if the tier has no room left, the tensor goes first-fit to the farther home tiers
+    instead of raising CapacityError (e.g. "KV in SRAM where it fits").
+    """
+
+    tier: str
+    kind: str | None = None
+    name: str | None = None
+    layers: tuple[int, int] | None = None
+    spill: bool = False
+
+
+@dataclass(frozen=True)
+class Chip:
+    name: str
+    tiers: tuple[Tier, ...]
+    links: tuple[Link, ...]
+    compute: Compute
+    placement: tuple[PlacementRule, ...] = ()
+    description: str = ""
+    source_file: str | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+    source_sha256: str | None = None   # hash of the chip file's bytes at load time (provenance)
+
+    def tier_index(self, name: str) -> int:
+        for i, t in enumerate(self.tiers):
+            if t.name == name:
+                return i
+        raise KeyError(name)

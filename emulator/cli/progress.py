@@ -1,0 +1,46 @@
+"""Progress bars for the CLI: the library reports progress through callbacks; only the CLI draws.
+
+A bar is drawn on stderr, and only when stderr is a terminal (pipes and tests get nothing). tqdm
+is a declared dependency of tierlab.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Callable, Iterator
+
+from tqdm import tqdm
+
+
+@contextlib.contextmanager
+def counting_bar(total: int | None, *, unit: str, desc: str) -> Iterator[Callable[[int], None] | None]:
+    """A callback ``advance(n)`` that moves a bar of ``total`` by ``n`` (None when stderr is no terminal)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    bar = tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, leave=False)
+    try:
+        yield bar.update
+    finally:
+        bar.close()
+
+
+@contextlib.contextmanager
+def fraction_bar(*, unit: str, desc: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A callback ``report(done, total)`` that sets a bar to ``done`` of ``total`` (None when stderr
+    is no terminal)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    bar = tqdm(total=None, unit=unit, desc=desc, file=sys.stderr, leave=False)
+
+    def report(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        yield report
+    finally:
+        bar.close()

@@ -1,0 +1,181 @@
+"""Energy and latency from a replay's counts and the chip's numbers (no re-simulation).
+
+Count first, cost later: changing an energy or bandwidth figure only needs this module again.
+
+Energy (joules), per op, split by component:
+  tier ``i``:   bytes_read_i x read_energy_i + bytes_written_i x write_energy_i
+  link ``l``:   (bytes_down_l + bytes_up_l) x link energy_l
+  compute:      FLOPs x energy per FLOP of the run's compute dtype, for ops run on the chip's compute
+  PIM at ``i``: pim_bytes_i x the PIM unit's in-bank read energy, plus the FLOPs of the ops that unit
+                runs (:mod:`emulator.cost.pim`) x its energy per FLOP
+The end-of-run flush, if replayed, is costed separately (``flush_j``) and not in the totals.
+
+Latency (seconds), per op, a roofline stated as such: the largest of the op's compute time
+(FLOPs / peak FLOP/s; resource ``compute``), each tier's (bytes_read + bytes_written) / bandwidth,
+each link's (bytes_down + bytes_up) / bandwidth, each PIM unit's pim_bytes / internal bandwidth
+(``pim:TIER``) and, for an op run in memory, its FLOPs / the unit's FLOP/s (``pim_flops:TIER``).
+The resource reaching that maximum is the op's **bound**. Per decode step: the sum over the step's
+ops. Per token: a decode step produces one token for each of the ``batch`` sequences, so bytes and
+energy per token are per step / batch, the latency per token is the step's latency, and tokens/s =
+batch / step latency (averaged over the decode steps).
+
+Compute dtype: the trace's activations dtype (``manifest["run"]["activations"]``), falling back to its
+weights dtype, then ``bf16``, then the chip's first listed dtype (synthetic traces have no run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, PIM_BYTES, link_bytes
+from emulator.chip.hierarchy import Chip
+
+
+def compute_dtype(chip: Chip, manifest: dict | None) -> str:
+    """The dtype whose peak rate and energy per FLOP cost the run's arithmetic."""
+    run = (manifest or {}).get("run") or {}
+    for d in (run.get("activations"), run.get("weights"), "bf16"):
+        if d and d in chip.compute.flop_per_s:
+            return d
+    return next(iter(chip.compute.flop_per_s))
+
+
+@dataclass
+class Cost:
+    """Per-op energy and latency. Arrays are indexed by op id (and tier / link where named)."""
+
+    resources: tuple[str, ...]       # "compute", "tier:NAME", "link:A-B", "pim:NAME"
+    dtype: str
+    tier_j: np.ndarray               # [op, tier]
+    link_j: np.ndarray               # [op, link]
+    compute_j: np.ndarray            # [op]
+    pim_j: np.ndarray                # [op, tier]
+    time_s: np.ndarray               # [op, resource]: each resource's busy time
+    latency_s: np.ndarray            # [op]
+    bound: np.ndarray                # [op]: index into resources
+    flush_j: float
+
+    @property
+    def energy_j(self) -> np.ndarray:
+        """Total energy per op."""
+        return self.tier_j.sum(1) + self.link_j.sum(1) + self.compute_j + self.pim_j.sum(1)
+
+    def totals(self, rows=None) -> dict:
+        """Energy split (joules) over the ops selected by ``rows`` (a bool mask or index; all if None)."""
+        sel = slice(None) if rows is None else rows
+        tiers = self.tier_j[sel].sum(0)
+        links = self.link_j[sel].sum(0)
+        pim = self.pim_j[sel].sum(0)
+        comp = float(self.compute_j[sel].sum())
+        return {"total": float(tiers.sum() + links.sum() + pim.sum() + comp),
+                "tiers": float(tiers.sum()), "links": float(links.sum()), "compute": comp,
+                "pim": float(pim.sum()), "by_tier": tiers.tolist(), "by_link": links.tolist(),
+                "pim_by_tier": pim.tolist()}
+
+
+def cost(chip: Chip, per_op: np.ndarray, block_bytes: np.ndarray, flops: np.ndarray,
+         manifest: dict | None = None, flush: np.ndarray | None = None) -> Cost:
+    """Cost ``per_op[op, tier, counter]`` counts on ``chip`` given each op's FLOPs."""
+    tiers, links = chip.tiers, chip.links
+    n_ops, n_t = per_op.shape[0], len(tiers)
+    dtype = compute_dtype(chip, manifest)
+    flops = np.asarray(flops, np.float64)
+    rd = np.array([t.read_energy_j_per_byte for t in tiers])
+    wr = np.array([t.write_energy_j_per_byte for t in tiers])
+    bw = np.array([t.bandwidth_bytes_per_s for t in tiers])
+    le = np.array([lk.energy_j_per_byte for lk in links])
+    lbw = np.array([lk.bandwidth_bytes_per_s for lk in links])
+    b_rd = per_op[:, :, BYTES_READ].astype(np.float64)
+    b_wr = per_op[:, :, BYTES_WRITTEN].astype(np.float64)
+    pimb = per_op[:, :, PIM_BYTES].astype(np.float64)
+    lb = link_bytes(per_op, block_bytes).sum(axis=2).astype(np.float64)  # [op, link] down + up
+    tier_j = b_rd * rd + b_wr * wr
+    link_j = lb * le if len(links) else np.zeros((n_ops, 0))
+
+    pim_tiers = [i for i, t in enumerate(tiers) if t.pim is not None]
+    pim_j = np.zeros((n_ops, n_t))
+    pim_time = np.zeros((n_ops, len(pim_tiers)))
+    on_pim = np.full(n_ops, -1)
+    if pim_tiers:
+        any_pim = pimb.sum(1) > 0
+        on_pim[any_pim] = pimb[any_pim].argmax(1)
+        for k, i in enumerate(pim_tiers):
+            u = tiers[i].pim
+            pim_j[:, i] = pimb[:, i] * u.read_energy_j_per_byte
+            pim_time[:, k] = pimb[:, i] / u.internal_bandwidth_bytes_per_s
+    peak = chip.compute.flop_per_s[dtype]
+    e_flop = chip.compute.energy_j_per_flop.get(dtype, 0.0)
+    compute_j = flops * e_flop
+    compute_s = flops / peak
+    pim_flop_time = np.zeros((n_ops, len(pim_tiers)))
+    for k, i in enumerate(pim_tiers):
+        # an op run in memory does its arithmetic in the PIM unit: its FLOPs are PIM energy and time
+        sel = on_pim == i
+        u = tiers[i].pim
+        pim_j[sel, i] += flops[sel] * u.energy_j_per_flop
+        pim_flop_time[sel, k] = flops[sel] / u.flop_per_s
+        compute_j[sel] = 0.0
+        compute_s[sel] = 0.0
+    time_s = np.concatenate([compute_s[:, None], (b_rd + b_wr) / bw, lb / lbw if len(links) else
+                             np.zeros((n_ops, 0)), pim_time, pim_flop_time], axis=1)
+    resources = (("compute",) + tuple(f"tier:{t.name}" for t in tiers)
+                 + tuple(f"link:{lk.upper}-{lk.lower}" for lk in links)
+                 + tuple(f"pim:{tiers[i].name}" for i in pim_tiers)
+                 + tuple(f"pim_flops:{tiers[i].name}" for i in pim_tiers))
+    latency = time_s.max(axis=1) if n_ops else np.zeros(0)
+    bound = time_s.argmax(axis=1) if n_ops else np.zeros(0, np.int64)
+    flush_j = 0.0
+    if flush is not None:
+        f = np.asarray(flush)[None]
+        flush_j = float((f[0, :, BYTES_READ] * rd + f[0, :, BYTES_WRITTEN] * wr).sum()
+                        + (link_bytes(f, block_bytes)[0].sum(1) * le).sum())
+    return Cost(resources, dtype, tier_j, link_j, compute_j, pim_j, time_s, latency, bound, flush_j)
+
+
+def per_step(cst: Cost, step: np.ndarray, phase: np.ndarray) -> dict[int, np.ndarray]:
+    """Op ids of each decode step (``phase == "decode"``), keyed by step."""
+    out: dict[int, np.ndarray] = {}
+    dec = np.nonzero(np.asarray(phase) == "decode")[0]
+    steps = np.asarray(step)[dec]
+    for s in np.unique(steps):
+        out[int(s)] = dec[steps == s]
+    return out
+
+
+def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.ndarray,
+              phase: np.ndarray, batch: int, link_names: list[str], tier_names=None) -> dict | None:
+    """Decode figures per token (see the module docstring); None when the trace has no decode.
+
+    ``in_memory_bytes_by_tier`` (tiers whose PIM unit read anything, with ``tier_names``) and
+    ``energy_split_j`` (tiers, links, compute, pim) are per token like ``bytes_by_link``.
+    """
+    steps = per_step(cst, step, phase)
+    if not steps:
+        return None
+    lat = np.array([cst.latency_s[ids].sum() for ids in steps.values()])
+    en = np.array([cst.energy_j[ids].sum() for ids in steps.values()])
+    lb = np.stack([link_bytes(per_op[ids].sum(0), block_bytes).sum(1) for ids in steps.values()])
+    time_by_res = np.stack([cst.time_s[ids].sum(0) for ids in steps.values()]).mean(0)
+    bound_counts = np.zeros(len(cst.resources))
+    for ids in steps.values():
+        np.add.at(bound_counts, cst.bound[ids], cst.latency_s[ids])
+    step_latency = float(lat.mean())
+    n_steps = len(steps)
+    ids_all = np.concatenate(list(steps.values()))
+    split = cst.totals(ids_all)
+    in_mem = per_op[ids_all][:, :, PIM_BYTES].sum(0) / n_steps / batch
+    return {
+        "steps": len(steps),
+        "batch": int(batch),
+        "bytes_by_link": {n: float(v) / batch for n, v in zip(link_names, lb.mean(0))},
+        "energy_j": float(en.mean()) / batch,
+        "latency_s": step_latency,
+        "tokens_per_s": batch / step_latency if step_latency > 0 else float("inf"),
+        "bound": cst.resources[int(bound_counts.argmax())],
+        "time_by_resource_s": {r: float(t) for r, t in zip(cst.resources, time_by_res)},
+        "in_memory_bytes_by_tier": {} if tier_names is None else
+        {n: float(v) for n, v in zip(tier_names, in_mem) if v},
+        "energy_split_j": {k: split[k] / n_steps / batch for k in ("tiers", "links", "compute", "pim")},
+    }

@@ -1,0 +1,68 @@
+"""The driver of the ``set_groups`` kernel (:mod:`emulator.engine.setgroups`): tier 0 kept as groups
+of sets that hold alike, handed to the walk when the stream is too scattered for groups to pay.
+
+A stream too scattered cuts tier 0 into more than ``options.max_set_groups`` groups, or into more
+than a quarter of its sets (once past 64). The state is then written out per set
+(:func:`emulator.engine.setgroups.write_slots`) and a :class:`emulator.engine.walker.WalkReplayer`
+(with its range fast path) replays the rest, with the same counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.engine import setgroups
+from emulator.engine.geometry import Geometry
+from emulator.engine.options import ReplayOptions
+from emulator.engine.state import Descriptors, Tensors
+from emulator.engine.walker import WalkReplayer
+
+
+class SetGroupReplayer:
+    """Same interface and counts as :class:`emulator.engine.walker.WalkReplayer` where the dispatch
+    table lets ``set_groups`` serve (tier 0 the only caching tier, LRU or FIFO)."""
+
+    def __init__(self, geo: Geometry, tensors: Tensors, options: ReplayOptions):
+        self.geo = geo
+        self.options = options
+        self.tensors = tensors
+        self.hier = geo.hierarchy()
+        self.sh0 = int(geo.block_bytes[0]).bit_length() - 1
+        self.grp_lo, self.grp_row, self.ent, self.free, self.st = setgroups.new_state(
+            int(geo.n_sets[0]), int(geo.n_ways[0]))
+        self.max_groups = min(options.max_set_groups, max(64, int(geo.n_sets[0]) // 4))
+        self.walk: WalkReplayer | None = None
+
+    def run(self, desc: Descriptors, cnt: np.ndarray) -> int:
+        if self.walk is not None:
+            return self.walk.run(desc, cnt)
+        o = self.options
+        n, self.ent, self.free, stop = setgroups.replay_groups(
+            desc, self.tensors, self.hier, self.sh0, o.store_hit_recency, o.fetch_on_write_miss,
+            self.grp_lo, self.grp_row, self.ent, self.free, self.st, self.max_groups, cnt)
+        if stop < len(desc.row):
+            self._write_out()
+            n += self.walk.run(Descriptors(*(a[stop:] for a in desc)), cnt)
+        return int(n)
+
+    def _write_out(self) -> None:
+        """Hand the state to the walk (see :func:`emulator.engine.setgroups.write_slots`)."""
+        w = WalkReplayer(self.geo, self.tensors, self.options, fast_path=True)
+        s = w.state
+        setgroups.write_slots(self.grp_lo, self.grp_row, self.ent, self.st, self.geo.n_ways, self.tensors.home,
+                              s.tag, s.dirty, s.meta, s.owner, s.clock, s.tinfo, s.region_cnt)
+        self.walk = w
+
+    def flush(self, cnt: np.ndarray) -> None:
+        if self.walk is not None:
+            self.walk.flush(cnt)
+            return
+        setgroups.flush_groups(self.tensors.home, self.tensors.kind, self.geo.block_bytes, self.geo.n_ways,
+                               self.grp_lo, self.grp_row, self.ent, self.st, cnt)
+
+    def stats(self) -> dict:
+        fast = [int(self.st[setgroups.ST_REQUESTS])] + [0] * (len(self.geo.names) - 1)
+        if self.walk is not None:
+            fast = [a + b for a, b in zip(fast, self.walk.stats()["fast_requests"])]
+        return {"fast_requests": fast, "set_groups_max": int(self.st[setgroups.ST_K_MAX]),
+                "set_groups_written_out": self.walk is not None}

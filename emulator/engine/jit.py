@@ -1,0 +1,65 @@
+"""The project's single set of Numba options.
+
+Every compiled function in tierlab is decorated with :func:`njit` from here: ``cache=True`` (compiled
+code is stored next to the module and reused across processes) and no ``fastmath`` (the engine
+counts; it never trades exactness for speed). Tunables are always passed as arguments, never read
+from module globals inside compiled code (Numba would freeze them at compile time).
+
+A compiled function also holds what it calls from other modules (helpers, intrinsics, the counter
+indices it reads as constants), but Numba checks a cached function only against its own source
+file: after a change to ``simd.py`` alone, ``engine.py``'s cached code would still load, built
+against the old ``simd.py`` — also after upgrading tierlab over an install whose ``__pycache__``
+was left in place. So each cached function's stamp here also carries :func:`package_stamp`, a hash
+of every module of the compiled rooms: any change to any of them recompiles, and nothing stale loads.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import numba
+
+_OPTIONS = {"cache": True, "fastmath": False}
+
+
+# the rooms of the package that hold compiled code (their modules call each other's compiled helpers)
+COMPILED_ROOMS = ("engine", "analysis")
+
+
+@functools.lru_cache(maxsize=None)
+def package_stamp(root: str | None = None) -> str:
+    """SHA-256 of the modules of the compiled rooms (``emulator/engine``, ``emulator/analysis``:
+    relative names and contents, in name order); ``root``: a directory standing in for ``emulator/``."""
+    base = Path(root) if root else Path(__file__).parent.parent
+    h = hashlib.sha256()
+    for p in sorted(q for room in COMPILED_ROOMS for q in (base / room).glob("*.py")):
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _bind_to_package(dispatcher):
+    """Make ``dispatcher``'s on-disk cache stale whenever any module of the package changes.
+
+    Numba keeps the stamp it checks the cache index against in the cache file object; it is
+    extended with :func:`package_stamp`. Where a Numba version keeps it elsewhere, the function is
+    left with Numba's own check (its own file only)."""
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    own = getattr(cache_file, "_source_stamp", None)
+    if own is not None:
+        cache_file._source_stamp = (own, package_stamp())
+    return dispatcher
+
+
+def njit(func=None, **options):
+    """``numba.njit`` with the project's options (overridable), bound to :func:`package_stamp`.
+
+    Used as ``@njit`` or ``@njit(nogil=True)`` (no explicit signatures: functions compile lazily)."""
+    options = {**_OPTIONS, **options}
+
+    def wrap(f):
+        d = numba.njit(**options)(f)
+        return _bind_to_package(d) if options["cache"] else d
+
+    return wrap(func) if func is not None else wrap

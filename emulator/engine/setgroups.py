@@ -1,0 +1,415 @@
+"""Symbolic replay of a lone caching tier: sets that hold alike are kept once, as a group.
+
+When tier 0 is the hierarchy's only caching tier (LRU or FIFO) and every farther tier is a home or
+a pass-through, what leaves tier 0 is only counted there, so the replay is tier 0 alone. Its
+requests come as chunks of consecutive blocks ``F..L``, and a chunk gives set ``s`` the blocks
+``F + ((s - F) mod S) + j S``: one, a few, or (a weight matrix) dozens. Across a run of sets the
+blocks differ only by the set number, so sets that started alike stay alike.
+
+State: the set numbers are cut into **groups** ``[grp_lo[k], grp_lo[k + 1])``; every set ``s`` of a
+group holds the same entries, youngest first, each an **offset** ``A`` (the set holds block
+``A + s``; ``A`` is a multiple of ``S``), a tensor id and a dirty flag; empty entries (``A = -1``)
+are last. The entries are in replacement order (LRU: last use; FIFO: fill), so the victim is the
+last entry and no stamp is kept. A chunk is cut into at most three intervals of sets that receive
+the same number of blocks from the same offset; the groups are split at the interval ends, every
+group inside takes the chunk's blocks one at a time (a lookup is one vector compare of the
+entries, an update one blend, :mod:`emulator.engine.simd`) and counts each outcome once for all its sets;
+neighbours left alike are merged. The blocks between two hits all miss and are counted in one step,
+so a group costs a step per hit, not per block.
+
+Counts are those of the per-block walk (:mod:`emulator.engine.walk`) exactly: per op, tensor kind,
+tier and counter, writebacks attributed to the evicting op and the victim's kind, the farther tiers
+counting bypasses, writethroughs and home hits as the walk does. Which physical way holds a block
+is not kept (nothing in a lone LRU/FIFO tier's counts depends on it). Tested equal to the walk in
+``tests/test_setgroups.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.engine.counters import (
+    BYPASSES,
+    BYTES_READ,
+    BYTES_WRITTEN,
+    EVICTIONS,
+    FILLS,
+    HITS,
+    MISSES,
+    PIM_BYTES,
+    UNFETCHED,
+    WRITEBACKS,
+    WRITETHROUGHS,
+)
+from emulator.engine.policies import LRU
+from emulator.engine.state import TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT
+from emulator.engine.jit import njit
+from emulator.engine.lazy import count_in
+from emulator.engine.simd import set_lookup, set_put
+
+EMPTY = -1
+# ``st`` (int64): groups, rows on the free stack, requests served, growths of the row pool, the
+# most groups held at once
+ST_K, ST_FREE, ST_REQUESTS, ST_GROWN, ST_K_MAX = range(5)
+N_ST = 5
+
+
+def new_state(n_sets: int, n_ways: int, rows: int = 64):
+    """Group state of an empty tier: one group of every set, its ``n_ways`` entries empty."""
+    rows = max(rows, 8)
+    grp_lo = np.zeros(n_sets + 2, np.int64)
+    grp_row = np.zeros(n_sets + 1, np.int64)
+    grp_lo[1] = n_sets
+    ent = np.full((3, rows * n_ways), EMPTY, np.int64)
+    ent[1:] = 0
+    free = np.zeros(rows, np.int64)
+    free[:rows - 1] = np.arange(rows - 1, 0, -1)          # a stack of rows; row 0 is group 0's
+    st = np.zeros(N_ST, np.int64)
+    st[ST_K] = 1
+    st[ST_K_MAX] = 1
+    st[ST_FREE] = rows - 1
+    return grp_lo, grp_row, ent, free, st
+
+
+@njit(nogil=True)
+def _flat(cnt):
+    """``cnt[row, kind, tier, c]`` as a flat view and its strides: ``cf[row * s_row + kind * s_kind
+    + tier * s_tier + c]``."""
+    s_tier = cnt.shape[3]
+    s_kind = cnt.shape[2] * s_tier
+    return cnt.reshape(cnt.size), cnt.shape[1] * s_kind, s_kind, s_tier
+
+
+@njit(nogil=True)
+def _down(rw, tid, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
+    """``n`` requests of tier 0's block leave it for ``tid``'s home: pass-through tiers count a
+    bypass (read) or writethrough (write) each, the home a hit of the tier-above's block."""
+    h = t_home[tid]
+    c0 = row * s_row + t_kind[tid] * s_kind
+    i = 1
+    while i < h:
+        cf[c0 + i * s_tier + (WRITETHROUGHS if rw else BYPASSES)] += n
+        i += 1
+    cf[c0 + h * s_tier + HITS] += n
+    cf[c0 + h * s_tier + (BYTES_WRITTEN if rw else BYTES_READ)] += n * blk[h - 1]
+
+
+@njit(nogil=True)
+def _writeback(vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
+    """``n`` dirty blocks of tensor ``vt`` leave tier 0: writebacks, and the write farther down."""
+    cv = row * s_row + t_kind[vt] * s_kind
+    cf[cv + WRITEBACKS] += n
+    cf[cv + BYTES_READ] += n * blk[0]
+    _down(1, vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+
+
+@njit(nogil=True)
+def _misses(r_base, n, t, a_first, S, W, rw, tid, row, fetch, ent, cf, s_row, s_kind, s_tier,
+            t_home, t_kind, blk):
+    """The ``t`` blocks ``a_first + i S + s`` (``i = 0..t-1``, in order) all miss in each of the
+    ``n`` sets of the group at ``r_base``: the held entries leave oldest first (the empty ones
+    without an eviction), then, past ``W``, the run's own blocks; the group ends holding the newest
+    ``min(t, W)`` of them before the survivors."""
+    b0 = blk[0]
+    ci = row * s_row + t_kind[tid] * s_kind
+    n_old = t if t < W else W
+    for e in range(W - 1, W - 1 - n_old, -1):
+        if ent[0, r_base + e] != EMPTY:
+            vt = ent[1, r_base + e]
+            cf[row * s_row + t_kind[vt] * s_kind + EVICTIONS] += n
+            if ent[2, r_base + e]:
+                _writeback(vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+    if t > W:
+        n_own = (t - W) * n
+        cf[ci + EVICTIONS] += n_own
+        if rw:
+            _writeback(tid, n_own, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+    nr = t * n
+    cf[ci + MISSES] += nr
+    cf[ci + FILLS] += nr
+    if fetch:
+        cf[ci + BYTES_WRITTEN] += nr * b0
+        _down(0, tid, nr, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+    else:
+        cf[ci + UNFETCHED] += nr
+    cf[ci + (BYTES_WRITTEN if rw else BYTES_READ)] += nr * b0
+    for e in range(W - 1, n_old - 1, -1):               # survivors move down by t
+        for f in range(3):
+            ent[f, r_base + e] = ent[f, r_base + e - t]
+    for e in range(n_old):                              # youngest first: the last block, ...
+        ent[0, r_base + e] = a_first + (t - 1 - e) * S
+        ent[1, r_base + e] = tid
+        ent[2, r_base + e] = rw
+
+
+@njit(nogil=True)
+def _apply(r_base, n, m, a0, S, W, rw, tid, row, lru, store_recency, fetch_write, ent, words,
+           cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
+    """The ``m`` blocks ``a0 + j S + s`` (``j = 0..m-1``, in order) in each of the ``n`` sets of the
+    group whose entries start at ``r_base``.
+
+    From block ``j`` on, the next hit is the first block ``j'`` some entry holds that is still held
+    at its turn: the entry at position ``p`` (0 the youngest) leaves after ``W - p`` fills, and the
+    ``j' - j`` blocks before it all miss (the chunk's blocks are distinct). Those misses are counted
+    in one step (:func:`_misses`), the hit on its own, and so on: a group costs one step per hit
+    plus one, not one per block."""
+    wa = words
+    wt = words + 8 * ent.shape[1]
+    wd = wt + 8 * ent.shape[1]
+    b0 = blk[0]
+    ci = row * s_row + t_kind[tid] * s_kind
+    fetch = fetch_write if rw else True
+    a_last = a0 + (m - 1) * S
+    j = 0
+    while j < m:
+        a = a0 + j * S
+        j_hit = m
+        for p in range(W):
+            v = ent[0, r_base + p]
+            if v >= a and v <= a_last:
+                jj = (v - a0) // S
+                if jj - j < W - p and jj < j_hit:
+                    j_hit = jj
+        if j_hit > j:
+            _misses(r_base, n, j_hit - j, a, S, W, rw, tid, row, fetch, ent, cf, s_row, s_kind, s_tier,
+                    t_home, t_kind, blk)
+            j = j_hit
+            if j == m:
+                break
+            a = a0 + j * S
+        x = set_lookup(wa, r_base, W, a, 0)
+        cf[ci + HITS] += n
+        if rw:
+            cf[ci + BYTES_WRITTEN] += n * b0
+            ent[2, r_base + x] = 1
+            move = lru and store_recency
+        else:
+            cf[ci + BYTES_READ] += n * b0
+            move = lru
+        if move and x > 0:
+            t = ent[1, r_base + x]
+            d = ent[2, r_base + x]
+            set_put(wa, r_base, W, x, a, True)
+            set_put(wt, r_base, W, x, t, True)
+            set_put(wd, r_base, W, x, d, True)
+        j += 1
+
+
+@njit(nogil=True)
+def _find(grp_lo, K, s):
+    """The group holding set ``s`` (the last ``k`` with ``grp_lo[k] <= s``)."""
+    lo = 0
+    hi = K - 1
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if grp_lo[mid] <= s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@njit(nogil=True)
+def _split(k, s, grp_lo, grp_row, ent, free, st, W):
+    """Cut group ``k`` at set ``s`` (inside it): the sets from ``s`` on become group ``k + 1``."""
+    K = st[ST_K]
+    st[ST_FREE] -= 1
+    r = free[st[ST_FREE]]
+    src = grp_row[k] * W
+    dst = r * W
+    for f in range(3):
+        for e in range(W):
+            ent[f, dst + e] = ent[f, src + e]
+    for x in range(K, k, -1):
+        grp_lo[x + 1] = grp_lo[x]
+        grp_row[x] = grp_row[x - 1]
+    grp_lo[k + 1] = s
+    grp_row[k + 1] = r
+    st[ST_K] = K + 1
+    if K + 1 > st[ST_K_MAX]:
+        st[ST_K_MAX] = K + 1
+
+
+@njit(nogil=True)
+def _same(ent, ra, rb, W):
+    for f in range(3):
+        for e in range(W):
+            if ent[f, ra + e] != ent[f, rb + e]:
+                return False
+    return True
+
+
+@njit(nogil=True)
+def _merge(k_lo, k_hi, grp_lo, grp_row, ent, free, st, W):
+    """Merge each group in ``k_lo..k_hi`` (clipped) with the next one when they hold alike."""
+    k = max(k_lo, 0)
+    while k < min(k_hi, st[ST_K] - 1):
+        if _same(ent, grp_row[k] * W, grp_row[k + 1] * W, W):
+            free[st[ST_FREE]] = grp_row[k + 1]
+            st[ST_FREE] += 1
+            K = st[ST_K]
+            for x in range(k + 1, K):
+                grp_lo[x] = grp_lo[x + 1]
+                grp_row[x] = grp_row[x + 1] if x + 1 < K else 0
+            st[ST_K] = K - 1
+            k_hi -= 1
+        else:
+            k += 1
+
+
+@njit(nogil=True)
+def _grow(ent, free, st, W):
+    """Twice the entry rows (the new ones on the free stack); returns the new arrays."""
+    rows = ent.shape[1] // W
+    ent2 = np.empty((3, 2 * rows * W), np.int64)
+    ent2[:, :rows * W] = ent
+    ent2[0, rows * W:] = EMPTY
+    ent2[1:, rows * W:] = 0
+    free2 = np.empty(2 * rows, np.int64)
+    n = st[ST_FREE]
+    free2[:n] = free[:n]
+    for x in range(rows):
+        free2[n + x] = 2 * rows - 1 - x
+    st[ST_FREE] = n + rows
+    st[ST_GROWN] += 1
+    return ent2, free2
+
+
+@njit(nogil=True)
+def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, grp_row, ent, free, st,
+           cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
+    """Serve tier-0 blocks ``F..L`` (one chunk, in order) on the groups."""
+    n = L - F + 1
+    q = n // S
+    rem = n % S
+    f = F % S
+    g = f + rem
+    if g >= S:
+        g -= S
+    c1 = min(f, g)
+    c2 = max(f, g)
+    words = ent.ctypes.data
+    k_first = st[ST_K]
+    k_last = 0
+    for x in range(3):      # the intervals [0, c1), [c1, c2), [c2, S)
+        a = 0 if x == 0 else (c1 if x == 1 else c2)
+        e = c1 if x == 0 else (c2 if x == 1 else S)
+        if a == e:
+            continue
+        m = count_in(q, rem, f, a, S)
+        if m == 0:
+            continue
+        a0 = F - f + (S if a < f else 0)
+        k = _find(grp_lo, st[ST_K], a)
+        if grp_lo[k] < a:
+            _split(k, a, grp_lo, grp_row, ent, free, st, W)
+            k += 1
+        k_end = _find(grp_lo, st[ST_K], e - 1)
+        if grp_lo[k_end + 1] > e:
+            _split(k_end, e, grp_lo, grp_row, ent, free, st, W)
+        for kk in range(k, k_end + 1):
+            _apply(grp_row[kk] * W, grp_lo[kk + 1] - grp_lo[kk], m, a0, S, W, rw, tid, row, lru,
+                   store_recency, fetch_write, ent, words, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+        k_first = min(k_first, k)
+        k_last = max(k_last, k_end)
+    if k_last >= k_first:
+        _merge(k_first - 1, k_last + 1, grp_lo, grp_row, ent, free, st, W)
+
+
+@njit(nogil=True)
+def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_row, ent, free, st,
+                  max_groups, cnt):
+    """Replay a batch of access descriptors (:class:`emulator.engine.state.Descriptors`, tensors
+    :class:`emulator.engine.state.Tensors`, tiers :class:`emulator.engine.state.Hierarchy`) on the group
+    state of tier 0 (see the module docstring and :func:`emulator.engine.walk.replay_batch`).
+
+    Stops before a descriptor when tier 0 is cut into more than ``max_groups`` groups (the caller
+    then writes the state out, :func:`write_slots`, and replays the rest per set). Returns the
+    tier-0 blocks requested, the entry arrays (new ones when the row pool grew) and the index of
+    the first descriptor not replayed (the batch's length when all were)."""
+    acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim = desc
+    t_addr, t_home, t_kind = ten
+    blk, n_sets, n_ways, _mode, policy, _slot_off = hier
+    S = n_sets[0]
+    W = n_ways[0]
+    lru = policy[0] == LRU
+    b0 = blk[0]
+    cf, s_row, s_kind, s_tier = _flat(cnt)
+    n_blocks = 0
+    for a in range(acc_row.shape[0]):
+        if st[ST_K] > max_groups:
+            return n_blocks, ent, free, a
+        row = acc_row[a]
+        tid = acc_tid[a]
+        rw = 1 if acc_write[a] else 0
+        kd = t_kind[tid]
+        for j in range(acc_count[a]):
+            start = t_addr[tid] + acc_offset[a] + j * acc_stride[a]
+            first = start >> sh0
+            last = (start + acc_nbytes[a] - 1) >> sh0
+            nb = last - first + 1
+            n_blocks += nb
+            if nb <= 0:
+                continue
+            if acc_pim[a] > 0:
+                cnt[row, kd, t_home[tid], PIM_BYTES] += nb * b0
+                continue
+            if t_home[tid] == 0:
+                cnt[row, kd, 0, HITS] += nb
+                cnt[row, kd, 0, BYTES_WRITTEN if rw else BYTES_READ] += nb * b0
+                continue
+            if st[ST_FREE] < 8:
+                ent, free = _grow(ent, free, st, W)
+            _chunk(first, last, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, grp_row,
+                   ent, free, st, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+            st[ST_REQUESTS] += nb
+    return n_blocks, ent, free, acc_row.shape[0]
+
+
+@njit(nogil=True)
+def write_slots(grp_lo, grp_row, ent, st, n_ways, t_home, tag, dirty, meta, owner, clock, tinfo, region_cnt):
+    """Write the groups out as the walk's per-set state of tier 0 (:mod:`emulator.engine.walk`): valid
+    ways first (youngest in way 0), replacement words falling with age below a new clock, each
+    resident block counted in its residency region and each dirty one homed past tier 1 in the
+    tier's far-dirty count. The walk then replays on from there with the same counts."""
+    W = n_ways[0]
+    clock0 = clock[0] + W
+    rs = tinfo[0, TI_REGION_SHIFT]
+    ro = tinfo[0, TI_REGION_OFF]
+    far = 0
+    for k in range(st[ST_K]):
+        rb = grp_row[k] * W
+        for s in range(grp_lo[k], grp_lo[k + 1]):
+            base = s * W
+            for e in range(W):
+                a = ent[0, rb + e]
+                if a == EMPTY:
+                    tag[base + e] = -1
+                    dirty[base + e] = 0
+                    meta[base + e] = 0
+                    owner[base + e] = 0
+                    continue
+                b = a + s
+                tag[base + e] = b
+                owner[base + e] = ent[1, rb + e]
+                dirty[base + e] = ent[2, rb + e]
+                meta[base + e] = clock0 - 1 - e
+                region_cnt[ro + (b >> rs)] += 1
+                if ent[2, rb + e] and t_home[ent[1, rb + e]] != 1:
+                    far += 1
+    tinfo[0, TI_DIRTY_FAR] += far
+    clock[0] = clock0
+
+
+@njit(nogil=True)
+def flush_groups(t_home, t_kind, blk, n_ways, grp_lo, grp_row, ent, st, cnt):
+    """End-of-run flush: every dirty entry is written back (``cnt[0]``) and stays, clean."""
+    W = n_ways[0]
+    cf, s_row, s_kind, s_tier = _flat(cnt)
+    for k in range(st[ST_K]):
+        n = grp_lo[k + 1] - grp_lo[k]
+        rb = grp_row[k] * W
+        for e in range(W):
+            if ent[0, rb + e] != EMPTY and ent[2, rb + e]:
+                _writeback(ent[1, rb + e], n, 0, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+                ent[2, rb + e] = 0

@@ -1,0 +1,321 @@
+"""Lean twins of the engine's walk for raw block streams on LRU, FIFO and random caches.
+
+Used by :func:`emulator.engine.door.replay_blocks` (through :mod:`emulator.engine.stream_driver`) when every tier
+is such a cache and no flush is asked: no tensors, kinds, ops, homes or residency regions to look
+after. Two kinds of kernel:
+
+* :func:`tier_pass`: one tier serves a chunk of requests in order and writes what it issues (fetches,
+  then dirty victims' writebacks) for the next tier; a chunk goes tier by tier. Exact because a
+  tier's state depends only on the sequence of requests it sees.
+* :func:`chain_pass`: for streams without writes on at most three LRU/FIFO tiers, each block is
+  followed down the tiers in one loop (no buffers), with int32 words while the blocks allow.
+
+State: one word per way, ``block << 1 | dirty`` (-1 when empty). The ``ways`` words of a set (from
+``slot_base + set * ways``) hold its blocks in replacement order instead of stamps — most recently
+used first (lru) or most recently filled first (fifo), empty ways last — so the victim is always the
+last way (random keeps physical ways instead, as the walk does). A lookup is one vector compare and
+an update one blend (:mod:`emulator.engine.simd`), with no branch on hit or miss. Which physical way holds
+an LRU/FIFO block never shows in the counters (these kernels serve no flush). A tier's evictions are
+its misses less its valid ways at the end (:func:`evictions`): no way is ever emptied.
+
+Each kernel is compiled with its tiers' way counts as constants (other counts than 2, 4, 8, 16 and
+32 share a build that reads them at run time); a build is made on first use and cached on disk.
+Same counters as :func:`emulator.engine.walk._run`, property-tested equal (``tests/test_engine_fastpath.py``)
+and equal to pycachesim (``tests/test_pycachesim.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.engine.counters import (
+    BYTES_READ,
+    BYTES_WRITTEN,
+    FILLS,
+    HITS,
+    MISSES,
+    UNFETCHED,
+    WRITEBACKS,
+)
+from emulator.engine.jit import njit
+from emulator.engine.policies import xorshift64
+from emulator.engine.simd import VECTOR_WAYS, set_lookup, set_lookup32, set_put, set_put32
+
+
+@njit(nogil=True, inline="always")
+def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+           store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+           tag, out_blk, out_wr, cnt_row, rng, pow2_sets, clean, random):
+    """Serve one LRU/FIFO cache tier's requests ``blk[:n] >> in_shift`` (write flags ``wr``) in order;
+    return how many it sent to the next tier.
+
+    Each request is ``req_bytes`` bytes. What the tier issues — a miss's fetch, then its dirty
+    victim's writeback — goes to ``out_blk``/``out_wr`` (room for ``2 * n``) as next-tier block
+    numbers (``>> shift_next``); counters are added to ``cnt_row``, all but evictions: a miss fills an empty way or evicts and no
+    way is ever emptied, so a tier's evictions are its misses less its valid ways at the end
+    (:func:`evictions`). ``pow2_sets``: the set index is ``block & set_mask``.
+    ``clean`` (a build constant): no request is a write and no block of the tier is dirty, so the
+    loop leaves out dirty bits, store hits and writebacks. ``random`` (a build constant): the random
+    policy; a set keeps its blocks in their physical ways (a fill takes the first empty way, else
+    way ``xorshift64(rng) % ways``, as the walk does), so the order of the words is not used.
+
+    Replaying the whole stream one tier at a time is exact: a tier's state depends only on the
+    sequence of requests it sees, and that is the sequence the tier above issues, in issue order.
+    Hit or miss is data, so the common path has no branch on it (a random mix would mispredict).
+    """
+    n_out = 0
+    served = n_wr = misses = fetches = writebacks = 0
+    last = ways - 1
+    words = tag.ctypes.data     # the set operations take the address; ``tag`` outlives the loop
+    reorder_read = not fifo
+    reorder_write = not fifo and store_hit_recency
+    skip_write_fetch = req_bytes == block_bytes and not fetch_on_whole_write_miss
+    if clean and not random:
+        for j in range(n):
+            b = blk[j] >> in_shift
+            base = slot_base + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
+            r = set_lookup(words, base, ways, (b << 1) | 1, 1)
+            miss = 1 if r == ways else 0
+            way = r - miss                        # the hit way, else the last (the victim)
+            set_put(words, base, ways, way, b << 1, not fifo or miss == 1)   # clean: word = block
+            served += 1
+            misses += miss
+            out_blk[n_out] = b >> shift_next
+            out_wr[n_out] = False
+            n_out += miss
+        fetches = misses
+        n = 0
+    if random:
+        for j in range(n):
+            b = blk[j] >> in_shift
+            rw = wr[j]
+            d = 1 if rw else 0
+            base = slot_base + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
+            way = set_lookup(words, base, ways, (b << 1) | 1, 1)
+            miss = 1 if way == ways else 0
+            if miss:
+                way = set_lookup(words, base, ways, -1, 0)        # the first empty way
+                if way == ways:
+                    way = np.int64(xorshift64(rng, 0) % np.uint64(ways))
+            victim = tag[base + way]
+            tag[base + way] = (b << 1) | d | (victim & (1 - miss))
+            served += 1
+            n_wr += d
+            misses += miss
+            fetch = 0 if rw and skip_write_fetch else miss
+            fetches += fetch
+            out_blk[n_out] = b >> shift_next
+            out_wr[n_out] = False
+            n_out += fetch
+            if miss and victim >= 0 and victim & 1:
+                writebacks += 1
+                out_blk[n_out] = (victim >> 1) >> shift_next
+                out_wr[n_out] = True
+                n_out += 1
+        n = 0
+    for j in range(n):
+        b = blk[j] >> in_shift
+        rw = wr[j]
+        d = 1 if rw else 0
+        base = slot_base + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
+        r = set_lookup(words, base, ways, (b << 1) | 1, 1)
+        miss = 1 if r == ways else 0
+        hit = miss == 0
+        way = r - miss                            # the hit way, else the last (the victim)
+        cur = tag[base + way]
+        victim = tag[base + last]
+        # a miss fills at the front; a hit moves to the front, or stays (fifo; a store hit without
+        # recency) and only takes the dirty bit. The hit word keeps its dirty bit: arithmetic, not a
+        # select, so the compiler does not turn it into a branch on ``hit``
+        word = (b << 1) | d | (cur & (1 - miss))
+        move = not hit or (reorder_write if rw else reorder_read)
+        set_put(words, base, ways, way, word, move)
+        served += 1
+        n_wr += d
+        misses += miss
+        fetch = 0 if rw and skip_write_fetch else miss
+        fetches += fetch
+        out_blk[n_out] = b >> shift_next          # kept only when fetched (room for 2 per request)
+        out_wr[n_out] = False
+        n_out += fetch
+        if miss & victim & (1 if victim >= 0 else 0):   # a dirty victim: written back
+            writebacks += 1
+            out_blk[n_out] = (victim >> 1) >> shift_next
+            out_wr[n_out] = True
+            n_out += 1
+    cnt_row[HITS] += served - misses
+    cnt_row[MISSES] += misses
+    cnt_row[FILLS] += misses
+    cnt_row[WRITEBACKS] += writebacks
+    cnt_row[UNFETCHED] += misses - fetches
+    cnt_row[BYTES_READ] += req_bytes * (served - n_wr) + block_bytes * writebacks
+    cnt_row[BYTES_WRITTEN] += req_bytes * n_wr + block_bytes * fetches
+    return n_out
+
+
+def _build(ways_lit: int, pow2_sets: bool, clean: bool, fifo_build: bool, random: bool):
+    """``_serve`` compiled with the way count ``ways_lit`` (0: read at run time), the kind of set
+    index, ``clean`` and ``random`` as constants (and, for clean builds, the policy: ``fifo_build``).
+    A constant way count folds the set operations' switch down to their vector form."""
+    @njit(nogil=True)
+    def serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+              store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+              tag, out_blk, out_wr, cnt_row, rng):
+        return _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways_lit if ways_lit else ways,
+                      fifo_build if clean else fifo,
+                      store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+                      tag, out_blk, out_wr, cnt_row, rng, pow2_sets, clean, random)
+    return serve
+
+
+_SERVE: dict = {}
+_NO_RNG = np.zeros(1, np.uint64)
+
+
+def tier_pass(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+              store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+              tag, out_blk, out_wr, cnt_row, clean=False, rng=None) -> int:
+    """One tier's pass (see :func:`_serve`), built for its way count as a constant when that is one
+    of :data:`VECTOR_WAYS` (each build is compiled on first use, then cached on disk). ``clean``:
+    the caller knows no request is a write and no block of the tier is dirty. ``rng``: the random
+    policy's xorshift64 state (a uint64 array of one; None for lru/fifo)."""
+    random = rng is not None
+    key = (ways if ways in VECTOR_WAYS else 0, set_mask >= 0, bool(clean) and not random,
+           bool(clean and fifo) and not random, random)
+    fn = _SERVE.get(key)
+    if fn is None:
+        fn = _SERVE[key] = _build(*key)
+    return fn(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
+              store_hit_recency, fetch_on_whole_write_miss, req_bytes, block_bytes, shift_next,
+              tag, out_blk, out_wr, cnt_row, _NO_RNG if rng is None else rng)
+
+
+@njit(nogil=True)
+def select_half(blk, n, in_shift, wr, bit, val, out_blk, out_wr):
+    """Copy the requests ``blk[:n] >> in_shift`` whose bit ``bit`` is ``val`` (and their write
+    flags) to ``out_blk``/``out_wr``, in order; return how many. Without a branch per request.
+
+    When ``bit`` is a set-index bit at every tier, the two halves of a stream share no set anywhere
+    and replay independently (one thread each)."""
+    k = 0
+    for j in range(n):
+        b = blk[j] >> in_shift
+        out_blk[k] = b
+        out_wr[k] = wr[j]
+        k += ((b >> bit) & 1) == val
+    return k
+
+
+@njit(nogil=True)
+def split_blocks(blk, lo, hi, in_shift, bit, out0, out1):
+    """Block numbers ``blk[lo:hi] >> in_shift`` whose bit ``bit`` is 0 to ``out0``, the others to
+    ``out1``, each in order; return both counts and the OR of all blocks (negative if any was).
+    Without a branch per block."""
+    k0 = k1 = seen = 0
+    for j in range(lo, hi):
+        b = blk[j] >> in_shift
+        one = (b >> bit) & 1
+        out0[k0] = b
+        out1[k1] = b
+        k0 += 1 - one
+        k1 += one
+        seen |= b
+    return k0, k1, seen
+
+
+@njit(nogil=True, inline="always")
+def _chain_tier(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets, narrow):
+    """Look ``b`` up in one clean tier of a chain (see :func:`_build_chain`) and update it; return 1
+    on a miss. ``narrow`` (a build constant): the words are int32 (blocks below ``2**30``)."""
+    base = off + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
+    key = (b << 1) | 1
+    r = set_lookup32(words, base, ways, key, 1) if narrow else set_lookup(words, base, ways, key, 1)
+    miss = 1 if r == ways else 0
+    if narrow:
+        set_put32(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
+    else:
+        set_put(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
+    return miss
+
+
+def _build_chain(spec: tuple, narrow: bool):
+    """The clean read-only chain kernel for one to three LRU/FIFO cache tiers: each block is
+    followed down the tiers until one holds it (no writes, so no writebacks). Each tier's (way
+    count or 0 for a run-time count, power-of-two sets, fifo) in ``spec`` is compiled in; with
+    ``narrow`` the words are int32 (half the host cache footprint; blocks must stay below
+    ``2**30``, which the caller checks from the returned OR of the blocks)."""
+    # (the closure holds only numbers and flags: a captured function would make the on-disk cache
+    # key differ in every process)
+    n_t = len(spec)
+    (w0, p0, f0), (w1, p1, f1), (w2, p2, f2) = tuple(spec) + ((1, True, False),) * (3 - n_t)
+
+    @njit(nogil=True)
+    def chain(blk, n, in_shift, par, tag, cnt):
+        """Serve ``blk[:n] >> in_shift``; ``par`` rows: slot base, sets, set mask, ways, shift to
+        the next tier. Adds requests and misses per tier to ``cnt`` columns 0 and 1; returns the
+        OR of all blocks (negative if any was: a set index stays in range, the counts do not)."""
+        words = tag.ctypes.data
+        # every parameter in a local: the compiler cannot tell the rows of ``par`` from the words
+        o0, s0, k0, x0, h0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3], par[0, 4]
+        o1, s1, k1, x1, h1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3], par[1 % n_t, 4]
+        o2, s2, k2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
+        q0 = m0 = q1 = m1 = q2 = m2 = seen = 0
+        for j in range(n):
+            b = blk[j] >> in_shift
+            seen |= b
+            q0 += 1
+            miss = _chain_tier(words, b, o0, s0, k0, x0, f0, p0, narrow)
+            m0 += miss
+            if n_t == 1 or not miss:
+                continue
+            b = b >> h0
+            q1 += 1
+            miss = _chain_tier(words, b, o1, s1, k1, x1, f1, p1, narrow)
+            m1 += miss
+            if n_t == 2 or not miss:
+                continue
+            b = b >> h1
+            q2 += 1
+            miss = _chain_tier(words, b, o2, s2, k2, x2, f2, p2, narrow)
+            m2 += miss
+        cnt[0, 0] += q0
+        cnt[0, 1] += m0
+        if n_t > 1:
+            cnt[1, 0] += q1
+            cnt[1, 1] += m1
+        if n_t > 2:
+            cnt[2, 0] += q2
+            cnt[2, 1] += m2
+        return seen
+    return chain
+
+
+_CHAIN: dict = {}
+
+
+def chain_pass(blk, n, in_shift, par, tag, cnt, spec):
+    """:func:`_build_chain`'s kernel for ``spec`` and the word type of ``tag`` (int64 or int32;
+    built on first use, then cached on disk)."""
+    key = (spec, tag.dtype == np.int32)
+    fn = _CHAIN.get(key)
+    if fn is None:
+        fn = _CHAIN[key] = _build_chain(*key)
+    return fn(blk, n, in_shift, par, tag, cnt)
+
+
+def evictions(misses: int, tag, slot_base: int, n_slots: int) -> int:
+    """A stream tier's evictions: each miss fills a way, an empty one or a victim's, and no way is
+    ever emptied again, so every miss beyond the ways that were filled from empty evicted a block."""
+    return misses - int(np.count_nonzero(tag[slot_base:slot_base + n_slots] >= 0))
+
+
+NARROW_LIMIT = 1 << 30   # int32 words hold ``block << 1`` for blocks below this
+
+
+def new_state(n_slots: int, dtype=np.int64) -> np.ndarray:
+    """The tiers' words, all empty (-1), starting on a 64-byte boundary so that a set of 8 int64
+    (16 int32) words is one cache line of the host and a vector load never splits one."""
+    size = np.dtype(dtype).itemsize
+    raw = np.full(n_slots + 64 // size, -1, dtype)
+    skip = (-raw.ctypes.data % 64) // size
+    return raw[skip:skip + n_slots]

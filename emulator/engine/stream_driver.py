@@ -1,0 +1,175 @@
+"""The driver of the stream kernels ``cache_stream_chain`` and ``cache_stream_passes``
+(:mod:`emulator.engine.stream`): caches over one home, fed a stream of tier-0 blocks.
+
+Where the dispatch table lets them serve, the first ``n_caches`` tiers are caches (LRU, FIFO; the
+passes also random) and every tensor is homed in tier ``n_caches``, which serves the last cache's
+misses and writebacks as home hits; no tier beyond it is reached. The chain (no write at all, at
+most three LRU/FIFO tiers) follows each block down the tiers in one loop; the passes serve a chunk
+tier by tier (a tier sees exactly what the tier above issued, in order). With two partitions (a
+set-index bit every cache shares, :func:`emulator.engine.geometry.partition_bit`) two threads
+replay the two halves of the sets. Counts are the walk's (``tests/test_engine_fastpath.py``) and
+pycachesim's (``tests/test_pycachesim.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from emulator.engine import stream
+from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, EVICTIONS, FILLS, HITS, MISSES, N_COUNTERS
+from emulator.engine.geometry import Geometry
+from emulator.engine.options import ReplayOptions, random_seed_state
+from emulator.engine.policies import FIFO, RANDOM
+
+
+def _on_threads(fn, n_parts: int) -> None:
+    """``fn(k)`` for each partition ``k``, on its own thread when there are two."""
+    if n_parts == 1:
+        fn(0)
+        return
+    with ThreadPoolExecutor(n_parts) as pool:
+        list(pool.map(fn, range(n_parts)))
+
+
+class StreamReplayer:
+    """State of the stream kernels over the first ``n_caches`` tiers of ``geo``; :meth:`feed` it
+    block streams in order, then :meth:`counts`.
+
+    ``chain``: the read-only chain kernel (else the tier passes); ``dtype``: the chain's word type
+    (int32 while every block stays below :data:`emulator.engine.stream.NARROW_LIMIT`); ``bit``: the
+    partition bit for two threads, or None."""
+
+    def __init__(self, geo: Geometry, n_caches: int, options: ReplayOptions, *, chain: bool,
+                 dtype=np.int64, bit: int | None = None):
+        self.geo, self.n_t, self.chain, self.dtype = geo, n_caches, chain, dtype
+        self.step = options.batch_rows
+        n_t = n_caches
+        sh = [int(b).bit_length() - 1 for b in geo.block_bytes[:n_t + 1]]
+        self.sh = sh
+        # per tier: slot_base, n_sets, set_mask, ways, fifo, store-hit recency, fetch on a whole
+        # write miss, request bytes, block bytes, shift to the next tier
+        self.args = []
+        for i in range(n_t):
+            s_i = int(geo.n_sets[i])
+            self.args.append((int(geo.slot_off[i]), s_i, s_i - 1 if s_i & (s_i - 1) == 0 else -1,
+                              int(geo.n_ways[i]), int(geo.policy[i]) == FIFO, options.store_hit_recency,
+                              options.fetch_on_write_miss if i == 0 else options.fetch_on_writeback_miss,
+                              1 << (sh[i - 1] if i else sh[0]), 1 << sh[i], sh[i + 1] - sh[i]))
+        self.parts = [(-1, 0)] if bit is None else [(bit, 0), (bit, 1)]
+        n_slots = int(geo.slot_off[n_t - 1] + geo.n_sets[n_t - 1] * geo.n_ways[n_t - 1])
+        self.n_slots = n_slots
+        self.states = [(stream.new_state(n_slots, dtype if chain else np.int64),
+                        np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in self.parts]
+        self.seen = 0
+        if chain:
+            self.spec = tuple((a[3] if a[3] in stream.VECTOR_WAYS else 0, a[2] >= 0, bool(a[4])) for a in self.args)
+            self.par = np.array([[a[0], a[1], a[2], a[3], a[9]] for a in self.args], np.int64)
+            self.reqs = np.zeros((len(self.parts), n_t, 2), np.int64)   # requests and misses per tier
+        else:
+            self.rngs = [np.array([random_seed_state(options.seed, i)], np.uint64)
+                         if int(geo.policy[i]) == RANDOM else None for i in range(n_t)]
+            self.dirty = [[False] * n_t for _ in self.parts]   # a tier ever sent a write may hold dirty blocks
+            self.bufs = [[(np.empty(2 * self.step, np.int64), np.empty(2 * self.step, np.bool_))]
+                         for _ in self.parts]
+            self.halves = [(np.empty(self.step, np.int64), np.empty(self.step, np.bool_)) if b >= 0 else None
+                           for b, _ in self.parts]
+
+    def feed(self, blocks: np.ndarray, shift: int, writes: np.ndarray | None = None) -> None:
+        """Replay ``blocks >> shift`` (tier-0 block numbers; int64) in order, with their write flags."""
+        if len(blocks) == 0:
+            return
+        if self.chain:
+            self._chain(blocks, shift)
+        else:
+            w = np.zeros(len(blocks), np.bool_) if writes is None else writes
+            _on_threads(lambda k: self._passes(k, blocks, shift, w), len(self.parts))
+
+    def _chain(self, a, shift):
+        n = len(a)
+        if len(self.parts) == 1:
+            self.seen |= int(stream.chain_pass(a, n, shift, self.par, self.states[0][0], self.reqs[0], self.spec))
+            return
+        # for each chunk, thread k splits its half of the chunk by the partition bit into two
+        # buffers, both wait, then thread k replays part k from both buffers in stream order
+        # (double-buffered: one wait per chunk; a wait costs more than a small chunk's work)
+        bit = self.parts[0][0]
+        chunk = 16 * self.step
+        # blocks in the word type: int32 buffers halve the traffic between the threads
+        bufs = [[[np.empty(chunk // 2 + 1, self.dtype) for _ in range(2)] for _ in range(2)] for _ in range(2)]
+        counts = np.zeros((2, 2, 2), np.int64)      # [buffer set][splitter][part]
+        seen = np.zeros(2, np.int64)
+        barrier = threading.Barrier(2)
+
+        def serve(k):
+            try:
+                for c, lo in enumerate(range(0, n, chunk)):
+                    hi = min(n, lo + chunk)
+                    mid = (lo + hi) // 2
+                    k0, k1, or_ = stream.split_blocks(a, mid if k else lo, hi if k else mid, shift, bit,
+                                                      bufs[c % 2][k][0], bufs[c % 2][k][1])
+                    counts[c % 2, k] = k0, k1
+                    seen[k] |= or_
+                    barrier.wait()
+                    for s_ in range(2):
+                        stream.chain_pass(bufs[c % 2][s_][k], int(counts[c % 2, s_, k]), 0, self.par,
+                                          self.states[k][0], self.reqs[k], self.spec)
+            except BaseException:
+                barrier.abort()
+                raise
+
+        _on_threads(serve, 2)
+        self.seen |= int(np.bitwise_or.reduce(seen))
+
+    def _passes(self, k, a, shift0, w):
+        tag, cnt = self.states[k]
+        part_bit, part_val = self.parts[k]
+        half, out, dirty = self.halves[k], self.bufs[k], self.dirty[k]
+        n, n_t, step, sh = len(a), self.n_t, self.step, self.sh
+        for lo in range(0, n, step):
+            blk, wr, m = a[lo:lo + step], w[lo:lo + step], min(step, n - lo)
+            shift = shift0
+            if half is not None:
+                m = stream.select_half(blk, m, shift, wr, part_bit, part_val, *half)
+                (blk, wr), shift = half, 0
+            for i in range(n_t):
+                if len(out) <= i or len(out[i][0]) < 2 * m:
+                    out[i:i + 1] = [(np.empty(2 * m, np.int64), np.empty(2 * m, np.bool_))]
+                ob, ow = out[i]
+                dirty[i] = dirty[i] or bool(wr[:m].any())
+                m = stream.tier_pass(blk, m, shift, wr, *self.args[i], tag, ob, ow, cnt[i], clean=not dirty[i],
+                                     rng=self.rngs[i])
+                blk, wr, shift = ob, ow, 0
+            # the home below the caches: every request is a hit there
+            n_wr = int(np.count_nonzero(wr[:m]))
+            cnt[n_t, HITS] += m
+            cnt[n_t, BYTES_WRITTEN] += n_wr << sh[n_t - 1]
+            cnt[n_t, BYTES_READ] += (m - n_wr) << sh[n_t - 1]
+
+    def counts(self) -> np.ndarray:
+        """``[tier, counter]`` over every tier of the geometry (tiers past the home count nothing)."""
+        n_t = self.n_t
+        out = np.zeros((len(self.geo.names), N_COUNTERS), np.int64)
+        for k, (tag, cnt) in enumerate(self.states):
+            c = cnt.copy()
+            if self.chain:
+                for i in range(n_t):
+                    q, miss = int(self.reqs[k, i, 0]), int(self.reqs[k, i, 1])
+                    c[i, HITS] += q - miss
+                    c[i, MISSES] += miss
+                    c[i, FILLS] += miss
+                    c[i, BYTES_READ] += q * self.args[i][7]
+                    c[i, BYTES_WRITTEN] += miss * self.args[i][8]
+                # the home below the last cache serves its misses
+                c[n_t, HITS] += int(self.reqs[k, n_t - 1, 1])
+                c[n_t, BYTES_READ] += int(self.reqs[k, n_t - 1, 1]) << self.sh[n_t - 1]
+            for i in range(n_t):
+                c[i, EVICTIONS] += stream.evictions(int(c[i, MISSES]), tag, int(self.geo.slot_off[i]),
+                                                    int(self.geo.n_sets[i] * self.geo.n_ways[i]))
+            out[:n_t + 1] += c
+        return out
+
+    def stats(self) -> dict:
+        return {"fast_requests": [0] * len(self.geo.names), "partitions": len(self.parts)}

@@ -1,0 +1,81 @@
+"""A trace replayed on a chip, the whole way: chip -> placement -> PIM plan -> the engine's door.
+
+:func:`replay_trace` opens what it is given (a trace path, a chip name or file), places every
+tensor (:func:`emulator.chip.placement.place`), decides which ops run in memory
+(:func:`emulator.cost.pim.plan_for_trace`) and streams the trace's access batches through
+:func:`emulator.engine.door.replay_arrays`. What it returns, :class:`TraceReplay`, is what costing
+(:mod:`emulator.cost`) and presentation (:mod:`emulator.present`) take.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from common.errors import TraceError
+from emulator.chip.chipfile import load_chip
+from emulator.chip.hierarchy import Chip
+from emulator.chip.placement import place
+from emulator.cost.pim import plan_for_trace
+from emulator.engine.counters import ReplayResult
+from emulator.engine.door import replay_arrays
+from emulator.engine.geometry import kind_index
+from emulator.engine.options import ReplayOptions
+from traces.reader import Trace, open_trace
+
+
+@dataclass
+class TraceReplay:
+    """A trace replayed on a chip: the counts plus what is needed to cost and report them."""
+
+    chip: Chip
+    trace: Trace
+    placement: object      # emulator.chip.placement.Placement
+    options: ReplayOptions
+    result: ReplayResult
+    pim: object = None     # emulator.cost.pim.PimPlan: where each op ran (None: no op ran in memory)
+
+
+def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions(), *,
+                 extra_rules=(), progress: Callable[[int], None] | None = None) -> TraceReplay:
+    """Replay a trace (a path or an opened :class:`traces.reader.Trace`) on a chip (object or name).
+
+    Placement is computed here; a model that does not fit raises CapacityError, a trace aligned
+    below a tier's block raises TraceError. ``progress(n)``, if given, is called with the number of
+    access descriptors of each batch replayed (the CLI draws a bar with it).
+    """
+    if not isinstance(trace, Trace):
+        trace = open_trace(trace)
+    if not isinstance(chip, Chip):
+        chip = load_chip(chip)
+    placement = place(chip, trace.tensors, extra_rules, align_bytes=trace.alignment or 1)
+    t = trace.tensors
+    addr = t.column("address").to_numpy().astype(np.int64)
+    nbytes = t.column("nbytes").to_numpy().astype(np.int64)
+    kinds = kind_index(t.column("kind").to_pylist())
+    home = np.asarray(placement.home, np.int64)
+    pim = plan_for_trace(chip, trace, home, enabled=options.pim, batch_rows=options.batch_rows)
+
+    def batches():
+        for rb in trace.iter_accesses(options.batch_rows):
+            op = rb.column(0).to_numpy().astype(np.int64)
+            tid = rb.column(1).to_numpy().astype(np.int64)
+            write = rb.column(6).to_numpy(zero_copy_only=False)
+            flag = np.zeros(len(op), np.int64) if pim is None else pim.flags(op, tid, write)
+            yield (op, tid,
+                   rb.column(2).to_numpy().astype(np.int64), rb.column(3).to_numpy().astype(np.int64),
+                   rb.column(4).to_numpy().astype(np.int64), rb.column(5).to_numpy().astype(np.int64),
+                   write, flag)
+
+    try:
+        result = replay_arrays(chip.tiers, tensor_address=addr, tensor_nbytes=nbytes, tensor_home=home,
+                               tensor_kind=kinds, batches=batches, n_ops=trace.n_ops,
+                               lent_bytes=placement.lent_bytes, options=options, progress=progress,
+                               pim=pim is not None)
+    except TraceError as err:
+        if err.file is None:      # the tensor table's addresses do not suit this chip
+            err.file = str(trace.path / "tensors.arrow")
+        raise
+    return TraceReplay(chip=chip, trace=trace, placement=placement, options=options, result=result, pim=pim)

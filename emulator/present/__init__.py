@@ -1,0 +1,2 @@
+"""Presentation: JSON, text tables and their formatters, Parquet and plots. Nothing here counts or costs.
+"""
