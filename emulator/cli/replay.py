@@ -11,6 +11,7 @@ import click
 
 from emulator.cli.options import force_option, json_option, place_option, placement_rules
 from emulator.cli.progress import counting_bar
+from emulator.engine.dispatch import KERNEL_NAMES
 
 
 def replay_options(f):
@@ -30,8 +31,11 @@ def replay_options(f):
         click.option("--inclusive/--no-inclusive", default=False, show_default=True,
                      help="Inclusive caching tiers: an eviction back-invalidates nearer tiers' copies."),
         click.option("--policy-seed", type=int, default=0, show_default=True, help="Seed of the random policy."),
+        click.option("--kernel", type=click.Choice(["auto", *KERNEL_NAMES]), default="auto", show_default=True,
+                     help="Which kernel counts (identical counts): auto takes the fastest that serves the "
+                          "replay; the one that ran, and why, is provenance.kernel in --json."),
         click.option("--fast-path/--no-fast-path", default=True, show_default=True,
-                     help="Use the exact fast paths (identical counts; off for checking)."),
+                     help="Use the exact fast paths (identical counts; --no-fast-path is --kernel walk)."),
         click.option("--set-groups/--no-set-groups", default=True, show_default=True,
                      help="Replay a lone LRU/FIFO caching tier as groups of sets that hold alike "
                           "(identical counts; off for checking)."),
@@ -49,7 +53,7 @@ def options_from(kw: dict):
     return ReplayOptions(store_hit_recency=kw["store_hit_recency"], fetch_on_write_miss=kw["fetch_on_write_miss"],
                          fetch_on_writeback_miss=kw["fetch_on_writeback_miss"], flush=kw["flush"],
                          seed=kw["policy_seed"], pim=kw["pim"], fast_path=kw["fast_path"],
-                         set_groups=kw.get("set_groups", True),
+                         set_groups=kw.get("set_groups", True), kernel=kw.get("kernel", "auto"),
                          inclusive=kw.get("inclusive", False))
 
 

@@ -113,6 +113,7 @@ KERNELS: tuple[Kernel, ...] = (
 )
 
 BY_NAME = {k.name: k for k in KERNELS}
+KERNEL_NAMES = tuple(BY_NAME)
 
 
 @dataclass(frozen=True)
