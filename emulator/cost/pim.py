@@ -1,6 +1,6 @@
 """Processing-in-memory: which ops a tier's PIM unit runs, and which of their accesses stay in memory.
 
-The rule (DESIGN.md, PIM mode), decided once per trace and chip before the replay:
+The rule (``docs/design.md``, accounting rules: PIM), decided once per trace and chip before the replay:
 
 * An op's **operands** are the ``weight`` and ``kv`` tensors it reads. Its **dominant operand** is the
   one it reads the most bytes of (``nbytes x count`` summed over its read descriptors; ties go to the
