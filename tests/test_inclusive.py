@@ -10,7 +10,6 @@ import dataclasses
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from emulator.engine.counters import TIER_COUNTERS
 from emulator.chip.hierarchy import Tier
@@ -171,7 +170,7 @@ def test_inclusive_equals_non_inclusive_with_one_caching_tier(sc):
 
 def _engine_state(tiers, lent, tensors, acc, opts):
     """Replay with the engine and return its final state: per caching tier the set of (block, tensor)."""
-    from emulator.engine.door import _drive
+    from emulator.engine.door import drive
     from emulator.engine.geometry import build_geometry
     from emulator.engine.state import MODE_CACHE, Tensors
     from emulator.engine.walker import WalkReplayer
@@ -187,7 +186,7 @@ def _engine_state(tiers, lent, tensors, acc, opts):
     cols = [np.array([a[j] for a in acc], np.int64) for j in range(8)]
     cols[6] = cols[6].astype(bool)
     cols[0] = np.zeros(len(acc), np.int64)
-    _drive(r, [tuple(cols)], 1, opts, None, None)
+    drive(r, [tuple(cols)], 1, opts, None, None)
     states = []
     for i in range(len(tiers)):
         if geo.mode[i] != MODE_CACHE:

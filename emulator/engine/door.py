@@ -69,7 +69,7 @@ def kernel_for(geo: Geometry, home, kinds, n_ops: int, options: ReplayOptions, *
                          source=source, writes=writes, pim=pim), options)
 
 
-def _drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_batch, progress
+def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_batch, progress
            ) -> tuple[np.ndarray, int, int]:
     """Feed every batch to the walk-type driver ``r``; return (flush counters, blocks, descriptors)."""
     n_kinds, n_tiers = len(KINDS), len(r.geo.names)
@@ -127,12 +127,12 @@ def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[B
         check_inclusive(geo, options)
     fast = name != "walk"
     futures = opt_prepass(geo, tensors, options, fast, batches,
-                          lambda r, bs: _drive(r, bs, n_rows, options, None, None))
+                          lambda r, bs: drive(r, bs, n_rows, options, None, None))
     if name == "set_groups":
         r = SetGroupReplayer(geo, tensors, options)
     else:
         r = WalkReplayer(geo, tensors, options, fast_path=fast, opt_next=futures)
-    fl, n_blocks, n_acc = _drive(r, batches(), n_rows, options, on_batch, progress)
+    fl, n_blocks, n_acc = drive(r, batches(), n_rows, options, on_batch, progress)
     stats = r.stats()
     if futures:
         stats["opt_prepasses"] = len(futures)

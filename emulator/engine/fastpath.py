@@ -54,7 +54,7 @@ from emulator.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_FAST_REQUESTS, TI
 
 
 @njit(nogil=True)
-def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
+def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
                blk, n_sets, n_ways, mode, policy, slot_off,
                tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta,
                lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive, absent):
@@ -175,7 +175,7 @@ def _fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
 
 
 @njit(nogil=True)
-def _resident(i, b, n_sets, n_ways, slot_off, tinfo, tag, words, lz, lzi, real_ep, lz_h):
+def resident(i, b, n_sets, n_ways, slot_off, tinfo, tag, words, lz, lzi, real_ep, lz_h):
     """Whether tier ``i`` (a cache) holds block ``b``: a lookup in a real set; in a lazy one, whether
     a run on the stack has ``b`` among the blocks the set holds (:func:`emulator.engine.lazy.held`)."""
     S = n_sets[i]
@@ -235,7 +235,7 @@ def _evict_set(i, base, W, row, cnt, t_kind, blk, tag, dirty, owner, region_cnt,
 @njit(nogil=True)
 def _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, blk, n_sets, n_ways, policy, slot_off,
               tag, dirty, meta, owner, clock0, tinfo, region_cnt, seq, old_meta):
-    """Serve the ``m`` blocks ``b_first, b_first + S, ...`` of a run (see :func:`_fast_tier`) in set ``s``."""
+    """Serve the ``m`` blocks ``b_first, b_first + S, ...`` of a run (see :func:`fast_tier`) in set ``s``."""
     W = n_ways[i]
     S = n_sets[i]
     pid = policy[i]

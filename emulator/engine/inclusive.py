@@ -21,8 +21,8 @@ from emulator.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_SET_MASK, TI_SHIF
 
 
 @njit(nogil=True)
-def _back_invalidate(k, v, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode, slot_off,
-                     tag, dirty, owner, tinfo):
+def back_invalidate(k, v, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode, slot_off,
+                    tag, dirty, owner, tinfo):
     """Inclusive mode: caching tier ``k`` evicts its block ``v``; nearer caching tiers drop theirs inside it.
 
     Tiers are visited nearest first. Each valid tier-j block inside ``v`` is invalidated (a
@@ -63,7 +63,7 @@ def _back_invalidate(k, v, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode, 
 @njit(nogil=True)
 def _drop_block(j, slot, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode, slot_off,
                 tag, dirty, owner, tinfo):
-    """Back-invalidate the block in ``slot`` of tier ``j`` (see :func:`_back_invalidate`)."""
+    """Back-invalidate the block in ``slot`` of tier ``j`` (see :func:`back_invalidate`)."""
     t = owner[slot]
     kd = t_kind[t]
     cnt[row, kd, j, BACK_INVALIDATIONS] += 1

@@ -128,7 +128,7 @@ def _opt_victim(meta, base, ways, rng, t):
 
 
 @njit(inline="always")
-def _policy_hit(pid, meta, slot, stamp, next_use):
+def policy_hit(pid, meta, slot, stamp, next_use):
     if pid == LRU:
         _lru_hit(meta, slot, stamp, next_use)
     elif pid == FIFO:
@@ -140,7 +140,7 @@ def _policy_hit(pid, meta, slot, stamp, next_use):
 
 
 @njit(inline="always")
-def _policy_fill(pid, meta, slot, stamp, next_use):
+def policy_fill(pid, meta, slot, stamp, next_use):
     if pid == LRU:
         _lru_fill(meta, slot, stamp, next_use)
     elif pid == FIFO:
@@ -152,7 +152,7 @@ def _policy_fill(pid, meta, slot, stamp, next_use):
 
 
 @njit(inline="always")
-def _policy_victim(pid, meta, base, ways, rng, t):
+def policy_victim(pid, meta, base, ways, rng, t):
     if pid == LRU:
         return _lru_victim(meta, base, ways, rng, t)
     elif pid == FIFO:

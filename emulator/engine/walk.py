@@ -42,11 +42,11 @@ from emulator.engine.lazy import (
     materialise_all,
     materialise_set,
 )
-from emulator.engine.policies import OPT, OPT_NEVER, _policy_fill, _policy_hit, _policy_victim
+from emulator.engine.policies import OPT, OPT_NEVER, policy_fill, policy_hit, policy_victim
 from emulator.engine.simd import set_lookup
 from emulator.engine.state import MODE_CACHE, MODE_PASS, TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT, TI_SET_MASK, TI_SHIFT
-from emulator.engine.fastpath import _fast_tier, _resident
-from emulator.engine.inclusive import _back_invalidate
+from emulator.engine.fastpath import fast_tier, resident
+from emulator.engine.inclusive import back_invalidate
 
 
 @njit(nogil=True)
@@ -55,10 +55,10 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
 
     ``is_flush`` false: replay the descriptors. True: flush dirty blocks (descriptors unused).
     With ``fast_path``, a read chunk of at least ``fast_min_blocks`` tier-0 blocks is cut at tier-0
-    residency-region boundaries; a piece with no resident block is served by :func:`_fast_tier`
+    residency-region boundaries; a piece with no resident block is served by :func:`fast_tier`
     tier after tier (and counted in one step at its home tier), the rest block by block.
     With ``inclusive``, a caching tier's eviction back-invalidates nearer tiers
-    (:func:`_back_invalidate`); the caller turns ``fast_path`` off then (the fast path assumes no
+    (:func:`back_invalidate`); the caller turns ``fast_path`` off then (the fast path assumes no
     block ever leaves a tier but by its own eviction).
     """
     acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim = desc
@@ -187,7 +187,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                                 q = r_hi + 1
                                 continue
                             absent = True
-                            while q <= r_hi and not _resident(0, q, n_sets, n_ways,
+                            while q <= r_hi and not resident(0, q, n_sets, n_ways,
                                                                  slot_off, tinfo, tag, words, lz, lzi, real_ep, lz_h):
                                 q += 1
                             if q <= r_hi:
@@ -214,7 +214,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                                 ti += 1
                                 continue
                             checked = absent and ti == 0
-                            if _fast_tier(ti, lo, hi, ush, tid, row, cnt, t_kind,
+                            if fast_tier(ti, lo, hi, ush, tid, row, cnt, t_kind,
                                           blk, n_sets, n_ways, mode, policy, slot_off,
                                           tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta,
                                           lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive,
@@ -315,10 +315,10 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                                 dirty[slot] = 1
                                 cf[ci + BYTES_WRITTEN] += req
                                 if store_hit_recency or pid == OPT:  # opt's word is the next use
-                                    _policy_hit(pid, meta, slot, stamp, nxt)
+                                    policy_hit(pid, meta, slot, stamp, nxt)
                             else:
                                 cf[ci + BYTES_READ] += req
-                                _policy_hit(pid, meta, slot, stamp, nxt)
+                                policy_hit(pid, meta, slot, stamp, nxt)
                             continue
                         cf[ci + MISSES] += 1
                         fetch = True
@@ -332,7 +332,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                         if empty >= 0:
                             way = empty
                         else:
-                            way = _policy_victim(pid, meta, base, ways, rng, i)
+                            way = policy_victim(pid, meta, base, ways, rng, i)
                             slot = base + way
                             vt = owner[slot]
                             vk = t_kind[vt]
@@ -341,7 +341,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                             if fast:
                                 region_cnt[ro + (tag[slot] >> rs)] -= 1
                             if inclusive:  # nearer tiers drop the victim's blocks (their dirty data lands in it)
-                                _back_invalidate(i, tag[slot], row, cnt, t_home, t_kind, blk, n_sets, n_ways,
+                                back_invalidate(i, tag[slot], row, cnt, t_home, t_kind, blk, n_sets, n_ways,
                                                  mode, slot_off, tag, dirty, owner, tinfo)
                             if dirty[slot]:
                                 if t_home[vt] != i + 1:
@@ -369,7 +369,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                                 tinfo[i, TI_DIRTY_FAR] += 1
                         else:
                             dirty[slot] = 0
-                        _policy_fill(pid, meta, slot, stamp, nxt)
+                        policy_fill(pid, meta, slot, stamp, nxt)
                         cf[ci + FILLS] += 1
                         if fetch:
                             cf[ci + BYTES_WRITTEN] += b_i
