@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from emulator.cli import main
-from emulator.analysis.compare import compare, format_table, summarise, table_rows
+from emulator.analysis.compare import compare, summarise, table_rows
+from emulator.present.compare import format_table
 from emulator.engine.options import ReplayOptions
 from traces.lower import generate_trace
 from traces.reader import open_trace

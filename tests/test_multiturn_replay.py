@@ -15,8 +15,9 @@ from emulator.chip.chipfile import chip_from_dict
 from emulator.cli import main
 from emulator.engine.counters import link_bytes
 from emulator.pipeline import replay_trace
-from emulator.present.report import cost_of
-from emulator.analysis.turns import format_turns, per_turn
+from emulator.cost.trace_cost import cost_of
+from emulator.analysis.turns import per_turn
+from emulator.present.report import format_turns
 from traces.lower import generate_trace
 from traces.reader import open_trace
 from traces.run import RunConfig

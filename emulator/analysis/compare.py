@@ -1,9 +1,9 @@
 """One trace replayed on several chips, side by side.
 
 Each chip's result is exactly what ``tierlab replay TRACE --chip NAME --json`` gives (the same
-:func:`emulator.engine.door.replay_trace` and :func:`emulator.present.report.to_json`); this module only lines the
-per-token figures up. A chip that cannot hold the model (placement raises CapacityError) or cannot
-replay this trace (TraceError: e.g. the trace's alignment is below a tier's block) stays in the
+:func:`emulator.pipeline.replay_trace` and :func:`emulator.analysis.result.to_json`); this module only
+lines the per-token figures up (their text table is :mod:`emulator.present.compare`). A chip that
+cannot hold the model (placement raises CapacityError) or cannot replay this trace (TraceError: e.g. the trace's alignment is below a tier's block) stays in the
 comparison with the reason; any other error stops the comparison.
 
 Per-token figures are for decode (a decode step makes one token per sequence; see :mod:`emulator.cost.model`):
@@ -20,8 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from emulator.analysis.result import to_json as replay_json
+from emulator.chip.chipfile import load_chip
 from emulator.chip.hierarchy import Chip
+from emulator.cost.trace_cost import cost_of
+from emulator.engine.options import ReplayOptions
+from emulator.pipeline import replay_trace
 from common.errors import CapacityError, TraceError
+from traces.dtypes import DTYPE_BITS
+from traces.reader import Trace, open_trace
 
 ENERGY_PARTS = ("tiers", "links", "compute", "pim")
 
@@ -42,8 +49,6 @@ class ChipResult:
 
 def load_chips(names: Sequence[str | Chip]) -> list[Chip]:
     """Every chip, loaded before any replay (an unknown name fails at once, naming it)."""
-    from emulator.chip.chipfile import load_chip
-
     return [c if isinstance(c, Chip) else load_chip(c) for c in names]
 
 
@@ -82,12 +87,6 @@ def compare(trace, chips: Sequence[str | Chip], options=None, *, extra_rules=(),
 
     ``progress(name)`` is called before each chip's replay.
     """
-    from emulator.engine.options import ReplayOptions
-    from emulator.pipeline import replay_trace
-    from emulator.present.report import cost_of
-    from emulator.present.report import to_json as replay_json
-    from traces.reader import Trace, open_trace
-
     options = options or ReplayOptions()
     loaded = load_chips(chips)
     if not isinstance(trace, Trace):
@@ -106,32 +105,24 @@ def compare(trace, chips: Sequence[str | Chip], options=None, *, extra_rules=(),
     return out
 
 
-def model_line(trace) -> tuple[dict, str]:
+def model_info(trace) -> dict:
     """The model's parameters and those one token activates (MoE: the routed experts), in count and
-    in bytes of the trace's weights dtype (excluding quantisation scales), plus a one-line summary."""
-    from traces.dtypes import DTYPE_BITS
-    from traces.spec import human_count
-
+    (``active_weight_bytes``) in bytes of the trace's weights dtype (excluding quantisation scales)."""
     spec = trace.manifest.get("spec") or {}
     run = trace.manifest.get("run") or {}
     wd = run.get("weights", "bf16")
     d = {"name": spec.get("name"), "params": spec.get("params"), "active_params": spec.get("active_params"),
          "weights": wd}
     if d["params"] is None or d["active_params"] is None or wd not in DTYPE_BITS:
-        return d, str(d["name"] or "trace")
+        return d
     d["active_weight_bytes"] = d["active_params"] * DTYPE_BITS[wd] // 8
-    from emulator.present.report import _fmt_bytes
-
-    text = (f"{d['name']}: {human_count(d['params'])} parameters, {human_count(d['active_params'])} active per "
-            f"token ({_fmt_bytes(d['active_weight_bytes'])} of {wd} weights); batch {run.get('batch', 1)}, "
-            f"context {run.get('context', 0)} + prompt {run.get('prompt', 0)}, {run.get('generate', 0)} decode steps")
-    return d, text
+    return d
 
 
 def to_json(rows: list[ChipResult], trace, options) -> dict:
     """``--json``: the run, then per chip its summary and its full replay dict (or the reason)."""
     return {
-        "model": model_line(trace)[0],
+        "model": model_info(trace),
         "run": trace.manifest.get("run"),
         "pim": bool(options.pim),
         "chips": [{"chip": r.chip, "fits": r.ok, "reason": r.reason, "summary": r.summary or None,
@@ -139,7 +130,8 @@ def to_json(rows: list[ChipResult], trace, options) -> dict:
     }
 
 
-def _union(rows: list[ChipResult], key: str) -> list[str]:
+def union_keys(rows: list[ChipResult], key: str) -> list[str]:
+    """The names under ``summary[key]`` of every chip, in order of first appearance."""
     names: list[str] = []
     for r in rows:
         for n in r.summary.get(key, {}):
@@ -156,11 +148,11 @@ def table_rows(rows: list[ChipResult]) -> list[tuple[str, list]]:
     def row(label, get):
         out.append((label, [None if s is None else get(s) for s in ok]))
 
-    for n in _union(rows, "bytes_by_link"):
+    for n in union_keys(rows, "bytes_by_link"):
         row(f"bytes/token {n}", lambda s, n=n: s["bytes_by_link"].get(n))
-    for n in _union(rows, "in_memory_bytes"):
+    for n in union_keys(rows, "in_memory_bytes"):
         row(f"bytes/token in memory {n} (PIM)", lambda s, n=n: s["in_memory_bytes"].get(n))
-    for n in _union(rows, "found"):
+    for n in union_keys(rows, "found"):
         row(f"found at {n}", lambda s, n=n: s["found"].get(n))
     for p in ENERGY_PARTS:
         row(f"energy/token {p}", lambda s, p=p: s["energy_j"].get(p))
@@ -170,39 +162,6 @@ def table_rows(rows: list[ChipResult]) -> list[tuple[str, list]]:
     row("tokens/J", lambda s: s["tokens_per_j"])
     row("bound", lambda s: s["bound"])
     return out
-
-
-def _fmt(label: str, v) -> str:
-    from emulator.present.report import _fmt_bytes, _fmt_si
-
-    if v is None:
-        return "-"
-    if isinstance(v, str):
-        return v
-    if label.startswith("bytes/"):
-        return _fmt_bytes(v)
-    if label.startswith("found"):
-        return f"{100 * v:.2f}%"
-    if label.startswith("energy"):
-        return _fmt_si(v, "J")
-    if label.startswith("latency"):
-        return _fmt_si(v, "s")
-    return f"{v:.4g}"
-
-
-def format_table(rows: list[ChipResult], title: str = "") -> str:
-    """The side-by-side table; chips that do not fit show ``-`` and their reason below."""
-    from emulator.present.report import table
-
-    body = [[label] + [_fmt(label, v) for v in vals] for label, vals in table_rows(rows)]
-    status = ["fits"] + ["yes" if r.ok else "no (see below)" for r in rows]
-    text = table(["per decode token"] + [r.chip for r in rows], [status] + body, title=title or None)
-    notes = [f"{r.chip}: {r.reason}" for r in rows if not r.ok]
-    if any(label.startswith("found") for label, _ in table_rows(rows)):
-        notes.append("found at TIER (KIND): share of the requests arriving at the tier found there, whole run")
-    if not any(r.ok and r.result.get("per_token") for r in rows):
-        notes.append("the trace has no decode steps: per-token figures need --generate N")
-    return text + ("\n\n" + "\n".join(notes) if notes else "")
 
 
 def csv_rows(rows: list[ChipResult]) -> tuple[list[str], list[list]]:

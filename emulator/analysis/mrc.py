@@ -46,7 +46,7 @@ def _home(key, shift):
 
 
 @njit
-def _slot(keys, key, shift):
+def table_slot(keys, key, shift):
     """Slot of ``key`` in the open-addressing table, or of the empty slot where it belongs."""
     mask = keys.shape[0] - 1
     i = _home(key, shift)
@@ -59,7 +59,7 @@ def _slot(keys, key, shift):
 def _rehash(keys, vals, new_keys, new_vals, shift):
     for i in range(keys.shape[0]):
         if keys[i] != -1:
-            j = _slot(new_keys, keys[i], shift)
+            j = table_slot(new_keys, keys[i], shift)
             new_keys[j] = keys[i]
             new_vals[j] = vals[i]
 
@@ -193,7 +193,7 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, li
         if t == size or n_keys == max_keys:
             break
         b = blocks[pos]
-        s = _slot(keys, b, shift)
+        s = table_slot(keys, b, shift)
         if keys[s] == b:
             p = vals[s]
             w = p >> 6
@@ -241,7 +241,7 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, li
         if 0 <= limit < n_keys:                    # forget the least recently used block
             q = _lowest_mark(bits, state[2])
             state[2] = q + 1
-            _delete(keys, vals, _slot(keys, block_at[q], shift), shift)
+            _delete(keys, vals, table_slot(keys, block_at[q], shift), shift)
             w = q >> 6
             bits[w] &= ~(np.uint64(1) << np.uint64(q & 63))
             if w != old_w:
@@ -290,7 +290,7 @@ def _set_lru_run(blocks, n_sets, stacks, fill, hist):
 
 # ---------------------------------------------------------------- public layer -----------------
 
-class _Table:
+class BlockTable:
     """A growable open-addressing table of block numbers (keys) with an int64 value each."""
 
     def __init__(self, log2: int = 16):
@@ -311,7 +311,8 @@ class _Table:
         self.keys, self.vals = keys, vals
 
 
-def _as_blocks(blocks) -> np.ndarray:
+def as_blocks(blocks) -> np.ndarray:
+    """``blocks`` as a contiguous one-dimensional int64 array of non-negative block numbers."""
     b = np.ascontiguousarray(blocks, dtype=np.int64)
     if b.ndim != 1:
         raise UsageError("block stream must be one-dimensional", field="blocks")
@@ -387,7 +388,7 @@ class LruDistances:
             initial_log2 = min(initial_log2, max(1, int(limit + 1).bit_length() + 1))
         # initial_log2 sizes the tables (they grow as needed); tests set it small to exercise growth.
         self._min_words = max(1, (1 << initial_log2) // 64)
-        self._table = _Table(initial_log2)
+        self._table = BlockTable(initial_log2)
         self._bits = np.zeros(self._min_words, np.uint64)
         self._tree = np.zeros(self._min_words + 1, np.int32)
         self._block_at = np.zeros(64 * self._min_words, np.int64)
@@ -396,7 +397,7 @@ class LruDistances:
         self.accesses = 0
 
     def update(self, blocks) -> None:
-        b = _as_blocks(blocks)
+        b = as_blocks(blocks)
         pos = 0
         lim = -1 if self.limit is None else self.limit
         while pos < b.shape[0]:
@@ -448,7 +449,7 @@ class SetLruDistances:
         self.accesses = 0
 
     def update(self, blocks) -> None:
-        b = _as_blocks(blocks)
+        b = as_blocks(blocks)
         _set_lru_run(b, self.n_sets, self._stacks, self._fill, self._hist)
         self.accesses += b.shape[0]
 

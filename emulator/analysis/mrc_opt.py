@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from emulator.engine.jit import njit
-from emulator.analysis.mrc import _Table, _as_blocks, _slot
+from emulator.analysis.mrc import BlockTable, as_blocks, table_slot
 from common.errors import UsageError
 
 
@@ -28,7 +28,7 @@ def _dense_ids(blocks, keys, vals, shift, ids, state):
             state[1] = pos
             return
         b = blocks[pos]
-        s = _slot(keys, b, shift)
+        s = table_slot(keys, b, shift)
         if keys[s] != b:
             keys[s] = b
             vals[s] = state[0]
@@ -155,8 +155,8 @@ def _opt_sets(blocks, ids, nxt, n_ids, n_sets, ways):
 
 def dense_ids(blocks) -> tuple[np.ndarray, int]:
     """Each block renumbered 0, 1, ... by first appearance; returns (ids, number of distinct blocks)."""
-    b = _as_blocks(blocks)
-    table = _Table()
+    b = as_blocks(blocks)
+    table = BlockTable()
     ids = np.empty(b.shape[0], np.int64)
     state = np.zeros(2, np.int64)                 # distinct so far, position reached
     while state[1] < b.shape[0]:
@@ -174,7 +174,7 @@ def opt_misses(blocks, capacities: list[int], *, n_sets: int | None = None,
     capacity, the capacities spread over ``workers`` threads (default: every core; the kernels
     release the GIL).
     """
-    b = _as_blocks(blocks)
+    b = as_blocks(blocks)
     ids, n_ids = dense_ids(b)
     nxt = _next_use(ids, n_ids)
     caps = sorted({int(c) for c in capacities})

@@ -16,13 +16,15 @@ per-op counts and costs over each turn's ops:
 - ``decode_latency_s_per_token``: the turn's decode-step latency averaged over its decode steps.
 
 Bytes are bytes, energies joules, times seconds; the tokens are per sequence (a turn of a batch of B
-conversations processes B times as many).
+conversations processes B times as many). The per-turn table is
+:func:`emulator.present.report.format_turns`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from emulator.cost.trace_cost import cost_of
 from emulator.engine.counters import link_bytes
 from common.errors import TraceError
 
@@ -92,8 +94,6 @@ def per_turn(tr, cst=None) -> list[dict] | None:
     if turns is None:
         return None
     if cst is None:
-        from emulator.present.report import cost_of
-
         cst = cost_of(tr)
     r, chip = tr.result, tr.chip
     names = [f"{lk.upper}-{lk.lower}" for lk in chip.links]
@@ -129,41 +129,3 @@ def per_turn(tr, cst=None) -> list[dict] | None:
         })
         out.append(row)
     return out
-
-
-def _si(x: float, unit: str) -> str:
-    if x == 0:
-        return f"0 {unit}"
-    for p, s in ((1e-12, "p"), (1e-9, "n"), (1e-6, "µ"), (1e-3, "m"), (1, ""), (1e3, "k"), (1e6, "M")):
-        if abs(x) < p * 1000:
-            return f"{x / p:.4g} {s}{unit}"
-    return f"{x:.4g} {unit}"
-
-
-def format_turns(rows: list[dict], *, title: str | None = None) -> str:
-    """An aligned table: one line per turn, then the conversation's total (the KV-copy columns only
-    when the conversation offloads)."""
-    from emulator.present.report import table
-    from emulator.chip.units import format_size
-
-    links = list(rows[0]["bytes_by_link"]) if rows else []
-    offload = any(r["offload_ops"] or r["restore_ops"] for r in rows)
-    head = (["turn", "prefill", "decode", "KV read", "KV written"]
-            + (["KV copies", "copies on links"] if offload else [])
-            + [f"{n} (down+up)" for n in links] + ["energy", "latency"])
-    body = []
-
-    def line(label, rs):
-        copies = sum(r["kv_offload_bytes"]["read"] + r["kv_offload_bytes"]["written"] for r in rs)
-        return ([label, sum(r["prefill_tokens"] for r in rs), sum(r["decode_tokens"] for r in rs),
-                 format_size(sum(r["kv_bytes"]["read"] for r in rs)),
-                 format_size(sum(r["kv_bytes"]["written"] for r in rs))]
-                + ([format_size(copies), format_size(sum(r["copy_link_bytes"] for r in rs))] if offload else [])
-                + [format_size(sum(r["bytes_by_link"][n]["down"] + r["bytes_by_link"][n]["up"] for r in rs))
-                   for n in links]
-                + [_si(sum(r["energy_j"]["total"] for r in rs), "J"), _si(sum(r["latency_s"] for r in rs), "s")])
-
-    for r in rows:
-        body.append(line(str(r["turn"]), [r]))
-    body.append(line("total", rows))
-    return table(head, body, title=title or "per turn (tokens per sequence)")

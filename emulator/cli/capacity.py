@@ -7,7 +7,7 @@ import json
 import click
 
 from emulator.cli.options import json_option
-from emulator.chip.units import format_size
+from emulator.present.format import format_size
 from traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
 from common.errors import UsageError
 

@@ -9,7 +9,7 @@ import click
 from emulator.chip.chipfile import chip_hash, list_presets, load_chip
 from emulator.cli.options import json_option
 from emulator.chip.hierarchy import Chip
-from emulator.chip.units import format_quantity, format_size
+from emulator.present.format import format_quantity, format_size
 
 
 def chip_to_dict(chip: Chip) -> dict:

@@ -52,7 +52,8 @@ def _is_trace(path: str) -> bool:
 @json_option
 def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, force, as_json, **kw):
     """Replay one trace of MODEL on every chip and show the per-token figures side by side."""
-    from emulator.analysis.compare import compare, csv_rows, format_table, load_chips, to_json
+    from emulator.analysis.compare import compare, csv_rows, load_chips, to_json
+    from emulator.present.compare import format_table, model_line
     from emulator.engine.options import ReplayOptions
     from common.atomic import atomic_path, check_output
 
@@ -63,9 +64,9 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, forc
         if p:
             check_output(p, force=force)
     if plot_path:
-        from emulator.present.plots import _pyplot
+        from emulator.present.plots import pyplot
 
-        _pyplot()  # no matplotlib: say so before the replays
+        pyplot()  # no matplotlib: say so before the replays
     options = ReplayOptions(pim=pim)
     progress = (lambda name: click.echo(f"replaying on {name}", err=True)) if sys.stderr.isatty() else None
 
@@ -92,8 +93,6 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, forc
         if as_json:
             click.echo(json.dumps(to_json(rows, trace, options), indent=2))
         else:
-            from emulator.analysis.compare import model_line
-
             click.echo(format_table(rows, title=f"{model_line(trace)[1]}\nPIM {'on' if pim else 'off'}"))
 
     if _is_trace(model):

@@ -7,27 +7,7 @@ import json
 import click
 
 from emulator.cli.options import json_option
-
-
-def format_table(headers: list[str], rows: list[list], align: str | None = None) -> str:
-    """Plain aligned text table; ``align`` is one of ``<``/``>`` per column (numbers right by default)."""
-    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
-    if align is None:
-        align = "".join(">" if rows and isinstance(rows[0][i], (int, float)) else "<" for i in range(len(headers)))
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(f"{c:{a}{w}}" for c, a, w in zip(r, align, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def _fmt(v) -> str:
-    if isinstance(v, bool) or v is None:
-        return "-" if v is None else str(v)
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:,.3g}"
-    return str(v)
+from emulator.present.format import format_number, numeric_align, table
 
 
 @click.command("info")
@@ -56,24 +36,25 @@ def command(trace, max_steps, as_json):
             click.echo(f"conversation  {len(run['turns'])} turns (prompt:answer) {turns}  "
                        f"kv_reuse={run.get('kv_reuse')}  kv_offload={run.get('kv_offload')}")
     click.echo("")
-    click.echo(format_table(["table", "rows"], [[k, v] for k, v in s["tables"].items()]))
+    rows = [[k, v] for k, v in s["tables"].items()]
+    click.echo(table(["table", "rows"], rows, align=numeric_align(rows, 2), cell=format_number))
     click.echo("")
-    click.echo(format_table(["quantity", "value"], [
+    click.echo(table(["quantity", "value"], [
         ["params", s["params"]], ["weight bytes", s["weight_bytes"]], ["kv-cache bytes", s["kv_bytes"]],
         ["decode steps", s["decode_steps"]]] + [[f"flops ({k})", v] for k, v in s["flops"].items()],
-        align="<>"))
+        align="<>", cell=format_number))
     rows = []
     for phase, kinds in s["bytes"].items():
         for kind, rw in kinds.items():
             rows.append([phase, kind, rw["read"], rw["write"]])
     click.echo("")
-    click.echo(format_table(["phase", "kind", "bytes read", "bytes written"], rows, align="<<>>"))
+    click.echo(table(["phase", "kind", "bytes read", "bytes written"], rows, align="<<>>", cell=format_number))
     if s["steps"]:
         kinds = sorted({k for st in s["steps"] for k in st["bytes"]})
         headers = ["step", "ops", "flops"] + [f"{k} read" for k in kinds] + [f"{k} written" for k in kinds]
         rows = [[st["step"], st["ops"], st["flops"]] + [st["bytes"][k]["read"] for k in kinds] +
                 [st["bytes"][k]["write"] for k in kinds] for st in s["steps"][:max_steps]]
         click.echo("")
-        click.echo(format_table(headers, rows))
+        click.echo(table(headers, rows, align=numeric_align(rows, len(headers)), cell=format_number))
         if len(s["steps"]) > max_steps:
             click.echo(f"... {len(s['steps']) - max_steps} more steps (--steps N or --json)")

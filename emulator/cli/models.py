@@ -6,8 +6,8 @@ import json
 
 import click
 
-from emulator.cli.info import format_table
 from emulator.cli.options import json_option
+from emulator.present.format import format_number, table
 
 
 @click.command("models")
@@ -28,5 +28,6 @@ def command(as_json):
                      s.num_layers, s.hidden_size, s.num_heads,
                      "MLA" if s.attention == "mla" else s.num_kv_heads, experts,
                      s.kv_bytes_per_token("bf16"), s.max_position_embeddings])
-    click.echo(format_table(["model", "family", "params", "active", "layers", "hidden", "heads", "kv heads",
-                             "experts", "kv B/token bf16", "max positions"], rows, align="<<>>>>>>>>>"))
+    click.echo(table(["model", "family", "params", "active", "layers", "hidden", "heads", "kv heads",
+                             "experts", "kv B/token bf16", "max positions"], rows, align="<<>>>>>>>>>",
+                     cell=format_number))

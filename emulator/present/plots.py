@@ -1,18 +1,31 @@
-"""Plots of a chip comparison (matplotlib, the optional ``plot`` extra, imported only when drawing).
+"""Plots (matplotlib, the optional ``plot`` extra, imported only when drawing), written atomically
+in the format the path's suffix names (PNG, SVG, PDF).
 
-Two panels, one bar per chip: bytes per decode token stacked by link (plus the bytes a PIM unit
-read in memory, hatched), and energy per decode token stacked by component (tiers, links, compute,
-PIM). Chips that cannot hold the model get an empty slot labelled "does not fit".
+* :func:`plot_comparison`: a chip comparison in two panels, one bar per chip: bytes per decode token
+  stacked by link (plus the bytes a PIM unit read in memory, hatched), and energy per decode token
+  stacked by component (tiers, links, compute, PIM). Chips that cannot hold the model get an empty
+  slot labelled "does not fit".
+* :func:`plot_mrc`: a tier's miss ratio against capacity (log scale): the fully-associative LRU
+  curve, the per-set one, and the OPT rows.
+
+:func:`pyplot` is matplotlib's pyplot on the Agg backend, or a :class:`UsageError` saying how to
+install it (callers check it before doing the work whose result they would plot).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from emulator.analysis.compare import ENERGY_PARTS, union_keys
+from emulator.present.format import format_size
+from common.atomic import atomic_path
 from common.errors import UsageError
 
 _ENERGY_COLOURS = {"tiers": "#4c72b0", "links": "#dd8452", "compute": "#55a868", "pim": "#c44e52"}
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot (Agg backend); a UsageError naming ``--plot`` when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -26,14 +39,11 @@ def _pyplot():
 def plot_comparison(rows, path, *, title: str = "", force: bool = False) -> None:
     """Draw the two panels for ``rows`` (:class:`emulator.analysis.compare.ChipResult`) to ``path`` (PNG, SVG, PDF
     by suffix), written atomically."""
-    from emulator.analysis.compare import ENERGY_PARTS, _union
-    from common.atomic import atomic_path
-
-    plt = _pyplot()
+    plt = pyplot()
     names = [r.chip for r in rows]
     x = list(range(len(rows)))
-    links = _union(rows, "bytes_by_link")
-    in_mem = _union(rows, "in_memory_bytes")
+    links = union_keys(rows, "bytes_by_link")
+    in_mem = union_keys(rows, "in_memory_bytes")
     fig, (ax_b, ax_e) = plt.subplots(1, 2, figsize=(max(8.0, 1.6 * len(rows) + 5), 5.6))
     cmap = plt.get_cmap("tab10")
 
@@ -72,6 +82,45 @@ def plot_comparison(rows, path, *, title: str = "", force: bool = False) -> None
         fig.suptitle(title)
     fig.tight_layout()
     with atomic_path(path, force=force) as tmp:
-        fmt = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else "png"
-        fig.savefig(tmp, dpi=120, format=fmt)
+        fig.savefig(tmp, dpi=120, format=_suffix(path).lower())
+    plt.close(fig)
+
+
+def _suffix(path) -> str:
+    return str(path).rsplit(".", 1)[-1] if "." in str(path) else "png"
+
+
+def plot_mrc(result: dict, curves, path, *, force: bool = False) -> None:
+    """Draw :func:`emulator.analysis.tier_mrc.tier_mrc`'s ``(result, curves)`` to ``path``."""
+    plt = pyplot()
+    import matplotlib.ticker
+
+    curve, set_curve, opt_by_row = curves
+    n = max(curve.accesses, 1)
+    caps_b, misses = curve.curve()
+    pick = np.unique(np.geomspace(1, max(len(caps_b) - 1, 1), 2000).astype(np.int64))
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    xs, ys = caps_b[pick], misses[pick] / n
+    right = max([r["capacity_bytes"] for r in result["rows"]] + [result["tier_capacity_bytes"]])
+    if right > xs[-1]:                              # flat beyond the footprint: every miss is cold
+        xs, ys = np.append(xs, right), np.append(ys, ys[-1])
+    ax.step(xs, ys, where="post", label="LRU, fully associative")
+    if set_curve is not None:
+        c, m = set_curve.curve()
+        ax.plot(c[1:], m[1:] / n, "o-", ms=3, label=f"LRU, {set_curve.n_sets} sets (per way count)")
+    if opt_by_row:
+        ks = sorted(opt_by_row)
+        ax.plot(ks, [opt_by_row[k] / n for k in ks], "s--", ms=4, label="OPT (Belady), fully associative")
+    ax.axvline(result["tier_capacity_bytes"], color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: format_size(int(x))))
+    ax.set_xlabel("capacity (bytes)")
+    ax.set_ylabel("miss ratio")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{result['chip']} / {result['tier']} ({result['block_bytes']} B blocks)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(path, force=force) as tmp:
+        fig.savefig(tmp, format=_suffix(path))
     plt.close(fig)

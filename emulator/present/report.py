@@ -1,198 +1,53 @@
-"""Results as a JSON-able dict (stable top-level keys), aligned text tables, and per-op Parquet.
+"""Results for people and for files: the aligned text report (:func:`format_text`, with the per-turn
+table :func:`format_turns`) and the per-op Parquet breakdown (:func:`per_op_table`, :func:`write_parquet`).
 
-Top-level JSON keys: ``chip``, ``tiers`` (list: ``name``, ``hits``, ``misses``, ``fills``,
-``evictions``, ``writebacks``, ``bytes_read``, ``bytes_written`` and the other counters, ``hit_rate``,
-``home_bytes``, ``lent_bytes``), ``links`` (list: ``from``, ``to``, ``bytes_down``, ``bytes_up``),
-``energy_j`` (``total`` and splits), ``per_token`` (decode only, else null: ``bytes_by_link``,
-``energy_j``, ``latency_s``, ``tokens_per_s``, ``bound``), ``latency_s`` (whole run), ``by_kind``,
-``flush``, ``placement``, ``counts`` (descriptors and tier-0 blocks replayed) and ``provenance``;
-``per_turn`` (a conversation trace, else null: one entry per turn, see :mod:`emulator.analysis.turns`).
+The JSON-able dict they start from is :func:`emulator.analysis.result.to_json` (its keys are listed
+there); it and :func:`emulator.cost.trace_cost.cost_of` are re-exported here for callers of this module.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from emulator.cost.model import Cost, cost, per_token
-from emulator.engine.counters import TIER_COUNTERS, link_bytes, tier_dict
+from emulator.cost.model import Cost
+from emulator.cost.trace_cost import cost_of
+from emulator.engine.counters import TIER_COUNTERS, link_bytes
 from emulator.pipeline import TraceReplay
-from emulator.cost.pim import summary as pim_summary
-from emulator.analysis.turns import format_turns, per_turn
+from emulator.analysis.result import link_names, to_json
+from emulator.present.format import format_bytes, format_percent, format_si, format_size, table
 from common.atomic import atomic_path
-from traces.format import FORMAT_VERSION
 
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("tierlab")
-    except Exception:  # noqa: BLE001 - an uninstalled checkout still reports
-        return "unknown"
-
-
-def cost_of(tr: TraceReplay) -> Cost:
-    r = tr.result
-    flops = tr.trace.ops.column("flops").to_numpy().astype(np.float64)
-    return cost(tr.chip, r.per_op, r.block_bytes, flops, tr.trace.manifest,
-                r.flush if tr.options.flush else None)
-
-
-def _hit_rate(d: dict) -> float | None:
-    n = d["hits"] + d["misses"]
-    return d["hits"] / n if n else None
-
-
-def link_names(chip) -> list[str]:
-    return [f"{lk.upper}-{lk.lower}" for lk in chip.links]
-
-
-def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
-    """The result dict behind ``--json``."""
-    cst = cst or cost_of(tr)
-    r, chip, pl = tr.result, tr.chip, tr.placement
-    tiers = []
-    for i, name in enumerate(r.tier_names):
-        d = {"name": name, **tier_dict(r.tiers[i])}
-        d["hit_rate"] = _hit_rate(d)
-        d["managed"] = chip.tiers[i].managed
-        d["home_bytes"] = int(pl.bytes_by_tier[i])
-        d["lent_bytes"] = int(pl.lent_bytes[i])
-        d["caching"] = bool(r.meta["geometry"]["caching"][i])
-        tiers.append(d)
-    lb = r.links
-    links = [{"from": lk.upper, "to": lk.lower, "bytes_down": int(lb[i, 0]), "bytes_up": int(lb[i, 1])}
-             for i, lk in enumerate(chip.links)]
-    ops = tr.trace.ops
-    run = tr.trace.manifest.get("run") or {}
-    pt = per_token(cst, r.per_op, r.block_bytes, ops.column("step").to_numpy(),
-                   np.asarray(ops.column("phase").to_pylist(), dtype=object), run.get("batch", 1),
-                   link_names(chip), r.tier_names)
-    energy = cst.totals()
-    energy["by_tier"] = dict(zip(r.tier_names, energy["by_tier"]))
-    energy["by_link"] = dict(zip(link_names(chip), energy["by_link"]))
-    energy["pim_by_tier"] = dict(zip(r.tier_names, energy["pim_by_tier"]))
-    energy["flush"] = cst.flush_j
-    by_kind = {}
-    for k, kind in enumerate(r.kinds):
-        if not r.by_kind[k].any():
-            continue
-        kl = link_bytes(r.by_kind[k], r.block_bytes)
-        by_kind[kind] = {
-            "tiers": {name: {c: int(r.by_kind[k, i, j]) for j, c in enumerate(TIER_COUNTERS)}
-                      for i, name in enumerate(r.tier_names)},
-            "links": {n: {"bytes_down": int(kl[i, 0]), "bytes_up": int(kl[i, 1])}
-                      for i, n in enumerate(link_names(chip))},
-        }
-    fl = r.flush_links
-    return {
-        "chip": chip.name,
-        "tiers": tiers,
-        "links": links,
-        "energy_j": energy,
-        "per_token": pt,
-        "per_turn": per_turn(tr, cst),
-        "pim": {"enabled": bool(tr.options.pim),
-                "ops_in_memory": pim_summary(tr.pim, chip, ops.column("kind").to_pylist())},
-        "latency_s": float(cst.latency_s.sum()),
-        "by_kind": by_kind,
-        "flush": None if not tr.options.flush else {
-            "tiers": [{"name": n, **tier_dict(r.flush[i])} for i, n in enumerate(r.tier_names)],
-            "links": [{"from": lk.upper, "to": lk.lower, "bytes_down": int(fl[i, 0]),
-                       "bytes_up": int(fl[i, 1])} for i, lk in enumerate(chip.links)]},
-        "placement": pl.summary(),
-        "counts": {"descriptors": r.n_accesses, "tier0_blocks": r.n_blocks, "ops": int(ops.num_rows)},
-        "provenance": {
-            "tierlab": _version(),
-            "trace_format": tr.trace.manifest.get("version", FORMAT_VERSION),
-            "trace": str(tr.trace.path),
-            "trace_generator": tr.trace.manifest.get("generator"),
-            "trace_run": tr.trace.manifest.get("run"),   # how the trace was made: lengths, dtypes, router, seed
-            "trace_manifest_sha256": _manifest_sha256(tr.trace.path),
-            "chip_sha256": chip.source_sha256,
-            "chip_file": chip.source_file,
-            "compute_dtype": cst.dtype,
-            "options": tr.options.to_dict(),
-            # which kernel counted, and why (emulator.engine.dispatch); set groups that fell back to
-            # the walk mid-stream say so
-            "kernel": {**r.meta["kernel"],
-                       **({"written_out": r.meta["set_groups_written_out"]}
-                          if "set_groups_written_out" in r.meta else {})},
-        },
-    }
-
-
-def _manifest_sha256(trace_path) -> str | None:
-    """sha256 of the trace's manifest.json (its identity: row counts, model, run, generator)."""
-    import hashlib
-    from pathlib import Path
-
-    try:
-        return hashlib.sha256((Path(trace_path) / "manifest.json").read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def _fmt_bytes(n: float) -> str:
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n}"
-
-
-def _fmt_si(x: float, unit: str) -> str:
-    if x == 0:
-        return f"0 {unit}"
-    for p, s in ((1e-12, "p"), (1e-9, "n"), (1e-6, "µ"), (1e-3, "m"), (1, ""), (1e3, "k"), (1e6, "M"),
-                 (1e9, "G")):
-        if abs(x) < p * 1000:
-            return f"{x / p:.3g} {s}{unit}"
-    return f"{x:.3g} {unit}"
-
-
-def table(headers: list[str], rows: list[list], title: str | None = None) -> str:
-    """An aligned text table (first column left-aligned, the rest right-aligned)."""
-    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[j]) for r in cells) for j in range(len(headers))]
-    lines = [title] if title else []
-    for k, r in enumerate(cells):
-        lines.append("  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j]) for j, c in enumerate(r)))
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+__all__ = ["cost_of", "to_json", "link_names", "format_text", "format_turns", "per_op_table", "write_parquet"]
 
 
 def format_text(d: dict) -> str:
     """Human output: placement, tiers, links, per token, by tensor kind."""
     out = []
     out.append(table(["tier", "managed", "home", "lent"],
-                     [[t["name"], t["managed"], _fmt_bytes(t["home_bytes"]), _fmt_bytes(t["lent_bytes"])]
+                     [[t["name"], t["managed"], format_bytes(t["home_bytes"]), format_bytes(t["lent_bytes"])]
                       for t in d["tiers"]], title=f"chip {d['chip']}: placement"))
     out.append(table(["tier", "hits", "misses", "hit rate", "bypasses", "evictions", "writebacks",
                       "read", "written", "pim"],
                      [[t["name"], t["hits"], t["misses"],
-                       "-" if t["hit_rate"] is None else f"{100 * t['hit_rate']:.2f}%", t["bypasses"],
-                       t["evictions"], t["writebacks"], _fmt_bytes(t["bytes_read"]),
-                       _fmt_bytes(t["bytes_written"]), _fmt_bytes(t["pim_bytes"])] for t in d["tiers"]],
+                       format_percent(t["hit_rate"]), t["bypasses"],
+                       t["evictions"], t["writebacks"], format_bytes(t["bytes_read"]),
+                       format_bytes(t["bytes_written"]), format_bytes(t["pim_bytes"])] for t in d["tiers"]],
                      title="tiers"))
     out.append(table(["link", "down", "up", "energy"],
-                     [[f"{lk['from']}->{lk['to']}", _fmt_bytes(lk["bytes_down"]), _fmt_bytes(lk["bytes_up"]),
-                       _fmt_si(d["energy_j"]["by_link"][f"{lk['from']}-{lk['to']}"], "J")]
+                     [[f"{lk['from']}->{lk['to']}", format_bytes(lk["bytes_down"]), format_bytes(lk["bytes_up"]),
+                       format_si(d["energy_j"]["by_link"][f"{lk['from']}-{lk['to']}"], "J")]
                       for lk in d["links"]], title="links"))
     e = d["energy_j"]
     out.append(table(["energy", "joules"],
-                     [["total", _fmt_si(e["total"], "J")], ["tiers", _fmt_si(e["tiers"], "J")],
-                      ["links", _fmt_si(e["links"], "J")], ["compute", _fmt_si(e["compute"], "J")],
-                      ["pim", _fmt_si(e["pim"], "J")]], title=f"whole run (latency {_fmt_si(d['latency_s'], 's')})"))
+                     [["total", format_si(e["total"], "J")], ["tiers", format_si(e["tiers"], "J")],
+                      ["links", format_si(e["links"], "J")], ["compute", format_si(e["compute"], "J")],
+                      ["pim", format_si(e["pim"], "J")]], title=f"whole run (latency {format_si(d['latency_s'], 's')})"))
     pt = d["per_token"]
     if pt:
-        rows = [[f"bytes {n}", _fmt_bytes(v)] for n, v in pt["bytes_by_link"].items()]
-        rows += [[f"in memory {n} (PIM)", _fmt_bytes(v)] for n, v in pt.get("in_memory_bytes_by_tier", {}).items()]
-        rows += [["energy", _fmt_si(pt["energy_j"], "J")], ["latency (per step)", _fmt_si(pt["latency_s"], "s")],
+        rows = [[f"bytes {n}", format_bytes(v)] for n, v in pt["bytes_by_link"].items()]
+        rows += [[f"in memory {n} (PIM)", format_bytes(v)] for n, v in pt.get("in_memory_bytes_by_tier", {}).items()]
+        rows += [["energy", format_si(pt["energy_j"], "J")], ["latency (per step)", format_si(pt["latency_s"], "s")],
                  ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]]]
         out.append(table(["per decode token", "value"], rows,
                          title=f"per token ({pt['steps']} decode steps, batch {pt['batch']})"))
@@ -205,10 +60,37 @@ def format_text(d: dict) -> str:
                 continue
             n = c["hits"] + c["misses"]
             rows.append([kind, name, c["hits"], c["misses"], f"{100 * c['hits'] / n:.2f}%" if n else "-",
-                         _fmt_bytes(c["bytes_read"]), _fmt_bytes(c["bytes_written"])])
+                         format_bytes(c["bytes_read"]), format_bytes(c["bytes_written"])])
     out.append(table(["kind", "tier", "hits", "misses", "hit rate", "read", "written"], rows,
                      title="by tensor kind"))
     return "\n\n".join(out)
+
+
+def format_turns(rows: list[dict], *, title: str | None = None) -> str:
+    """An aligned table: one line per turn, then the conversation's total (the KV-copy columns only
+    when the conversation offloads)."""
+    links = list(rows[0]["bytes_by_link"]) if rows else []
+    offload = any(r["offload_ops"] or r["restore_ops"] for r in rows)
+    head = (["turn", "prefill", "decode", "KV read", "KV written"]
+            + (["KV copies", "copies on links"] if offload else [])
+            + [f"{n} (down+up)" for n in links] + ["energy", "latency"])
+    body = []
+
+    def line(label, rs):
+        copies = sum(r["kv_offload_bytes"]["read"] + r["kv_offload_bytes"]["written"] for r in rs)
+        return ([label, sum(r["prefill_tokens"] for r in rs), sum(r["decode_tokens"] for r in rs),
+                 format_size(sum(r["kv_bytes"]["read"] for r in rs)),
+                 format_size(sum(r["kv_bytes"]["written"] for r in rs))]
+                + ([format_size(copies), format_size(sum(r["copy_link_bytes"] for r in rs))] if offload else [])
+                + [format_size(sum(r["bytes_by_link"][n]["down"] + r["bytes_by_link"][n]["up"] for r in rs))
+                   for n in links]
+                + [format_si(sum(r["energy_j"]["total"] for r in rs), "J", 4),
+                   format_si(sum(r["latency_s"] for r in rs), "s", 4)])
+
+    for r in rows:
+        body.append(line(str(r["turn"]), [r]))
+    body.append(line("total", rows))
+    return table(head, body, title=title or "per turn (tokens per sequence)")
 
 
 def per_op_table(tr: TraceReplay, cst: Cost) -> pa.Table:
