@@ -314,6 +314,8 @@ LAYERS = (
                             "emulator.pipeline"), "the engine counts; it never costs or presents"),
     (("emulator.chip",), ("emulator.engine", "emulator.cost", "emulator.analysis", "emulator.present",
                           "emulator.cli"), "the chip is data the engine is given"),
+    (("emulator.cost",), ("emulator.analysis", "emulator.present", "emulator.cli"), "cost comes before analysis"),
+    (("emulator.analysis",), ("emulator.present", "emulator.cli"), "analyses compute; presentation shows"),
 )
 
 
