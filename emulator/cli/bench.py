@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from emulator.cli.options import json_option
+from emulator.present.format import table
 from common.errors import UsageError
 
 # Arguments that make a benchmark finish in seconds (--quick): for trying the harness, not for figures.
@@ -77,9 +78,7 @@ def format_result(name: str, doc: dict) -> str:
                  f"{r['ratio']:.2f}" if "ratio" in r else "-",
                  f"{r['ratio_cpu']:.2f}" if "ratio_cpu" in r else "-", f"{r['floor_ratio']:.4f}",
                  str(r.get("counts_equal", "-"))) for r in doc.get("runs", [])]
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-        lines.append("  ".join(h.rjust(w) for h, w in zip(head, widths)))
-        lines += ["  ".join(x.rjust(w) for x, w in zip(r, widths)) for r in rows]
+        lines.append(table(head, rows, align=">" * len(head), rule=False))
         doc = {k: v for k, v in doc.items() if k != "runs"}
     for key, v in _flatten({k: v for k, v in doc.items() if k not in ("machine", "command", "benchmark")}):
         lines.append(f"  {key} = {_fmt(v)}")

@@ -9,7 +9,7 @@ import click
 from emulator.chip.chipfile import chip_hash, list_presets, load_chip
 from emulator.cli.options import json_option
 from emulator.chip.hierarchy import Chip
-from emulator.present.format import format_quantity, format_size
+from emulator.present.format import format_quantity, format_size, table
 
 
 def chip_to_dict(chip: Chip) -> dict:
@@ -45,15 +45,11 @@ def chip_to_dict(chip: Chip) -> dict:
 
 
 def _table(rows: list[tuple], right: set[int] = frozenset()) -> str:
-    """Aligned columns; the last column is left ragged."""
+    """Aligned columns, the first row a header with no rule under it; columns in ``right`` right-aligned."""
     if not rows:
         return ""
-    widths = [max(len(str(r[c])) for r in rows) for c in range(len(rows[0]))]
-    out = []
-    for r in rows:
-        cells = [str(v).rjust(widths[c]) if c in right else str(v).ljust(widths[c]) for c, v in enumerate(r)]
-        out.append("  ".join(cells).rstrip())
-    return "\n".join(out)
+    align = "".join(">" if c in right else "<" for c in range(len(rows[0])))
+    return table(rows[0], rows[1:], align=align, rule=False)
 
 
 def _one_line(chip: Chip) -> str:

@@ -61,7 +61,9 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     """Replay ``trace`` with the options in ``kw``; print the tables or JSON; write Parquet if asked."""
     from emulator.chip.chipfile import load_chip
     from emulator.pipeline import replay_trace
-    from emulator.present.report import cost_of, format_text, to_json, write_parquet
+    from emulator.analysis.result import to_json
+    from emulator.cost.trace_cost import cost_of
+    from emulator.present.report import format_text, write_parquet
     from common.atomic import check_output
 
     chip = load_chip(kw["chip"])
