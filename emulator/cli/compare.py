@@ -6,7 +6,6 @@ existing trace directory (then the trace options must be left at their defaults)
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import tempfile
@@ -52,10 +51,10 @@ def _is_trace(path: str) -> bool:
 @json_option
 def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, force, as_json, **kw):
     """Replay one trace of MODEL on every chip and show the per-token figures side by side."""
-    from emulator.analysis.compare import compare, csv_rows, load_chips, to_json
-    from emulator.present.compare import format_table, model_line
+    from emulator.analysis.compare import compare, load_chips, to_json
+    from emulator.present.compare import format_table, model_line, plot_title, write_csv
     from emulator.engine.options import ReplayOptions
-    from common.atomic import atomic_path, check_output
+    from common.atomic import check_output
 
     names = _chip_list(chips_text)
     rules = placement_rules(place)
@@ -76,20 +75,11 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, forc
         trace = open_trace(trace_path)
         rows = compare(trace, chips, options, extra_rules=rules, progress=progress)
         if csv_path:
-            header, body = csv_rows(rows)
-            with atomic_path(csv_path, force=force) as tmp:
-                with open(tmp, "w", newline="") as f:
-                    w = csv.writer(f)
-                    w.writerow(header)
-                    w.writerows(body)
+            write_csv(rows, csv_path, force=force)
         if plot_path:
             from emulator.present.plots import plot_comparison
 
-            spec = trace.manifest.get("spec") or {}
-            run_d = trace.manifest.get("run") or {}
-            title = f"{spec.get('name', 'trace')}: batch {run_d.get('batch', 1)}, weights {run_d.get('weights', '?')}" \
-                    f"{'' if pim else ', PIM off'}"
-            plot_comparison(rows, plot_path, title=title, force=force)
+            plot_comparison(rows, plot_path, title=plot_title(trace, pim=pim), force=force)
         if as_json:
             click.echo(json.dumps(to_json(rows, trace, options), indent=2))
         else:

@@ -1,9 +1,12 @@
-"""A chip comparison for people: the model line and the side-by-side table of
-:func:`emulator.analysis.compare.compare`'s rows (its figures are explained there)."""
+"""A chip comparison for people and files: the model line, the side-by-side table, the CSV and the
+plot's title of :func:`emulator.analysis.compare.compare`'s rows (its figures are explained there)."""
 
 from __future__ import annotations
 
-from emulator.analysis.compare import ChipResult, model_info, table_rows
+import csv
+
+from emulator.analysis.compare import ChipResult, csv_rows, model_info, table_rows
+from common.atomic import atomic_path
 from emulator.present.format import format_bytes, format_percent, format_si, table
 from traces.spec import human_count
 
@@ -49,3 +52,21 @@ def format_table(rows: list[ChipResult], title: str = "") -> str:
     if not any(r.ok and r.result.get("per_token") for r in rows):
         notes.append("the trace has no decode steps: per-token figures need --generate N")
     return text + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def write_csv(rows: list[ChipResult], path, *, force: bool = False) -> None:
+    """:func:`emulator.analysis.compare.csv_rows` to ``path``, written atomically."""
+    header, body = csv_rows(rows)
+    with atomic_path(path, force=force) as tmp:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(body)
+
+
+def plot_title(trace, *, pim: bool) -> str:
+    """The comparison plot's title: the model, its batch and weights dtype (and "PIM off")."""
+    spec = trace.manifest.get("spec") or {}
+    run = trace.manifest.get("run") or {}
+    return (f"{spec.get('name', 'trace')}: batch {run.get('batch', 1)}, weights {run.get('weights', '?')}"
+            f"{'' if pim else ', PIM off'}")
