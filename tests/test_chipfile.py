@@ -1,6 +1,5 @@
 """Chip-file validation: a good file loads to the expected numbers; each bad case gives its exact one-line message."""
 
-import copy
 import json
 import subprocess
 import sys
