@@ -134,6 +134,15 @@ def test_opt_curve_is_monotone_and_heap_rebuild_is_exact():
         assert got[c] <= naive_lru_misses(blocks.tolist(), 1, c)
 
 
+def test_opt_at_a_memory_sized_capacity_needs_no_memory_of_that_size():
+    """An HBM-sized tier (10^10 blocks) once asked for a heap of 4 x capacity entries: MemoryError.
+    A capacity holding every distinct block never evicts, so OPT misses only the cold blocks."""
+    blocks = np.array([5, 1, 5, 2, 1, 9, 9, 2], np.int64)
+    got = opt_misses(blocks, [2, 4, 10 ** 10])
+    assert got[10 ** 10] == got[4] == 4 == naive_opt_misses(blocks.tolist(), 1, 4)
+    assert got[2] == naive_opt_misses(blocks.tolist(), 1, 2)
+
+
 def pycachesim_misses(blocks, n_sets, ways):
     from cachesim import Cache, CacheSimulator, MainMemory
 

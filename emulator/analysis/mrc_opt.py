@@ -184,7 +184,9 @@ def opt_misses(blocks, capacities: list[int], *, n_sets: int | None = None,
 
     def one(c: int) -> int:
         if n_sets is None:
-            return int(_opt_full(ids, nxt, n_ids, c))
+            # a capacity of at least every distinct block never evicts: only the cold misses
+            # (and the heap is sized by what can be resident, not by a capacity of 10^9 blocks)
+            return n_ids if c >= n_ids else int(_opt_full(ids, nxt, n_ids, c))
         return int(_opt_sets(b, ids, nxt, n_ids, int(n_sets), c))
 
     n_workers = max(1, min(len(caps), workers or os.cpu_count() or 1))
