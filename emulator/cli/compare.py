@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from emulator.cli.options import force_option, json_option, place_option, placement_rules
+from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
 from emulator.cli.trace import run_options, run_config_from_options
 from common.errors import UsageError
 
@@ -46,10 +46,11 @@ def _is_trace(path: str) -> bool:
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Also draw bytes and energy per token per chip to this image (needs matplotlib).")
 @click.option("--keep-trace", type=click.Path(), default=None, help="Write the trace to this directory and keep it.")
+@kernel_option
 @place_option
 @force_option
 @json_option
-def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, force, as_json, **kw):
+def command(model, chips_text, pim, csv_path, plot_path, keep_trace, kernel, place, force, as_json, **kw):
     """Replay one trace of MODEL on every chip and show the per-token figures side by side."""
     from emulator.analysis.compare import compare, load_chips, to_json
     from emulator.present.compare import format_table, model_line, plot_title, write_csv
@@ -66,7 +67,7 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, place, forc
         from emulator.present.plots import pyplot
 
         pyplot()  # no matplotlib: say so before the replays
-    options = ReplayOptions(pim=pim)
+    options = ReplayOptions(pim=pim, kernel=kernel)
     progress = (lambda name: click.echo(f"replaying on {name}", err=True)) if sys.stderr.isatty() else None
 
     def run(trace_path):

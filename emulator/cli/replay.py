@@ -9,9 +9,8 @@ import json
 
 import click
 
-from emulator.cli.options import force_option, json_option, place_option, placement_rules
+from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
 from emulator.cli.progress import counting_bar
-from emulator.engine.dispatch import KERNEL_NAMES
 
 
 def replay_options(f):
@@ -31,9 +30,7 @@ def replay_options(f):
         click.option("--inclusive/--no-inclusive", default=False, show_default=True,
                      help="Inclusive caching tiers: an eviction back-invalidates nearer tiers' copies."),
         click.option("--policy-seed", type=int, default=0, show_default=True, help="Seed of the random policy."),
-        click.option("--kernel", type=click.Choice(["auto", *KERNEL_NAMES]), default="auto", show_default=True,
-                     help="Which kernel counts (identical counts): auto takes the fastest that serves the "
-                          "replay; the one that ran, and why, is provenance.kernel in --json."),
+        kernel_option,
         click.option("--fast-path/--no-fast-path", default=True, show_default=True,
                      help="Use the exact fast paths (identical counts; --no-fast-path is --kernel walk)."),
         click.option("--set-groups/--no-set-groups", default=True, show_default=True,

@@ -137,7 +137,7 @@ def choose(req: Request, requested: str = "auto", *, exclude: frozenset = frozen
                              field="kernel")
         why = k.refusal(req)
         if why is not None:
-            raise UsageError(f"kernel {requested!r} cannot serve this replay: {why}", field="kernel")
+            raise UsageError(f"{requested!r} cannot serve this replay: {why}", field="kernel")
         return Choice(k, "asked for")
     passed = []
     for k in KERNELS:
