@@ -13,12 +13,14 @@ kind                accepted forms (examples)               returns
 ``energy``          ``0.7 pJ``, ``0.7 pJ/FLOP``, ``1 nJ/op`` joules per operation (``float``)
 ``rate``            ``989 TFLOP/s``, ``989 TFLOPS``,        operations per second (``float``)
                     ``1979 TOP/s``, ``750 TOPS``
+``time``            ``20 us``, ``20 µs``, ``1.5 ms``,       seconds (``float``)
+                    ``800 ns``, ``2 s``
 ==================  ======================================  ===============================
 
 Size prefixes: decimal ``kB MB GB TB PB`` (powers of 1000) and binary ``KiB MiB GiB TiB PiB``
 (powers of 1024); ``KB`` is refused as ambiguous. A size must come out as a whole number of bytes.
 ``B`` is a byte and ``b``/``bit`` a bit (bit quantities are divided by 8). Energy prefixes: ``f p n
-u µ m`` and none. The number may use a decimal point and an exponent (``1e3 B``); a sign is parsed
+u µ m`` and none; time takes the same small prefixes before ``s``. The number may use a decimal point and an exponent (``1e3 B``); a sign is parsed
 so that callers can say "must be positive" rather than "bad unit".
 """
 
@@ -30,7 +32,7 @@ from fractions import Fraction
 
 from common.errors import ConfigError
 
-KINDS = ("size", "bandwidth", "energy_per_byte", "energy", "rate")
+KINDS = ("size", "bandwidth", "energy_per_byte", "energy", "rate", "time")
 
 _DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
@@ -43,6 +45,7 @@ _EXAMPLES = {
     "energy_per_byte": 'an energy per bit or byte such as "3.9 pJ/bit" or "0.5 pJ/B"',
     "energy": 'an energy per operation such as "0.7 pJ"',
     "rate": 'a rate such as "989 TFLOP/s" or "750 TOPS"',
+    "time": 'a time such as "20 us", "1.5 ms" or "800 ns"',
 }
 
 _NUMBER = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(\S+)\s*$")
@@ -80,6 +83,9 @@ def _units(kind: str) -> dict[str, Fraction]:
         for p, f in _DECIMAL.items():
             for unit in ("FLOP/s", "FLOPS", "OP/s", "OPS"):
                 table[f"{p}{unit}"] = Fraction(f)
+    elif kind == "time":
+        for p, f in _SMALL.items():
+            table[f"{p}s"] = f
     else:
         raise ValueError(f"unknown quantity kind {kind!r}; expected one of {', '.join(KINDS)}")
     return table
@@ -184,4 +190,6 @@ def format_quantity(value: float | int, kind: str) -> str:
         return f"{_fmt_number(float(value) * 1e12)} pJ"
     if kind == "energy_per_byte":
         return f"{_fmt_number(float(value) * 1e12 / 8)} pJ/bit"
+    if kind == "time":
+        return _fmt_scaled(float(value), "s", [("", 1.0), ("m", 1e-3), ("µ", 1e-6), ("n", 1e-9), ("p", 1e-12)])
     raise ValueError(f"unknown quantity kind {kind!r}; expected one of {', '.join(KINDS)}")
