@@ -54,10 +54,7 @@ from emulator.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_FAST_REQUESTS, TI
 
 
 @njit(nogil=True)
-def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
-               blk, n_sets, n_ways, mode, policy, slot_off,
-               tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta,
-               lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive, absent):
+def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, lazy, absent):
     """Serve a run of read requests at tier ``i`` set by set; False (and nothing changed) if it may not.
 
     The requests are units ``lo..hi`` of ``2**ush`` bytes, in order (one tensor, reads). It applies
@@ -75,6 +72,9 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
     set by set, counts its evictions from the lazy ones per segment and is pushed on the stack (runs
     no set holds anything of fall off the bottom). A full stack is materialised first.
     """
+    blk, n_sets, n_ways, mode, policy, slot_off = hier
+    tag, dirty, meta, owner, clock, _rng, tinfo, region_cnt = st
+    lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive = lazy
     if mode[i] != MODE_CACHE:
         return False
     pid = policy[i]
@@ -133,8 +133,7 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
             s = real_list[so + x]
             m = count_in(fq, frem, ffm, s, S)
             if m > 0:
-                _fast_set(i, s, F + cyc(s, ffm, S), m, lo, hi, d, tid, row, cnt, t_kind, blk, n_sets, n_ways,
-                          policy, slot_off, tag, dirty, meta, owner, clock0, tinfo, region_cnt, seq, old_meta)
+                _fast_set(i, s, F + cyc(s, ffm, S), m, lo, hi, d, tid, row, cnt, t_kind, hier, st, clock0, seq, old_meta)
         lazy_evict(i, F, L, False, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, rs, ro,
                    region_cnt, lz_h, lz_bnd, lz_alive)
         k0 = 0
@@ -149,18 +148,15 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
         lzi[i, LZ_N] = n_lz + 1
         n_touch = 0
     elif n_lz > 0 and nb * W >= S:
-        materialise_all(i, lz, lzi, real_ep, real_list, lz_perm, lz_rot, n_sets, n_ways, policy, slot_off,
-                        tag, dirty, meta, owner, lz_h)
+        materialise_all(i, lazy, hier, st)
     for k in range(n_touch):
         b_first = F + k
         s = (b_first & smask) if smask >= 0 else (b_first % S)
         m = (L - b_first) // S + 1
         if lzi[i, LZ_N] > 0 and real_ep[lzi[i, LZ_SET_OFF] + s] != lzi[i, LZ_EPOCH]:
             # a short run on a lazy tier: its few sets are made real and served as usual
-            materialise_set(i, s, lz, lzi, real_ep, real_list, lz_perm, lz_rot, n_sets, n_ways, policy, slot_off,
-                            tag, dirty, meta, owner, lz_h)
-        _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, blk, n_sets, n_ways, policy, slot_off,
-                  tag, dirty, meta, owner, clock0, tinfo, region_cnt, seq, old_meta)
+            materialise_set(i, s, lazy, hier, st)
+        _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, hier, st, clock0, seq, old_meta)
     # the run's blocks left resident are the last W of each set, i.e. its last S * W blocks:
     # count them into their regions a region at a time
     region_add(region_cnt, ro, rs, max(F, L - S * W + 1), L, 1)
@@ -175,9 +171,12 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind,
 
 
 @njit(nogil=True)
-def resident(i, b, n_sets, n_ways, slot_off, tinfo, tag, words, lz, lzi, real_ep, lz_h):
+def resident(i, b, hier, st, words, lazy):
     """Whether tier ``i`` (a cache) holds block ``b``: a lookup in a real set; in a lazy one, whether
     a run on the stack has ``b`` among the blocks the set holds (:func:`emulator.engine.lazy.held`)."""
+    n_sets, n_ways, slot_off = hier.n_sets, hier.n_ways, hier.slot_off
+    tinfo = st.tinfo
+    lz, lzi, real_ep, lz_h = lazy.runs, lazy.info, lazy.real_ep, lazy.h
     S = n_sets[i]
     W = n_ways[i]
     smask = tinfo[i, TI_SET_MASK]
@@ -233,9 +232,10 @@ def _evict_set(i, base, W, row, cnt, t_kind, blk, tag, dirty, owner, region_cnt,
 
 
 @njit(nogil=True)
-def _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, blk, n_sets, n_ways, policy, slot_off,
-              tag, dirty, meta, owner, clock0, tinfo, region_cnt, seq, old_meta):
+def _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, hier, st, clock0, seq, old_meta):
     """Serve the ``m`` blocks ``b_first, b_first + S, ...`` of a run (see :func:`fast_tier`) in set ``s``."""
+    blk, n_sets, n_ways, _mode, policy, slot_off = hier
+    tag, dirty, meta, owner, _clock, _rng, tinfo, region_cnt = st
     W = n_ways[i]
     S = n_sets[i]
     pid = policy[i]

@@ -31,11 +31,30 @@ clock when it began, its first and last request unit, log2 of units per block).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from emulator.engine.counters import EVICTIONS
 from emulator.engine.jit import njit
 from emulator.engine.policies import LRU
+
+
+class LazyState(NamedTuple):
+    """A walk call's lazy tiers (local to the call): per tier its run stack ``runs[tier, r, R_*]``
+    and fields ``info[tier, LZ_*]``; per set the epoch it was made real in ``real_ep`` and the list
+    of real sets ``real_list``; the way permutation of each set when it became lazy ``perm``; fill
+    counts and their Fenwick trees ``rot``; scratch rows ``h``, ``bnd``, ``alive``."""
+
+    runs: np.ndarray
+    info: np.ndarray
+    real_ep: np.ndarray
+    real_list: np.ndarray
+    perm: np.ndarray
+    rot: np.ndarray
+    h: np.ndarray
+    bnd: np.ndarray
+    alive: np.ndarray
 
 LZ_N, LZ_EPOCH, LZ_N_REAL, LZ_SET_OFF, LZ_SLOT_OFF, LZ_ROT_BASE, LZ_FEN_OFF = range(7)
 N_LZ_FIELDS = 7
@@ -113,9 +132,12 @@ def region_add(region_cnt, ro, rs, b_lo, b_hi, delta):
 
 
 @njit(nogil=True)
-def materialise_set(i, s, lz, lzi, real_ep, real_list, perm, rot, n_sets, n_ways, policy, slot_off,
-                    tag, dirty, meta, owner, h):
+def materialise_set(i, s, lazy, hier, st):
     """Write lazy set ``s`` of tier ``i`` into its slots (oldest block in way 0) and list it as real."""
+    lz, lzi, real_ep, real_list, perm, rot, h = lazy.runs, lazy.info, lazy.real_ep, lazy.real_list, lazy.perm, \
+        lazy.rot, lazy.h
+    n_sets, n_ways, policy, slot_off = hier.n_sets, hier.n_ways, hier.policy, hier.slot_off
+    tag, dirty, meta, owner = st.tag, st.dirty, st.meta, st.owner
     S = n_sets[i]
     W = n_ways[i]
     n = lzi[i, LZ_N]
@@ -143,17 +165,16 @@ def materialise_set(i, s, lz, lzi, real_ep, real_list, perm, rot, n_sets, n_ways
 
 
 @njit(nogil=True)
-def materialise_all(i, lz, lzi, real_ep, real_list, perm, rot, n_sets, n_ways, policy, slot_off,
-                    tag, dirty, meta, owner, h):
+def materialise_all(i, lazy, hier, st):
     """Make every set of tier ``i`` real; the tier is no longer lazy."""
+    lzi, real_ep = lazy.info, lazy.real_ep
     if lzi[i, LZ_N] == 0:
         return
     so = lzi[i, LZ_SET_OFF]
     ep = lzi[i, LZ_EPOCH]
-    for s in range(n_sets[i]):
+    for s in range(hier.n_sets[i]):
         if real_ep[so + s] != ep:
-            materialise_set(i, s, lz, lzi, real_ep, real_list, perm, rot, n_sets, n_ways, policy, slot_off,
-                            tag, dirty, meta, owner, h)
+            materialise_set(i, s, lazy, hier, st)
     lzi[i, LZ_N] = 0
     lzi[i, LZ_EPOCH] += 1
     lzi[i, LZ_N_REAL] = 0

@@ -39,6 +39,7 @@ from emulator.engine.lazy import (
     LZ_SLOT_OFF,
     N_LZ_FIELDS,
     N_RUN_FIELDS,
+    LazyState,
     materialise_all,
     materialise_set,
 )
@@ -108,6 +109,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
     lz_h = np.empty(k_max + 1, np.int64)
     lz_bnd = np.empty(2 * k_max + 4, np.int64)
     lz_alive = np.empty(k_max + 1, np.int64)
+    lazy = LazyState(lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive)
     # counters through a flat view: cnt[row, kind, tier, c] is cf[row*s_row + kind*s_kind + tier*s_tier + c]
     cf = cnt.reshape(cnt.size)
     s_tier = cnt.shape[3]
@@ -187,8 +189,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                                 q = r_hi + 1
                                 continue
                             absent = True
-                            while q <= r_hi and not resident(0, q, n_sets, n_ways,
-                                                                 slot_off, tinfo, tag, words, lz, lzi, real_ep, lz_h):
+                            while q <= r_hi and not resident(0, q, hier, st, words, lazy):
                                 q += 1
                             if q <= r_hi:
                                 break
@@ -214,11 +215,8 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                                 ti += 1
                                 continue
                             checked = absent and ti == 0
-                            if fast_tier(ti, lo, hi, ush, tid, row, cnt, t_kind,
-                                          blk, n_sets, n_ways, mode, policy, slot_off,
-                                          tag, dirty, meta, owner, clock, tinfo, region_cnt, seq, old_meta,
-                                          lz, lzi, real_ep, real_list, lz_perm, lz_rot, lz_h, lz_bnd, lz_alive,
-                                          checked):
+                            if fast_tier(ti, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta,
+                                         lazy, checked):
                                 dd = tinfo[ti, TI_SHIFT] - ush
                                 lo = lo >> dd
                                 hi = hi >> dd
@@ -284,8 +282,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                         sidx = (b & smask) if smask >= 0 else (b % n_sets[i])
                         base = slot_off[i] + sidx * ways
                         if lzi[i, LZ_N] > 0 and real_ep[lzi[i, LZ_SET_OFF] + sidx] != lzi[i, LZ_EPOCH]:
-                            materialise_set(i, sidx, lz, lzi, real_ep, real_list, lz_perm, lz_rot, n_sets, n_ways, policy, slot_off,
-                                            tag, dirty, meta, owner, lz_h)
+                            materialise_set(i, sidx, lazy, hier, st)
                         stamp = clock[i]
                         clock[i] = stamp + 1
                         pid = policy[i]
@@ -389,8 +386,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                         else:
                             cf[ci + BYTES_READ] += req
     for i in range(n_tiers):
-        materialise_all(i, lz, lzi, real_ep, real_list, lz_perm, lz_rot, n_sets, n_ways, policy, slot_off,
-                        tag, dirty, meta, owner, lz_h)
+        materialise_all(i, lazy, hier, st)
     return n_blocks
 
 
