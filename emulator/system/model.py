@@ -7,8 +7,10 @@ objects. Units live in names: ``_bytes_per_s`` (per direction), ``_s``, ``_j_per
 
 The **scale-up** fabric joins the chips of one node (NVLink through NVSwitch, SN40L's peer-to-peer
 links); the **scale-out** fabric joins nodes (NICs into a switch). A fabric is a ``switch`` (every
-chip has ``links`` ports of ``bandwidth`` each into one non-blocking switch) or ``direct`` (every
-pair of chips of a node has its own link of ``bandwidth``: a full mesh). A switch with
+chip has ``ports`` ports of ``bandwidth`` each into one non-blocking switch) or ``direct`` (every
+pair of chips of a node has its own link of ``bandwidth``: a full mesh, so a chip has ``ports`` =
+``chips_per_node - 1`` links, or a multiple of it when pairs are joined by several links; the
+scale-up fabric only). A switch with
 ``in_network_reduction`` reduces in the network (NVLink SHARP inside a node; SHARP across nodes).
 """
 
@@ -36,6 +38,7 @@ class Fabric:
     energy_j_per_byte: float
     ports: int = 1
     in_network_reduction: bool = False
+    description: str = ""
 
     @property
     def chip_bandwidth_bytes_per_s(self) -> float:

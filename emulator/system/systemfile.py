@@ -1,0 +1,237 @@
+"""System files (TOML) to validated, frozen :class:`emulator.system.model.System` objects.
+
+Validated once, here, at the edge, in the style of :mod:`emulator.chip.chipfile`: every problem is
+a :class:`ConfigError` whose text is one line, ``FILE: FIELD: what was expected``, e.g.
+``systems/x.toml: scale_up.bandwith: unknown key; did you mean 'bandwidth'?``. Quantities are
+strings with units (:mod:`emulator.chip.units`). Presets live in ``configs/systems/*.toml``.
+
+Layout, with every key's default (``required`` where there is none)::
+
+    name = "dgx-h100"          # required
+    description = "..."        # default ""
+    chip = "h100"              # required: a chip preset name, or a path to a chip .toml
+                               #   (relative paths are taken from the system file's directory)
+    chips = 8                  # required: how many chips, a positive integer
+    chips_per_node = 8         # default: chips (one node); must divide chips
+
+    [scale_up]                 # required: the fabric joining the chips of one node
+    description = "..."        # default ""
+    topology = "switch"        # default "switch"; "switch" | "direct" (a full mesh of the node)
+    bandwidth = "450 GB/s"     # required: per port (per link of a mesh), per direction
+    ports = 1                  # default 1 on a switch; on "direct" chips_per_node - 1 (one link
+                               #   per peer), and if given a multiple of it
+    latency = "1.5 us"         # required: per message
+    energy = "5.5 pJ/bit"      # required: per bit (or byte) carried over one link
+    in_network_reduction = true  # default false; a "switch" only
+
+    [scale_out]                # optional; required when chips > chips_per_node. Same keys and
+    topology = "switch"        #   defaults, except that it must be a "switch" (ports: NICs per chip)
+    bandwidth = "400 Gb/s"
+    ports = 1
+    latency = "5 us"
+    energy = "5.5 pJ/bit"
+    in_network_reduction = false
+
+    [sources]                  # default {}: TAG = "citation"
+    S16 = "..."
+
+Refused: an unknown key (with a did-you-mean), a missing required key (a fabric without bandwidth
+among them), an unknown chip, ``chips`` not a multiple of ``chips_per_node``, a system of several
+nodes without ``[scale_out]``, an unknown topology, a ``direct`` scale-out fabric, and
+``in_network_reduction`` on a ``direct`` fabric (there is no switch to reduce in).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import tomllib
+from pathlib import Path
+
+from common.errors import ConfigError, UsageError
+from common.paths import configs_dir
+from emulator.chip.chipfile import list_presets as chip_presets
+from emulator.chip.chipfile import load_chip
+from emulator.chip.hierarchy import Chip
+from emulator.chip.units import parse_quantity
+from emulator.system.model import TOPOLOGIES, Fabric, System
+
+_TOP_KEYS = {"name": True, "description": False, "chip": True, "chips": True, "chips_per_node": False,
+             "scale_up": True, "scale_out": False, "sources": False}
+_FABRIC_KEYS = {"description": False, "topology": False, "bandwidth": True, "ports": False, "latency": True,
+                "energy": True, "in_network_reduction": False}
+
+
+def did_you_mean(word, choices) -> str:
+    """``did you mean 'x'?`` for the closest of ``choices``, else ``expected one of a, b, c``."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return f"expected one of {', '.join(choices)}"
+
+
+def _key(key) -> str:
+    """A key as it appears in a message: bare if a plain TOML bare key, else quoted (one line)."""
+    key = str(key)
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+class _Reader:
+    """The system file being read, so every error names it."""
+
+    def __init__(self, file):
+        self.file = None if file is None else str(file)
+
+    def error(self, field: str | None, message: str) -> ConfigError:
+        return ConfigError(message, file=self.file, field=field)
+
+    def table(self, value, field: str, keys: dict[str, bool]) -> dict:
+        if not isinstance(value, dict):
+            raise self.error(field or None, f"expected a table, got {type(value).__name__}")
+        for key in value:
+            if key not in keys:
+                name = f"{field}.{_key(key)}" if field else _key(key)
+                raise self.error(name, f"unknown key; {did_you_mean(key, keys)}")
+        for key, required in keys.items():
+            if required and key not in value:
+                raise self.error(f"{field}.{key}" if field else key, "missing required key")
+        return value
+
+    def string(self, value, field: str, *, empty: bool = False) -> str:
+        if not isinstance(value, str) or (not empty and not value.strip()):
+            raise self.error(field, f"expected a {'' if empty else 'non-empty '}string, got {value!r}")
+        return value
+
+    def count(self, value, field: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self.error(field, f"expected a positive integer, got {value!r}")
+        return value
+
+    def boolean(self, value, field: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(field, f"expected true or false, got {value!r}")
+        return value
+
+    def quantity(self, value, kind: str, field: str, *, positive: bool = True) -> float:
+        q = parse_quantity(value, kind, file=self.file, field=field)
+        if positive and q <= 0:
+            raise self.error(field, f"must be positive, got {value!r}")
+        if q < 0:
+            raise self.error(field, f"must not be negative, got {value!r}")
+        return q
+
+
+def _fabric(r: _Reader, d, field: str, chips_per_node: int) -> Fabric:
+    d = r.table(d, field, _FABRIC_KEYS)
+    topology = d.get("topology", "switch")
+    if not isinstance(topology, str) or topology not in TOPOLOGIES:
+        raise r.error(f"{field}.topology", f"unknown topology {topology!r}; {did_you_mean(topology, TOPOLOGIES)}")
+    if topology == "direct" and field == "scale_out":
+        raise r.error(f"{field}.topology", "a 'direct' fabric is a full mesh of one node's chips; "
+                                           "the scale-out fabric must be a 'switch'")
+    inr = r.boolean(d.get("in_network_reduction", False), f"{field}.in_network_reduction")
+    if inr and topology == "direct":
+        raise r.error(f"{field}.in_network_reduction",
+                      "a 'direct' fabric has no switch to reduce in; expected false (or topology = \"switch\")")
+    peers = chips_per_node - 1
+    if topology == "direct" and peers == 0:
+        raise r.error(f"{field}.topology", "a 'direct' fabric needs at least 2 chips per node, got 1")
+    if "ports" in d:
+        ports = r.count(d["ports"], f"{field}.ports")
+        if topology == "direct" and ports % peers:
+            raise r.error(f"{field}.ports", f"a 'direct' fabric joins every pair of the node's {chips_per_node} chips: "
+                                            f"expected a multiple of chips_per_node - 1 ({peers}), got {ports}")
+    else:
+        ports = peers if topology == "direct" else 1
+    return Fabric(
+        name=field, topology=topology,
+        bandwidth_bytes_per_s=r.quantity(d["bandwidth"], "bandwidth", f"{field}.bandwidth"),
+        latency_s=r.quantity(d["latency"], "time", f"{field}.latency", positive=False),
+        energy_j_per_byte=r.quantity(d["energy"], "energy_per_byte", f"{field}.energy", positive=False),
+        ports=ports, in_network_reduction=inr,
+        description=r.string(d.get("description", ""), f"{field}.description", empty=True),
+    )
+
+
+def _chip(r: _Reader, value) -> Chip:
+    text = r.string(value, "chip")
+    if text.endswith(".toml") or "/" in text:
+        p = Path(text)
+        if not p.is_absolute() and r.file is not None:
+            p = Path(r.file).parent / p
+        if not p.is_file():
+            raise r.error("chip", f"chip file not found: {p}")
+        return load_chip(p)
+    presets = chip_presets()
+    if text not in presets:
+        close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6)
+        hint = (f"did you mean {close[0]!r}?" if close
+                else f"expected a chip preset ({', '.join(presets)}) or a path to a chip .toml")
+        raise r.error("chip", f"unknown chip {text!r}; {hint}")
+    return load_chip(text)
+
+
+def system_from_dict(d, *, file=None, sha256: str | None = None) -> System:
+    """Validate a parsed system file (a dict as tomllib returns it) and build the :class:`System`.
+    A chip given as a relative path is read relative to ``file``'s directory (else the cwd)."""
+    r = _Reader(file)
+    d = r.table(d, "", _TOP_KEYS)
+    name = r.string(d["name"], "name")
+    description = r.string(d.get("description", ""), "description", empty=True)
+    n_chips = r.count(d["chips"], "chips")
+    per_node = r.count(d["chips_per_node"], "chips_per_node") if "chips_per_node" in d else n_chips
+    if n_chips % per_node:
+        raise r.error("chips", f"must be a multiple of chips_per_node ({per_node}), got {n_chips}")
+    n_nodes = n_chips // per_node
+    scale_up = _fabric(r, d["scale_up"], "scale_up", per_node)
+    scale_out = None
+    if "scale_out" in d:
+        scale_out = _fabric(r, d["scale_out"], "scale_out", per_node)
+    elif n_nodes > 1:
+        raise r.error("scale_out", f"missing: {n_chips} chips in nodes of {per_node} make {n_nodes} nodes, "
+                                   "which need a [scale_out] fabric")
+    sources = d.get("sources", {})
+    if not isinstance(sources, dict) or any(not isinstance(v, str) for v in sources.values()):
+        raise r.error("sources", "expected a table of TAG = \"citation\" strings")
+    chip = _chip(r, d["chip"])
+    return System(name=name, chip=chip, n_chips=n_chips, chips_per_node=per_node, scale_up=scale_up,
+                  scale_out=scale_out, description=description, sources=tuple(sources.items()),
+                  source_file=r.file, source_sha256=sha256)
+
+
+def list_presets() -> list[str]:
+    """Names of the shipped system presets (``configs/systems/*.toml``), sorted."""
+    return sorted(p.stem for p in configs_dir("systems").glob("*.toml"))
+
+
+def _resolve(name_or_path) -> Path:
+    text = str(name_or_path)
+    p = Path(text)
+    if text.endswith(".toml") or "/" in text or p.is_file():
+        if p.is_dir():
+            raise ConfigError("is a directory, expected a system .toml file", file=text)
+        if not p.is_file():
+            raise ConfigError("system file not found", file=text)
+        return p
+    preset = configs_dir("systems") / f"{text}.toml"
+    if not preset.is_file():
+        presets = list_presets()
+        close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(f"unknown system preset {text!r}; {hint}(presets: {', '.join(presets)})")
+    return preset
+
+
+def load_system(name_or_path) -> System:
+    """Load a system: a preset name (``dgx-h100``) or a path to a ``.toml`` file."""
+    path = _resolve(name_or_path)
+    data = path.read_bytes()
+    try:
+        d = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError("not a UTF-8 text file", file=str(path)) from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"not valid TOML: {err}", file=str(path)) from None
+    return system_from_dict(d, file=str(path), sha256=hashlib.sha256(data).hexdigest())
