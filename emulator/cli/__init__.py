@@ -25,6 +25,7 @@ COMMANDS = (
     "emulator.cli.mrc",
     "emulator.cli.bench",
     "emulator.cli.chips",
+    "emulator.cli.systems",
     "emulator.cli.replay",
     "emulator.cli.run",
     "emulator.cli.compare",
