@@ -20,7 +20,7 @@ def test_presets_found_as_installed_package_data(monkeypatch):
 
 
 def test_traces_and_kernels_never_import_the_emulator():
-    # DESIGN.md: data flows one way; a trace is chip-independent.
+    # docs/design.md: data flows one way; a trace is chip-independent.
     import ast
     from pathlib import Path
 
