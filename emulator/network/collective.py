@@ -1,0 +1,43 @@
+"""The one entry: :func:`plan_collective` — what a collective costs on a group of a system, by the
+named algorithm or the ``auto`` rule (:mod:`emulator.network.auto`).
+
+The types live in :mod:`emulator.network.schedule` and are re-exported here: :class:`Group`,
+:data:`KINDS`, :class:`CollectiveCost`.
+"""
+
+from __future__ import annotations
+
+from common.errors import UsageError
+from emulator.network.auto import choose_auto
+from emulator.network.registry import ALGORITHM_NAMES, ALGORITHMS
+from emulator.network.schedule import FIELD, KINDS, CollectiveCost, Group
+
+__all__ = ["plan_collective", "refusal", "Group", "KINDS", "CollectiveCost", "ALGORITHM_NAMES"]
+
+
+def refusal(name: str, kind: str, group: Group) -> str | None:
+    """Why algorithm ``name`` cannot serve ``kind`` on ``group`` (None: it can)."""
+    return ALGORITHMS[name].supports(kind, group, group.system)
+
+
+def plan_collective(kind: str, group: Group, size_bytes: float, algorithm: str = "auto") -> CollectiveCost:
+    """The cost of collective ``kind`` over ``group`` with ``size_bytes`` the full buffer (see
+    :class:`CollectiveCost`): by ``algorithm``, or by the ``auto`` rule. An unknown name, or one that
+    cannot serve this collective, is a :class:`~common.errors.UsageError` (field ``--collective-algo``)
+    naming the algorithm and why."""
+    if kind not in KINDS:
+        raise UsageError(f"unknown collective {kind!r}; expected one of {', '.join(KINDS)}", field="collective")
+    if not size_bytes >= 0:
+        raise UsageError(f"a collective moves a size >= 0 bytes (got {size_bytes!r})", field="size_bytes")
+    if algorithm == "auto":
+        name, why = choose_auto(kind, group, size_bytes, lambda a: refusal(a, kind, group))
+        why = "auto: " + why
+    elif algorithm not in ALGORITHMS:
+        raise UsageError(f"unknown collective algorithm {algorithm!r}; expected auto or one of "
+                         f"{', '.join(ALGORITHM_NAMES)}", field=FIELD)
+    else:
+        name, why = algorithm, "asked for"
+    reason = refusal(name, kind, group)
+    if reason is not None:
+        raise UsageError(f"{name!r} cannot serve {kind} on these {group.n_ranks} ranks: {reason}", field=FIELD)
+    return ALGORITHMS[name].cost(kind, group, size_bytes, why)

@@ -1,0 +1,225 @@
+"""The types of a collective and the one accounting every algorithm goes through.
+
+An algorithm describes a collective as **stages** run one after another; a stage is a number of
+sequential message rounds (``steps``) and the **flows** it moves: ``Flow(src, dst, bytes, messages)``
+between two ranks (device ids), or between a rank and the switch itself (:data:`SWITCH`) for
+in-network reduction. :func:`account` turns the stages into a :class:`CollectiveCost`:
+
+* each flow is carried by the scale-up fabric when both ends are in one node, else by scale-out
+  (a flow with the switch names its fabric);
+* **busiest link** of a fabric: on a ``switch`` fabric the most bytes one chip's port carries in one
+  direction (a chip's sends, or its receives, on that fabric, spread evenly over its ``ports``); on a
+  ``direct`` mesh the most bytes one pair's link carries in one direction;
+* **time** of a stage: for each fabric it touches, ``steps x latency_s + busiest link bytes /
+  bandwidth_bytes_per_s`` (the busiest link of that stage); fabrics used in one stage work at once, so the stage takes the slowest of
+  them; a collective takes the sum of its stages;
+* ``busiest_link_bytes_by_fabric``: the most bytes one link (one direction) carries over the whole
+  collective;
+* **bytes carried** by a fabric counts link traversals: on a switch a byte between two chips crosses
+  two links (chip to switch, switch to chip), a byte to or from the switch one; on a mesh one;
+  **energy** = bytes carried x ``energy_j_per_byte``.
+
+Modelled: per-link bandwidth and per-message latency, the busiest link as the bottleneck. Not
+modelled: congestion beyond the busiest link (no contention between stages, no switch oversubscription
+or adaptive routing), packets, protocol overheads (NCCL's LL/LL128/Simple), kernel launch, the
+compute of the reduction, overlap of stages, chunk pipelining beyond the steps counted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from common.errors import UsageError
+from emulator.system.model import Fabric, System
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+SCALE_UP, SCALE_OUT = "scale_up", "scale_out"
+FABRICS = (SCALE_UP, SCALE_OUT)
+SWITCH = -1     # the switch as one end of a flow (in-network reduction)
+FIELD = "--collective-algo"
+
+
+@dataclass(frozen=True)
+class Group:
+    """The ranks taking part: device ids of ``system`` (each rank's node is ``system.node_of``)."""
+
+    devices: tuple[int, ...]
+    system: System
+
+    def __post_init__(self):
+        devs = tuple(int(d) for d in self.devices)
+        object.__setattr__(self, "devices", devs)
+        if len(set(devs)) != len(devs):
+            raise UsageError(f"a group names each device once (got {list(devs)})", field="group")
+        bad = [d for d in devs if not 0 <= d < self.system.n_chips]
+        if bad:
+            raise UsageError(f"device {bad[0]} is not in {self.system.name!r} "
+                             f"(devices 0..{self.system.n_chips - 1})", field="group")
+
+    @property
+    def n_ranks(self) -> int:
+        return len(self.devices)
+
+    def node_of(self, device: int) -> int:
+        return self.system.node_of(device)
+
+    def nodes(self) -> dict[int, tuple[int, ...]]:
+        """node -> the group's devices in it (ascending), nodes ascending."""
+        out = defaultdict(list)
+        for d in sorted(self.devices):
+            out[self.node_of(d)].append(d)
+        return {k: tuple(v) for k, v in sorted(out.items())}
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes())
+
+    def ordered(self) -> tuple[int, ...]:
+        """The ranks node by node (a ring in this order crosses each node boundary once)."""
+        return tuple(d for devs in self.nodes().values() for d in devs)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """``bytes`` from ``src`` to ``dst`` in ``messages`` messages; ``fabric`` only for a flow with the
+    switch (between ranks it follows from their nodes)."""
+
+    src: int
+    dst: int
+    bytes: float
+    messages: int = 1
+    fabric: str | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """``steps`` sequential message rounds moving ``flows``."""
+
+    name: str
+    steps: int
+    flows: tuple[Flow, ...]
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    """What a collective costs. Per-rank figures are the most any rank sends or receives; per-fabric
+    figures are keyed ``scale_up`` / ``scale_out``."""
+
+    kind: str
+    algorithm: str
+    n_ranks: int
+    size_bytes: float
+    bytes_sent_per_rank: float
+    bytes_received_per_rank: float
+    steps: int
+    messages_per_rank: int
+    peers_per_rank: int
+    bytes_by_fabric: dict = field(default_factory=dict)          # link-bytes carried
+    messages_by_fabric: dict = field(default_factory=dict)
+    busiest_link_bytes_by_fabric: dict = field(default_factory=dict)
+    time_by_stage_s: dict = field(default_factory=dict)
+    time_s: float = 0.0
+    energy_j: float = 0.0
+    bytes_sent_total: float = 0.0
+    bytes_received_total: float = 0.0
+    why: str = ""
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def fabric_of(group: Group, flow: Flow) -> str:
+    if flow.src == SWITCH or flow.dst == SWITCH:
+        if flow.fabric not in FABRICS:
+            raise ValueError("a flow with the switch names its fabric")
+        return flow.fabric
+    return SCALE_UP if group.node_of(flow.src) == group.node_of(flow.dst) else SCALE_OUT
+
+
+def fabric_obj(system: System, role: str) -> Fabric:
+    fab = system.scale_up if role == SCALE_UP else system.scale_out
+    if fab is None:
+        raise ValueError(f"{system.name!r} has no {role} fabric")
+    return fab
+
+
+def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, why: str = "") -> CollectiveCost:
+    """Sum ``stages`` into a :class:`CollectiveCost` (see the module docstring for the rules)."""
+    system = group.system
+    sent = defaultdict(float)
+    recv = defaultdict(float)
+    msgs = defaultdict(int)
+    peers = defaultdict(set)
+    fab_bytes = {f: 0.0 for f in FABRICS}
+    fab_msgs = {f: 0 for f in FABRICS}
+    link_total = defaultdict(float)     # (fabric, link) -> bytes over the whole collective
+    times = {}
+    steps = 0
+    for st in stages:
+        if not st.flows:
+            continue
+        steps += st.steps
+        up = defaultdict(float)       # (fabric, chip) -> bytes into the fabric
+        down = defaultdict(float)     # (fabric, chip) -> bytes out of the fabric
+        pair = defaultdict(float)     # (fabric, src, dst) -> bytes on a mesh link
+        used = set()
+        for fl in st.flows:
+            f = fabric_of(group, fl)
+            fab = fabric_obj(system, f)
+            used.add(f)
+            if fl.src != SWITCH:
+                sent[fl.src] += fl.bytes
+                msgs[fl.src] += fl.messages
+                peers[fl.src].add(fl.dst)
+                up[f, fl.src] += fl.bytes
+            if fl.dst != SWITCH:
+                recv[fl.dst] += fl.bytes
+                peers[fl.dst].add(fl.src)
+                down[f, fl.dst] += fl.bytes
+            fab_msgs[f] += fl.messages
+            links = 1 if fab.topology == "direct" or SWITCH in (fl.src, fl.dst) else 2
+            fab_bytes[f] += links * fl.bytes
+            pair[f, fl.src, fl.dst] += fl.bytes
+        stage_t = 0.0
+        for f in sorted(used):
+            fab = fabric_obj(system, f)
+            if fab.topology == "direct":
+                busiest = max(b for (g, _, _), b in pair.items() if g == f)
+            else:
+                busiest = max([b for (g, _), b in up.items() if g == f]
+                              + [b for (g, _), b in down.items() if g == f]) / fab.ports
+            stage_t = max(stage_t, st.steps * fab.latency_s + busiest / fab.bandwidth_bytes_per_s)
+        times[st.name] = times.get(st.name, 0.0) + stage_t
+        for f in used:
+            fab = fabric_obj(system, f)
+            if fab.topology == "direct":
+                for (g, a, b), v in pair.items():
+                    if g == f:
+                        link_total[f, "pair", a, b] += v
+            else:
+                for (g, c), v in up.items():
+                    if g == f:
+                        link_total[f, "up", c] += v / fab.ports
+                for (g, c), v in down.items():
+                    if g == f:
+                        link_total[f, "down", c] += v / fab.ports
+    fab_busiest = {f: max((v for k, v in link_total.items() if k[0] == f), default=0.0) for f in FABRICS}
+    energy = sum(fab_bytes[f] * fabric_obj(system, f).energy_j_per_byte for f in FABRICS if fab_bytes[f])
+    return CollectiveCost(
+        kind=kind, algorithm=algorithm, n_ranks=group.n_ranks, size_bytes=float(size_bytes),
+        bytes_sent_per_rank=max(sent.values(), default=0.0),
+        bytes_received_per_rank=max(recv.values(), default=0.0),
+        steps=steps, messages_per_rank=max(msgs.values(), default=0),
+        peers_per_rank=max((len(p) for p in peers.values()), default=0),
+        bytes_by_fabric=fab_bytes, messages_by_fabric=fab_msgs, busiest_link_bytes_by_fabric=fab_busiest,
+        time_by_stage_s=times, time_s=sum(times.values()), energy_j=energy,
+        bytes_sent_total=sum(sent.values()), bytes_received_total=sum(recv.values()), why=why)
+
+
+def ring_flows(ranks, chunk_bytes: float, rounds: int) -> tuple[Flow, ...]:
+    """Each rank sends ``rounds`` chunks of ``chunk_bytes`` to the next in ``ranks`` (a ring)."""
+    n = len(ranks)
+    if n < 2 or rounds == 0:
+        return ()
+    return tuple(Flow(ranks[i], ranks[(i + 1) % n], rounds * chunk_bytes, rounds) for i in range(n))
