@@ -537,6 +537,38 @@ CASES = [
     Case("mrc-plot-exists", ["mrc", str(GOLDEN), "--chip", "h100", "--tier", "l2", "--plot", "{tmp}/p.png"],
          "{tmp}/p.png: output exists; pass --force to replace it",
          {"p.png": "x"}),
+    # -- system files: `tierlab systems FILE` loads and validates one -------------------------
+    Case("system-unknown-key", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_up.bandwith: unknown key; did you mean 'bandwidth'?",
+         {"s.toml": (SYSTEM := 'name = "toy"\nchip = "h100"\nchips = 16\nchips_per_node = 8\n[scale_up]\n'
+                               'topology = "switch"\nbandwidth = "450 GB/s"\nlatency = "1.5 us"\n'
+                               'energy = "5.5 pJ/bit"\nin_network_reduction = true\n[scale_out]\n'
+                               'bandwidth = "400 Gb/s"\nlatency = "5 us"\nenergy = "5.5 pJ/bit"\n'
+                     ).replace("bandwidth = \"450", "bandwith = \"450")}),
+    Case("system-missing-key", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: chip: missing required key",
+         {"s.toml": SYSTEM.replace('chip = "h100"\n', "")}),
+    Case("system-fabric-without-bandwidth", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_out.bandwidth: missing required key",
+         {"s.toml": SYSTEM.replace('bandwidth = "400 Gb/s"\n', "")}),
+    Case("system-unknown-chip", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: chip: unknown chip 'h1000'; did you mean 'h100'?",
+         {"s.toml": SYSTEM.replace('chip = "h100"', 'chip = "h1000"')}),
+    Case("system-chips-not-multiple", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: chips: must be a multiple of chips_per_node (8), got 12",
+         {"s.toml": SYSTEM.replace("chips = 16", "chips = 12")}),
+    Case("system-multi-node-without-scale-out", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_out: missing: 16 chips in nodes of 8 make 2 nodes, which need a [scale_out] fabric",
+         {"s.toml": SYSTEM.split("[scale_out]")[0]}),
+    Case("system-bad-topology", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_up.topology: unknown topology 'ring'; expected one of switch, direct",
+         {"s.toml": SYSTEM.replace('topology = "switch"', 'topology = "ring"')}),
+    Case("system-reduction-on-direct", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_up.in_network_reduction: a 'direct' fabric has no switch to reduce in; expected false (or topology = \"switch\")",
+         {"s.toml": SYSTEM.replace('topology = "switch"', 'topology = "direct"')}),
+    Case("system-latency-as-bandwidth", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_out.latency: expected a time such as \"20 us\", \"1.5 ms\" or \"800 ns\", got '5 GB/s'",
+         {"s.toml": SYSTEM.replace('latency = "5 us"', 'latency = "5 GB/s"')}),
 ]
 
 
