@@ -181,6 +181,7 @@ def test_properties(g, kind, S):
     for a in served(kind, g):
         c = plan_collective(kind, g, S, a)
         assert close(c.bytes_sent_total, c.bytes_received_total)
+        assert c.bytes_sent_per_rank * g.n_ranks >= c.bytes_sent_total * (1 - 1e-12)   # max >= mean
         assert all(v >= 0 for v in c.bytes_by_fabric.values())
         assert all(v >= 0 for v in c.busiest_link_bytes_by_fabric.values())
         if g.n_nodes == 1:
@@ -234,6 +235,8 @@ def test_refusals():
         Group((0, 0), system(4, 4))
     with pytest.raises(UsageError):
         Group((0, 9), system(4, 4))
+    with pytest.raises(UsageError):
+        Group((), system(4, 4))
 
 
 # --- the auto rule ------------------------------------------------------------------------------

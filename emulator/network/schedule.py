@@ -11,8 +11,8 @@ in-network reduction. :func:`account` turns the stages into a :class:`Collective
   direction (a chip's sends, or its receives, on that fabric, spread evenly over its ``ports``); on a
   ``direct`` mesh the most bytes one pair's link carries in one direction;
 * **time** of a stage: for each fabric it touches, ``steps x latency_s + busiest link bytes /
-  bandwidth_bytes_per_s`` (the busiest link of that stage); fabrics used in one stage work at once, so the stage takes the slowest of
-  them; a collective takes the sum of its stages;
+  bandwidth_bytes_per_s`` (the busiest link of that stage); fabrics used in one stage work at
+  once, so the stage takes the slowest of them; a collective takes the sum of its stages;
 * ``busiest_link_bytes_by_fabric``: the most bytes one link (one direction) carries over the whole
   collective;
 * **bytes carried** by a fabric counts link traversals: on a switch a byte between two chips crosses
@@ -49,6 +49,8 @@ class Group:
 
     def __post_init__(self):
         devs = tuple(int(d) for d in self.devices)
+        if not devs:
+            raise UsageError("a group has at least one device", field="group")
         object.__setattr__(self, "devices", devs)
         if len(set(devs)) != len(devs):
             raise UsageError(f"a group names each device once (got {list(devs)})", field="group")

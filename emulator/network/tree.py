@@ -16,8 +16,8 @@ Bytes, exactly for this construction: every tree edge carries S/2 up (reduce) an
 rank. Each tree has n-1 edges, so over the group 2(n-1)*S is sent and the **mean** per rank is
 2(n-1)/n * S (the ring's figure); the **most** any rank sends is S/2 * max_r(deg_A + deg_B): an
 interior node of one tree (parent + two children = 3) is a leaf of the other (1), so 2*S for every
-n >= 4 (n = 2: S; n = 3: 1.5*S) — checked for each n in the tests. Steps: reduce up and broadcast down the deeper tree:
-2*ceil(log2 n). One message per edge per direction is counted (NCCL's chunk pipelining is not).
+n >= 4 (n = 2: S; n = 3: 1.5*S) — checked for each n in the tests. Steps: reduce up and broadcast
+down the deeper tree: 2*ceil(log2 n). One message per edge per direction is counted (NCCL's chunk pipelining is not).
 """
 
 from __future__ import annotations
