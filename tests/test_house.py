@@ -315,6 +315,10 @@ LAYERS = (
     (("emulator.chip",), ("emulator.engine", "emulator.cost", "emulator.analysis", "emulator.present",
                           "emulator.cli"), "the chip is data the engine is given"),
     (("emulator.cost",), ("emulator.analysis", "emulator.present", "emulator.cli"), "cost comes before analysis"),
+    (("emulator.system",), ("emulator.engine", "emulator.network", "emulator.cost", "emulator.analysis",
+                            "emulator.present", "emulator.cli"), "a system is data, as a chip is"),
+    (("emulator.network",), ("emulator.engine", "emulator.cost", "emulator.analysis", "emulator.present",
+                             "emulator.cli"), "collectives are counted from the system alone"),
     (("emulator.analysis",), ("emulator.present", "emulator.cli"), "analyses compute; presentation shows"),
 )
 
