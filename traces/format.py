@@ -1,7 +1,15 @@
-"""Trace format v1: the on-disk contract (schemas, names, version).
+"""The trace format: the on-disk contract (schemas, names, versions).
 
-A trace is a directory ``NAME.trace/`` holding three Arrow IPC stream files and ``manifest.json``,
-written last. See the README's "Trace format" section for the meaning of every column.
+A trace is a directory ``NAME.trace/`` holding Arrow IPC stream files and ``manifest.json``,
+written last. See ``docs/trace-format.md`` for the meaning of every column.
+
+* **Version 1** (one device): ``tensors.arrow``, ``ops.arrow``, ``accesses.arrow``.
+* **Version 2** (a system of several devices): every tensor and op names its ``device``; an op that
+  takes part in a collective names it (``collective``, -1 for a compute op); ``collectives.arrow``
+  holds one row per collective: its kind, the ranks (devices) taking part in group order, its size
+  ``S`` and, for an all-to-all, the bytes each rank sends each other rank. Each device has its own
+  address space (tensor addresses start at 0 on every device). A trace of one device is written as
+  version 1, byte for byte as before; the reader reads a version-1 trace as a one-device trace.
 """
 
 from __future__ import annotations
@@ -9,12 +17,14 @@ from __future__ import annotations
 import pyarrow as pa
 
 FORMAT_NAME = "tierlab-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # the newest version written and read
+READ_VERSIONS = (1, 2)      # every version the reader accepts
 MANIFEST = "manifest.json"
 
 TENSORS_FILE = "tensors.arrow"
 OPS_FILE = "ops.arrow"
 ACCESSES_FILE = "accesses.arrow"
+COLLECTIVES_FILE = "collectives.arrow"
 
 TENSORS_SCHEMA = pa.schema([
     ("tensor_id", pa.uint32()),
@@ -55,6 +65,42 @@ TABLES = {
     "ops": (OPS_FILE, OPS_SCHEMA),
     "accesses": (ACCESSES_FILE, ACCESSES_SCHEMA),
 }
+
+# ---- version 2: devices and collectives ------------------------------------------------------
+
+TENSORS_SCHEMA_V2 = TENSORS_SCHEMA.append(pa.field("device", pa.int32()))
+OPS_SCHEMA_V2 = OPS_SCHEMA.append(pa.field("device", pa.int32())).append(pa.field("collective", pa.int32()))
+COLLECTIVES_SCHEMA = pa.schema([
+    ("collective_id", pa.uint32()),
+    ("kind", pa.string()),
+    ("ranks", pa.list_(pa.int32())),          # devices taking part, in group order
+    ("size_bytes", pa.uint64()),              # S: see COLLECTIVE_KINDS
+    ("send_bytes", pa.list_(pa.uint64())),    # all_to_all: n x n, row i = what rank i sends each rank; else empty
+    ("phase", pa.string()),
+    ("step", pa.int32()),
+    ("layer", pa.int32()),
+])
+
+TABLES_V2 = {
+    "tensors": (TENSORS_FILE, TENSORS_SCHEMA_V2),
+    "ops": (OPS_FILE, OPS_SCHEMA_V2),
+    "accesses": (ACCESSES_FILE, ACCESSES_SCHEMA),
+    "collectives": (COLLECTIVES_FILE, COLLECTIVES_SCHEMA),
+}
+
+
+def tables(version: int) -> dict:
+    """The tables of a trace of ``version``: name -> (file, schema)."""
+    return TABLES if version == 1 else TABLES_V2
+
+
+# Collective kinds and what their size S is (emulator.network.schedule counts them):
+#   all_reduce      every rank's input, which is also its output
+#   all_gather      the gathered output (each rank contributes S / n)
+#   reduce_scatter  every rank's input (each keeps S / n of the reduced result)
+#   all_to_all      each rank's whole send buffer (uniform case; send_bytes gives the exact split)
+#   send_recv       the message, from ranks[0] to ranks[1]
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
 # Tensor kinds the generator writes. Readers accept any string; the emulator maps unknown kinds
 # to "other" in its breakdowns.

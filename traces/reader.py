@@ -86,14 +86,47 @@ def _read_small_table(path: Path, schema: pa.Schema) -> pa.Table:
 
 
 class Trace:
-    """A validated trace. ``tensors`` and ``ops`` are whole pa.Tables; accesses are streamed."""
+    """A validated trace. ``tensors``, ``ops`` and ``collectives`` are whole pa.Tables; accesses are
+    streamed. A version-1 trace is one device: :attr:`tensor_device` and :attr:`op_device` are all 0,
+    :attr:`op_collective` all -1 and :attr:`collectives` empty."""
 
-    def __init__(self, path: Path, manifest: dict, tensors: pa.Table, ops: pa.Table):
+    def __init__(self, path: Path, manifest: dict, tensors: pa.Table, ops: pa.Table,
+                 collectives: pa.Table | None = None):
         self.path = path
         self.manifest = manifest
         self.tensors = tensors
         self.ops = ops
+        self.collectives = collectives if collectives is not None else fmt.COLLECTIVES_SCHEMA.empty_table()
         self._tensor_nbytes = tensors.column("nbytes").to_numpy()
+
+    @property
+    def version(self) -> int:
+        return int(self.manifest["version"])
+
+    @property
+    def n_devices(self) -> int:
+        return int(self.manifest.get("devices", 1))
+
+    @property
+    def tensor_device(self) -> np.ndarray:
+        """The device holding each tensor (int64, by tensor id)."""
+        if "device" not in self.tensors.schema.names:
+            return np.zeros(self.n_tensors, np.int64)
+        return self.tensors.column("device").to_numpy().astype(np.int64)
+
+    @property
+    def op_device(self) -> np.ndarray:
+        """The device running each op (int64, by op id)."""
+        if "device" not in self.ops.schema.names:
+            return np.zeros(self.n_ops, np.int64)
+        return self.ops.column("device").to_numpy().astype(np.int64)
+
+    @property
+    def op_collective(self) -> np.ndarray:
+        """The collective each op takes part in (int64, by op id; -1 for a compute op)."""
+        if "collective" not in self.ops.schema.names:
+            return np.full(self.n_ops, -1, np.int64)
+        return self.ops.column("collective").to_numpy().astype(np.int64)
 
     @property
     def n_tensors(self) -> int:
@@ -233,34 +266,77 @@ def open_trace(path: str | os.PathLike) -> Trace:
     if version > fmt.FORMAT_VERSION:
         raise TraceError(f"trace format version {version} is newer than this tierlab reads "
                          f"({fmt.FORMAT_VERSION}); upgrade tierlab", file=str(mpath), field="version")
-    if version != fmt.FORMAT_VERSION:
-        raise TraceError(f"unknown trace format version {version}; this tierlab reads version "
-                         f"{fmt.FORMAT_VERSION}", file=str(mpath), field="version")
+    if version not in fmt.READ_VERSIONS:
+        raise TraceError(f"unknown trace format version {version}; this tierlab reads versions "
+                         f"{', '.join(map(str, fmt.READ_VERSIONS))}", file=str(mpath), field="version")
+    devices = 1
+    if version >= 2:
+        devices = manifest.get("devices")
+        if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+            raise TraceError(f"devices is {devices!r}, expected a positive integer", file=str(mpath),
+                             field="devices")
+    layout = fmt.tables(version)
     tables = manifest.get("tables")
     if not isinstance(tables, dict):
         raise TraceError("missing row counts", file=str(mpath), field="tables")
-    for name in fmt.TABLES:
+    for name in layout:
         n = tables.get(name)
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise TraceError(f"row count of {name} is {n!r}, expected a non-negative integer", file=str(mpath),
                              field=f"tables.{name}")
-        if not (p / fmt.TABLES[name][0]).is_file():
-            raise TraceError("missing table file", file=str(p / fmt.TABLES[name][0]))
+        if not (p / layout[name][0]).is_file():
+            raise TraceError("missing table file", file=str(p / layout[name][0]))
     for key in ("model", "run"):
         if key not in manifest:
             raise TraceError("missing key (null is allowed)", file=str(mpath), field=key)
-    tensors = _read_small_table(p / fmt.TENSORS_FILE, fmt.TENSORS_SCHEMA)
-    ops = _read_small_table(p / fmt.OPS_FILE, fmt.OPS_SCHEMA)
-    for name, table in (("tensors", tensors), ("ops", ops)):
-        file = str(p / fmt.TABLES[name][0])
+    tensors = _read_small_table(p / fmt.TENSORS_FILE, layout["tensors"][1])
+    ops = _read_small_table(p / fmt.OPS_FILE, layout["ops"][1])
+    small = [("tensors", tensors), ("ops", ops)]
+    collectives = None
+    if version >= 2:
+        collectives = _read_small_table(p / fmt.COLLECTIVES_FILE, fmt.COLLECTIVES_SCHEMA)
+        small.append(("collectives", collectives))
+    for name, table in small:
+        file = str(p / layout[name][0])
         if table.num_rows != tables[name]:
             raise TraceError(f"holds {table.num_rows} rows, the manifest says {tables[name]}", file=file)
         ids = table.column(table.schema.names[0]).to_numpy()
         if np.any(ids != np.arange(len(ids), dtype=ids.dtype)):
             raise TraceError(f"{table.schema.names[0]} must be 0..n-1 in order", file=file,
                              field=table.schema.names[0])
+    if version >= 2:
+        _check_devices(p, tensors, ops, collectives, devices)
     _check_tensor_layout(tensors, manifest, str(p / fmt.TENSORS_FILE), str(mpath))
-    return Trace(p, manifest, tensors, ops)
+    return Trace(p, manifest, tensors, ops, collectives)
+
+
+def _check_devices(p: Path, tensors: pa.Table, ops: pa.Table, coll: pa.Table, devices: int) -> None:
+    """Version 2: every device in range, every op's collective declared, every collective well formed."""
+    for name, table in (("tensors", tensors), ("ops", ops)):
+        d = table.column("device").to_numpy()
+        bad = np.flatnonzero((d < 0) | (d >= devices))
+        if len(bad):
+            raise TraceError(f"row {int(bad[0])}: device {int(d[bad[0]])} outside the trace's {devices} devices",
+                             file=str(p / fmt.TABLES_V2[name][0]), field="device")
+    c = ops.column("collective").to_numpy()
+    bad = np.flatnonzero((c < -1) | (c >= coll.num_rows))
+    if len(bad):
+        raise TraceError(f"op {int(bad[0])} names collective {int(c[bad[0]])}, which is not declared "
+                         f"({coll.num_rows} collectives)", file=str(p / fmt.OPS_FILE), field="collective")
+    file = str(p / fmt.COLLECTIVES_FILE)
+    for i, (kind, ranks, send) in enumerate(zip(coll.column("kind").to_pylist(), coll.column("ranks").to_pylist(),
+                                                coll.column("send_bytes").to_pylist())):
+        if kind not in fmt.COLLECTIVE_KINDS:
+            raise TraceError(f"collective {i}: kind {kind!r}; expected one of {', '.join(fmt.COLLECTIVE_KINDS)}",
+                             file=file, field="kind")
+        n = len(ranks)
+        if n < 2 or len(set(ranks)) != n or (kind == "send_recv" and n != 2) or \
+                any(r < 0 or r >= devices for r in ranks):
+            raise TraceError(f"collective {i}: ranks {ranks} are not distinct devices of the trace's {devices}",
+                             file=file, field="ranks")
+        if send and (kind != "all_to_all" or len(send) != n * n):
+            raise TraceError(f"collective {i}: send_bytes holds {len(send)} values; expected an all_to_all's "
+                             f"{n} x {n}", file=file, field="send_bytes")
 
 
 # Tensors must end below this byte address: the emulator computes addresses and block numbers in
@@ -289,9 +365,12 @@ def _check_tensor_layout(tensors: pa.Table, manifest: dict, file: str, manifest_
         if len(bad):
             raise TraceError(f"tensor {int(bad[0])} address {int(address[bad[0]])} is not a multiple of the "
                              f"alignment {align}", file=file, field="address")
-    order = np.argsort(address, kind="stable")
-    a, n = address[order], nbytes[order]
-    overlap = np.flatnonzero(a[:-1] + n[:-1] > a[1:])
+    # each device has its own address space: sort by (device, address)
+    dev = tensors.column("device").to_numpy().astype(np.int64) if "device" in tensors.schema.names \
+        else np.zeros(len(address), np.int64)
+    order = np.lexsort((address, dev))
+    a, n, dv = address[order], nbytes[order], dev[order]
+    overlap = np.flatnonzero((a[:-1] + n[:-1] > a[1:]) & (dv[:-1] == dv[1:]))
     if len(overlap):
         raise TraceError(f"tensors {int(order[overlap[0]])} and {int(order[overlap[0] + 1])} overlap",
                          file=file, field="address")

@@ -86,11 +86,17 @@ class TraceWriter:
     (dict, or an object with ``to_dict()``). Tensor base addresses are assigned consecutively,
     each a multiple of ``alignment`` bytes, which is recorded in the manifest (top-level
     ``alignment`` and ``run["alignment"]``).
+
+    ``devices`` > 1 writes format version 2: every tensor and op names its device (each device has
+    its own address space), and collectives are declared with :meth:`add_collective`. One device
+    writes version 1, exactly as before.
     """
 
     def __init__(self, path: str | os.PathLike, *, model: dict | None = None, run=None,
                  force: bool = False, alignment: int = fmt.DEFAULT_ALIGNMENT, batch_rows: int = 1 << 16,
-                 extra: dict | None = None):
+                 extra: dict | None = None, devices: int = 1):
+        if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+            raise UsageError(f"devices must be a positive integer, got {devices!r}", field="devices")
         if not isinstance(alignment, int) or alignment < 1 or alignment & (alignment - 1):
             raise UsageError(f"alignment must be a power of two number of bytes, got {alignment!r}",
                              field="alignment")
@@ -101,9 +107,12 @@ class TraceWriter:
         self.alignment = alignment
         self.batch_rows = batch_rows
         self.extra = dict(extra or {})
+        self.devices = devices
+        self.version = 1 if devices == 1 else 2
         self._ctx = None
-        self._next_address = 0
+        self._next_address = [0] * devices       # each device its own address space
         self._tensor_nbytes: list[int] = []
+        self._n_collectives = 0
         self._n_ops = 0
         self._last_access_op = 0
         self._extra_tables: dict[str, _Table] = {}
@@ -117,7 +126,7 @@ class TraceWriter:
             os.umask(umask)
             os.chmod(self.tmp, 0o777 & ~umask)   # mkdtemp makes it private; a trace is ordinary output
             self._tables = {name: _Table(self.tmp / file, schema, self.batch_rows)
-                            for name, (file, schema) in fmt.TABLES.items()}
+                            for name, (file, schema) in fmt.tables(self.version).items()}
         except BaseException as err:
             self._ctx.__exit__(type(err), err, err.__traceback__)
             raise
@@ -145,7 +154,8 @@ class TraceWriter:
         run = None if self.run is None else {**self.run, "alignment": self.alignment}
         manifest = {
             "format": fmt.FORMAT_NAME,
-            "version": fmt.FORMAT_VERSION,
+            "version": self.version,
+            **({"devices": self.devices} if self.version > 1 else {}),
             "generator": _generator(),
             "model": self.model,
             "run": run,
@@ -161,7 +171,7 @@ class TraceWriter:
         """Open an optional side table (e.g. the routing log) streamed to ``file`` in the trace;
         feed it with ``.extend({column: array}, n)``. Listed in the manifest's ``extra_tables``;
         readers of format v1 need not know it."""
-        if name in fmt.TABLES or name in self._extra_tables or "/" in file or file in (fmt.MANIFEST,):
+        if name in fmt.TABLES_V2 or name in self._extra_tables or "/" in file or file in (fmt.MANIFEST,):
             raise TraceError(f"extra table {name!r} ({file}) clashes with the trace's files", field="extra_tables")
         t = _Table(self.tmp / file, schema, self.batch_rows)
         t.file = file
@@ -177,28 +187,74 @@ class TraceWriter:
     def n_ops(self) -> int:
         return self._n_ops
 
-    def add_tensor(self, name: str, kind: str, nbytes: int, dtype: str, layer: int = -1, expert: int = -1) -> int:
-        """Declare a tensor of ``nbytes`` bytes; return its id. Its address is the next aligned one."""
+    @property
+    def n_collectives(self) -> int:
+        return self._n_collectives
+
+    def _check_device(self, device: int) -> None:
+        if not 0 <= device < self.devices:
+            raise TraceError(f"device {device} outside the trace's {self.devices} device(s)", field="device")
+
+    def add_tensor(self, name: str, kind: str, nbytes: int, dtype: str, layer: int = -1, expert: int = -1,
+                   device: int = 0) -> int:
+        """Declare a tensor of ``nbytes`` bytes in ``device``'s memory; return its id. Its address is
+        the next aligned one of that device."""
         nbytes = int(nbytes)
         if nbytes < 1:
             raise TraceError(f"tensor {name!r} has {nbytes} bytes; expected at least 1", field="nbytes")
+        self._check_device(device)
         tid = len(self._tensor_nbytes)
-        address = self._next_address
-        self._next_address = -(-(address + nbytes) // self.alignment) * self.alignment
+        address = self._next_address[device]
+        self._next_address[device] = -(-(address + nbytes) // self.alignment) * self.alignment
         self._tensor_nbytes.append(nbytes)
-        self._tables["tensors"].append((tid, name, kind, layer, expert, dtype, address, nbytes))
+        row = (tid, name, kind, layer, expert, dtype, address, nbytes)
+        self._tables["tensors"].append(row if self.version == 1 else row + (device,))
         return tid
 
     def add_op(self, name: str, kind: str, layer: int, phase: str, step: int, tokens: int, flops: int,
-               expert: int = -1, pim_eligible: bool = False) -> int:
-        """Append an operator (execution order = call order); return its id."""
+               expert: int = -1, pim_eligible: bool = False, device: int = 0, collective: int = -1) -> int:
+        """Append an operator of ``device`` (execution order = call order); return its id. An op
+        taking part in a collective names it (an id from :meth:`add_collective`)."""
         if phase not in fmt.PHASES:
             raise TraceError(f"phase {phase!r}; expected one of {', '.join(fmt.PHASES)}", field="phase")
+        self._check_device(device)
+        if not -1 <= collective < self._n_collectives:
+            raise TraceError(f"op names collective {collective}, which is not declared", field="collective")
         oid = self._n_ops
         self._n_ops += 1
-        self._tables["ops"].append((oid, name, kind, layer, phase, step, int(tokens), int(flops), expert,
-                                    bool(pim_eligible)))
+        row = (oid, name, kind, layer, phase, step, int(tokens), int(flops), expert, bool(pim_eligible))
+        self._tables["ops"].append(row if self.version == 1 else row + (device, collective))
         return oid
+
+    def add_collective(self, kind: str, ranks, size_bytes: int, phase: str, step: int, layer: int = -1,
+                       send_bytes=None) -> int:
+        """Declare a collective among ``ranks`` (devices, in group order) of size ``size_bytes`` (see
+        :data:`traces.format.COLLECTIVE_KINDS`); ``send_bytes`` (all_to_all only, optional): the
+        n x n bytes each rank sends each rank, row-major. Returns its id (version 2 only)."""
+        if self.version == 1:
+            raise TraceError("a one-device trace has no collectives", field="collective")
+        if kind not in fmt.COLLECTIVE_KINDS:
+            raise TraceError(f"collective kind {kind!r}; expected one of {', '.join(fmt.COLLECTIVE_KINDS)}",
+                             field="kind")
+        if phase not in fmt.PHASES:
+            raise TraceError(f"phase {phase!r}; expected one of {', '.join(fmt.PHASES)}", field="phase")
+        ranks = [int(r) for r in ranks]
+        for r in ranks:
+            self._check_device(r)
+        n = len(ranks)
+        if n < 2 or len(set(ranks)) != n or (kind == "send_recv" and n != 2):
+            raise TraceError(f"{kind} among ranks {ranks}: expected {'two' if kind == 'send_recv' else 'two or more'} "
+                             "distinct devices", field="ranks")
+        sb = [] if send_bytes is None else [int(x) for x in np.asarray(send_bytes).ravel()]
+        if sb and (kind != "all_to_all" or len(sb) != n * n or min(sb) < 0):
+            raise TraceError(f"send_bytes of a {kind} among {n} ranks: expected an all_to_all's {n} x {n} "
+                             "non-negative bytes", field="send_bytes")
+        if int(size_bytes) < 0:
+            raise TraceError(f"collective of {size_bytes} bytes", field="size_bytes")
+        cid = self._n_collectives
+        self._n_collectives += 1
+        self._tables["collectives"].append((cid, kind, ranks, int(size_bytes), sb, phase, int(step), int(layer)))
+        return cid
 
     def add_access(self, op_id: int, tensor_id: int, offset: int, nbytes: int, count: int = 1,
                    stride: int = 0, is_write: bool = False) -> None:
