@@ -8,6 +8,7 @@ The types live in :mod:`emulator.network.schedule` and are re-exported here: :cl
 from __future__ import annotations
 
 from common.errors import UsageError
+from emulator.network import direct
 from emulator.network.auto import choose_auto
 from emulator.network.registry import ALGORITHM_NAMES, ALGORITHMS
 from emulator.network.schedule import FIELD, KINDS, CollectiveCost, Group
@@ -20,11 +21,15 @@ def refusal(name: str, kind: str, group: Group) -> str | None:
     return ALGORITHMS[name].supports(kind, group, group.system)
 
 
-def plan_collective(kind: str, group: Group, size_bytes: float, algorithm: str = "auto") -> CollectiveCost:
+def plan_collective(kind: str, group: Group, size_bytes: float, algorithm: str = "auto", *,
+                    send_bytes=None) -> CollectiveCost:
     """The cost of collective ``kind`` over ``group`` with ``size_bytes`` the full buffer (see
     :class:`CollectiveCost`): by ``algorithm``, or by the ``auto`` rule. An unknown name, or one that
     cannot serve this collective, is a :class:`~common.errors.UsageError` (field ``--collective-algo``)
-    naming the algorithm and why."""
+    naming the algorithm and why. ``send_bytes`` (an all_to_all's n x n matrix, row-major, group
+    order; None or empty: the uniform split of ``size_bytes``) costs the exact split when the
+    algorithm is ``direct`` (:func:`emulator.network.direct.matrix_cost`): per rank, sent = its row
+    sum without the diagonal, received = its column sum without it, the busiest port bounding."""
     if kind not in KINDS:
         raise UsageError(f"unknown collective {kind!r}; expected one of {', '.join(KINDS)}", field="collective")
     if not size_bytes >= 0:
@@ -40,4 +45,6 @@ def plan_collective(kind: str, group: Group, size_bytes: float, algorithm: str =
     reason = refusal(name, kind, group)
     if reason is not None:
         raise UsageError(f"{name!r} cannot serve {kind} on these {group.n_ranks} ranks: {reason}", field=FIELD)
+    if kind == "all_to_all" and send_bytes is not None and len(send_bytes) and name == "direct":
+        return direct.matrix_cost(group, size_bytes, send_bytes, why)
     return ALGORITHMS[name].cost(kind, group, size_bytes, why)

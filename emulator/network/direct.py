@@ -46,3 +46,22 @@ def stages(kind, group, size_bytes) -> tuple[Stage, ...]:
 
 def cost(kind, group, size_bytes, why=""):
     return account(kind, NAME, group, size_bytes, stages(kind, group, size_bytes), why)
+
+
+def matrix_stages(group, send_bytes) -> tuple[Stage, ...]:
+    """An all-to-all of the exact split: ``send_bytes`` is the n x n matrix (row-major, rows and
+    columns in group order), row i what rank i sends each rank; the diagonal stays on the chip. One
+    step; a rank sends its row sum without the diagonal and receives its column sum without it."""
+    ranks = group.devices
+    n = len(ranks)
+    m = [float(v) for v in send_bytes]
+    if len(m) != n * n:
+        raise ValueError(f"an all_to_all of {n} ranks has an {n} x {n} send matrix, got {len(m)} values")
+    flows = tuple(Flow(ranks[i], ranks[j], m[i * n + j]) for i in range(n) for j in range(n)
+                  if i != j and m[i * n + j] > 0)
+    return (Stage("direct all_to_all (send matrix)", 1, flows),) if flows else ()
+
+
+def matrix_cost(group, size_bytes, send_bytes, why=""):
+    """:func:`matrix_stages` accounted (see :mod:`emulator.network.schedule`)."""
+    return account("all_to_all", NAME, group, size_bytes, matrix_stages(group, send_bytes), why)

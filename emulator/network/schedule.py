@@ -17,7 +17,10 @@ in-network reduction. :func:`account` turns the stages into a :class:`Collective
   collective;
 * **bytes carried** by a fabric counts link traversals: on a switch a byte between two chips crosses
   two links (chip to switch, switch to chip), a byte to or from the switch one; on a mesh one;
-  **energy** = bytes carried x ``energy_j_per_byte``.
+  **energy** = bytes carried x ``energy_j_per_byte``;
+* ``overhead_s``: the per-message part of the time, each stage's ``steps x latency_s`` of the
+  slowest-latency fabric it touches; ``peers_by_rank``: each rank's peers (ranks, or :data:`SWITCH`)
+  it sends to or receives from.
 
 Modelled: per-link bandwidth and per-message latency, the busiest link as the bottleneck. Not
 modelled: congestion beyond the busiest link (no contention between stages, no switch oversubscription
@@ -126,6 +129,8 @@ class CollectiveCost:
     bytes_sent_total: float = 0.0
     bytes_received_total: float = 0.0
     why: str = ""
+    overhead_s: float = 0.0                                      # per-message part of time_s: steps x latency
+    peers_by_rank: dict = field(default_factory=dict)            # rank -> the ranks it exchanges with (SWITCH: -1)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -158,6 +163,7 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
     link_total = defaultdict(float)     # (fabric, link) -> bytes over the whole collective
     times = {}
     steps = 0
+    overhead = 0.0
     for st in stages:
         if not st.flows:
             continue
@@ -184,6 +190,7 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
             fab_bytes[f] += links * fl.bytes
             pair[f, fl.src, fl.dst] += fl.bytes
         stage_t = 0.0
+        overhead += st.steps * max(fabric_obj(system, f).latency_s for f in used)
         for f in sorted(used):
             fab = fabric_obj(system, f)
             if fab.topology == "direct":
@@ -216,7 +223,8 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
         peers_per_rank=max((len(p) for p in peers.values()), default=0),
         bytes_by_fabric=fab_bytes, messages_by_fabric=fab_msgs, busiest_link_bytes_by_fabric=fab_busiest,
         time_by_stage_s=times, time_s=sum(times.values()), energy_j=energy,
-        bytes_sent_total=sum(sent.values()), bytes_received_total=sum(recv.values()), why=why)
+        bytes_sent_total=sum(sent.values()), bytes_received_total=sum(recv.values()), why=why,
+        overhead_s=overhead, peers_by_rank={r: tuple(sorted(p)) for r, p in sorted(peers.items())})
 
 
 def ring_flows(ranks, chunk_bytes: float, rounds: int) -> tuple[Flow, ...]:

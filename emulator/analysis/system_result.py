@@ -1,0 +1,188 @@
+"""A system replay's results as a JSON-able dict: :func:`to_json`, the dict behind
+``tierlab run MODEL --system NAME --json``.
+
+Top-level keys:
+
+* ``system`` (its name), ``chip``, ``parallelism`` (``tp``, ``pp``, ``ep``, ``dp`` from the trace
+  manifest's run, 1 when absent), ``n_devices`` (devices of the trace);
+* ``per_token`` (decode only, else null): ``steps``, ``batch``, ``tokens_per_step`` (dp x batch),
+  ``latency_s`` (a decode step's critical path, :mod:`emulator.cost.system_cost`), ``tokens_per_s``
+  (tokens per step / step latency), ``energy_j`` (J per token: devices' tier, link, compute and PIM
+  energy plus the network's), ``energy_split_j`` (``tiers``, ``links``, ``compute``, ``pim``,
+  ``network``), ``bytes_by_link`` (chip links summed over devices, and the network fabrics
+  ``scale_up`` / ``scale_out``: link-bytes carried), ``bound`` and ``time_by_resource_s`` (critical-
+  path time per step by bounding resource), ``latency_model`` (what the bound assumes);
+* ``devices``: one object per device: ``device``, ``chip``, ``tiers``, ``links`` (as in the one-chip
+  ``--json``), ``energy_j``, ``latency_s`` (its ops' summed roofline latency), ``placement``, ``counts``;
+* ``network``: per fabric ``name`` (``scale_up`` / ``scale_out``), ``fabric``, ``bytes`` (link-bytes
+  carried over the run), ``messages``, ``energy_j``;
+* ``collectives``: per kind and algorithm ``kind``, ``algorithm``, ``count``, ``bytes_per_rank``
+  (the most bytes a rank sends in one collective, summed over the ``count``), ``time_s`` (summed),
+  ``energy_j``, over the whole run;
+* ``coordination`` (decode, per step unless named): ``collectives_per_step``,
+  ``collectives_per_token``, ``collective_time_on_path_s`` and ``collective_time_share`` (time in
+  collectives on the critical path / step latency), ``per_message_overhead_s`` (sum over the step's
+  collectives of steps x latency), ``messages_per_step`` (messages over all fabrics), and the run's
+  ``connections`` (peer processes and peer nodes per rank, :func:`emulator.cost.system_cost.connections`);
+* ``energy_j`` (whole run: ``total``, ``devices``, ``network``), ``latency_s`` (the whole run's
+  critical path) and ``provenance`` (the one-chip provenance plus ``system_file``,
+  ``system_sha256``, ``collective_algo``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.analysis.result import link_names, to_json as chip_json
+from emulator.cost.model import Cost
+from emulator.cost.system_cost import SystemCost, connections, cost_system, decode_steps
+from emulator.engine.counters import link_bytes
+from emulator.network.schedule import FABRICS, fabric_obj
+from emulator.system_pipeline import SystemReplay
+
+PARALLELISM = ("tp", "pp", "ep", "dp")
+LATENCY_MODEL = ("critical path over devices, a bound: each op its roofline latency, a collective from "
+                 "its last rank's arrival for max(network time, its buffers' memory time); the busiest "
+                 "link bounds a collective; no congestion between concurrent collectives, no packet-level "
+                 "simulation; compute and communication of one device do not overlap")
+
+
+def parallelism(trace) -> dict:
+    run = trace.manifest.get("run") or {}
+    return {k: int(run.get(k) or 1) for k in PARALLELISM}
+
+
+def fabrics(system) -> list[str]:
+    """The fabric roles the system has (``scale_up``, and ``scale_out`` across nodes)."""
+    return [f for f in FABRICS if (system.scale_up if f == FABRICS[0] else system.scale_out) is not None]
+
+
+def _step_collectives(sc: SystemCost, s: int) -> list[int]:
+    return [i for i, c in enumerate(sc.table) if c["phase"] == "decode" and c["step"] == s]
+
+
+def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
+    """Decode figures per token of the system (see the module docstring); None without decode."""
+    steps = decode_steps(sr)
+    if not steps:
+        return None
+    run = sr.trace.manifest.get("run") or {}
+    batch = int(run.get("batch", 1))
+    tokens = parallelism(sr.trace)["dp"] * batch
+    phase = np.asarray(sr.trace.ops.column("phase").to_pylist(), dtype=object)
+    step = sr.trace.ops.column("step").to_numpy()
+    names = link_names(sr.system.chip)
+    roles = fabrics(sr.system)
+    lat, colls, share, overhead, msgs = [], [], [], [], []
+    en = {k: [] for k in ("tiers", "links", "compute", "pim", "network")}
+    lb = {n: [] for n in names + roles}
+    by_res: dict[str, float] = {}
+    for s, ids in steps.items():
+        p = sc.path(sr, ids)
+        lat.append(p.latency_s)
+        share.append(p.collective_s / p.latency_s if p.latency_s > 0 else 0.0)
+        colls.append(p.collective_s)
+        for r, t in p.by_resource_s.items():
+            by_res[r] = by_res.get(r, 0.0) + t / len(steps)
+        parts = {k: 0.0 for k in en}
+        chip_links = np.zeros(len(names))
+        for d, tr in enumerate(sr.devices):
+            g = sr.op_ids[d]
+            local = np.nonzero((phase[g] == "decode") & (step[g] == s))[0]
+            tot = sc.devices[d].totals(local)
+            for k in ("tiers", "links", "compute", "pim"):
+                parts[k] += tot[k]
+            chip_links += link_bytes(tr.result.per_op[local].sum(0), tr.result.block_bytes).sum(1)
+        cids = _step_collectives(sc, s)
+        parts["network"] = sum(sc.collectives[c].energy_j for c in cids)
+        for k in en:
+            en[k].append(parts[k])
+        for i, n in enumerate(names):
+            lb[n].append(chip_links[i])
+        for f in roles:
+            lb[f].append(sum(sc.collectives[c].bytes_by_fabric.get(f, 0.0) for c in cids))
+        overhead.append(sum(sc.collectives[c].overhead_s for c in cids))
+        msgs.append(sum(sum(sc.collectives[c].messages_by_fabric.values()) for c in cids))
+    step_latency = float(np.mean(lat))
+    split = {k: float(np.mean(v)) / tokens for k, v in en.items()}
+    n_coll = sum(len(_step_collectives(sc, s)) for s in steps) / len(steps)
+    return {
+        "steps": len(steps),
+        "batch": batch,
+        "tokens_per_step": tokens,
+        "bytes_by_link": {n: float(np.mean(v)) / tokens for n, v in lb.items()},
+        "energy_j": float(sum(split.values())),
+        "energy_split_j": split,
+        "latency_s": step_latency,
+        "tokens_per_s": tokens / step_latency if step_latency > 0 else float("inf"),
+        "bound": max(by_res, key=lambda r: by_res[r]) if by_res else None,
+        "time_by_resource_s": by_res,
+        "latency_model": LATENCY_MODEL,
+        "_coordination": {
+            "collectives_per_step": n_coll,
+            "collectives_per_token": n_coll / tokens,
+            "collective_time_on_path_s": float(np.mean(colls)),
+            "collective_time_share": float(np.mean(share)),
+            "per_message_overhead_s": float(np.mean(overhead)),
+            "messages_per_step": float(np.mean(msgs)),
+        },
+    }
+
+
+def collectives_table(sc: SystemCost) -> list[dict]:
+    """Per kind and algorithm over the whole run (see the module docstring)."""
+    out: dict[tuple, dict] = {}
+    for cc in sc.collectives:
+        e = out.setdefault((cc.kind, cc.algorithm), {"kind": cc.kind, "algorithm": cc.algorithm, "count": 0,
+                                                     "bytes_per_rank": 0.0, "time_s": 0.0, "energy_j": 0.0})
+        e["count"] += 1
+        e["bytes_per_rank"] += cc.bytes_sent_per_rank
+        e["time_s"] += cc.time_s
+        e["energy_j"] += cc.energy_j
+    return list(out.values())
+
+
+def network_table(sr: SystemReplay, sc: SystemCost) -> list[dict]:
+    out = []
+    for f in fabrics(sr.system):
+        fab = fabric_obj(sr.system, f)
+        b = sum(cc.bytes_by_fabric.get(f, 0.0) for cc in sc.collectives)
+        out.append({"name": f, "fabric": fab.name, "bytes": float(b),
+                    "messages": int(sum(cc.messages_by_fabric.get(f, 0) for cc in sc.collectives)),
+                    "energy_j": float(b * fab.energy_j_per_byte)})
+    return out
+
+
+def device_entry(d: int, full: dict, cst: Cost) -> dict:
+    return {"device": d, "chip": full["chip"], "tiers": full["tiers"], "links": full["links"],
+            "energy_j": full["energy_j"], "latency_s": full["latency_s"], "placement": full["placement"],
+            "counts": full["counts"]}
+
+
+def to_json(sr: SystemReplay, sc: SystemCost | None = None) -> dict:
+    """The result dict behind ``--json`` of a system run."""
+    sc = sc or cost_system(sr)
+    fulls = [chip_json(tr, cst) for tr, cst in zip(sr.devices, sc.devices)]
+    pt = per_token(sr, sc)
+    coord = pt.pop("_coordination") if pt else {}
+    coord["connections"] = connections(sc, sr.system)
+    net = network_table(sr, sc)
+    dev_j = float(sum(f["energy_j"]["total"] for f in fulls))
+    net_j = float(sum(n["energy_j"] for n in net))
+    prov = dict(fulls[0]["provenance"]) if fulls else {}
+    prov.update({"trace_format": sr.trace.manifest.get("version"), "system_file": sr.system.source_file,
+                 "system_sha256": sr.system.source_sha256, "collective_algo": sr.collective_algo})
+    return {
+        "system": sr.system.name,
+        "chip": sr.system.chip.name,
+        "n_devices": sr.trace.n_devices,
+        "parallelism": parallelism(sr.trace),
+        "per_token": pt,
+        "devices": [device_entry(d, f, c) for d, (f, c) in enumerate(zip(fulls, sc.devices))],
+        "network": net,
+        "collectives": collectives_table(sc),
+        "coordination": coord,
+        "energy_j": {"total": dev_j + net_j, "devices": dev_j, "network": net_j},
+        "latency_s": sc.path(sr).latency_s,
+        "provenance": prov,
+    }

@@ -1,0 +1,233 @@
+"""The cost of a trace replayed on a system: each device's ops costed as on one chip, each
+collective costed once on the system's network, and a step's latency as a critical path.
+
+* **Devices.** Each device's slice is costed per op by :func:`emulator.cost.trace_cost.cost_of`
+  (energy and roofline latency per op from its counts, :mod:`emulator.cost.model`).
+* **Collectives.** Each row of the trace's collectives table is costed once by
+  :func:`emulator.network.collective.plan_collective` (its kind, ``Group(ranks, system)``, its size
+  S, the all-to-all send matrix when given, the algorithm). An algorithm asked for applies to the
+  kinds it serves; other kinds take the ``auto`` rule; an algorithm that serves the kind but cannot
+  run on the fabric (``in_network`` on a switch that does not reduce) is a UsageError.
+* **Critical path** (:func:`critical_path`). The ops are walked in trace order per device, each
+  device's clock advanced by its ops' roofline latency. A device's consecutive ops naming one
+  collective are its part of it (their latency is its memory time for the collective's buffers). A
+  collective starts when the last of its ranks reaches it and ends after max(its network time, the
+  largest memory time of its ranks); all its ranks leave at that end. A collective declared in the
+  walk's ops (its step) with no op of a rank is joined by that rank after its last op. The latency
+  is the latest device clock. Pipeline stages thereby run in sequence for one microbatch and
+  overlap across microbatches. Time in collectives on the critical path: walking back from the
+  last device, a collective's span (start to end) is counted and the walk continues on the rank
+  that reached it last.
+
+It is a **bound**, stated as one: the busiest link bounds a collective; there is no congestion
+between concurrent collectives, no packet-level simulation; compute and communication of one device
+do not overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from common.errors import TraceError
+from emulator.cost.model import Cost
+from emulator.cost.trace_cost import cost_of
+from emulator.network.collective import CollectiveCost, Group, plan_collective
+from emulator.network.registry import ALGORITHMS
+from emulator.network.schedule import SWITCH
+
+if TYPE_CHECKING:                                   # only for the annotation
+    from emulator.system_pipeline import SystemReplay
+
+OP, COLL = "op", "coll"
+
+
+@dataclass
+class Path:
+    """One critical-path walk: ``latency_s`` (the latest device clock), ``collective_s`` (time in
+    collectives on the critical path), ``ops_s`` (time in ops on it; the two add to the latency),
+    ``finish_s`` per device, ``by_resource_s`` (critical-path time by the resource bounding each
+    piece: an op's bound, ``network:FABRIC`` or ``memory`` for a collective)."""
+
+    latency_s: float
+    collective_s: float
+    ops_s: float
+    finish_s: list[float]
+    by_resource_s: dict = field(default_factory=dict)
+
+
+def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict | None = None) -> Path:
+    """The critical path over devices. ``items[d]``: device d's items in order, ``(OP, latency_s,
+    resource)`` or ``(COLL, collective id, memory_s)``; ``coll_time[cid]``: its network time. The
+    ranks of a collective are the devices with an item for it. A wait that can never end (a cycle
+    of collectives) is a TraceError."""
+    n = len(items)
+    ranks: dict[int, set] = {}
+    for d, its in enumerate(items):
+        for it in its:
+            if it[0] == COLL:
+                ranks.setdefault(it[1], set()).add(d)
+    pos = [0] * n
+    clock = [0.0] * n
+    seg: list[list[tuple]] = [[] for _ in range(n)]   # (kind, start, end, resource or cid)
+    arrived: dict[int, dict] = {}
+    resolved: dict[int, tuple] = {}                   # cid -> (start, end, last device, its seg index)
+    coll_resource = coll_resource or {}
+    progress = True
+    while progress:
+        progress = False
+        for d in range(n):
+            its = items[d]
+            while pos[d] < len(its) and its[pos[d]][0] == OP:
+                _, lat, res = its[pos[d]]
+                seg[d].append((OP, clock[d], clock[d] + lat, res))
+                clock[d] += lat
+                pos[d] += 1
+            if pos[d] < len(its):
+                cid, mem = its[pos[d]][1], its[pos[d]][2]
+                arrived.setdefault(cid, {})[d] = (clock[d], mem)
+        for cid in [c for c, a in arrived.items() if set(a) == ranks[c]]:
+            a = arrived.pop(cid)
+            last = max(a, key=lambda d: (a[d][0], -d))
+            start = a[last][0]
+            mem = max(m for _, m in a.values())
+            net = float(coll_time.get(cid, 0.0))
+            end = start + max(net, mem)
+            res = coll_resource.get(cid, "network") if net >= mem else "memory"
+            resolved[cid] = (start, end, last, len(seg[last]), res)
+            for d in a:
+                seg[d].append((COLL, a[d][0], end, cid))
+                clock[d] = end
+                pos[d] += 1
+            progress = True
+    stuck = [d for d in range(n) if pos[d] < len(items[d])]
+    if stuck:
+        d = stuck[0]
+        raise TraceError(f"the collectives cannot all complete: device {d} waits at collective "
+                         f"{items[d][pos[d]][1]} forever (its ranks wait at each other's collectives in "
+                         "different orders)", field="collective")
+    by_res: dict[str, float] = {}
+    ops_s = coll_s = 0.0
+    if n and any(seg):
+        d = max(range(n), key=lambda i: (clock[i], -i))
+        k = len(seg[d]) - 1
+        while k >= 0:
+            kind, start, end, what = seg[d][k]
+            if kind == OP:
+                ops_s += end - start
+                by_res[what] = by_res.get(what, 0.0) + end - start
+                k -= 1
+            else:
+                cs, ce, last, idx, res = resolved[what]
+                coll_s += ce - cs
+                by_res[res] = by_res.get(res, 0.0) + ce - cs
+                d, k = last, idx - 1
+    return Path(latency_s=max(clock, default=0.0), collective_s=coll_s, ops_s=ops_s, finish_s=clock,
+                by_resource_s=by_res)
+
+
+@dataclass
+class SystemCost:
+    """Per device its :class:`~emulator.cost.model.Cost` (by local op id); per collective id its
+    :class:`~emulator.network.collective.CollectiveCost`; the trace's collectives as dicts."""
+
+    devices: list[Cost]
+    collectives: list[CollectiveCost]
+    table: list[dict]
+
+    def path(self, sr: SystemReplay, op_ids: np.ndarray | None = None) -> Path:
+        """The critical path over the global ops ``op_ids`` (all if None)."""
+        return critical_path(*walk_items(sr, self, op_ids))
+
+
+def algorithm_for(kind: str, asked: str) -> str:
+    """The algorithm ``asked`` where it serves ``kind``, else ``auto``."""
+    if asked != "auto" and asked in ALGORITHMS and kind not in ALGORITHMS[asked].kinds:
+        return "auto"
+    return asked
+
+
+def cost_collectives(sr: SystemReplay) -> tuple[list[CollectiveCost], list[dict]]:
+    """Each collective of the trace costed once on the system (see the module docstring)."""
+    table = sr.trace.collectives.to_pylist()
+    out = []
+    for c in table:
+        out.append(plan_collective(c["kind"], Group(tuple(c["ranks"]), sr.system), float(c["size_bytes"]),
+                                   algorithm_for(c["kind"], sr.collective_algo),
+                                   send_bytes=c["send_bytes"] or None))
+    return out, table
+
+
+def cost_system(sr: SystemReplay) -> SystemCost:
+    """Every device's ops and every collective of the replay ``sr``, costed."""
+    colls, table = cost_collectives(sr)
+    return SystemCost(devices=[cost_of(tr) for tr in sr.devices], collectives=colls, table=table)
+
+
+def fabric_resource(cc: CollectiveCost) -> str:
+    """``network:FABRIC``: the fabric carrying the collective's busiest link (scale-up if none)."""
+    busy = cc.busiest_link_bytes_by_fabric or {}
+    f = max(busy, key=lambda k: busy[k]) if any(busy.values()) else "scale_up"
+    return f"network:{f}"
+
+
+def walk_items(sr: SystemReplay, sc: SystemCost, op_ids: np.ndarray | None = None):
+    """(items per device, network time per collective, resource per collective) for
+    :func:`critical_path` over the global ops ``op_ids`` (all if None)."""
+    coll = sr.trace.op_collective
+    sel = None
+    if op_ids is not None:
+        sel = np.zeros(sr.trace.n_ops, bool)
+        sel[np.asarray(op_ids, np.int64)] = True
+    items, used = [], set()
+    for d, tr in enumerate(sr.devices):
+        cst = sc.devices[d]
+        its: list[tuple] = []
+        for local, g in enumerate(sr.op_ids[d]):
+            if sel is not None and not sel[g]:
+                continue
+            c = int(coll[g])
+            lat = float(cst.latency_s[local])
+            if c < 0:
+                its.append((OP, lat, cst.resources[int(cst.bound[local])]))
+            elif its and its[-1][0] == COLL and its[-1][1] == c:
+                its[-1] = (COLL, c, its[-1][2] + lat)
+            else:
+                its.append((COLL, c, lat))
+                used.add(c)
+        items.append(its)
+    for c in sorted(used):            # a rank of a collective with no op of its own joins at its end
+        for r in sc.table[c]["ranks"]:
+            if r < len(items) and not any(it[0] == COLL and it[1] == c for it in items[r]):
+                items[r].append((COLL, c, 0.0))
+    return (items, {c: sc.collectives[c].time_s for c in used},
+            {c: fabric_resource(sc.collectives[c]) for c in used})
+
+
+def decode_steps(sr: SystemReplay) -> dict[int, np.ndarray]:
+    """Global op ids of each decode step, keyed by step."""
+    ops = sr.trace.ops
+    phase = np.asarray(ops.column("phase").to_pylist(), dtype=object)
+    step = ops.column("step").to_numpy()
+    dec = np.nonzero(phase == "decode")[0]
+    return {int(s): dec[step[dec] == s] for s in np.unique(step[dec])}
+
+
+def connections(sc: SystemCost, system) -> dict:
+    """The connections each rank holds over the run: its distinct peer devices (one connection per
+    peer process) and the distinct other nodes among them (one per peer node); the switch of an
+    in-network reduction is not a peer."""
+    peers: dict[int, set] = {}
+    for cc in sc.collectives:
+        for r, ps in cc.peers_by_rank.items():
+            if r == SWITCH:
+                continue
+            peers.setdefault(r, set()).update(p for p in ps if p != SWITCH)
+    per_rank = {r: {"peer_processes": len(ps),
+                    "peer_nodes": len({system.node_of(p) for p in ps} - {system.node_of(r)})}
+                for r, ps in sorted(peers.items())}
+    return {"peer_processes_per_rank_max": max((v["peer_processes"] for v in per_rank.values()), default=0),
+            "peer_nodes_per_rank_max": max((v["peer_nodes"] for v in per_rank.values()), default=0),
+            "by_rank": [{"device": r, **v} for r, v in per_rank.items()]}
