@@ -1,43 +1,137 @@
-"""``tierlab run MODEL --chip NAME|FILE [trace options] [--keep-trace DIR]``: trace and replay in one go."""
+"""``tierlab run MODEL --chip NAME|FILE [trace options] [--keep-trace DIR]``: trace and replay in one go.
+
+``--system NAME|FILE`` (instead of ``--chip``) replays every device's slice of the trace on the
+system's chip and costs the collectives on its network (:mod:`emulator.system_pipeline`,
+:mod:`emulator.cost.system_cost`); ``--collective-algo`` picks the collective algorithm.
+"""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 import click
 
-from emulator.cli.options import force_option, json_option
-from emulator.cli.replay import replay_and_report, replay_options
+from common.errors import UsageError
+from emulator.cli.options import force_option, json_option, placement_rules
+from emulator.cli.replay import options_from, replay_and_report, replay_options
 from emulator.cli.trace import run_options, run_config_from_options
+from emulator.network.collective import ALGORITHM_NAMES
 
 
+def chip_optional(cmd):
+    """``--chip`` of :func:`replay_options` made optional (``--system`` is its alternative)."""
+    for p in cmd.params:
+        if p.name == "chip":
+            p.required = False
+            p.help = "Chip preset name (see `tierlab chips`) or a chip .toml file (or --system)."
+    return cmd
+
+
+def system_options(f):
+    """``--system`` and ``--collective-algo``."""
+    f = click.option("--collective-algo", type=click.Choice(["auto", *ALGORITHM_NAMES]), default="auto",
+                     show_default=True,
+                     help="Collective algorithm where it serves the collective's kind (others: auto); one "
+                          "the fabric cannot run is an error.")(f)
+    return click.option("--system", default=None,
+                        help="System preset (see `tierlab systems`) or a system .toml file: replay every "
+                             "device of the trace on its chip and cost the collectives on its network.")(f)
+
+
+def check_target(kw: dict) -> None:
+    """Exactly one of ``--chip`` and ``--system``."""
+    if bool(kw.get("chip")) == bool(kw.get("system")):
+        raise UsageError("give exactly one of --chip and --system" if kw.get("chip") else
+                         "give --chip NAME or --system NAME", field="--chip")
+
+
+def check_algorithm(system, algo: str) -> None:
+    """An algorithm the system's scale-up fabric cannot run at all fails before any tracing."""
+    from emulator.network.collective import Group, refusal
+    from emulator.network.registry import ALGORITHMS
+
+    if algo == "auto" or system.n_chips < 2:
+        return
+    group = Group(tuple(range(min(2, system.chips_per_node))), system) if system.chips_per_node >= 2 else \
+        Group((0, system.chips_per_node), system)
+    kind = ALGORITHMS[algo].kinds[0]
+    why = refusal(algo, kind, group)
+    if why is not None:
+        raise UsageError(f"{algo!r} cannot run on {system.name}: {why}", field="--collective-algo")
+
+
+def system_replay_and_report(trace, kw: dict, *, as_json: bool) -> dict:
+    """Replay ``trace`` on ``kw["system"]``; print the tables or JSON."""
+    from emulator.analysis.system_result import to_json
+    from emulator.cli.progress import counting_bar
+    from emulator.cost.system_cost import cost_system
+    from emulator.present.system_report import format_system_text
+    from emulator.system.systemfile import load_system
+    from emulator.system_pipeline import check_fits, replay_system
+    from traces.reader import open_trace
+
+    system = load_system(kw["system"])
+    rules = placement_rules(kw.get("place"))
+    trace = open_trace(trace)
+    check_fits(trace, system)
+    with counting_bar(trace.n_accesses, unit="desc", desc="replay") as progress:
+        sr = replay_system(trace, system, options_from(kw), extra_rules=rules,
+                           collective_algo=kw.get("collective_algo", "auto"), progress=progress)
+    d = to_json(sr, cost_system(sr))
+    click.echo(json.dumps(d, indent=2) if as_json else format_system_text(d))
+    return d
+
+
+@chip_optional
 @click.command("run")
 @click.argument("model")
 @run_options
 @replay_options
+@system_options
 @click.option("--keep-trace", type=click.Path(), default=None,
               help="Write the trace to this directory and keep it (default: a temporary directory).")
 @force_option
 @json_option
 def command(model, keep_trace, force, as_json, **kw):
-    """Trace MODEL (preset, config.json or directory) and replay it on a chip."""
+    """Trace MODEL (preset, config.json or directory) and replay it on a chip or a system."""
     from common.atomic import check_output
     from traces.lower import generate_trace
     from traces.spec import load_model
 
+    check_target(kw)
+    system = None
+    if kw.get("system"):
+        from emulator.system.systemfile import load_system
+
+        system = load_system(kw["system"])     # a bad system fails before the (long) tracing
+        check_algorithm(system, kw.get("collective_algo", "auto"))
     spec = load_model(model)
     run = run_config_from_options(kw)
-    from emulator.chip.chipfile import load_chip
+    if system is not None:
+        n = getattr(run, "devices", 1)
+        if n > system.n_chips:
+            raise UsageError(f"the trace needs {n} devices; {system.name} has {system.n_chips} chips",
+                             field="--system or --tp")
+        if kw.get("output"):
+            raise UsageError("-o/--output (the per-op Parquet) applies to a --chip run", field="--output")
+        placement_rules(kw.get("place"))
 
-    load_chip(kw["chip"])  # a bad chip fails before the (long) tracing
+        def report(path):
+            system_replay_and_report(path, kw, as_json=as_json)
+    else:
+        from emulator.chip.chipfile import load_chip
+
+        load_chip(kw["chip"])  # a bad chip fails before the (long) tracing
+
+        def report(path):
+            replay_and_report(path, kw, as_json=as_json, force=force)
     if kw.get("output"):   # so does an output that may not be written: nothing is left half-done
         check_output(kw["output"], force=force)
     if keep_trace:
         check_output(keep_trace, force=force, directory=True)
-        path = generate_trace(spec, run, keep_trace, force=force)
-        replay_and_report(path, kw, as_json=as_json, force=force)
+        report(generate_trace(spec, run, keep_trace, force=force))
         return
     with tempfile.TemporaryDirectory(prefix="tierlab-run-") as tmp:
-        path = generate_trace(spec, run, Path(tmp) / f"{spec.name}.trace")
-        replay_and_report(path, kw, as_json=as_json, force=force)
+        report(generate_trace(spec, run, Path(tmp) / f"{spec.name}.trace"))

@@ -1,0 +1,56 @@
+"""A system replay for people: the text tables of :func:`emulator.analysis.system_result.to_json`'s
+dict (devices, network, collectives, coordination, per token), built with the one
+:func:`emulator.present.format.table`."""
+
+from __future__ import annotations
+
+from emulator.present.format import format_bytes, format_percent, format_si, table
+
+
+def format_system_text(d: dict) -> str:
+    """Human output of a system run."""
+    par = d["parallelism"]
+    out = []
+    head = (f"system {d['system']}: {d['n_devices']} device(s) of {d['chip']}; "
+            + ", ".join(f"{k} {v}" for k, v in par.items()))
+    rows = []
+    for dev in d["devices"]:
+        read = sum(t["bytes_read"] for t in dev["tiers"])
+        links = sum(lk["bytes_down"] + lk["bytes_up"] for lk in dev["links"])
+        rows.append([dev["device"], dev["chip"], format_bytes(read), format_bytes(links),
+                     format_si(dev["energy_j"]["total"], "J"), format_si(dev["latency_s"], "s")])
+    out.append(table(["device", "chip", "tier reads", "link bytes", "energy", "busy"], rows, title=head))
+    out.append(table(["fabric", "name", "bytes", "messages", "energy"],
+                     [[n["name"], n["fabric"], format_bytes(n["bytes"]), n["messages"], format_si(n["energy_j"], "J")]
+                      for n in d["network"]], title="network (whole run; bytes are link-bytes carried)"))
+    if d["collectives"]:
+        out.append(table(["kind", "algorithm", "count", "bytes/rank", "time", "energy"],
+                         [[c["kind"], c["algorithm"], c["count"], format_bytes(c["bytes_per_rank"]),
+                           format_si(c["time_s"], "s"), format_si(c["energy_j"], "J")] for c in d["collectives"]],
+                         title="collectives (whole run)"))
+    e = d["energy_j"]
+    out.append(table(["energy", "joules"], [["total", format_si(e["total"], "J")],
+                                            ["devices", format_si(e["devices"], "J")],
+                                            ["network", format_si(e["network"], "J")]],
+                     title=f"whole run (critical path {format_si(d['latency_s'], 's')})"))
+    pt = d["per_token"]
+    if pt:
+        rows = [[f"bytes {n}", format_bytes(v)] for n, v in pt["bytes_by_link"].items()]
+        rows += [[f"energy {k}", format_si(v, "J")] for k, v in pt["energy_split_j"].items()]
+        rows += [["energy", format_si(pt["energy_j"], "J")], ["latency (per step)", format_si(pt["latency_s"], "s")],
+                 ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]]]
+        out.append(table(["per decode token", "value"], rows,
+                         title=f"per token ({pt['steps']} decode steps, {pt['tokens_per_step']} tokens per step)"))
+        c = d["coordination"]
+        rows = [["collectives per step", f"{c['collectives_per_step']:.4g}"],
+                ["collectives per token", f"{c['collectives_per_token']:.4g}"],
+                ["time in collectives on the critical path", format_si(c["collective_time_on_path_s"], "s")],
+                ["share of the step latency", format_percent(c["collective_time_share"])],
+                ["per-message overhead (steps x latency)", format_si(c["per_message_overhead_s"], "s")],
+                ["messages per step", f"{c['messages_per_step']:.4g}"]]
+        cn = c["connections"]
+        rows += [["peer processes per rank (max)", cn["peer_processes_per_rank_max"]],
+                 ["peer nodes per rank (max)", cn["peer_nodes_per_rank_max"]]]
+        out.append(table(["coordination (per decode step)", "value"], rows, cell=str))
+        out.append("latency: " + pt["latency_model"])
+    return "\n\n".join(out)

@@ -1,0 +1,228 @@
+"""A trace replayed on a system of many chips: each device's slice is a one-chip replay, the
+collectives are costed on the network, a decode step's latency is the critical path over devices."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from common.errors import TraceError, UsageError
+from emulator.analysis.result import to_json as chip_json
+from emulator.analysis.system_result import to_json as system_json
+from emulator.chip.hierarchy import Chip, Compute, Link, Tier
+from emulator.cli import main
+from emulator.cost.system_cost import COLL, OP, cost_system, critical_path
+from emulator.cost.trace_cost import cost_of
+from emulator.network.collective import Group, plan_collective
+from emulator.pipeline import replay_trace
+from emulator.system.systemfile import load_system
+from emulator.system_pipeline import replay_system
+from traces.reader import open_trace
+from traces.writer import TraceWriter
+
+KIB = 1024
+
+
+def _emit(path, n, *, only=None, steps=2, run=None):
+    """A TP-like decode of ``n`` devices: per step each device runs a projection over its own
+    weight shard (of a size that differs per device), an all-reduce of the activation, then a second
+    projection. ``only=d`` writes device d's part alone as a version-1 trace (no collectives)."""
+    run = {"tp": n, "batch": 2, "activations": "bf16", "weights": "bf16", **(run or {})}
+    devices = range(n) if only is None else (only,)
+    kw = {"devices": n} if only is None else {}
+    with TraceWriter(path, run=run, alignment=64 * KIB, **kw) as w:
+        def dev(d):
+            return {"device": d} if only is None else {}
+        t = {}
+        for d in devices:
+            t[d] = (w.add_tensor("w0", "weight", (32 + 8 * d) * KIB, "bf16", layer=0, **dev(d)),
+                    w.add_tensor("w1", "weight", 48 * KIB, "bf16", layer=0, **dev(d)),
+                    w.add_tensor("kv", "kv", 16 * KIB, "bf16", layer=0, **dev(d)),
+                    w.add_tensor("act", "activation", 4 * KIB, "bf16", **dev(d)))
+        for s in range(steps):
+            for d in devices:
+                w0, _, kv, act = t[d]
+                a = w.add_op("proj", "linear", 0, "decode", s, 2, 4000 * (d + 1), **dev(d))
+                w.add_access(a, w0, 0, (32 + 8 * d) * KIB)
+                w.add_access(a, kv, 0, 1024, count=16, stride=1024)
+                w.add_access(a, act, 0, 4 * KIB, is_write=True)
+            cid = w.add_collective("all_reduce", list(range(n)), 4 * KIB, "decode", s, layer=0) if only is None else -1
+            for d in devices:
+                act = t[d][3]
+                b = w.add_op("all_reduce", "all_reduce", 0, "decode", s, 2, 0,
+                             **({"device": d, "collective": cid} if only is None else {}))
+                w.add_access(b, act, 0, 4 * KIB)
+                w.add_access(b, act, 0, 4 * KIB, is_write=True)
+            for d in devices:
+                _, w1, _, act = t[d]
+                c = w.add_op("out", "linear", 0, "decode", s, 2, 6000, **dev(d))
+                w.add_access(c, w1, 0, 48 * KIB)
+                w.add_access(c, act, 0, 4 * KIB)
+    return path
+
+
+def _strip(d: dict) -> dict:
+    return {k: d[k] for k in ("tiers", "links", "energy_j", "latency_s", "placement", "counts")}
+
+
+def test_one_device_trace_is_the_single_chip_replay(tmp_path):
+    p = _emit(tmp_path / "one.trace", 1, only=0)
+    assert open_trace(p).version == 1
+    sr = replay_system(p, "dgx-h100")
+    d = system_json(sr)
+    tr = replay_trace(p, "h100")
+    c = chip_json(tr, cost_of(tr))
+    assert _strip(d["devices"][0]) == _strip(c)
+    assert d["devices"][0]["chip"] == "h100" and len(d["devices"]) == 1
+    assert d["collectives"] == [] and all(n["bytes"] == 0 and n["energy_j"] == 0 for n in d["network"])
+    pt, cp = d["per_token"], c["per_token"]
+    for k, v in cp["bytes_by_link"].items():
+        assert pt["bytes_by_link"][k] == v
+    assert pt["bytes_by_link"]["scale_up"] == 0
+    assert pt["energy_j"] == pytest.approx(cp["energy_j"], rel=1e-12)
+    assert pt["latency_s"] == pytest.approx(cp["latency_s"], rel=1e-12)
+    assert pt["tokens_per_s"] == pytest.approx(cp["tokens_per_s"], rel=1e-12)
+    assert pt["bound"] == cp["bound"]
+    assert d["coordination"]["collectives_per_token"] == 0 and d["coordination"]["collective_time_share"] == 0
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_device_is_a_one_chip_replay_of_its_slice(tmp_path, n):
+    sr = replay_system(_emit(tmp_path / "tp.trace", n), "dgx-h100")
+    d = system_json(sr)
+    assert d["parallelism"] == {"tp": n, "pp": 1, "ep": 1, "dp": 1} and len(d["devices"]) == n
+    reads = set()
+    for k in range(n):
+        p = _emit(tmp_path / f"slice{k}.trace", n, only=k)
+        tr = replay_trace(p, "h100")
+        c = chip_json(tr, cost_of(tr))
+        assert _strip(d["devices"][k]) == _strip(c)
+        assert np.array_equal(sr.devices[k].result.per_op, tr.result.per_op)
+        reads.add(sum(t["bytes_read"] for t in c["tiers"]))
+    assert len(reads) == n           # the slices differ: each device's counts are its own
+    # every collective costed as plan_collective costs it
+    sc = cost_system(sr)
+    want = plan_collective("all_reduce", Group(tuple(range(n)), sr.system), 4 * KIB)
+    assert [cc.time_s for cc in sc.collectives] == [want.time_s] * 2
+    (row,) = d["collectives"]
+    assert row["count"] == 2 and row["time_s"] == pytest.approx(2 * want.time_s)
+    assert row["bytes_per_rank"] == pytest.approx(2 * want.bytes_sent_per_rank)
+    assert d["coordination"]["connections"]["peer_processes_per_rank_max"] == n - 1
+
+
+def test_energy_is_the_sum_of_its_parts(tmp_path):
+    sr = replay_system(_emit(tmp_path / "tp.trace", 4), "dgx-h100")
+    sc = cost_system(sr)
+    d = system_json(sr, sc)
+    dev = sum(float(c.energy_j.sum()) for c in sc.devices)
+    net = sum(cc.energy_j for cc in sc.collectives)
+    assert net > 0
+    assert d["energy_j"]["devices"] == pytest.approx(dev, rel=1e-12)
+    assert d["energy_j"]["network"] == pytest.approx(net, rel=1e-12)
+    assert d["energy_j"]["total"] == pytest.approx(dev + net, rel=1e-12)
+    pt = d["per_token"]
+    assert pt["energy_j"] == pytest.approx(sum(pt["energy_split_j"].values()), rel=1e-12)
+    # both steps are alike, so per token = whole run / steps / tokens per step
+    assert pt["energy_j"] == pytest.approx(d["energy_j"]["total"] / 2 / 2, rel=1e-9)
+    assert pt["energy_split_j"]["network"] == pytest.approx(net / 2 / 2, rel=1e-12)
+    assert pt["bytes_by_link"]["scale_up"] == pytest.approx(sum(cc.bytes_by_fabric["scale_up"]
+                                                                for cc in sc.collectives) / 4)
+
+
+def _round_chip():
+    """Bandwidths so large that every op is compute-bound at 1e12 FLOP/s: 1e6 FLOPs = 1 us."""
+    tiers = (Tier("l2", 64 * KIB, 128, 4, "lru", "cache", 1e18, 1e-13, 2e-13),
+             Tier("hbm", 1 << 24, 128, None, "lru", "memory", 1e18, 1e-12, 2e-12))
+    return Chip("round", tiers, (Link("l2", "hbm", 1e18, 5e-12),), Compute({"bf16": 1e12}, {"bf16": 1e-12}))
+
+
+def test_critical_path_by_hand(tmp_path):
+    system = dataclasses.replace(load_system("dgx-h100"), chip=_round_chip())
+    p = tmp_path / "cp.trace"
+    with TraceWriter(p, run={"tp": 2, "batch": 1}, alignment=4 * KIB, devices=2) as w:
+        act = [w.add_tensor("act", "activation", 4 * KIB, "bf16", device=d) for d in range(2)]
+        for d, flops in ((0, 3_000_000), (1, 1_000_000)):
+            w.add_access(w.add_op("a", "linear", 0, "decode", 0, 1, flops, device=d), act[d], 0, 4 * KIB, is_write=True)
+        cid = w.add_collective("all_reduce", [0, 1], 4 * KIB, "decode", 0)
+        for d in range(2):
+            w.add_access(w.add_op("ar", "all_reduce", 0, "decode", 0, 1, 0, device=d, collective=cid), act[d], 0, 4 * KIB)
+        for d, flops in ((0, 1_000_000), (1, 2_000_000)):
+            w.add_access(w.add_op("b", "linear", 0, "decode", 0, 1, flops, device=d), act[d], 0, 4 * KIB)
+    sr = replay_system(p, system)
+    d = system_json(sr)
+    net = plan_collective("all_reduce", Group((0, 1), system), 4 * KIB).time_s
+    # device 0 reaches the all-reduce at 3 us, device 1 at 1 us; both leave at 3 us + net; device 1
+    # then runs 2 us more
+    assert d["per_token"]["latency_s"] == pytest.approx(3e-6 + net + 2e-6, rel=1e-12)
+    c = d["coordination"]
+    assert c["collective_time_on_path_s"] == pytest.approx(net, rel=1e-12)
+    assert c["collective_time_share"] == pytest.approx(net / (5e-6 + net), rel=1e-12)
+    assert c["per_message_overhead_s"] == pytest.approx(system.scale_up.latency_s)
+    assert d["per_token"]["tokens_per_s"] == pytest.approx(1 / (5e-6 + net), rel=1e-12)
+
+
+def test_critical_path_pipelines_microbatches():
+    """Two stages, two microbatches: stage 0 sends each microbatch to stage 1 (0.5 s each)."""
+    items = [[(OP, 1.0, "compute"), (COLL, 0, 0.0), (OP, 1.0, "compute"), (COLL, 1, 0.0)],
+             [(COLL, 0, 0.0), (OP, 1.0, "compute"), (COLL, 1, 0.0), (OP, 1.0, "compute")]]
+    p = critical_path(items, {0: 0.5, 1: 0.5})
+    assert p.latency_s == 4.0 and p.finish_s == [3.0, 4.0]
+    assert p.collective_s == 1.0 and p.ops_s == 3.0
+    # a collective's memory time longer than its network time sets its span
+    p = critical_path([[(COLL, 0, 2.0)], [(COLL, 0, 0.1)]], {0: 0.5})
+    assert p.latency_s == 2.0 and p.by_resource_s == {"memory": 2.0}
+    with pytest.raises(TraceError, match="cannot all complete"):
+        critical_path([[(COLL, 0, 0.0), (COLL, 1, 0.0)], [(COLL, 1, 0.0), (COLL, 0, 0.0)]], {0: 1.0, 1: 1.0})
+
+
+def test_all_to_all_from_the_send_matrix():
+    system = load_system("dgx-h100")
+    m = [0, 10, 20, 30,
+         5, 0, 0, 0,
+         0, 7, 0, 100,
+         1, 1, 1, 9]
+    c = plan_collective("all_to_all", Group((0, 1, 2, 3), system), 64, send_bytes=m)
+    assert c.bytes_sent_per_rank == 107          # rank 2: 7 + 100 (its diagonal stays)
+    assert c.bytes_received_per_rank == 130      # rank 3: 30 + 100
+    assert c.bytes_sent_total == 175
+    assert c.time_s == pytest.approx(system.scale_up.latency_s + 130 / system.scale_up.bandwidth_bytes_per_s)
+    assert c.peers_by_rank[1] == (0, 2, 3)
+
+
+def test_more_devices_than_chips_and_refused_algorithms(tmp_path):
+    p = _emit(tmp_path / "tp.trace", 4)
+    small = dataclasses.replace(load_system("dgx-h100"), n_chips=2, chips_per_node=2)
+    with pytest.raises(UsageError, match="the trace needs 4 devices; dgx-h100 has 2 chips") as e:
+        replay_system(p, small)
+    assert e.value.field == "--system or --tp"
+    sr = replay_system(p, "sn40l-16", collective_algo="in_network")
+    with pytest.raises(UsageError, match="no switch to reduce in"):
+        cost_system(sr)
+    sr = replay_system(p, "dgx-h100", collective_algo="ring")
+    assert {cc.algorithm for cc in cost_system(sr).collectives} == {"ring"}
+
+
+CONTRACT = {"system", "parallelism", "devices", "network", "collectives", "coordination", "provenance",
+            "per_token", "energy_j", "latency_s"}
+
+
+def test_cli_run_system_json_has_every_contract_key():
+    r = CliRunner().invoke(main, ["run", "qwen2-0.5b", "--system", "dgx-h100", "--context", "32",
+                                  "--generate", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert CONTRACT <= set(d)
+    assert {"latency_s", "tokens_per_s", "energy_j", "bytes_by_link", "bound"} <= set(d["per_token"])
+    assert set(d["parallelism"]) == {"tp", "pp", "ep", "dp"}
+    assert {"device", "chip", "tiers", "links"} <= set(d["devices"][0])
+    assert {"name", "bytes", "messages", "energy_j"} <= set(d["network"][0])
+    assert {"collectives_per_token", "collective_time_share", "per_message_overhead_s",
+            "connections"} <= set(d["coordination"])
+    assert d["provenance"]["system_file"].endswith("dgx-h100.toml") and len(d["provenance"]["system_sha256"]) == 64
+    assert "scale_up" in d["per_token"]["bytes_by_link"]
+    r = CliRunner().invoke(main, ["run", "qwen2-0.5b", "--system", "dgx-h100", "--context", "32", "--generate", "1"])
+    assert r.exit_code == 0 and "coordination" in r.stdout and "critical path" in r.stdout
