@@ -214,6 +214,16 @@ def _unwritable(tmp: Path) -> None:
         (tmp / "ro").mkdir()
         (tmp / "ro").chmod(0o555)
 
+def _nine_devices(tmp: Path) -> None:
+    """A version-2 trace of nine devices, each one op reading its own tensor."""
+    from traces.writer import TraceWriter
+
+    with TraceWriter(tmp / "t.trace", run=None, devices=9) as w:
+        for d in range(9):
+            x = w.add_tensor("x", "activation", 64, "bf16", device=d)
+            w.add_access(w.add_op("op", "other", -1, "decode", 0, 1, 0, device=d), x, 0, 64)
+
+
 CASES = [
     # -- chip files: `tierlab chips FILE` loads and validates one --------------------------------
     Case("chip-unknown-key", ["chips", "{tmp}/c.toml"],
@@ -537,6 +547,21 @@ CASES = [
     Case("mrc-plot-exists", ["mrc", str(GOLDEN), "--chip", "h100", "--tier", "l2", "--plot", "{tmp}/p.png"],
          "{tmp}/p.png: output exists; pass --force to replace it",
          {"p.png": "x"}),
+    # -- systems of many chips: `tierlab run --system`, `tierlab compare --systems` ----------------
+    Case("run-chip-and-system", ["run", str(TINY), "--generate", "1", "--chip", "h100", "--system", "dgx-h100"],
+         "--chip: give exactly one of --chip and --system"),
+    Case("run-neither-chip-nor-system", ["run", str(TINY), "--generate", "1"],
+         "--chip: give --chip NAME or --system NAME"),
+    Case("run-unknown-system", ["run", str(TINY), "--generate", "1", "--system", "dgx-h1000"],
+         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: dgx-h100, dgx-h100-x2, hgx-h200, sn40l-16)"),
+    Case("run-collective-algo-the-fabric-cannot-run",
+         ["run", str(TINY), "--generate", "1", "--system", "sn40l-16", "--collective-algo", "in_network"],
+         "--collective-algo: 'in_network' cannot run on sn40l-16: the scale_up fabric 'scale_up' is a direct "
+         "mesh, with no switch to reduce in"),
+    Case("compare-trace-needs-more-devices-than-the-system", ["compare", "{tmp}/t.trace", "--systems", "dgx-h100"],
+         "--system or --tp: the trace needs 9 devices; dgx-h100 has 8 chips", lambda tmp: _nine_devices(tmp)),
+    Case("compare-unknown-system", ["compare", str(GOLDEN), "--systems", "dgx-h1000"],
+         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: dgx-h100, dgx-h100-x2, hgx-h200, sn40l-16)"),
     # -- system files: `tierlab systems FILE` loads and validates one -------------------------
     Case("system-unknown-key", ["systems", "{tmp}/s.toml"],
          "{tmp}/s.toml: scale_up.bandwith: unknown key; did you mean 'bandwidth'?",

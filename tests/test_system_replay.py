@@ -226,3 +226,19 @@ def test_cli_run_system_json_has_every_contract_key():
     assert "scale_up" in d["per_token"]["bytes_by_link"]
     r = CliRunner().invoke(main, ["run", "qwen2-0.5b", "--system", "dgx-h100", "--context", "32", "--generate", "1"])
     assert r.exit_code == 0 and "coordination" in r.stdout and "critical path" in r.stdout
+
+
+def test_cli_compare_systems_and_chips_side_by_side(tmp_path):
+    p = _emit(tmp_path / "tp.trace", 2)
+    r = CliRunner().invoke(main, ["compare", str(p), "--systems", "dgx-h100,sn40l-16", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["chips"] == [] and [s["system"] for s in d["systems"]] == ["dgx-h100", "sn40l-16"]
+    direct = system_json(replay_system(p, "dgx-h100"))
+    assert d["systems"][0]["summary"]["tokens_per_s"] == direct["per_token"]["tokens_per_s"]
+    assert d["systems"][0]["summary"]["bytes_by_link"]["scale_up"] > 0
+    r = CliRunner().invoke(main, ["compare", "qwen2-0.5b", "--chips", "h100", "--systems", "dgx-h100",
+                                  "--context", "32", "--generate", "1"])
+    assert r.exit_code == 0, r.output
+    header = next(line for line in r.stdout.splitlines() if line.startswith("per decode token")).split()
+    assert header[-2:] == ["h100", "dgx-h100"] and "bytes/token scale_up" in r.stdout

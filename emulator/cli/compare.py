@@ -1,4 +1,8 @@
-"""``tierlab compare MODEL --chips a,b,c [trace options] [--pim/--no-pim] [--json] [--csv FILE] [--plot FILE]``.
+"""``tierlab compare MODEL --chips a,b,c [--systems x,y] [trace options] [--pim/--no-pim] [--json] [--csv FILE] [--plot FILE]``.
+
+``--systems`` (comma-separated system presets or files) replays the trace on each system too
+(:func:`emulator.analysis.system_result.compare_systems`): systems and chips side by side in one
+table, the systems after the chips; ``--json`` lists them under ``systems``.
 
 MODEL is a model (preset, config.json or directory), traced once with the trace options, or an
 existing trace directory (then the trace options must be left at their defaults).
@@ -16,16 +20,17 @@ import click
 from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
 from emulator.cli.trace import run_options, run_config_from_options
 from common.errors import UsageError
+from emulator.network.collective import ALGORITHM_NAMES
 
 
-def _chip_list(text: str) -> list[str]:
+def _chip_list(text: str, what: str = "chip", example: str = "sn40l,h100", field: str = "--chips") -> list[str]:
     names = [c.strip() for c in str(text).split(",")]
     if not names or any(not c for c in names):
-        raise UsageError(f"expected a comma-separated list of chips such as sn40l,h100, got {text!r}",
-                         field="--chips")
+        raise UsageError(f"expected a comma-separated list of {what}s such as {example}, got {text!r}",
+                         field=field)
     if len(set(names)) != len(names):
         dup = next(c for c in names if names.count(c) > 1)
-        raise UsageError(f"chip {dup!r} is listed twice", field="--chips")
+        raise UsageError(f"{what} {dup!r} is listed twice", field=field)
     return names
 
 
@@ -38,7 +43,11 @@ def _is_trace(path: str) -> bool:
 
 @click.command("compare")
 @click.argument("model")
-@click.option("--chips", "chips_text", required=True, help="Comma-separated chip presets or .toml files, e.g. sn40l,h100.")
+@click.option("--chips", "chips_text", default=None, help="Comma-separated chip presets or .toml files, e.g. sn40l,h100.")
+@click.option("--systems", "systems_text", default=None,
+              help="Comma-separated system presets or .toml files, e.g. dgx-h100,sn40l-16 (see `tierlab systems`).")
+@click.option("--collective-algo", type=click.Choice(["auto", *ALGORITHM_NAMES]), default="auto", show_default=True,
+              help="Collective algorithm of the --systems runs where it serves the collective's kind.")
 @run_options
 @click.option("--pim/--no-pim", default=True, show_default=True,
               help="Run PIM-eligible ops in the memory's PIM unit where a chip has one.")
@@ -50,16 +59,23 @@ def _is_trace(path: str) -> bool:
 @place_option
 @force_option
 @json_option
-def command(model, chips_text, pim, csv_path, plot_path, keep_trace, kernel, place, force, as_json, **kw):
-    """Replay one trace of MODEL on every chip and show the per-token figures side by side."""
+def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plot_path, keep_trace, kernel, place,
+            force, as_json, **kw):
+    """Replay one trace of MODEL on every chip (and system) and show the per-token figures side by side."""
     from emulator.analysis.compare import compare, load_chips, to_json
+    from emulator.analysis.system_result import compare_systems
     from emulator.present.compare import format_table, model_line, plot_title, write_csv
     from emulator.engine.options import ReplayOptions
+    from emulator.system.systemfile import load_system
     from common.atomic import check_output
 
-    names = _chip_list(chips_text)
+    if not chips_text and not systems_text:
+        raise UsageError("give --chips a,b and/or --systems x,y", field="--chips")
+    names = _chip_list(chips_text) if chips_text else []
+    snames = _chip_list(systems_text, "system", "dgx-h100,sn40l-16", "--systems") if systems_text else []
     rules = placement_rules(place)
     chips = load_chips(names)  # an unknown chip fails before any tracing
+    systems = [load_system(n) for n in snames]  # so does an unknown system
     for p in (csv_path, plot_path):
         if p:
             check_output(p, force=force)
@@ -74,17 +90,23 @@ def command(model, chips_text, pim, csv_path, plot_path, keep_trace, kernel, pla
         from traces.reader import open_trace
 
         trace = open_trace(trace_path)
-        rows = compare(trace, chips, options, extra_rules=rules, progress=progress)
+        rows = compare(trace, chips, options, extra_rules=rules, progress=progress) if chips else []
+        srows = compare_systems(trace, systems, options, extra_rules=rules, collective_algo=collective_algo,
+                                progress=progress) if systems else []
         if csv_path:
-            write_csv(rows, csv_path, force=force)
+            write_csv(rows + srows, csv_path, force=force)
         if plot_path:
             from emulator.present.plots import plot_comparison
 
-            plot_comparison(rows, plot_path, title=plot_title(trace, pim=pim), force=force)
+            plot_comparison(rows + srows, plot_path, title=plot_title(trace, pim=pim), force=force)
         if as_json:
-            click.echo(json.dumps(to_json(rows, trace, options), indent=2))
+            d = to_json(rows, trace, options)
+            if systems:
+                d["systems"] = [{"system": r.chip, "fits": r.ok, "reason": r.reason, "summary": r.summary or None,
+                                 "replay": r.result} for r in srows]
+            click.echo(json.dumps(d, indent=2))
         else:
-            click.echo(format_table(rows, title=f"{model_line(trace)[1]}\nPIM {'on' if pim else 'off'}"))
+            click.echo(format_table(rows + srows, title=f"{model_line(trace)[1]}\nPIM {'on' if pim else 'off'}"))
 
     if _is_trace(model):
         from click.core import ParameterSource
