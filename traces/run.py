@@ -89,6 +89,13 @@ class RunConfig:
     turns: tuple = ()           # ((prompt, answer), ...) tokens per sequence per turn; () = no conversation
     kv_reuse: bool = True       # conversation: keep earlier turns' KV (else re-prefill the history)
     kv_offload: bool = False    # conversation with reuse: copy the KV out after a turn, back before the next
+    tp: int = 1                 # tensor-parallel ranks per pipeline stage (Megatron)
+    pp: int = 1                 # pipeline stages
+    ep: int = 1                 # expert-parallel ranks (MoE layers), over the tp x dp devices of a stage
+    dp: int = 1                 # data-parallel replicas (each serves ``batch`` sequences)
+    pp_layers: tuple | None = None   # layers per stage; None = as even as possible, remainder to the last stages
+    pp_microbatches: int = 1    # microbatches per segment (must divide batch)
+    collective_buffers: str = "in_place"   # or "staged": copy into/out of a contiguous staging buffer
 
     def __post_init__(self):
         for name in ("prompt", "context", "generate", "batch", "seed", "tile_m", "tile_n", "attn_tile",
@@ -107,6 +114,7 @@ class RunConfig:
             raise UsageError(f"at most {MAX_ALIGNMENT} bytes (1 GiB), got {self.alignment}", field="alignment")
         if self.batch > MAX_BATCH:
             raise UsageError(f"at most {MAX_BATCH} sequences, got {self.batch}", field="batch")
+        _check_parallel(self)
         object.__setattr__(self, "turns", _check_turns(self.turns))
         for name in ("kv_reuse", "kv_offload"):
             if not isinstance(getattr(self, name), bool):
@@ -134,6 +142,16 @@ class RunConfig:
             raise UsageError("routing table not found", file=self.router.path, field="router")
 
     @property
+    def devices(self) -> int:
+        """Devices of the run: ``dp x pp x tp``."""
+        return self.dp * self.pp * self.tp
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the run departs from one device lowered as one (any parallelism or microbatching)."""
+        return any(getattr(self, k) != v for k, v in PARALLEL_DEFAULTS.items())
+
+    @property
     def max_positions(self) -> int:
         """KV-cache positions per sequence at the end of the run."""
         return self.context + self.prompt + self.generate + sum(p + a for p, a in self.turns)
@@ -148,7 +166,55 @@ class RunConfig:
         else:
             for k in ("turns", "kv_reuse", "kv_offload"):
                 del d[k]
+        for k, v in PARALLEL_DEFAULTS.items():   # parallelism keys only when set (one-device manifests unchanged)
+            if d[k] == v:
+                del d[k]
+        if d.get("pp_layers") is not None:
+            d["pp_layers"] = list(d["pp_layers"])
         return d
+
+
+PARALLEL_DEFAULTS = {"tp": 1, "pp": 1, "ep": 1, "dp": 1, "pp_layers": None, "pp_microbatches": 1,
+                     "collective_buffers": "in_place"}
+COLLECTIVE_BUFFERS = ("in_place", "staged")
+MAX_DEVICES = 1 << 12
+
+
+def _check_parallel(run: "RunConfig") -> None:
+    """The model-independent checks of the parallelism fields (the model's are in traces.shard)."""
+    for name in ("tp", "pp", "ep", "dp", "pp_microbatches"):
+        v = getattr(run, name)
+        opt = "--" + name.replace("_", "-")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise UsageError(f"expected an integer, got {v!r}", field=opt)
+        if v < 1:
+            raise UsageError(f"must be at least 1, got {v}", field=opt)
+    if run.dp * run.pp * run.tp > MAX_DEVICES:
+        raise UsageError(f"dp x pp x tp = {run.dp * run.pp * run.tp} devices; at most {MAX_DEVICES}", field="--tp")
+    if run.collective_buffers not in COLLECTIVE_BUFFERS:
+        raise UsageError(f"unknown {run.collective_buffers!r}; expected one of {', '.join(COLLECTIVE_BUFFERS)}",
+                         field="--collective-buffers")
+    if run.batch % run.pp_microbatches:
+        raise UsageError(f"{run.pp_microbatches} microbatches do not divide the batch of {run.batch} sequences",
+                         field="--pp-microbatches")
+    if run.pp_layers is not None:
+        layers = parse_pp_layers(run.pp_layers)
+        if len(layers) != run.pp:
+            raise UsageError(f"{len(layers)} stages listed for --pp {run.pp}", field="--pp-layers")
+        object.__setattr__(run, "pp_layers", layers)
+
+
+def parse_pp_layers(value) -> tuple:
+    """``"6,18,18"`` or a sequence of ints -> a tuple of layers per stage (each at least 1)."""
+    items = str(value).split(",") if isinstance(value, str) else list(value)
+    try:
+        out = tuple(int(str(x).strip()) if not isinstance(x, int) or isinstance(x, bool) else x for x in items)
+    except ValueError:
+        raise UsageError(f"expected layers per stage separated by commas (e.g. 6,18,18), got {value!r}",
+                         field="--pp-layers") from None
+    if not out or min(out) < 1:
+        raise UsageError(f"every stage needs at least 1 layer, got {value!r}", field="--pp-layers")
+    return out
 
 
 def _check_turns(turns) -> tuple:

@@ -19,7 +19,8 @@ from traces.format import DEFAULT_ALIGNMENT
 
 RUN_OPTION_NAMES = ("prompt", "context", "generate", "batch", "weights", "kv", "activations", "router", "seed",
                     "attention", "tile_m", "tile_n", "attn_tile", "align", "quant_group", "turns", "turn_prompt",
-                    "turn_answer", "turn_lengths", "kv_reuse", "kv_offload")
+                    "turn_answer", "turn_lengths", "kv_reuse", "kv_offload", "tp", "pp", "pp_layers", "pp_microbatches",
+                    "ep", "dp", "collective_buffers")
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(|b|kib|k|mib|m|gib|g)\s*$", re.I)
 _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
@@ -84,6 +85,19 @@ def run_options(f):
         click.option("--kv-offload", is_flag=True,
                      help="Conversation with reuse: copy the KV to kind 'kv_offload' tensors after each turn and "
                           "back before the next (a placement rule for kind kv_offload decides where it lives)."),
+        click.option("--tp", type=INT, default=1, show_default=True,
+                     help="Tensor-parallel ranks per pipeline stage (heads, MLP columns and vocabulary split)."),
+        click.option("--pp", type=INT, default=1, show_default=True, help="Pipeline stages (layers split)."),
+        click.option("--pp-layers", default=None,
+                     help="Layers per stage, e.g. 6,18,18,18 (default: as even as possible, the rest on the last stages)."),
+        click.option("--pp-microbatches", type=INT, default=1, show_default=True,
+                     help="Microbatches each segment is split into (must divide --batch)."),
+        click.option("--ep", type=INT, default=1, show_default=True,
+                     help="Expert-parallel ranks (MoE models): experts spread over the tp x dp devices of a stage."),
+        click.option("--dp", type=INT, default=1, show_default=True,
+                     help="Data-parallel replicas, each serving --batch sequences."),
+        click.option("--collective-buffers", default="in_place", show_default=True,
+                     help="Collective operands: in_place, or staged (copied into and out of a contiguous buffer)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -102,7 +116,10 @@ def run_config_from_options(options: dict):
                      activations=options["activations"], router=options["router"], seed=options["seed"],
                      attention=options["attention"], tile_m=options["tile_m"], tile_n=options["tile_n"],
                      attn_tile=options["attn_tile"], alignment=parse_size(options["align"], "align"),
-                     quant_group=options["quant_group"])
+                     quant_group=options["quant_group"], tp=options.get("tp", 1), pp=options.get("pp", 1),
+                     pp_layers=options.get("pp_layers"), pp_microbatches=options.get("pp_microbatches", 1),
+                     ep=options.get("ep", 1), dp=options.get("dp", 1),
+                     collective_buffers=options.get("collective_buffers", "in_place"))
 
 
 @click.command("trace")

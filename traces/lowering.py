@@ -1,0 +1,316 @@
+"""The one-device lowering: :class:`Lowering` declares a model's tensors and writes the ops of each
+segment (the execution order and tensors are described in :mod:`traces.lower`). The sharded
+lowering (:mod:`traces.lower_parallel`) runs one per device over the device's local model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import ATTENTION
+from kernels import attention as attn
+from kernels import embedding as emb
+from kernels import linear as lin
+from kernels import mlp as mlp_k
+from kernels import moe as moe_k
+from kernels import norm as norm_k
+from kernels.base import Op, Ten
+from traces.dtypes import DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, nbytes_of, scale_bytes, vector_dtype
+from common.errors import UsageError
+from traces.routing import Router
+from traces.run import RunConfig
+from traces.segments import COPY_ACTIONS, Segment
+from traces.spec import ModelSpec
+from traces.writer import TraceWriter
+
+
+class Lowering:
+    def __init__(self, spec: ModelSpec, run: RunConfig, w: TraceWriter, segments: list[Segment]):
+        self.spec, self.run, self.w = spec, run, w
+        self._init_shard()
+        self.ab = DTYPE_BITS[run.activations] // 8
+        compute = [s for s in segments if s.action == "compute"]
+        self.max_m = self.mb * max(s.tokens for s in compute)
+        self.router = Router(run.router, run.seed, spec.num_experts, spec.num_experts_per_tok) \
+            if spec.num_experts else None
+        self.weights: dict[str, tuple[Ten, Ten | None]] = {}
+        self.routing_log = None
+        self._logged_prefill: dict[int, int] = {}   # layer -> prefill tokens already in the routing log
+        # KV positions per sequence: enough for every segment (a multi-turn plan may go further than run)
+        self.positions = max(max(s.start + s.tokens for s in segments), run.max_positions)
+        self._declare_weights()
+        self._declare_kv()
+        self._declare_activations(compute)
+        self.offload: dict[int, list[attn.Cache]] = {}
+        if any(s.action in COPY_ACTIONS for s in segments):
+            self._declare_kv_offload()
+
+    def _init_shard(self) -> None:
+        """One device holding the whole model (a sharded lowering overrides this)."""
+        self.device = 0
+        self.B = self.mb = self.run.batch          # sequences in the KV cache / per op (a microbatch)
+        self.layers = range(self.spec.num_layers)
+
+    def _weight_shapes(self):
+        return self.spec.weight_shapes()
+
+    # ---- tensors ------------------------------------------------------------------------------
+    def _declare_weights(self) -> None:
+        wd, run, dev = self.run.weights, self.run, self.device
+        for s in self._weight_shapes():
+            if s.is_vector:
+                vd = vector_dtype(wd)
+                nb = nbytes_of(s.rows, vd)
+                self.weights[s.name] = (Ten(self.w.add_tensor(s.name, "weight", nb, vd, s.layer, s.expert,
+                                                              device=dev), nb), None)
+                continue
+            nb = nbytes_of(s.elements, wd)
+            t = Ten(self.w.add_tensor(s.name, "weight", nb, wd, s.layer, s.expert, device=dev), nb)
+            sc = None
+            if wd in GROUP_QUANTISED:
+                sb = scale_bytes(s.rows, s.cols, wd, run.quant_group)
+                sc = Ten(self.w.add_tensor(s.name + ".scales", "weight", sb, SCALE_DTYPE, s.layer, s.expert,
+                                           device=dev), sb)
+            self.weights[s.name] = (t, sc)
+
+    def _declare_kv(self) -> None:
+        spec, run = self.spec, self.run
+        self.kv_row = nbytes_of(spec.kv_row_elements, run.kv)
+        self.caches: dict[int, list[attn.Cache]] = {}
+        for i in self.layers:
+            parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
+            row = self.kv_row // len(parts)
+            stride = self.positions * row
+            layer = []
+            for p in parts:
+                nb = self.B * stride
+                layer.append(attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{p}", "kv", nb, run.kv, i,
+                                                              device=self.device), nb), row, stride))
+            self.caches[i] = layer
+
+    def _declare_kv_offload(self) -> None:
+        """A twin of every KV tensor (same size and layout), kind ``kv_offload``, declared last so the
+        other tensors keep their ids."""
+        parts = ["latent"] if self.spec.attention == "mla" else ["k", "v"]
+        for i, layer in self.caches.items():
+            twins = []
+            for c, part in zip(layer, parts):
+                twins.append(c._replace(ten=Ten(self.w.add_tensor(f"layers.{i}.kv_offload.{part}", "kv_offload",
+                                                                  c.ten.nbytes, self.run.kv, i, device=self.device),
+                                                 c.ten.nbytes)))
+            self.offload[i] = twins
+
+    def _act(self, name: str, rows: int, width: int) -> Ten:
+        nb = max(1, rows * width * self.ab)
+        return Ten(self.w.add_tensor(f"act.{name}", "activation", nb, self.run.activations, device=self.device), nb)
+
+    def _declare_activations(self, segments: list[Segment]) -> None:
+        s, m, B = self.spec, self.max_m, self.mb
+        h = s.hidden_size
+        a = {}
+        a["hidden"] = self._act("hidden", m, h)
+        a["norm"] = self._act("norm", m, h)
+        if s.attention == "mla":
+            self.q_width = s.num_heads * (s.qk_nope_head_dim + s.qk_rope_head_dim)
+            self.o_width = s.num_heads * s.v_head_dim
+            if s.q_lora_rank:
+                a["q_latent"] = self._act("q_latent", m, s.q_lora_rank)
+            a["kv_latent"] = self._act("kv_latent", m, s.kv_lora_rank + s.qk_rope_head_dim)
+        else:
+            self.q_width = self.o_width = s.num_heads * s.head_dim
+            a["k"] = self._act("k", m, s.num_kv_heads * s.head_dim)
+            a["v"] = self._act("v", m, s.num_kv_heads * s.head_dim)
+        a["q"] = self._act("q", m, self.q_width)
+        a["attn"] = self._act("attn", m, self.o_width)
+        a["attn_out"] = self._act("attn_out", m, h)
+        dense_f = [s.intermediate_size for i in self.layers if not s.is_moe(i)]
+        dense_f.append(s.moe_intermediate_size * s.num_shared_experts)
+        f = max(dense_f)
+        if f:
+            for n in ("mlp_gate", "mlp_up", "mlp_act"):
+                a[n] = self._act(n, m, f)
+        a["mlp_out"] = self._act("mlp_out", m, h)
+        if s.num_experts:
+            k = s.num_experts_per_tok
+            a["router_logits"] = self._act("router_logits", m, s.num_experts)
+            a["moe_dispatch"] = self._act("moe_dispatch", m * k, h)
+            a["moe_inter"] = self._act("moe_inter", m * k, s.moe_intermediate_size)
+            a["moe_out"] = self._act("moe_out", m * k, h)
+        a["logits"] = self._act("logits", B, s.vocab_size)
+        if self.run.attention == "naive":
+            rect = 0
+            for seg in segments:
+                lo = attn.key_range(seg.start, s.sliding_window)[0]
+                keys = seg.start + seg.tokens - lo
+                rect = max(rect, (B if seg.tokens == 1 else 1) * s.num_heads * seg.tokens * keys)
+            a["scores"] = self._act("scores", rect, 1)
+        self.act = a
+
+    # ---- ops ----------------------------------------------------------------------------------
+    def _emit(self, ops: list[Op] | Op, layer: int, seg: Segment) -> None:
+        w = self.w
+        for op in ops if isinstance(ops, list) else [ops]:
+            oid = w.add_op(op.name, op.kind, layer, seg.phase, seg.step, op.tokens, op.flops, op.expert,
+                           op.pim_eligible)
+            for a in op.accesses:
+                w.add_access(oid, a.tensor, a.offset, a.nbytes, a.count, a.stride, a.is_write)
+
+    def _lin(self, name: str, wname: str, x: str, y: str, m: int, seg: Segment, **kw) -> Op:
+        wt, sc = self.weights[wname]
+        bias = self.weights.get(wname + ".bias", (None,))[0]
+        rows, cols = self._shape[wname]
+        return lin.linear(name, wt, self.act[x], self.act[y], m=m, in_features=cols, out_features=rows,
+                          act_bytes=self.ab, phase=seg.phase, tile_m=self.run.tile_m, tile_n=self.run.tile_n,
+                          scales=sc, bias=bias, **kw)
+
+    @property
+    def _shape(self) -> dict[str, tuple[int, int]]:
+        if not hasattr(self, "_shapes"):
+            self._shapes = {s.name: (s.rows, s.cols) for s in self.spec.weight_shapes()}
+        return self._shapes
+
+    def _norm(self, name: str, gain: str, x: str, y: str, m: int, width: int, **kw) -> Op:
+        return norm_k.rmsnorm(name, self.act[x], self.act[y], self.weights[gain][0], m=m, width=width,
+                              act_bytes=self.ab, **kw)
+
+    def _kv_copy(self, seg: Segment) -> None:
+        """One op per layer copying positions ``start .. start+tokens-1`` of every sequence between
+        each KV tensor and its ``kv_offload`` twin (``offload``: KV -> twin; ``restore``: back)."""
+        for i, layer in self.caches.items():
+            twins = self.offload[i]
+            op = Op(f"kv_{seg.action}", f"kv_{seg.action}", 0, 0)
+            for c, o in zip(layer, twins):
+                src, dst = (c, o) if seg.action == "offload" else (o, c)
+                op.read(src.ten, seg.start * c.row_bytes, seg.tokens * c.row_bytes, count=self.B,
+                        stride=c.seq_stride)
+                op.write(dst.ten, seg.start * c.row_bytes, seg.tokens * c.row_bytes, count=self.B,
+                         stride=c.seq_stride)
+            self._emit(op, i, seg)
+
+    def segment(self, seg: Segment) -> None:
+        if seg.action in COPY_ACTIONS:
+            return self._kv_copy(seg)
+        if seg.action != "compute":
+            raise UsageError(f"unknown segment action {seg.action!r}", field="segments")
+        s, run, B = self.spec, self.run, self.run.batch
+        m = B * seg.tokens
+        h = s.hidden_size
+        ids = np.random.default_rng([run.seed, 7, seg.step + 1]).integers(0, s.vocab_size, m)
+        table, tsc = self.weights["embed_tokens"]
+        row_sc = scale_bytes(1, h, run.weights, run.quant_group)
+        self._emit(emb.embedding("embed_tokens", table, self.act["hidden"], ids, row_bytes=nbytes_of(h, run.weights),
+                                 act_row_bytes=h * self.ab, scales=tsc, scale_row_bytes=row_sc), -1, seg)
+        for i in range(s.num_layers):
+            p = f"layers.{i}."
+            ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
+            ops += self._attention_block(i, p, m, seg)
+            ops.append(norm_k.elementwise("residual_add", [self.act["hidden"], self.act["attn_out"]],
+                                          self.act["hidden"], m=m, width=h, act_bytes=self.ab))
+            ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h))
+            if s.is_moe(i):
+                ops += self._moe_block(i, p, m, seg)
+            else:
+                ops += self._mlp(p + "mlp.", s.intermediate_size, m, seg)
+            ops.append(norm_k.elementwise("residual_add", [self.act["hidden"], self.act["mlp_out"]],
+                                          self.act["hidden"], m=m, width=h, act_bytes=self.ab))
+            self._emit(ops, i, seg)
+        t = seg.tokens
+        ops = [self._norm("norm", "norm", "hidden", "norm", m, h)]
+        head = "embed_tokens" if s.tie_word_embeddings else "lm_head"
+        last = dict(x_offset=(t - 1) * h * self.ab, x_stride=t * h * self.ab if t > 1 else 0)
+        ops.append(self._lin("lm_head", head, "norm", "logits", B, seg, **last))
+        self._emit(ops, -1, seg)
+
+    def _mlp(self, prefix: str, ffn: int, m: int, seg: Segment, name: str = "mlp.") -> list[Op]:
+        a = self.act
+        weights = {k: self.weights[prefix + k] for k in ("gate_proj", "up_proj", "down_proj")}
+        return mlp_k.mlp(name, a["norm"], a["mlp_out"], a["mlp_gate"], a["mlp_up"], a["mlp_act"], weights, m=m,
+                         hidden=self.spec.hidden_size, ffn=ffn, act_bytes=self.ab, phase=seg.phase,
+                         tile_m=self.run.tile_m, tile_n=self.run.tile_n)
+
+    def _attention_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
+        s, run, a, ab = self.spec, self.run, self.act, self.ab
+        A = p + "self_attn."
+        ops: list[Op] = []
+        caches = self.caches[i]
+        if s.attention == "mla":
+            if s.q_lora_rank:
+                ops.append(self._lin("q_a_proj", A + "q_a_proj", "norm", "q_latent", m, seg))
+                ops.append(self._norm("q_a_layernorm", A + "q_a_layernorm", "q_latent", "q_latent", m, s.q_lora_rank))
+                ops.append(self._lin("q_b_proj", A + "q_b_proj", "q_latent", "q", m, seg))
+            else:
+                ops.append(self._lin("q_proj", A + "q_proj", "norm", "q", m, seg))
+            lat_w = s.kv_lora_rank + s.qk_rope_head_dim
+            ops.append(self._lin("kv_a_proj_with_mqa", A + "kv_a_proj_with_mqa", "norm", "kv_latent", m, seg))
+            ops.append(self._norm("kv_a_layernorm", A + "kv_a_layernorm", "kv_latent", "kv_latent", m, s.kv_lora_rank,
+                                  row_stride=lat_w * ab))
+            ops.append(norm_k.rotary("rotary", [a["q"], a["kv_latent"]], [self.q_width, lat_w], m=m, act_bytes=ab))
+            ops.append(attn.kv_append("kv_append", [(a["kv_latent"], lat_w * ab)], caches, batch=self.mb,
+                                      start=seg.start, t=seg.tokens))
+            kvb, kvb_sc = self.weights[A + "kv_b_proj"]
+            extra = tuple(x for x in (kvb, kvb_sc) if x is not None)
+            dims = dict(score_dim=s.kv_lora_rank + s.qk_rope_head_dim, value_dim=s.kv_lora_rank)
+            absorb = 2 * m * s.num_heads * s.kv_lora_rank * (s.qk_nope_head_dim + s.v_head_dim)
+        else:
+            kvw = s.num_kv_heads * s.head_dim
+            ops.append(self._lin("q_proj", A + "q_proj", "norm", "q", m, seg))
+            ops.append(self._lin("k_proj", A + "k_proj", "norm", "k", m, seg))
+            ops.append(self._lin("v_proj", A + "v_proj", "norm", "v", m, seg))
+            if s.qk_norm:
+                ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m * s.num_heads, s.head_dim))
+                ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m * s.num_kv_heads, s.head_dim))
+            ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [self.q_width, kvw], m=m, act_bytes=ab))
+            ops.append(attn.kv_append("kv_append", [(a["k"], kvw * ab), (a["v"], kvw * ab)], caches,
+                                      batch=self.mb, start=seg.start, t=seg.tokens))
+            extra = ()
+            dims = dict(score_dim=s.head_dim, value_dim=s.head_dim)
+            absorb = 0
+        common = dict(batch=self.mb, start=seg.start, t=seg.tokens, window=s.sliding_window, heads=s.num_heads,
+                      q_row_bytes=self.q_width * ab, o_row_bytes=self.o_width * ab, phase=seg.phase,
+                      extra_reads=extra, **dims)
+        keys, values = (caches, caches) if s.attention == "mla" else ([caches[0]], [caches[1]])
+        att = ATTENTION[run.attention]("attention", a["q"], a["attn"], keys, values, act_bytes=ab,
+                                       scores=a.get("scores"), attn_tile=run.attn_tile, **common)
+        att[0].flops += absorb
+        ops += att
+        ops.append(self._lin("o_proj", A + "o_proj", "attn", "attn_out", m, seg))
+        return ops
+
+    def _moe_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
+        s, a, ab = self.spec, self.act, self.ab
+        h, k, E = s.hidden_size, s.num_experts_per_tok, s.num_experts
+        M = p + "mlp."
+        ops = [self._lin("mlp.gate", M + "gate", "norm", "router_logits", m, seg)]
+        r = moe_k.route_op("mlp.route", a["router_logits"], m=m, n_experts=E, k=k, act_bytes=ab)
+        if s.router_bias:
+            r.read_all(self.weights[M + "gate.e_score_correction_bias"][0])
+        ops.append(r)
+        routes = self.router.route(i, seg.step, m)
+        if self.routing_log is not None and (seg.step >= 0 or m > self._logged_prefill.get(i, 0)):
+            # the prefills of a conversation route prefixes of one (step -1) stream: log each token once
+            first = self._logged_prefill.get(i, 0) if seg.step < 0 else 0
+            if seg.step < 0:
+                self._logged_prefill[i] = max(first, m)
+            n = max(0, m - first) * k
+            self.routing_log.extend({"step": np.full(n, seg.step, np.int32), "layer": np.full(n, i, np.int32),
+                                     "token": np.repeat(np.arange(first, max(first, m), dtype=np.int32), k),
+                                     "expert": routes[first:].ravel().astype(np.int32)}, n)
+        counts = moe_k.expert_counts(routes, E)
+        if s.num_shared_experts:
+            ops += self._mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, m, seg,
+                             name="mlp.shared_experts.")
+        ops.append(moe_k.dispatch("mlp.dispatch", a["norm"], a["moe_dispatch"], m=m, k=k, row_bytes=h * ab))
+        first = 0
+        for e in np.flatnonzero(counts).tolist():
+            x = f"{M}experts.{e}."
+            ws = [self.weights[x + n] for n in ("gate_proj", "up_proj", "down_proj")]
+            ops.append(moe_k.expert_mlp("mlp.experts", e, [t for t, _ in ws], [c for _, c in ws], a["moe_dispatch"],
+                                        a["moe_inter"], a["moe_out"], first_row=first, rows=int(counts[e]), hidden=h,
+                                        ffn=s.moe_intermediate_size, act_bytes=ab, phase=seg.phase,
+                                        tile_m=self.run.tile_m))
+            first += int(counts[e])
+        comb = moe_k.combine("mlp.combine", a["moe_out"], a["mlp_out"], m=m, k=k, row_bytes=h * ab, hidden=h)
+        if s.num_shared_experts:   # the shared experts' output, already in mlp_out, is added in
+            comb.accesses.insert(1, comb.accesses[0]._replace(tensor=a["mlp_out"].id, nbytes=m * h * ab))
+        ops.append(comb)
+        return ops
