@@ -594,6 +594,24 @@ CASES = [
     Case("system-latency-as-bandwidth", ["systems", "{tmp}/s.toml"],
          "{tmp}/s.toml: scale_out.latency: expected a time such as \"20 us\", \"1.5 ms\" or \"800 ns\", got '5 GB/s'",
          {"s.toml": SYSTEM.replace('latency = "5 us"', 'latency = "5 GB/s"')}),
+    # -- sharding: `tierlab trace MODEL -o OUT --generate 1 --tp/--pp/--ep/--dp ...` ---------------
+    Case("arg-tp-not-dividing-heads", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--tp", "3"],
+         "--tp: 3 ranks do not divide the model's 4 attention heads"),
+    Case("arg-tp-not-dividing-kv-heads", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1", "--tp", "3"],
+         "--tp: 3 ranks neither divide the model's 4 KV heads nor are a multiple of them",
+         {"m.json": json.dumps(dict(json.loads(TINY.read_text()), hidden_size=192, num_attention_heads=12,
+                                    num_key_value_heads=4, intermediate_size=192, vocab_size=384))}),
+    Case("arg-pp-layers-not-adding-up", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--pp", "2",
+                                         "--pp-layers", "1,2"], "--pp-layers: stages hold 3 layers; the model has 2"),
+    Case("arg-ep-above-experts", ["trace", "mixtral-8x7b", *TRACE_OUT, "--generate", "1", "--ep", "16", "--dp", "16"],
+         "--ep: 16 ranks for the model's 8 experts; at most one rank per expert"),
+    Case("arg-ep-not-dividing-experts", ["trace", "mixtral-8x7b", *TRACE_OUT, "--generate", "1", "--ep", "3", "--dp", "3"],
+         "--ep: 3 ranks must divide the model's 8 experts"),
+    Case("arg-ep-on-dense-model", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--ep", "2", "--dp", "2"],
+         "--ep: expert parallelism needs a mixture-of-experts model; tiny-llama is dense"),
+    Case("arg-microbatches-not-dividing-batch", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--batch", "4",
+                                                 "--pp-microbatches", "3"],
+         "--pp-microbatches: 3 microbatches do not divide the batch of 4 sequences"),
 ]
 
 

@@ -53,7 +53,9 @@ def check_plan(spec: ModelSpec, run: RunConfig) -> None:
         if not E:
             raise UsageError(f"expert parallelism needs a mixture-of-experts model; {spec.name} is dense",
                              field="--ep")
-        if ep > E or E % ep:
+        if ep > E:
+            raise UsageError(f"{ep} ranks for the model's {E} experts; at most one rank per expert", field="--ep")
+        if E % ep:
             raise UsageError(f"{ep} ranks must divide the model's {E} experts", field="--ep")
         if (tp * run.dp) % ep:
             raise UsageError(f"{ep} ranks must divide tp x dp = {tp * run.dp} (the devices of a stage)",
