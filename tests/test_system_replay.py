@@ -242,3 +242,17 @@ def test_cli_compare_systems_and_chips_side_by_side(tmp_path):
     assert r.exit_code == 0, r.output
     header = next(line for line in r.stdout.splitlines() if line.startswith("per decode token")).split()
     assert header[-2:] == ["h100", "dgx-h100"] and "bytes/token scale_up" in r.stdout
+
+
+def test_cli_run_a_sharded_trace_on_a_system():
+    """The lowering's own TP x PP trace: its collectives are costed and sit on the critical path."""
+    r = CliRunner().invoke(main, ["run", "qwen2-0.5b", "--system", "dgx-h100", "--tp", "2", "--pp", "2",
+                                  "--context", "32", "--generate", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["parallelism"] == {"tp": 2, "pp": 2, "ep": 1, "dp": 1} and len(d["devices"]) == 4
+    kinds = {c["kind"] for c in d["collectives"]}
+    assert {"all_reduce", "send_recv"} <= kinds
+    assert d["network"][0]["bytes"] > 0 and d["per_token"]["bytes_by_link"]["scale_up"] > 0
+    assert 0 < d["coordination"]["collective_time_share"] < 1
+    assert d["energy_j"]["total"] == pytest.approx(d["energy_j"]["devices"] + d["energy_j"]["network"])
