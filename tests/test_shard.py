@@ -304,3 +304,27 @@ def test_flops_conserved_and_accesses_on_the_op_device(tmp_path_factory, case):
     a = accesses(many)
     assert np.all(many.tensor_device[a["tensor_id"]] == many.op_device[a["op_id"]])
     assert many.n_devices == run.dp * run.pp * run.tp
+
+
+# ---- tierlab info of a v2 trace ------------------------------------------------------------------
+
+def test_info_json_devices_and_collectives(tmp_path):
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+    from traces.summary import device_lines
+
+    out = tmp_path / "t.trace"
+    r = CliRunner().invoke(main, ["trace", "qwen2-0.5b", "-o", str(out), "--generate", "1", "--tp", "2", "--pp", "2"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["info", str(out), "--json"])
+    s = json.loads(r.stdout)
+    assert {"tables", "params", "flops", "bytes", "steps", "devices", "collectives"} <= set(s)
+    assert [d["device"] for d in s["devices"]] == [0, 1, 2, 3]
+    assert s["collectives"]["send_recv"] == {"count": 2, "bytes": 2 * 896 * 2}
+    assert s["collectives"]["all_reduce"]["count"] == 2 * 24 + 1      # 2 per layer, the embedding once
+    assert s["collectives"]["all_gather"] == {"count": 1, "bytes": 151936 * 2}
+    assert sum(d["flops"] for d in s["devices"]) == s["flops"]["total"]
+    assert sum(sum(d["tensor_bytes"].values()) for d in s["devices"]) == \
+        sum(int(n) for n in open_trace(out).tensor_arrays()["nbytes"])
+    assert len(device_lines(s)) == 1 + 4 + 1 + 3

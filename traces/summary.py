@@ -90,4 +90,50 @@ def summarize(trace: Trace, batch_rows: int = 1 << 20) -> dict:
                    "bytes": {kd: {rw: int(by_step[s, j, r]) for r, rw in enumerate(RW)} for j, kd in enumerate(kinds)}}
                   for s in range(n_steps)],
     }
+    out["devices"] = device_totals(trace, tens, ops)
+    out["collectives"] = collective_totals(trace)
     return out
+
+
+def device_totals(trace: Trace, tens: dict | None = None, ops: dict | None = None) -> list[dict]:
+    """Per device (a one-device trace has one): its tensors' bytes by kind, its ops and FLOPs."""
+    tens = trace.tensor_arrays() if tens is None else tens
+    ops = trace.op_arrays() if ops is None else ops
+    n = max(1, trace.n_devices)
+    tdev, odev = trace.tensor_device.astype(np.int64), trace.op_device.astype(np.int64)
+    kinds, code = _codes(np.concatenate([np.array(TENSOR_KINDS[:3], dtype=object), tens["kind"]]))
+    code = code[3:]
+    by_kind = np.zeros((n, max(1, len(kinds))), np.int64)
+    np.add.at(by_kind, (tdev, code), tens["nbytes"].astype(np.int64))
+    n_ops = np.bincount(odev, minlength=n)
+    flops = np.zeros(n, np.int64)
+    np.add.at(flops, odev, ops["flops"].astype(np.int64))
+    coll = np.bincount(odev[trace.op_collective >= 0], minlength=n) if len(odev) else np.zeros(n, np.int64)
+    return [{"device": d, "tensor_bytes": {k: int(by_kind[d, j]) for j, k in enumerate(kinds)},
+             "ops": int(n_ops[d]), "collective_ops": int(coll[d]), "flops": int(flops[d])} for d in range(n)]
+
+
+def collective_totals(trace: Trace) -> dict:
+    """Per collective kind: how many and their total size S (bytes, see traces.format.COLLECTIVE_KINDS)."""
+    out: dict = {}
+    c = trace.collectives
+    if c.num_rows:
+        for kind, size in zip(c.column("kind").to_pylist(), c.column("size_bytes").to_pylist()):
+            e = out.setdefault(kind, {"count": 0, "bytes": 0})
+            e["count"] += 1
+            e["bytes"] += int(size)
+    return out
+
+
+def device_lines(s: dict) -> list[str]:
+    """``tierlab info`` text for a trace of several devices: a table per device and of the collectives."""
+    if len(s.get("devices", ())) < 2:
+        return []
+    kinds = sorted({k for d in s["devices"] for k in d["tensor_bytes"]})
+    lines = ["device  ops  collective_ops  flops  " + "  ".join(f"{k}_bytes" for k in kinds)]
+    for d in s["devices"]:
+        lines.append(f"{d['device']}  {d['ops']}  {d['collective_ops']}  {d['flops']}  " +
+                     "  ".join(str(d["tensor_bytes"][k]) for k in kinds))
+    lines.append("collective  count  bytes")
+    lines += [f"{k}  {v['count']}  {v['bytes']}" for k, v in sorted(s["collectives"].items())]
+    return lines
