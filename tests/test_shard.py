@@ -328,3 +328,17 @@ def test_info_json_devices_and_collectives(tmp_path):
     assert sum(sum(d["tensor_bytes"].values()) for d in s["devices"]) == \
         sum(int(n) for n in open_trace(out).tensor_arrays()["nbytes"])
     assert len(device_lines(s)) == 1 + 4 + 1 + 3
+
+
+def test_microbatches_read_their_own_kv_rows(tmp_path):
+    spec, run, t = trace(tmp_path, "qwen2-0.5b", context=5, generate=1, batch=4, pp=2, pp_microbatches=2)
+    ops, tens, a = t.op_arrays(), t.tensor_arrays(), accesses(t)
+    k0 = int(np.flatnonzero((tens["name"] == "layers.0.kv.k") & (t.tensor_device == 0))[0])
+    row = spec.num_kv_heads * spec.head_dim * 2
+    stride = run.max_positions * row
+    att = [i for i in np.flatnonzero((ops["name"] == "attention") & (ops["layer"] == 0))]
+    assert len(att) == 2
+    for k, i in enumerate(att):
+        sel = (a["op_id"] == i) & (a["tensor_id"] == k0)
+        assert a["offset"][sel].tolist() == [k * 2 * stride] and a["count"][sel].tolist() == [2]
+        assert a["nbytes"][sel].tolist() == [6 * row]            # positions 0..5 of each of its 2 sequences

@@ -35,6 +35,10 @@ of each KV tensor and writes them to its twin ``layers.i.kv_offload.{k,v,latent}
 ``run.conversation`` lists per turn its op id range and tokens; prefill segments of every turn draw
 token ids and MoE routing from the same (seed, step -1) streams, so a re-prefill routes the tokens
 a reusing turn routes, and more.
+
+A run over several devices (``run.sharded``: tensor, pipeline, expert or data parallelism, or
+microbatches) is lowered by :mod:`traces.lower_parallel` into one format-v2 trace; the class doing
+the one-device work is :class:`traces.lowering.Lowering`.
 """
 
 from __future__ import annotations

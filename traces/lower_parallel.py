@@ -67,15 +67,12 @@ class _SliceRouter:
         self._cache: dict = {}
 
     def route(self, layer: int, step: int, n: int) -> np.ndarray:
-        key = (layer, step, self.rows_for(step))
+        key = (layer, step, self.rows)
         if key not in self._cache:
             if len(self._cache) > 64:
                 self._cache.clear()
-            self._cache[key] = self.router.route(layer, step, key[2])
+            self._cache[key] = self.router.route(layer, step, self.rows)
         return self._cache[key][self.row0:self.row0 + n]
-
-    def rows_for(self, step: int) -> int:
-        return self.rows
 
 
 class _DeviceLowering(Lowering):
