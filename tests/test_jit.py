@@ -13,12 +13,28 @@ def test_package_stamp_follows_every_module(tmp_path):
     for room in jit.COMPILED_ROOMS:
         shutil.copytree(src / room, tmp_path / room, ignore=shutil.ignore_patterns("__pycache__"))
     before = jit.package_stamp(str(tmp_path))
-    assert before == jit.package_stamp.__wrapped__(str(tmp_path))       # deterministic
+    assert before == jit.stamp_of(jit.read_rooms(str(tmp_path)))        # deterministic
     (tmp_path / "engine" / "simd.py").write_text((tmp_path / "engine" / "simd.py").read_text() + "\n# changed\n")
-    changed = jit.package_stamp.__wrapped__(str(tmp_path))
+    changed = jit.stamp_of(jit.read_rooms(str(tmp_path)))
     assert changed != before
+    assert jit.package_stamp(str(tmp_path)) == before                   # read once per process
     (tmp_path / "analysis" / "new_helper.py").write_text("X = 1\n")
-    assert jit.package_stamp.__wrapped__(str(tmp_path)) not in (before, changed)
+    assert jit.stamp_of(jit.read_rooms(str(tmp_path))) not in (before, changed)
+
+
+def test_a_module_edited_after_the_stamp_compiles_without_the_cache(monkeypatch):
+    """A module read after the stamp was taken, and edited in between, would cache its code under
+    a stamp of other text: it compiles without the on-disk cache instead."""
+    f = walk.replay_batch.py_func
+    assert not jit.source_changed_since_stamp(f)
+    real = jit.module_digests()
+    path = str(Path(f.__code__.co_filename).resolve())
+    monkeypatch.setattr(jit, "module_digests", lambda root=None: {**real, path: "0" * 64})
+    assert jit.source_changed_since_stamp(f)
+    d = jit.njit(f)
+    assert not hasattr(getattr(d, "_cache", None), "_cache_file")      # no on-disk cache
+    helper = jit.njit(lambda x: x + 1)                                 # outside the compiled rooms
+    assert not jit.source_changed_since_stamp(helper.py_func)
 
 
 def test_cached_functions_carry_the_package_stamp():

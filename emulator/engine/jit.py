@@ -28,15 +28,55 @@ _OPTIONS = {"cache": True, "fastmath": False}
 COMPILED_ROOMS = ("engine", "analysis")
 
 
+def read_rooms(root: str | None = None) -> tuple[tuple[str, str, str], ...]:
+    """The compiled rooms' modules as they are now: (name relative to ``emulator/``, absolute path,
+    SHA-256 of the contents), in name order; ``root``: a directory standing in for ``emulator/``."""
+    base = Path(root) if root else Path(__file__).parent.parent
+    files = sorted(q for room in COMPILED_ROOMS for q in (base / room).glob("*.py"))
+    return tuple((q.relative_to(base).as_posix(), str(q.resolve()), hashlib.sha256(q.read_bytes()).hexdigest())
+                 for q in files)
+
+
+_snapshot = functools.lru_cache(maxsize=None)(read_rooms)     # read once per process
+
+
+def stamp_of(rooms: tuple[tuple[str, str, str], ...]) -> str:
+    """SHA-256 of the modules' names and contents (:func:`read_rooms`)."""
+    h = hashlib.sha256()
+    for name, _, digest in rooms:
+        h.update(name.encode() + b"\0" + digest.encode() + b"\0")
+    return h.hexdigest()
+
+
+def module_digests(root: str | None = None) -> dict[str, str]:
+    """SHA-256 of each module of the compiled rooms as :func:`package_stamp` saw it: absolute path
+    -> digest; ``root``: a directory standing in for ``emulator/``."""
+    return {path: digest for _, path, digest in _snapshot(root)}
+
+
 @functools.lru_cache(maxsize=None)
 def package_stamp(root: str | None = None) -> str:
     """SHA-256 of the modules of the compiled rooms (``emulator/engine``, ``emulator/analysis``:
-    relative names and contents, in name order); ``root``: a directory standing in for ``emulator/``."""
-    base = Path(root) if root else Path(__file__).parent.parent
-    h = hashlib.sha256()
-    for p in sorted(q for room in COMPILED_ROOMS for q in (base / room).glob("*.py")):
-        h.update(p.relative_to(base).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
+    relative names and contents, in name order, read once per process); ``root``: a directory
+    standing in for ``emulator/``."""
+    return stamp_of(_snapshot(root))
+
+
+def source_changed_since_stamp(func) -> bool:
+    """Whether ``func``'s module file differs now from what :func:`package_stamp` hashed.
+
+    The stamp is taken once per process, at the first compiled function; a module imported later
+    was read later. Had it been edited in between, its code (the older or newer text) would be
+    cached under a stamp describing other text, and a later process could load it for the wrong
+    source. Such a function is compiled without the on-disk cache instead."""
+    path = str(Path(func.__code__.co_filename).resolve())
+    recorded = module_digests().get(path)
+    if recorded is None:        # outside the compiled rooms (a test's or a benchmark's helper)
+        return False
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() != recorded
+    except OSError:
+        return True
 
 
 def _bind_to_package(dispatcher):
@@ -59,7 +99,9 @@ def njit(func=None, **options):
     options = {**_OPTIONS, **options}
 
     def wrap(f):
-        d = numba.njit(**options)(f)
-        return _bind_to_package(d) if options["cache"] else d
+        package_stamp()            # taken before the module's text is compared with it
+        opts = options if not (options["cache"] and source_changed_since_stamp(f)) else {**options, "cache": False}
+        d = numba.njit(**opts)(f)
+        return _bind_to_package(d) if opts["cache"] else d
 
     return wrap(func) if func is not None else wrap
