@@ -112,6 +112,8 @@ def test_every_device_is_a_one_chip_replay_of_its_slice(tmp_path, n):
     assert row["count"] == 2 and row["time_s"] == pytest.approx(2 * want.time_s)
     assert row["bytes_per_rank"] == pytest.approx(2 * want.bytes_sent_per_rank)
     assert d["coordination"]["connections"]["peer_processes_per_rank_max"] == n - 1
+    # each peer connection keeps 16 channels (estimate) x NCCL's default 4 MiB buffer
+    assert d["coordination"]["connections"]["queue_bytes_per_rank_max"] == (n - 1) * 16 * (4 << 20)
 
 
 def test_energy_is_the_sum_of_its_parts(tmp_path):

@@ -36,6 +36,7 @@ from emulator.cost.model import Cost
 from emulator.cost.trace_cost import cost_of
 from emulator.network.collective import CollectiveCost, Group, plan_collective
 from emulator.network.registry import ALGORITHMS
+from emulator.network.queues import BUFFER_BYTES, CHANNELS, queue_bytes
 from emulator.network.schedule import SWITCH
 
 if TYPE_CHECKING:                                   # only for the annotation
@@ -218,7 +219,8 @@ def decode_steps(sr: SystemReplay) -> dict[int, np.ndarray]:
 def connections(sc: SystemCost, system) -> dict:
     """The connections each rank holds over the run: its distinct peer devices (one connection per
     peer process) and the distinct other nodes among them (one per peer node); the switch of an
-    in-network reduction is not a peer."""
+    in-network reduction is not a peer. ``queue_bytes``: the staging memory those connections take
+    (:mod:`emulator.network.queues`)."""
     peers: dict[int, set] = {}
     for cc in sc.collectives:
         for r, ps in cc.peers_by_rank.items():
@@ -228,6 +230,13 @@ def connections(sc: SystemCost, system) -> dict:
     per_rank = {r: {"peer_processes": len(ps),
                     "peer_nodes": len({system.node_of(p) for p in ps} - {system.node_of(r)})}
                 for r, ps in sorted(peers.items())}
+    for v in per_rank.values():
+        # staging memory of those connections, one set of buffers per peer process
+        # (emulator.network.queues: NCCL's default buffer, an estimated channel count)
+        v["queue_bytes"] = queue_bytes(v["peer_processes"])
     return {"peer_processes_per_rank_max": max((v["peer_processes"] for v in per_rank.values()), default=0),
             "peer_nodes_per_rank_max": max((v["peer_nodes"] for v in per_rank.values()), default=0),
+            "queue_bytes_per_rank_max": max((v["queue_bytes"] for v in per_rank.values()), default=0),
+            "queue_model": f"peers x {CHANNELS} channels (estimate) x {BUFFER_BYTES >> 20} MiB "
+                           "(NCCL_BUFFSIZE default) per rank",
             "by_rank": [{"device": r, **v} for r, v in per_rank.items()]}

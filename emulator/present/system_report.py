@@ -50,7 +50,8 @@ def format_system_text(d: dict) -> str:
                 ["messages per step", f"{c['messages_per_step']:.4g}"]]
         cn = c["connections"]
         rows += [["peer processes per rank (max)", cn["peer_processes_per_rank_max"]],
-                 ["peer nodes per rank (max)", cn["peer_nodes_per_rank_max"]]]
+                 ["peer nodes per rank (max)", cn["peer_nodes_per_rank_max"]],
+                 ["connection queues per rank (max; estimate)", format_bytes(cn["queue_bytes_per_rank_max"])]]
         out.append(table(["coordination (per decode step)", "value"], rows, cell=str))
         out.append("latency: " + pt["latency_model"])
     return "\n\n".join(out)
