@@ -123,17 +123,3 @@ def collective_totals(trace: Trace) -> dict:
             e["count"] += 1
             e["bytes"] += int(size)
     return out
-
-
-def device_lines(s: dict) -> list[str]:
-    """``tierlab info`` text for a trace of several devices: a table per device and of the collectives."""
-    if len(s.get("devices", ())) < 2:
-        return []
-    kinds = sorted({k for d in s["devices"] for k in d["tensor_bytes"]})
-    lines = ["device  ops  collective_ops  flops  " + "  ".join(f"{k}_bytes" for k in kinds)]
-    for d in s["devices"]:
-        lines.append(f"{d['device']}  {d['ops']}  {d['collective_ops']}  {d['flops']}  " +
-                     "  ".join(str(d["tensor_bytes"][k]) for k in kinds))
-    lines.append("collective  count  bytes")
-    lines += [f"{k}  {v['count']}  {v['bytes']}" for k, v in sorted(s["collectives"].items())]
-    return lines

@@ -30,6 +30,7 @@ def command(trace, max_steps, as_json):
         keys = ("prompt", "context", "generate", "batch", "weights", "kv", "activations", "router", "attention")
         if run.get("turns"):  # a conversation: its turns replace prompt/generate
             keys = ("context", "batch", "weights", "kv", "activations", "router", "attention")
+        keys += ("tp", "pp", "ep", "dp", "pp_layers", "pp_microbatches")   # present when sharded
         click.echo("run   " + "  ".join(f"{k}={run[k]}" for k in keys if k in run))
         if run.get("turns"):
             turns = ",".join(f"{p}:{a}" for p, a in run["turns"])
@@ -49,6 +50,17 @@ def command(trace, max_steps, as_json):
             rows.append([phase, kind, rw["read"], rw["write"]])
     click.echo("")
     click.echo(table(["phase", "kind", "bytes read", "bytes written"], rows, align="<<>>", cell=format_number))
+    if len(s.get("devices") or ()) > 1:
+        kinds = sorted({k for d in s["devices"] for k in d["tensor_bytes"]})
+        headers = ["device", "ops", "collective ops", "flops"] + [f"{k} bytes" for k in kinds]
+        rows = [[d["device"], d["ops"], d["collective_ops"], d["flops"]] + [d["tensor_bytes"].get(k, 0) for k in kinds]
+                for d in s["devices"]]
+        click.echo("")
+        click.echo(table(headers, rows, align=numeric_align(rows, len(headers)), cell=format_number))
+        rows = [[k, v["count"], v["bytes"]] for k, v in sorted(s["collectives"].items())]
+        if rows:
+            click.echo("")
+            click.echo(table(["collective", "count", "bytes"], rows, align="<>>", cell=format_number))
     if s["steps"]:
         kinds = sorted({k for st in s["steps"] for k in st["bytes"]})
         headers = ["step", "ops", "flops"] + [f"{k} read" for k in kinds] + [f"{k} written" for k in kinds]
