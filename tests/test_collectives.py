@@ -246,6 +246,8 @@ def test_refusals():
     ("all_reduce", group(8, up=fabric(reduce=True)), 64 * MiB, "in_network"),  # NVLS
     ("all_reduce", group(8), 64 * MiB, "ring"),                                # large, one node
     ("all_reduce", group(32), 1 * MiB, "tree"),                                # many ranks, small
+    ("all_reduce", group(16, up=fabric(topology="direct")), 64 * KiB, "direct"),   # 16 on a full mesh
+    ("all_reduce", group(16, up=fabric(topology="direct")), 1 * MiB, "tree"),      # ... past one-shot sizes
     ("all_reduce", group(16, 8), 1 * MiB, "tree"),                             # across nodes, small
     ("all_reduce", group(16, 8), 1 * GiB, "hierarchical"),                     # across nodes, large
     ("all_reduce", Group((0, 1, 2, 8), system(16, 8)), 1 * GiB, "ring"),       # unequal nodes

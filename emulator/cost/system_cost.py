@@ -182,10 +182,11 @@ def walk_items(sr: SystemReplay, sc: SystemCost, op_ids: np.ndarray | None = Non
     if op_ids is not None:
         sel = np.zeros(sr.trace.n_ops, bool)
         sel[np.asarray(op_ids, np.int64)] = True
-    items, used = [], set()
+    items, used, joined = [], set(), []
     for d, tr in enumerate(sr.devices):
         cst = sc.devices[d]
         its: list[tuple] = []
+        mine: set[int] = set()          # the collectives this device has an op of
         for local, g in enumerate(sr.op_ids[d]):
             if sel is not None and not sel[g]:
                 continue
@@ -198,11 +199,14 @@ def walk_items(sr: SystemReplay, sc: SystemCost, op_ids: np.ndarray | None = Non
             else:
                 its.append((COLL, c, lat))
                 used.add(c)
+                mine.add(c)
         items.append(its)
+        joined.append(mine)
     for c in sorted(used):            # a rank of a collective with no op of its own joins at its end
         for r in sc.table[c]["ranks"]:
-            if r < len(items) and not any(it[0] == COLL and it[1] == c for it in items[r]):
+            if r < len(items) and c not in joined[r]:
                 items[r].append((COLL, c, 0.0))
+                joined[r].add(c)
     return (items, {c: sc.collectives[c].time_s for c in used},
             {c: fabric_resource(sc.collectives[c]) for c in used})
 

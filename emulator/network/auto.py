@@ -5,8 +5,10 @@ algorithm and protocol; here fixed thresholds stand in for that model).
 For ``all_reduce`` (S the buffer, n ranks), first match wins:
 
 1. one rank: ``direct`` (nothing moves);
-2. one node, n <= :data:`ONE_SHOT_MAX_RANKS` and S <= :data:`ONE_SHOT_MAX_BYTES`: ``direct``
-   (one step; latency dominates small buffers — vLLM's / TensorRT-LLM's one-shot all-reduce);
+2. one node, S <= :data:`ONE_SHOT_MAX_BYTES`, and n <= :data:`ONE_SHOT_MAX_RANKS` or the node a
+   full mesh (``direct`` topology: every pair its own link, so the one-shot's (n-1) sends go out on
+   n-1 links at once and its one step beats a tree's 2 ceil(log2 n)): ``direct`` (latency
+   dominates small buffers — vLLM's / TensorRT-LLM's one-shot all-reduce);
 3. the switch of the fabric the group spans reduces: ``in_network`` (NVLS in a node, SHARP across);
 4. S <= :data:`TREE_MAX_BYTES` and (more than one node, or n > ONE_SHOT_MAX_RANKS): ``tree``
    (2 ceil(log2 n) steps instead of the ring's 2(n-1));
@@ -28,7 +30,8 @@ def choose_auto(kind, group, size_bytes, supported) -> tuple[str, str]:
     """(algorithm name, why) for ``kind`` on ``group`` moving ``size_bytes``; ``supported(name)`` is
     the algorithm's refusal (None when it serves)."""
     n, nodes = group.n_ranks, group.n_nodes
-    one_shot = nodes <= 1 and n <= ONE_SHOT_MAX_RANKS and size_bytes <= ONE_SHOT_MAX_BYTES
+    mesh = group.system.scale_up.topology == "direct"
+    one_shot = nodes <= 1 and (n <= ONE_SHOT_MAX_RANKS or mesh) and size_bytes <= ONE_SHOT_MAX_BYTES
     if kind in ("all_to_all", "send_recv"):
         return "direct", f"{kind} goes straight to its peers"
     if n <= 1:
@@ -38,7 +41,8 @@ def choose_auto(kind, group, size_bytes, supported) -> tuple[str, str]:
             return "direct", f"one node, {n} <= {ONE_SHOT_MAX_RANKS} ranks, {size_bytes:g} B <= ONE_SHOT_MAX_BYTES"
         return "ring", "bandwidth-optimal"
     if one_shot:
-        return "direct", f"one node, {n} <= {ONE_SHOT_MAX_RANKS} ranks, {size_bytes:g} B <= ONE_SHOT_MAX_BYTES"
+        ranks = f"{n} ranks on a full mesh" if n > ONE_SHOT_MAX_RANKS else f"{n} <= {ONE_SHOT_MAX_RANKS} ranks"
+        return "direct", f"one node, {ranks}, {size_bytes:g} B <= ONE_SHOT_MAX_BYTES"
     if supported("in_network") is None:
         return "in_network", "the switch reduces"
     if size_bytes <= TREE_MAX_BYTES and (nodes > 1 or n > ONE_SHOT_MAX_RANKS):
