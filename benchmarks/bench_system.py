@@ -13,15 +13,23 @@ split over decode steps in proportion to the devices' tier-0 requests, then divi
 of a step, dp x batch) over the system's modelled seconds per decode token (``per_token.latency_s``
 / ``tokens_per_step`` of ``tierlab run --system --json``): ``host_over_system``. The counts' check:
 every device's counters (``per_op`` and ``flush``) identical between the first replay and every
-repeat.
+repeat, and between those and the baseline.
+
+``replay_system`` replays one device per class of identical slices (``distinct_slices`` of the
+``n_devices``) on ``--threads`` host threads (default all cores: ``threads``); the same trace is
+also replayed the old way, every device's slice one after another on one thread (``dedupe=False,
+threads=1``, best of ``--repeat``): ``baseline_replay_s`` and ``host_over_system_baseline``. With
+threads, ``per_device_replay_s`` (one entry per distinct slice) overlap, so ``replay_overhead_s``
+(the replay's time outside them) can be negative.
 
     python benchmarks/bench_system.py [--model NAME] [--system NAME] [--tp N] [--context N]
-                                      [--generate N] [--repeat N]
+                                      [--generate N] [--repeat N] [--threads N] [--no-dedupe]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +48,10 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--generate", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3, help="replays timed after the first (best kept; default 3)")
+    ap.add_argument("--threads", type=int, default=None, help="host threads (default: all cores)")
+    ap.add_argument("--no-dedupe", action="store_true", help="replay every device's slice, identical or not")
     args = ap.parse_args()
+    kw = {"dedupe": not args.no_dedupe, "threads": args.threads}
 
     import emulator.system_pipeline as sp
     from emulator.analysis.system_result import to_json
@@ -71,7 +82,7 @@ def main() -> None:
 
         calls.clear()
         t0 = time.perf_counter()
-        first = sp.replay_system(trace, args.system)
+        first = sp.replay_system(trace, args.system, **kw)
         t_first = time.perf_counter() - t0
         first_per_device = list(calls)
         log(f"first replay {t_first:.1f} s")
@@ -80,7 +91,7 @@ def main() -> None:
         for i in range(args.repeat):
             calls.clear()
             t0 = time.perf_counter()
-            sr = sp.replay_system(trace, args.system)
+            sr = sp.replay_system(trace, args.system, **kw)
             t = time.perf_counter() - t0
             log(f"replay {i + 1}/{args.repeat}: {t:.1f} s")
             if t < t_replay:
@@ -88,6 +99,17 @@ def main() -> None:
             counts_equal &= len(sr.devices) == len(first.devices) and all(
                 np.array_equal(a.result.per_op, b.result.per_op) and np.array_equal(a.result.flush, b.result.flush)
                 for a, b in zip(first.devices, sr.devices))
+
+        # the baseline: every device's slice, one after another on one thread
+        t_base = float("inf")
+        for i in range(args.repeat):
+            t0 = time.perf_counter()
+            base = sp.replay_system(trace, args.system, dedupe=False, threads=1)
+            t_base = min(t_base, time.perf_counter() - t0)
+            counts_equal &= len(base.devices) == len(sr.devices) and all(
+                np.array_equal(a.result.per_op, b.result.per_op) and np.array_equal(a.result.flush, b.result.flush)
+                for a, b in zip(base.devices, sr.devices))
+        log(f"baseline (every slice, one thread): {t_base:.3f} s")
 
         t0 = time.perf_counter()
         d = to_json(sr)
@@ -119,6 +141,9 @@ def main() -> None:
         "generate": args.generate, "batch": 1, "parallelism": d["parallelism"], "n_devices": n_devices,
         "trace_s": t_trace, "first_replay_s": t_first, "replay_s": t_replay, "cost_s": t_cost,
         "repeat": args.repeat,
+        "dedupe": not args.no_dedupe, "distinct_slices": sr.distinct_slices, "threads": sr.threads,
+        "replayed_as": sr.replayed_as, "host_cores": os.cpu_count(),
+        "baseline_replay_s": t_base, "speedup_over_baseline": t_base / t_replay,
         "per_device_replay_s": best_per_device,
         "per_device_replay_s_first": first_per_device,
         "per_device_replay_s_mean": float(np.mean(best_per_device)),
@@ -129,6 +154,7 @@ def main() -> None:
         "host_s_per_decode_token_per_device": host_token / n_devices,
         "system_s_per_decode_token": system_token,
         "host_over_system": host_token / system_token,
+        "host_over_system_baseline": host_token * t_base / t_replay / system_token,
         "host_over_system_with_cost": (host_token + t_cost / max(len(host_by_step), 1) / tokens) / system_token,
         "system_time_source": "to_json(sr)['per_token']['latency_s'] / tokens_per_step: a decode step's "
                               "critical path over devices (emulator.cost.system_cost)",
@@ -136,7 +162,8 @@ def main() -> None:
         "collective_time_share": d["coordination"].get("collective_time_share"),
         "host_s_by_step": host_by_step,
         "counts_equal_across_repeats": bool(counts_equal),
-        "counts_check": "every device's per_op and flush counters of the first replay equal those of each repeat",
+        "counts_check": "every device's per_op and flush counters of the first replay equal those of each "
+                        "repeat and of the baseline (dedupe=False, threads=1)",
     })
 
 

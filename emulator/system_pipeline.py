@@ -7,11 +7,24 @@ and replays it with :func:`emulator.pipeline.replay_trace` on ``system.chip`` (p
 and the engine's door exactly as for one chip). A trace has one address space per device, so a
 slice is exactly a one-chip trace; a version-1 trace is one device and its slice is the trace
 itself. Costing the collectives and the critical path is :mod:`emulator.cost.system_cost`.
+
+Two speed-ups, neither changing a count. **Identical slices are replayed once**: in tensor
+parallelism most devices' slices are the same one-chip trace (each device has its own address
+space from 0); :func:`slice_digests` hashes every slice's content (its tensor and op tables without
+the device and collective columns, and its access rows with op and tensor ids renumbered locally,
+all in one pass over the accesses) and one device per digest class is replayed, the others sharing
+its counts (``dedupe=False`` replays every device). **Distinct slices replay on threads**
+(``threads``, default ``os.cpu_count()``): the engine's kernels release the GIL.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import hashlib
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -104,6 +117,15 @@ class SystemReplay:
     devices: list[TraceReplay]
     op_ids: list[np.ndarray]
     collective_algo: str = "auto"
+    #: ``replayed_as[d]``: the device whose replay device ``d``'s counts are (``d`` itself unless
+    #: its slice is identical to that device's); ``threads``: the host threads the slices replayed on
+    replayed_as: list[int] = field(default_factory=list)
+    threads: int = 1
+
+    @property
+    def distinct_slices(self) -> int:
+        """How many slice replays were run (devices with identical slices share one)."""
+        return len(set(self.replayed_as)) if self.replayed_as else len(self.devices)
 
 
 def slices(trace: Trace) -> list[Trace]:
@@ -120,23 +142,125 @@ def check_fits(trace: Trace, system: System) -> None:
                          field=DEVICE_FIELD)
 
 
+def _table_digest(h, table: pa.Table, skip: tuple[str, ...]) -> None:
+    """Feed ``table``'s columns (but ``skip``) to ``h``: values only, never buffer padding."""
+    for name in table.schema.names:
+        if name in skip:
+            continue
+        col = table.column(name).combine_chunks()
+        h.update(name.encode() + b"\0" + str(col.type).encode() + b"\0" + str(len(col)).encode() + b"\0")
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            off_t = np.int32 if pa.types.is_string(col.type) else np.int64
+            bufs = col.buffers()
+            offs = np.frombuffer(bufs[1], off_t)[col.offset:col.offset + len(col) + 1]
+            lo, hi = (int(offs[0]), int(offs[-1])) if len(offs) else (0, 0)
+            h.update((offs - lo).astype(np.int64).tobytes())
+            if bufs[2] is not None:
+                h.update(memoryview(bufs[2])[lo:hi])
+        else:
+            h.update(np.ascontiguousarray(col.to_numpy(zero_copy_only=False)).tobytes())
+
+
+def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20) -> list[bytes | None]:
+    """A content digest of each slice: equal digests mean the slices are the same one-chip trace
+    (tensor and op tables but their ids, device and collective columns; access rows with op and
+    tensor ids local to the device). ``None``: a slice whose accesses reach another device's tensor
+    (its own replay raises the TraceError). One pass over the parent's accesses."""
+    n = len(sls)
+    heads = []
+    for sl in sls:
+        h = hashlib.blake2b(digest_size=32)
+        _table_digest(h, sl.tensors, ("tensor_id", "device"))
+        _table_digest(h, sl.ops, ("op_id", "device", "collective"))
+        heads.append(h)
+    op_dev = trace.op_device
+    t_dev = trace.tensor_device
+    op_local = np.zeros(trace.n_ops, np.int64)
+    t_local = np.zeros(trace.n_tensors, np.int64)
+    for sl in sls:
+        op_local[sl.op_ids] = np.arange(len(sl.op_ids))
+        t_local[sl.tensor_ids] = np.arange(len(sl.tensor_ids))
+    cols = [[hashlib.blake2b(digest_size=32) for _ in range(7)] for _ in range(n)]
+    rows = np.zeros(n, np.int64)
+    foreign = np.zeros(n, bool)
+    for rb in trace.iter_accesses(batch_rows):
+        op = rb.column(0).to_numpy().astype(np.int64)
+        tid = rb.column(1).to_numpy().astype(np.int64)
+        dev = op_dev[op]
+        foreign |= np.bincount(dev[t_dev[tid] != dev], minlength=n).astype(bool)
+        order = np.argsort(dev, kind="stable")
+        bounds = np.searchsorted(dev[order], np.arange(n + 1))
+        arrays = [op_local[op], t_local[tid]] + [rb.column(i).to_numpy(zero_copy_only=False) for i in range(2, 7)]
+        arrays = [a[order] for a in arrays]
+        for d in np.flatnonzero(bounds[1:] > bounds[:-1]):
+            lo, hi = bounds[d], bounds[d + 1]
+            rows[d] += hi - lo
+            for h, a in zip(cols[d], arrays):
+                h.update(np.ascontiguousarray(a[lo:hi]).tobytes())
+    out: list[bytes | None] = []
+    for d in range(n):
+        if foreign[d]:
+            out.append(None)
+            continue
+        h = heads[d]
+        h.update(str(int(rows[d])).encode())
+        for c in cols[d]:
+            h.update(c.digest())
+        out.append(h.digest())
+    return out
+
+
 def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOptions(), *,
                   extra_rules=(), collective_algo: str = "auto",
-                  progress: Callable[[int], None] | None = None) -> SystemReplay:
+                  progress: Callable[[int], None] | None = None, dedupe: bool = True,
+                  threads: int | None = None) -> SystemReplay:
     """Replay every device's slice of ``trace`` (a path or an opened Trace) on ``system``'s chip.
 
     Each slice is placed, PIM-planned and replayed by :func:`emulator.pipeline.replay_trace`, so a
-    device's counts are exactly a one-chip replay of its slice. ``progress(n)`` is called with the
-    descriptors of each batch replayed, over all devices.
+    device's counts are exactly a one-chip replay of its slice. ``dedupe``: replay one device per
+    class of identical slices (:func:`slice_digests`); the others get a :class:`TraceReplay` with
+    their own slice as ``trace`` and the same placement, PIM plan and counts (shared objects: read
+    them, do not modify them). ``threads``: host threads the distinct slices replay on (default
+    ``os.cpu_count()``; 1: one after another). ``progress(n)`` is called with the descriptors of
+    each batch replayed, counted once for every device the replay stands for (from the worker
+    threads, one call at a time).
     """
     if not isinstance(trace, Trace):
         trace = open_trace(trace)
     if not isinstance(system, System):
         system = load_system(system)
     check_fits(trace, system)
-    devices, op_ids = [], []
-    for sl in slices(trace):
-        devices.append(replay_trace(sl, system.chip, options, extra_rules=extra_rules, progress=progress))
-        op_ids.append(sl.op_ids if isinstance(sl, SliceTrace) else np.arange(trace.n_ops))
+    sls = slices(trace)
+    n = len(sls)
+    if dedupe and n > 1:
+        digests = slice_digests(trace, sls, options.batch_rows)
+        first: dict[bytes, int] = {}
+        replayed_as = [d if g is None else first.setdefault(g, d) for d, g in enumerate(digests)]
+    else:
+        replayed_as = list(range(n))
+    reps = sorted(set(replayed_as))
+    weight = {r: replayed_as.count(r) for r in reps}
+    n_threads = max(1, min(threads if threads is not None else (os.cpu_count() or 1), len(reps)))
+
+    lock = threading.Lock()
+
+    def run(r: int) -> TraceReplay:
+        prog = None
+        if progress is not None:
+            k = weight[r]
+
+            def prog(m: int) -> None:
+                with lock:
+                    progress(m * k)
+        return replay_trace(sls[r], system.chip, options, extra_rules=extra_rules, progress=prog)
+
+    if n_threads == 1:
+        done = {r: run(r) for r in reps}
+    else:
+        with ThreadPoolExecutor(n_threads, thread_name_prefix="tierlab-slice") as pool:
+            done = dict(zip(reps, pool.map(run, reps)))
+    devices = [done[r] if r == d else dataclasses.replace(done[r], trace=sls[d])
+               for d, r in enumerate(replayed_as)]
+    op_ids = [sl.op_ids if isinstance(sl, SliceTrace) else np.arange(trace.n_ops) for sl in sls]
     return SystemReplay(system=system, trace=trace, options=options, devices=devices, op_ids=op_ids,
-                        collective_algo=collective_algo)
+                        collective_algo=collective_algo, replayed_as=replayed_as, threads=n_threads)

@@ -258,3 +258,99 @@ def test_cli_run_a_sharded_trace_on_a_system():
     assert d["network"][0]["bytes"] > 0 and d["per_token"]["bytes_by_link"]["scale_up"] > 0
     assert 0 < d["coordination"]["collective_time_share"] < 1
     assert d["energy_j"]["total"] == pytest.approx(d["energy_j"]["devices"] + d["energy_j"]["network"])
+
+
+# ---- identical slices replayed once; distinct slices on threads: pure speed-ups -------------------
+
+def _lowered(tmp_path, model, **run):
+    from traces.lower import generate_trace
+    from traces.run import RunConfig
+    from traces.spec import load_model
+    return open_trace(generate_trace(load_model(model), RunConfig(**run), tmp_path / f"{model}.trace"))
+
+
+def _same_counts(a, b):
+    assert len(a.devices) == len(b.devices)
+    for d, (x, y) in enumerate(zip(a.devices, b.devices)):
+        assert np.array_equal(x.result.per_op, y.result.per_op), d
+        assert np.array_equal(x.result.flush, y.result.flush), d
+        assert np.array_equal(np.asarray(x.placement.home), np.asarray(y.placement.home)), d
+        assert x.trace.device == y.trace.device == d
+    assert [np.array_equal(p, q) for p, q in zip(a.op_ids, b.op_ids)] == [True] * len(a.op_ids)
+    ja, jb = system_json(a), system_json(b)
+    for k in ("devices", "per_token", "collectives", "network", "energy_j", "latency_s"):
+        assert ja[k] == jb[k], k
+
+
+@pytest.fixture(scope="module")
+def tp8(tmp_path_factory):
+    return _lowered(tmp_path_factory.mktemp("tp8"), "llama-3.1-8b", context=64, generate=1, tp=8)
+
+
+def test_identical_tp_slices_are_replayed_once(tp8):
+    full = replay_system(tp8, "dgx-h100", dedupe=False, threads=1)
+    once = replay_system(tp8, "dgx-h100", threads=1)
+    _same_counts(full, once)
+    assert full.distinct_slices == 8 and full.replayed_as == list(range(8))
+    # only the vocab-split embedding differs: the rank owning the token's row reads it
+    assert 1 < once.distinct_slices < 8
+    assert len(once.replayed_as) == 8 and all(once.replayed_as[r] == r for r in once.replayed_as)
+    shared = [d for d, r in enumerate(once.replayed_as) if r != d]
+    assert shared and all(once.devices[d].result is once.devices[once.replayed_as[d]].result for d in shared)
+
+
+def test_slice_digests_tell_differing_slices_apart(tmp_path):
+    from emulator.system_pipeline import slice_digests, slices
+    tr = open_trace(_emit(tmp_path / "tp.trace", 4))       # the weight shard's size differs per device
+    assert len(set(slice_digests(tr, slices(tr)))) == 4
+    sr = replay_system(tr, "dgx-h100")
+    assert sr.distinct_slices == 4
+    _same_counts(replay_system(tr, "dgx-h100", dedupe=False, threads=1), sr)
+    # same shapes on every device but one access: only that device differs
+    p = tmp_path / "alike.trace"
+    with TraceWriter(p, run={"tp": 3, "batch": 1}, alignment=64 * KIB, devices=3) as w:
+        t = [w.add_tensor("w", "weight", 64 * KIB, "bf16", layer=0, device=d) for d in range(3)]
+        for d in range(3):
+            a = w.add_op("proj", "linear", 0, "decode", 0, 1, 1000, device=d)
+            w.add_access(a, t[d], 0, 64 * KIB if d != 1 else 32 * KIB)
+    sr = replay_system(p, "dgx-h100")
+    assert sr.replayed_as == [0, 1, 0]
+    _same_counts(replay_system(p, "dgx-h100", dedupe=False), sr)
+
+
+def test_dedupe_on_a_pipeline_trace_whose_slices_differ(tmp_path):
+    tr = _lowered(tmp_path, "qwen2-0.5b", context=32, generate=1, tp=2, pp=2)
+    full = replay_system(tr, "dgx-h100", dedupe=False, threads=1)
+    once = replay_system(tr, "dgx-h100")
+    _same_counts(full, once)
+    stage = [int(tr.op_device[g[0]]) // 2 for g in once.op_ids]
+    assert once.distinct_slices >= 2            # the stages' slices differ
+    assert all(stage[d] == stage[r] for d, r in enumerate(once.replayed_as))
+
+
+@pytest.mark.parametrize("dedupe", [False, True])
+def test_threads_give_the_sequential_counts(tp8, dedupe):
+    seq = replay_system(tp8, "dgx-h100", dedupe=dedupe, threads=1)
+    par = replay_system(tp8, "dgx-h100", dedupe=dedupe, threads=4)
+    assert seq.threads == 1 and par.threads == min(4, par.distinct_slices) > 1
+    assert seq.replayed_as == par.replayed_as
+    _same_counts(seq, par)
+
+
+def test_progress_counts_every_device_once(tp8):
+    for kw in ({"dedupe": False, "threads": 1}, {"threads": 3}):
+        seen = []
+        replay_system(tp8, "dgx-h100", progress=seen.append, **kw)
+        assert sum(seen) == tp8.n_accesses
+
+
+def test_an_access_to_another_devices_tensor_is_refused_with_dedupe(tmp_path):
+    p = tmp_path / "bad.trace"
+    with TraceWriter(p, run={"tp": 3, "batch": 1}, alignment=64 * KIB, devices=3) as w:
+        t = [w.add_tensor("w", "weight", 64 * KIB, "bf16", layer=0, device=d) for d in range(3)]
+        for d in range(3):
+            a = w.add_op("proj", "linear", 0, "decode", 0, 1, 1000, device=d)
+            w.add_access(a, t[d if d != 2 else 0], 0, 64 * KIB)    # device 2 reads device 0's tensor
+    for kw in ({}, {"threads": 1}, {"dedupe": False}):
+        with pytest.raises(TraceError, match="of another device"):
+            replay_system(p, "dgx-h100", **kw)
