@@ -69,6 +69,13 @@ class SliceTrace(Trace):
             manifest["run"] = {k: v for k, v in run.items() if k != "conversation"}
         manifest["tables"] = {"tensors": tensors.num_rows, "ops": ops.num_rows, "accesses": None}
         super().__init__(parent.path, manifest, tensors, ops)
+        self._held: tuple[int, list[pa.RecordBatch]] | None = None   # (batch_rows, the batches)
+
+    def hold(self, batch_rows: int, batches: list[pa.RecordBatch]) -> None:
+        """Keep the slice's access batches in memory (exactly those :meth:`iter_accesses` would
+        yield for ``batch_rows``, already checked): later passes with that ``batch_rows`` read them."""
+        self._held = (batch_rows, batches)
+        self.manifest["tables"]["accesses"] = sum(b.num_rows for b in batches)
 
     @property
     def n_accesses(self) -> int:
@@ -80,6 +87,9 @@ class SliceTrace(Trace):
         return n
 
     def iter_accesses(self, batch_rows: int = 1 << 20):
+        if self._held is not None and self._held[0] == batch_rows:
+            yield from self._held[1]
+            return
         for rb in self.parent.iter_accesses(batch_rows):
             op = rb.column(0).to_numpy().astype(np.int64)
             local = self._op_local[op]
@@ -161,11 +171,17 @@ def _table_digest(h, table: pa.Table, skip: tuple[str, ...]) -> None:
             h.update(np.ascontiguousarray(col.to_numpy(zero_copy_only=False)).tobytes())
 
 
-def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20) -> list[bytes | None]:
+HOLD_ROWS = 1 << 22    # traces of at most this many access rows (~170 MB) keep the slices' batches in memory
+
+
+def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20,
+                  held: list[list[pa.RecordBatch]] | None = None) -> list[bytes | None]:
     """A content digest of each slice: equal digests mean the slices are the same one-chip trace
     (tensor and op tables but their ids, device and collective columns; access rows with op and
     tensor ids local to the device). ``None``: a slice whose accesses reach another device's tensor
-    (its own replay raises the TraceError). One pass over the parent's accesses."""
+    (its own replay raises the TraceError). One pass over the parent's accesses. ``held``: a list
+    of one empty list per slice, filled with the slice's access batches as
+    :meth:`SliceTrace.iter_accesses` yields them for ``batch_rows`` (a foreign slice's left empty)."""
     n = len(sls)
     heads = []
     for sl in sls:
@@ -195,8 +211,12 @@ def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20) -> 
         for d in np.flatnonzero(bounds[1:] > bounds[:-1]):
             lo, hi = bounds[d], bounds[d + 1]
             rows[d] += hi - lo
-            for h, a in zip(cols[d], arrays):
-                h.update(np.ascontiguousarray(a[lo:hi]).tobytes())
+            part = [np.ascontiguousarray(a[lo:hi]) for a in arrays]
+            for h, a in zip(cols[d], part):
+                h.update(a.tobytes())
+            if held is not None and not foreign[d]:
+                part[0], part[1] = part[0].astype(np.uint32), part[1].astype(np.uint32)
+                held[d].append(pa.RecordBatch.from_arrays([pa.array(a) for a in part], schema=fmt.ACCESSES_SCHEMA))
     out: list[bytes | None] = []
     for d in range(n):
         if foreign[d]:
@@ -233,9 +253,15 @@ def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOp
     sls = slices(trace)
     n = len(sls)
     if dedupe and n > 1:
-        digests = slice_digests(trace, sls, options.batch_rows)
+        held = [[] for _ in sls] if trace.n_accesses <= HOLD_ROWS else None
+        digests = slice_digests(trace, sls, options.batch_rows, held)
         first: dict[bytes, int] = {}
         replayed_as = [d if g is None else first.setdefault(g, d) for d, g in enumerate(digests)]
+        if held is not None:      # the slices replayed read their checked batches from memory
+            for d in set(replayed_as):
+                if digests[d] is not None:
+                    sls[d].hold(options.batch_rows, held[d])
+            del held
     else:
         replayed_as = list(range(n))
     reps = sorted(set(replayed_as))
@@ -259,6 +285,9 @@ def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOp
     else:
         with ThreadPoolExecutor(n_threads, thread_name_prefix="tierlab-slice") as pool:
             done = dict(zip(reps, pool.map(run, reps)))
+    for sl in sls:            # later readers stream from the file again: the memory is not kept
+        if isinstance(sl, SliceTrace):
+            sl._held = None
     devices = [done[r] if r == d else dataclasses.replace(done[r], trace=sls[d])
                for d, r in enumerate(replayed_as)]
     op_ids = [sl.op_ids if isinstance(sl, SliceTrace) else np.arange(trace.n_ops) for sl in sls]

@@ -354,3 +354,13 @@ def test_an_access_to_another_devices_tensor_is_refused_with_dedupe(tmp_path):
     for kw in ({}, {"threads": 1}, {"dedupe": False}):
         with pytest.raises(TraceError, match="of another device"):
             replay_system(p, "dgx-h100", **kw)
+
+
+def test_dedupe_without_holding_the_batches_in_memory(tp8, monkeypatch):
+    import emulator.system_pipeline as sp
+    held = replay_system(tp8, "dgx-h100")
+    monkeypatch.setattr(sp, "HOLD_ROWS", 0)           # every slice streams from the file
+    streamed = replay_system(tp8, "dgx-h100")
+    assert streamed.replayed_as == held.replayed_as
+    _same_counts(held, streamed)
+    _same_counts(replay_system(tp8, "dgx-h100", dedupe=False, threads=1), streamed)
