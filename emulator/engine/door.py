@@ -247,14 +247,12 @@ def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
                read_energy_j_per_byte=0.0, write_energy_j_per_byte=0.0)
     all_tiers = tuple(tiers) + (mem,)
     writes = is_write is not None and bool(w.any())
-    # a cheap look at the stream sizes the state (the chain reports negative addresses itself)
-    top = int(a.max()) + 1 if n else 1
     if n == 0:
         # nothing to replay: the walk names the (empty) result
-        return _replay_blocks_walk(a, w, all_tiers, len(tiers), options, top, Choice(BY_NAME["walk"], "empty stream"))
-    # the stream kernels' geometry (nothing clamped: the walk's own is built from the tensor table)
+        return _replay_blocks_walk(a, w, all_tiers, len(tiers), options, 1, Choice(BY_NAME["walk"], "empty stream"))
+    # the stream kernels' geometry (nothing clamped: the walk's own is built from the tensor table);
+    # no pass over the stream before a kernel is chosen (the chain reports negative addresses itself)
     probe = build_geometry(all_tiers, [0] * len(all_tiers), [1 << 62] * len(all_tiers), options)
-    probe.space_bytes = top
     req = describe(probe, np.array([len(tiers)]), np.array([0]), 1, options, source="blocks", writes=writes,
                    pim=False)
     choice = pick(req, options)
@@ -262,6 +260,7 @@ def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
         return _replay_blocks_stream(a, w if writes else None, probe, len(tiers), options, choice)
     if a.min() < 0:
         raise UsageError("addresses must be non-negative", field="addresses")
+    top = int(a.max()) + 1
     bit = partition_bit(probe, len(tiers)) if options.threads > 1 and n > 1 else None
     if bit is not None:
         one = dataclasses.replace(options, threads=1, kernel=choice.kernel.name, fast_path=True)
