@@ -164,6 +164,12 @@ def to_json(sr: SystemReplay, sc: SystemCost | None = None) -> dict:
     sc = sc or cost_system(sr)
     fulls = [chip_json(tr, cst) for tr, cst in zip(sr.devices, sc.devices)]
     pt = per_token(sr, sc)
+    if pt is not None and len(fulls) == 1 and not sc.collectives and fulls[0]["per_token"]:
+        # one device and no collective: the system is its chip, and its figures are the chip's to
+        # the bit (the critical path and the parts' sum would only round in another order)
+        chip_pt = fulls[0]["per_token"]
+        for k in ("latency_s", "tokens_per_s", "energy_j"):
+            pt[k] = chip_pt[k]
     coord = pt.pop("_coordination") if pt else {}
     coord["connections"] = connections(sc, sr.system)
     net = network_table(sr, sc)
