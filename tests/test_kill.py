@@ -32,6 +32,9 @@ DATA = Path(__file__).parent / "data"
 MODEL = str(DATA / "models" / "tiny-mixtral.json")
 TRACE_ARGS = [MODEL, "--prompt", "192", "--generate", "192", "--batch", "8", "--router", "zipf:1.1", "--seed", "7"]
 EXE = Path(sys.executable).parent / "tierlab"
+# a busy machine (the test process not scheduled while the child writes) can let a signal sent "at
+# once" arrive after the write: the checks that one landed mid-write retry this many times
+RETRIES = 8
 
 pytestmark = pytest.mark.skipif(not EXE.exists(), reason="tierlab console script not installed beside python")
 
@@ -82,7 +85,12 @@ def test_sigkill_at_random_points_leaves_nothing_valid_and_rerun_succeeds(tmp_pa
     delays = [None, 0.0] + sorted(rng.uniform(0.02, 0.5) * window for _ in range(4))
     mid_write = 0
     reruns = []
-    for k, delay in enumerate(delays):
+    k = -1
+    while k + 1 < len(delays):
+        k += 1
+        delay = delays[k]
+        if k == len(delays) - 1 and mid_write == 0 and len(delays) < 6 + RETRIES:
+            delays.append(0.0)      # a loaded machine let every kill miss the write: once more, at once
         d = tmp_path / f"k{k}"
         d.mkdir()
         out = d / "t.trace"
@@ -124,7 +132,13 @@ def test_interrupt_stops_cleanly_and_removes_temporaries(tmp_path, reference, si
     interrupted = 0
     # the first signal goes the moment the temporary appears, so one lands mid-write however busy
     # the machine is; the others at points of the window the reference run measured
-    for k, fraction in enumerate((0.0, 0.05, 0.3)):
+    fractions = [0.0, 0.05, 0.3]
+    k = -1
+    while k + 1 < len(fractions):
+        k += 1
+        fraction = fractions[k]
+        if k == len(fractions) - 1 and interrupted == 0 and len(fractions) < 3 + RETRIES:
+            fractions.append(0.0)   # a loaded machine let every signal miss the write: once more, at once
         out = tmp_path / f"c{k}" / "t.trace"
         out.parent.mkdir()
         proc = _start(out)
