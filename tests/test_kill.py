@@ -40,8 +40,20 @@ pytestmark = pytest.mark.skipif(not EXE.exists(), reason="tierlab console script
 
 
 def _start(out: Path) -> subprocess.Popen:
-    return subprocess.Popen([str(EXE), "trace", *TRACE_ARGS, "-o", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    """``tierlab trace`` in a subprocess that handles Ctrl-C as a terminal's foreground job does.
+
+    A job started in the background by a shell (``cmd &``, as CI runners and scripts may) has SIGINT
+    ignored, and a child inherits that: its Python would never see the Ctrl-C this file sends. So
+    the child starts with SIGINT at its default disposition (set here around the spawn)."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        return subprocess.Popen([str(EXE), "trace", *TRACE_ARGS, "-o", str(out)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _temporaries(out: Path) -> list[Path]:
