@@ -315,8 +315,9 @@ def _resolve(name_or_path) -> Path:
     return preset
 
 
-def load_chip(name_or_path) -> Chip:
-    """Load a chip: a preset name (``h100``) or a path to a ``.toml`` file."""
+def read_chip_toml(name_or_path) -> tuple[dict, Path, str]:
+    """A chip file parsed but not validated: ``(dict, path, sha256 of its bytes)`` (what what-if
+    sweeps edit before :func:`chip_from_dict`)."""
     path = _resolve(name_or_path)
     data = path.read_bytes()
     try:
@@ -325,7 +326,18 @@ def load_chip(name_or_path) -> Chip:
         raise ConfigError("not a UTF-8 text file", file=str(path)) from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"not valid TOML: {err}", file=str(path)) from None
-    return chip_from_dict(d, file=str(path), sha256=hashlib.sha256(data).hexdigest())
+    return d, path, hashlib.sha256(data).hexdigest()
+
+
+def file_keys(section: str) -> tuple[str, ...]:
+    """The keys a ``tier`` or ``link`` table of a chip file may hold."""
+    return tuple({"tier": _TIER_KEYS, "link": _LINK_KEYS}[section])
+
+
+def load_chip(name_or_path) -> Chip:
+    """Load a chip: a preset name (``h100``) or a path to a ``.toml`` file."""
+    d, path, sha = read_chip_toml(name_or_path)
+    return chip_from_dict(d, file=str(path), sha256=sha)
 
 
 def chip_hash(chip_or_path) -> str:

@@ -30,6 +30,7 @@ COMMANDS = (
     "emulator.cli.run",
     "emulator.cli.compare",
     "emulator.cli.capacity",
+    "emulator.cli.sweep",
 )
 
 

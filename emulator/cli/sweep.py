@@ -1,0 +1,74 @@
+"""``tierlab sweep GRID.toml | --model A,B --chip X,Y ... [-o results.parquet] [--scheduler ADDRESS]``.
+
+A design-space sweep on Dask (:mod:`emulator.sweep`): the product of the grid's axes, one row per
+point in a Parquet file, each trace generated once on a worker. Rerunning skips the points already
+in the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from common.errors import UsageError
+from emulator.cli.options import json_option
+from emulator.cli.progress import fraction_bar
+from emulator.sweep.grid import AXES, DEFAULT_MAX_POINTS
+from emulator.sweep.runner import DEFAULT_CONNECT_TIMEOUT_S
+
+
+def axis_options(f):
+    for name in reversed(AXES):
+        f = click.option(f"--{name}", default=None, metavar="V1,V2,...",
+                         help=f"Axis {name}: a comma-separated list of values.")(f)
+    return f
+
+
+@click.command("sweep")
+@click.argument("grid", required=False, type=click.Path())
+@axis_options
+@click.option("--override", "overrides", multiple=True, metavar="KEY=V1,V2",
+              help="A chip-file override axis, e.g. --override 'tier.l2.capacity=25 MiB,50 MiB' (repeatable).")
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="The sweep's Parquet file (default: GRID with .parquet; required without GRID). An "
+                   "existing sweep of the same grid columns is resumed.")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="A running Dask scheduler (default: an embedded LocalCluster).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Worker processes of the embedded cluster (default: one per core).")
+@click.option("--max-points", type=click.IntRange(min=1), default=DEFAULT_MAX_POINTS, show_default=True,
+              help="Refuse a grid of more points than this.")
+@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=DEFAULT_CONNECT_TIMEOUT_S,
+              show_default=True, help="Seconds to wait for --scheduler.")
+@json_option
+def command(grid, overrides, output, scheduler, workers, max_points, connect_timeout, as_json, **axes):
+    """Sweep a grid of models x chips/systems x run options x chip overrides; a row per point."""
+    from emulator.sweep.grid import grid_from_options, load_grid
+    from emulator.sweep.runner import run_sweep
+    from emulator.sweep.store import SweepStore
+
+    given = {k: v for k, v in axes.items() if v is not None}
+    if grid and (given or overrides):
+        raise UsageError("give GRID.toml or the axis options, not both", field="grid")
+    if grid:
+        g = load_grid(grid)
+        output = output or str(Path(grid).with_suffix(".parquet"))
+    else:
+        if not given:
+            raise UsageError("give GRID.toml or axes such as --model a,b --chip x,y", field="grid")
+        g = grid_from_options(given, overrides)
+        if not output:
+            raise UsageError("give -o FILE.parquet for a grid of command-line axes", field="--output")
+    g.points(max_points)        # over the limit: fails before anything else
+    store = SweepStore(output, g.columns)
+    with fraction_bar(unit="pt", desc="sweep") as progress:
+        summary = run_sweep(g, store, scheduler=scheduler, workers=workers, max_points=max_points,
+                            connect_timeout=connect_timeout, progress=progress)
+    d = {"output": str(output), **summary.as_dict()}
+    if as_json:
+        click.echo(json.dumps(d, indent=1))
+    else:
+        click.echo(f"{output}: {summary.points} points ({summary.present} already present, "
+                   f"{summary.computed} computed, {summary.failed} failed)")

@@ -1,0 +1,264 @@
+"""A sweep's grid: axes (from a TOML file or comma-separated command-line lists) into points.
+
+A grid names, for each axis, the values to sweep; its points are the product of all axes. Axes:
+``model``, ``chip`` or ``system``, the run axes :data:`RUN_AXES` (``batch``, ``context``, ``prompt``,
+``generate``, ``weights``, ``kv``, ``tp``, ``pp``, ``ep``, ``dp``) and chip-file overrides
+(``[overrides]`` in the TOML, ``--override KEY=V1,V2`` on the command line) such as
+``"tier.l2.capacity" = ["25 MiB", "50 MiB"]`` or ``"link.l2-hbm.bandwidth" = [...]``: each is written
+into the chip's TOML dict before :func:`emulator.chip.chipfile.chip_from_dict`, so values are parsed
+and validated as chip files are. Every problem is a one-line :class:`common.errors.UsageError`.
+
+A point's hash (:attr:`Point.hash`) is the sha256 of its parameters' canonical JSON: the store
+(:mod:`emulator.sweep.store`) skips a point whose hash it already holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.errors import ConfigError, TierlabError, UsageError
+
+RUN_AXES = ("batch", "context", "prompt", "generate", "weights", "kv", "tp", "pp", "ep", "dp")
+INT_AXES = ("batch", "context", "prompt", "generate", "tp", "pp", "ep", "dp")
+AXES = ("model", "chip", "system", *RUN_AXES)
+# the grid's columns, in order, before any override column
+BASE_COLUMNS = ("model", "chip", "system", *RUN_AXES)
+DEFAULTS = {"batch": 1, "context": 0, "prompt": 0, "generate": 0, "weights": "bf16", "kv": "bf16",
+            "tp": 1, "pp": 1, "ep": 1, "dp": 1}
+DEFAULT_MAX_POINTS = 10_000
+
+
+def did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f"did you mean {close[0]!r}?" if close else f"expected one of {', '.join(map(str, choices))}"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a grid: a model, a chip or a system, run values and chip overrides."""
+
+    model: str
+    chip: str | None
+    system: str | None
+    run: dict                     # every axis of RUN_AXES -> its value
+    overrides: dict = field(default_factory=dict)   # override key -> value
+
+    def params(self) -> dict:
+        return {"model": self.model, "chip": self.chip, "system": self.system, **self.run,
+                "overrides": dict(sorted(self.overrides.items()))}
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.params(), sort_keys=True).encode()).hexdigest()
+
+    def trace_key(self) -> str:
+        """Points with the same key replay the same trace (same model and run options)."""
+        return json.dumps({"model": self.model, **self.run}, sort_keys=True)
+
+    def columns(self, override_keys) -> dict:
+        """The point's grid columns of a result row."""
+        return {"model": self.model, "chip": self.chip, "system": self.system, **self.run,
+                **{k: (None if k not in self.overrides else str(self.overrides[k])) for k in override_keys}}
+
+
+@dataclass
+class Grid:
+    """Axis name -> list of values, and override key -> list of values."""
+
+    axes: dict
+    overrides: dict
+
+    @property
+    def override_keys(self) -> list[str]:
+        return sorted(self.overrides)
+
+    @property
+    def columns(self) -> list[str]:
+        return [*BASE_COLUMNS, *self.override_keys]
+
+    def size(self) -> int:
+        n = 1
+        for v in [*self.axes.values(), *self.overrides.values()]:
+            n *= len(v)
+        return n
+
+    def points(self, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]:
+        n = self.size()
+        if n > max_points:
+            raise UsageError(f"the grid has {n:,} points, more than the limit of {max_points:,}; raise it with "
+                             f"--max-points {n} or sweep fewer values", field="grid")
+        target = "chip" if "chip" in self.axes else "system"
+        run_axes = [a for a in RUN_AXES if a in self.axes]
+        keys = self.override_keys
+        out = []
+        for model, tgt, *rest in itertools.product(self.axes["model"], self.axes[target],
+                                                   *(self.axes[a] for a in run_axes),
+                                                   *(self.overrides[k] for k in keys)):
+            run = dict(DEFAULTS)
+            run.update(zip(run_axes, rest[:len(run_axes)]))
+            ov = dict(zip(keys, rest[len(run_axes):]))
+            out.append(Point(model, tgt if target == "chip" else None, tgt if target == "system" else None, run, ov))
+        return out
+
+
+def _scalar(axis: str, value):
+    if axis in INT_AXES:
+        if isinstance(value, str) and value.strip().isdigit():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"expected integers, got {value!r}", field=axis)
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"expected names, got {value!r}", field=axis)
+    return value.strip()
+
+
+def _values(name: str, raw) -> list:
+    vals = raw if isinstance(raw, list) else [raw]
+    if not vals:
+        raise UsageError("empty axis: give at least one value", field=name)
+    return vals
+
+
+def grid_from_dict(d: dict, overrides: dict | None = None) -> Grid:
+    """Validate axes (``axis -> value or list``) and overrides (``key -> value or list``)."""
+    axes = {}
+    for name, raw in d.items():
+        if name not in AXES:
+            raise UsageError(f"unknown axis; {did_you_mean(name, [*AXES, 'overrides'])}", field=name)
+        axes[name] = [_scalar(name, v) for v in _values(name, raw)]
+        if len(set(map(str, axes[name]))) != len(axes[name]):
+            raise UsageError("a value appears twice", field=name)
+    if "model" not in axes:
+        raise UsageError("missing axis: give at least one model", field="model")
+    if ("chip" in axes) == ("system" in axes):
+        raise UsageError("give exactly one of the axes chip and system", field="chip")
+    ov = {}
+    for key, raw in (overrides or {}).items():
+        vals = _values(f"overrides.{key}", raw)
+        if "chip" not in axes:
+            raise UsageError("overrides apply to chips (a chip axis), not to systems", field=f"overrides.{key}")
+        ov[key] = vals
+    grid = Grid(axes, ov)
+    check_overrides(grid)
+    return grid
+
+
+def load_grid(path: str | Path) -> Grid:
+    """A grid TOML file: axes at the top level, ``[overrides]`` a table of chip-file keys."""
+    p = Path(path)
+    try:
+        d = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError("no such grid file", file=str(p)) from None
+    except (UnicodeDecodeError, IsADirectoryError):
+        raise UsageError("not a UTF-8 TOML file", file=str(p)) from None
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"not valid TOML: {err}", file=str(p)) from None
+    overrides = d.pop("overrides", {})
+    if not isinstance(overrides, dict):
+        raise UsageError("expected a table of chip-file keys", file=str(p), field="overrides")
+    try:
+        return grid_from_dict(d, overrides)
+    except UsageError as err:
+        err.file = str(p)
+        raise
+
+
+def grid_from_options(options: dict, override_specs=()) -> Grid:
+    """Axes from comma-separated command-line lists (None: not given); ``override_specs`` are
+    ``KEY=V1,V2`` strings."""
+    d = {}
+    for name, text in options.items():
+        if text is None:
+            continue
+        d[name] = [v.strip() for v in str(text).split(",") if v.strip()]
+    ov = {}
+    for spec in override_specs:
+        key, sep, vals = spec.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"expected KEY=VALUE[,VALUE...], e.g. tier.l2.capacity=25MiB,50MiB, got {spec!r}",
+                             field="--override")
+        ov[key.strip()] = [_override_value(v.strip()) for v in vals.split(",") if v.strip()]
+    return grid_from_dict(d, ov)
+
+
+def _override_value(text: str):
+    if text.isdigit():
+        return int(text)
+    if text in ("true", "false"):
+        return text == "true"
+    return text
+
+
+# ---- overrides ------------------------------------------------------------------------------------
+
+def apply_overrides(d: dict, overrides: dict) -> dict:
+    """A copy of a chip's TOML dict with each ``tier.NAME.KEY`` / ``link.UPPER-LOWER.KEY`` set."""
+    from emulator.chip.chipfile import file_keys
+
+    d = copy.deepcopy(d)
+    for key, value in overrides.items():
+        parts = key.split(".")
+        field_ = f"overrides.{key}"
+        if len(parts) != 3 or parts[0] not in ("tier", "link"):
+            raise UsageError("expected tier.NAME.KEY or link.UPPER-LOWER.KEY" +
+                             (f"; {did_you_mean(parts[0], ('tier', 'link'))}" if len(parts) == 3 else ""),
+                             field=field_)
+        section, name, k = parts
+        tables = d.get(section) or []
+        if section == "tier":
+            names = [t.get("name") for t in tables]
+        else:
+            names = [f"{t.get('from')}-{t.get('to')}" for t in tables]
+        if name not in names:
+            raise UsageError(f"{d.get('name')!r} has no {section} {name!r}; {did_you_mean(name, names)}",
+                             field=field_)
+        if k not in file_keys(section) or k in ("name", "from", "to"):
+            raise UsageError(f"unknown {section} key {k!r}; "
+                             f"{did_you_mean(k, [x for x in file_keys(section) if x not in ('name', 'from', 'to')])}",
+                             field=field_)
+        tables[names.index(name)][k] = value
+    return d
+
+
+def build_chip(name: str, overrides: dict):
+    """The chip ``name`` (preset or file) with ``overrides`` applied, validated as a chip file is."""
+    from emulator.chip.chipfile import chip_from_dict, load_chip, read_chip_toml
+
+    if not overrides:
+        return load_chip(name)
+    d, path, sha = read_chip_toml(name)
+    tag = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+    try:
+        return chip_from_dict(apply_overrides(d, overrides), file=f"{path} [{tag}]",
+                              sha256=hashlib.sha256(f"{sha} {tag}".encode()).hexdigest())
+    except ConfigError as err:
+        raise UsageError(str(err), field=None) from None
+
+
+def check_overrides(grid: Grid) -> None:
+    """Every chip of the grid with every combination of override values is a valid chip (and every
+    chip and system named exists): fails before anything is written or started."""
+    from emulator.chip.chipfile import load_chip
+    from emulator.system.systemfile import load_system
+
+    for s in grid.axes.get("system", []):
+        load_system(s)
+    keys = grid.override_keys
+    for chip in grid.axes.get("chip", []):
+        load_chip(chip)
+        for combo in itertools.product(*(grid.overrides[k] for k in keys)):
+            try:
+                build_chip(chip, dict(zip(keys, combo)))
+            except UsageError:
+                raise
+            except TierlabError as err:
+                raise UsageError(str(err)) from None

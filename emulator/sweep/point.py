@@ -1,0 +1,122 @@
+"""One trace group of a sweep into result rows, through the existing pipeline and ``to_json``.
+
+:func:`run_group` is the task a sweep's worker runs: it generates the group's trace once into a
+temporary directory on that worker, replays it on every chip (with its overrides) or system of the
+group's points, removes the trace and returns one row per point. A point that fails records its
+one-line error in ``error`` and the others go on. A row's figures are those of ``tierlab run`` of
+the point: the same :func:`emulator.analysis.result.to_json` (or its system twin) ``per_token``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from common.errors import TierlabError
+from emulator.sweep.grid import Point, build_chip
+
+RESULT_COLUMNS = ("tokens_per_s", "latency_s", "energy_j_per_token", "bound", "run_latency_s", "run_energy_j")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tierlab")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def run_config(point: Point):
+    """The :class:`traces.run.RunConfig` of a point (every other run option at its default, as
+    ``tierlab run`` has it)."""
+    from traces.run import RunConfig
+
+    return RunConfig(**point.run)
+
+
+def error_line(err: BaseException) -> str:
+    text = str(err) if isinstance(err, TierlabError) else f"{type(err).__name__}: {err}"
+    return (text.splitlines() or [type(err).__name__])[0]
+
+
+def replay_point(trace_path, point: Point) -> dict:
+    """The ``--json`` dict of ``tierlab run`` of ``point`` on an already written trace."""
+    from emulator.engine.options import ReplayOptions
+
+    if point.system is not None:
+        from emulator.analysis.system_result import to_json as system_json
+        from emulator.cost.system_cost import cost_system
+        from emulator.system.systemfile import load_system
+        from emulator.system_pipeline import check_fits, replay_system
+        from traces.reader import open_trace
+
+        system = load_system(point.system)
+        trace = open_trace(trace_path)
+        check_fits(trace, system)
+        sr = replay_system(trace, system, ReplayOptions())
+        return system_json(sr, cost_system(sr))
+    from emulator.analysis.result import to_json
+    from emulator.cost.trace_cost import cost_of
+    from emulator.pipeline import replay_trace
+
+    tr = replay_trace(trace_path, build_chip(point.chip, point.overrides), ReplayOptions())
+    return to_json(tr, cost_of(tr))
+
+
+def _tiers(d: dict) -> dict:
+    """Hit rate per tier name (a system: over all its devices)."""
+    tiers = d["tiers"] if "tiers" in d else [t for dev in d["devices"] for t in dev["tiers"]]
+    acc: dict[str, list] = {}
+    for t in tiers:
+        a = acc.setdefault(t["name"], [0, 0])
+        a[0] += t["hits"]
+        a[1] += t["hits"] + t["misses"]
+    return {f"hit_rate.{k}": (h / n if n else None) for k, (h, n) in acc.items()}
+
+
+def row_of(point: Point, override_keys, d: dict | None, error: str | None) -> dict:
+    row = point.columns(override_keys)
+    row.update(dict.fromkeys(RESULT_COLUMNS))
+    pt = (d or {}).get("per_token")
+    if d is not None:
+        row["run_latency_s"] = float(d["latency_s"])
+        row["run_energy_j"] = float(d["energy_j"]["total"])
+        row.update(_tiers(d))
+    if pt:
+        row["tokens_per_s"] = pt["tokens_per_s"]
+        row["latency_s"] = pt["latency_s"]
+        row["energy_j_per_token"] = pt["energy_j"]
+        row["bound"] = pt["bound"]
+        for link, b in pt["bytes_by_link"].items():
+            row[f"bytes_per_token.{link}"] = float(b)
+    row["per_token_json"] = None if d is None else json.dumps(pt)
+    row["error"] = error
+    row["point_hash"] = point.hash
+    row["tierlab_version"] = _version()
+    return row
+
+
+def run_group(points: list[Point], override_keys: list[str]) -> list[dict]:
+    """Trace once, replay every point of the group; one row per point (errors recorded)."""
+    from traces.lower import generate_trace
+    from traces.spec import load_model
+
+    tmp = Path(tempfile.mkdtemp(prefix="tierlab-sweep-"))
+    try:
+        try:
+            spec = load_model(points[0].model)
+            path = generate_trace(spec, run_config(points[0]), tmp / f"{spec.name}.trace")
+        except Exception as err:  # noqa: BLE001 - the group's error goes into each of its rows
+            return [row_of(p, override_keys, None, error_line(err)) for p in points]
+        rows = []
+        for p in points:
+            try:
+                rows.append(row_of(p, override_keys, replay_point(path, p), None))
+            except Exception as err:  # noqa: BLE001 - a failing point records its error, the sweep goes on
+                rows.append(row_of(p, override_keys, None, error_line(err)))
+        return rows
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
