@@ -224,6 +224,18 @@ def _nine_devices(tmp: Path) -> None:
             w.add_access(w.add_op("op", "other", -1, "decode", 0, 1, 0, device=d), x, 0, 64)
 
 
+SWEEP_OUT = ["-o", "{tmp}/r.parquet"]
+
+
+def _other_sweep(tmp: Path) -> None:
+    """A sweep file of another grid's columns."""
+    import pyarrow.parquet as pq
+
+    t = pa.table({"model": ["a"]}).replace_schema_metadata(
+        {b"tierlab": b"tierlab-sweep", b"grid_columns": json.dumps(["model"]).encode()})
+    pq.write_table(t, tmp / "r.parquet")
+
+
 CASES = [
     # -- chip files: `tierlab chips FILE` loads and validates one --------------------------------
     Case("chip-unknown-key", ["chips", "{tmp}/c.toml"],
@@ -612,6 +624,39 @@ CASES = [
     Case("arg-microbatches-not-dividing-batch", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--batch", "4",
                                                  "--pp-microbatches", "3"],
          "--pp-microbatches: 3 microbatches do not divide the batch of 4 sequences"),
+    # -- sweeps: `tierlab sweep GRID.toml` or `tierlab sweep --model ... --chip ... -o OUT` ---------
+    Case("sweep-unknown-axis", ["sweep", "{tmp}/g.toml"], "{tmp}/g.toml: bach: unknown axis; did you mean 'batch'?",
+         {"g.toml": f'model = ["{TINY}"]\nchip = ["h100"]\nbach = [1]\n'}),
+    Case("sweep-empty-axis", ["sweep", "{tmp}/g.toml"], "{tmp}/g.toml: batch: empty axis: give at least one value",
+         {"g.toml": f'model = ["{TINY}"]\nchip = ["h100"]\nbatch = []\n'}),
+    Case("sweep-empty-axis-cli", ["sweep", "--model", str(TINY), "--chip", "h100", "--batch", ",", *SWEEP_OUT],
+         "batch: empty axis: give at least one value"),
+    Case("sweep-unknown-override-key", ["sweep", "--model", str(TINY), "--chip", "h100", "--override",
+                                        "tier.l2.capcity=1MiB", *SWEEP_OUT],
+         "overrides.tier.l2.capcity: unknown tier key 'capcity'; did you mean 'capacity'?"),
+    Case("sweep-unknown-override-tier", ["sweep", "--model", str(TINY), "--chip", "h100", "--override",
+                                         "tier.l3.capacity=1MiB", *SWEEP_OUT],
+         "overrides.tier.l3.capacity: 'h100' has no tier 'l3'; expected one of l2, hbm, ddr"),
+    Case("sweep-unknown-override-link", ["sweep", "--model", str(TINY), "--chip", "h100", "--override",
+                                         "link.l2-hmb.bandwidth=1TB/s", *SWEEP_OUT],
+         "overrides.link.l2-hmb.bandwidth: 'h100' has no link 'l2-hmb'; did you mean 'l2-hbm'?"),
+    Case("sweep-bad-override-value", ["sweep", "--model", str(TINY), "--chip", "{tmp}/c.toml", "--override",
+                                      "tier.sram.capacity=1MiBs", *SWEEP_OUT],
+         '{tmp}/c.toml [tier.sram.capacity=1MiBs]: tier[0].capacity: expected a size such as "128 B", "50 MiB" or '
+         "\"64 GB\", got '1MiBs'", chip_file()),
+    Case("sweep-too-many-points", ["sweep", "--model", str(TINY), "--chip", "h100,a100", "--batch", "1,2,4",
+                                   "--max-points", "5", *SWEEP_OUT],
+         "grid: the grid has 6 points, more than the limit of 5; raise it with --max-points 6 or sweep fewer values"),
+    Case("sweep-unreachable-scheduler", ["sweep", "--model", str(TINY), "--chip", "h100", "--scheduler",
+                                         "tcp://127.0.0.1:1", "--connect-timeout", "0.5", *SWEEP_OUT],
+         "--scheduler: cannot reach the scheduler tcp://127.0.0.1:1 within 0.5 s"),
+    Case("sweep-output-not-parquet", ["sweep", "--model", str(TINY), "--chip", "h100", *SWEEP_OUT],
+         "{tmp}/r.parquet: output exists and is not a tierlab sweep (not a Parquet file); choose another -o",
+         {"r.parquet": "hello\n"}),
+    Case("sweep-output-other-grid", ["sweep", "--model", str(TINY), "--chip", "h100", *SWEEP_OUT],
+         "{tmp}/r.parquet: output is a sweep of other columns (model); choose another -o", _other_sweep),
+    Case("sweep-chip-and-system", ["sweep", "--model", str(TINY), "--chip", "h100", "--system", "dgx-h100",
+                                   *SWEEP_OUT], "chip: give exactly one of the axes chip and system"),
 ]
 
 
