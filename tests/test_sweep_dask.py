@@ -12,6 +12,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,48 @@ def test_real_scheduler_and_worker(tmp_path):
         for p in reversed(procs):
             _stop(p)
     assert all(p.poll() is not None for p in procs)
+
+
+def test_system_rows_equal_tierlab_run(cluster, tmp_path):
+    g = grid_from_dict({"model": TINY, "system": ["dgx-h100"], "tp": [1, 2], "context": 16, "generate": 1})
+    out = tmp_path / "sys.parquet"
+    s = runner.run_sweep(g, SweepStore(out, g.columns), client_factory=factory_on(cluster, []))
+    assert (s.computed, s.failed) == (2, 0)
+    for row in read_rows(out):
+        cli = CliRunner().invoke(main, ["run", TINY, "--system", "dgx-h100", "--tp", str(row["tp"]), "--context",
+                                        "16", "--generate", "1", "--json"], catch_exceptions=False)
+        assert json.loads(row["per_token_json"]) == json.loads(cli.stdout)["per_token"]
+        assert row["chip"] is None and row["system"] == "dgx-h100"
+
+
+def test_terminated_sweep_leaves_complete_rows(tmp_path):
+    """SIGTERM to a sweep in a subprocess, once its file holds a group: whenever it lands, the file
+    is readable, holds only complete rows and no temporary is left; a rerun completes the grid."""
+    import os
+    import signal
+
+    out = tmp_path / "t.parquet"
+    args = [str(Path(sys.executable).parent / "tierlab"), "sweep", "--model", TINY, "--chip", "h100",
+            "--batch", "1,2,3,4,5,6,7,8", "--context", "16", "--generate", "1", "--workers", "1", "-o", str(out)]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    assert proc.returncode in (0, 143)
+    rows = read_rows(out) if out.exists() else []
+    assert all(r["error"] is None and r["tokens_per_s"] > 0 and r["point_hash"] for r in rows)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
+    r = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert d["present"] == len(rows) and d["present"] + d["computed"] == 8
+    assert len(read_rows(out)) == 8
