@@ -26,10 +26,13 @@ Layout (quantities are strings with units, see :mod:`emulator.chip.units`)::
     tier = "sram"; kind = "kv"; name = "*"; layers = [0, 31]; spill = true
     [sources]
     S14 = "AnandTech, NVIDIA at SC23 spec table"
+    [price]                       # optional: rental price of one chip (emulator.cost.price)
+    per_hour = "3.00 USD/h"; source = "https://..."; date = "2026-05-01"   # source and date required
 """
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import hashlib
 import json
@@ -38,7 +41,7 @@ import tomllib
 from dataclasses import asdict
 from pathlib import Path
 
-from emulator.chip.hierarchy import MANAGED, POLICIES, Chip, Compute, Link, PimUnit, PlacementRule, Tier
+from emulator.chip.hierarchy import MANAGED, POLICIES, Chip, Price, Compute, Link, PimUnit, PlacementRule, Tier
 from emulator.chip.units import format_size, parse_quantity
 from common.errors import ConfigError, UsageError
 from common.paths import configs_dir
@@ -51,7 +54,7 @@ OP_KINDS = ("linear", "attention", "norm", "elementwise", "rotary", "embedding",
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 
 _TOP_KEYS = {"name": True, "description": False, "compute": True, "tier": True, "link": False,
-             "placement": False, "sources": False}
+             "placement": False, "sources": False, "price": False}
 _COMPUTE_KEYS = {"flops": True, "energy": True}
 _TIER_KEYS = {"name": True, "capacity": True, "block": True, "ways": False, "policy": True,
               "managed": True, "bandwidth": True, "read_energy": True, "write_energy": True,
@@ -256,6 +259,49 @@ def _rules(ctx: _Ctx, raw, tiers: tuple[Tier, ...]) -> tuple[PlacementRule, ...]
     return tuple(rules)
 
 
+# ---- [price] (chip and system files; emulator.cost.price uses it) --------------------------------
+
+PRICE_KEYS = {"per_hour": True, "source": True, "date": True}
+_PER_HOUR = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*USD/h\s*")
+
+
+def parse_per_hour(value) -> float:
+    """``"2.99 USD/h"`` -> 2.99; a ValueError (one line) for anything else."""
+    m = _PER_HOUR.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise ValueError(f'expected a price such as "2.99 USD/h" (a number, then USD/h), got {value!r}')
+    v = float(m.group(1))
+    if v <= 0:
+        raise ValueError(f"must be positive, got {value!r}")
+    return v
+
+
+def price_from_table(d, error, table_check) -> Price:
+    """Validate a ``[price]`` table. ``table_check(value, field, keys)`` is the file reader's table
+    check (unknown keys with a did-you-mean, missing keys); ``error(field, message)`` builds its error."""
+    d = table_check(d, "price", PRICE_KEYS)
+    try:
+        per_hour = parse_per_hour(d["per_hour"])
+    except ValueError as err:
+        raise error("price.per_hour", str(err)) from None
+    source = d["source"]
+    if not isinstance(source, str) or not source.strip():
+        raise error("price.source", f"expected a non-empty string (where the price comes from), got {source!r}")
+    date = d["date"]
+    if isinstance(date, datetime.date):      # a bare TOML date
+        date = date.isoformat()
+    ok = isinstance(date, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", date)
+    if ok:
+        try:
+            datetime.date.fromisoformat(date)
+        except ValueError:
+            ok = False
+    if not ok:
+        raise error("price.date", f"expected a date YYYY-MM-DD, got {date!r}")
+    return Price(usd_per_hour=per_hour, source=source, date=date)
+
+
+
 def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     """Validate a parsed chip file (a dict as tomllib returns it) and build the :class:`Chip`."""
     ctx = _Ctx(None if file is None else str(file))
@@ -288,8 +334,12 @@ def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     sources = d.get("sources", {})
     if not isinstance(sources, dict) or any(not isinstance(v, str) for v in sources.values()):
         raise ctx.error("sources", "expected a table of TAG = \"citation\" strings")
+    price = None
+    if "price" in d:
+        price = price_from_table(d["price"], ctx.error, ctx.table)
     return Chip(name=name, tiers=tiers, links=links, compute=compute, placement=rules,
-                description=description, source_file=ctx.file, sources=dict(sources), source_sha256=sha256)
+                description=description, source_file=ctx.file, sources=dict(sources), source_sha256=sha256,
+                price=price)
 
 
 def list_presets() -> list[str]:
@@ -349,6 +399,9 @@ def chip_hash(chip_or_path) -> str:
     if isinstance(chip_or_path, Chip):
         if chip_or_path.source_sha256:
             return chip_or_path.source_sha256
-        canon = json.dumps(asdict(chip_or_path), sort_keys=True, default=str)
+        d = asdict(chip_or_path)
+        if d.get("price") is None:          # chips without a price hash as before prices existed
+            d.pop("price", None)
+        canon = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(canon.encode()).hexdigest()
     return hashlib.sha256(_resolve(chip_or_path).read_bytes()).hexdigest()

@@ -14,6 +14,16 @@ POLICIES = ("lru", "fifo", "random", "opt")
 
 
 @dataclass(frozen=True)
+class Price:
+    """A rental price (``[price]`` of a chip or system file): US dollars per hour of the whole chip
+    or system, with where the figure comes from and the date it was read."""
+
+    usd_per_hour: float
+    source: str
+    date: str            # YYYY-MM-DD
+
+
+@dataclass(frozen=True)
 class PimUnit:
     """A processing-in-memory unit carried by a tier (issue 5)."""
 
@@ -105,6 +115,7 @@ class Chip:
     source_file: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
     source_sha256: str | None = None   # hash of the chip file's bytes at load time (provenance)
+    price: Price | None = None         # optional [price] table: rental USD per hour
 
     def tier_index(self, name: str) -> int:
         for i, t in enumerate(self.tiers):

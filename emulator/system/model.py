@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.chip.hierarchy import Chip
+from emulator.chip.hierarchy import Chip, Price
 
 TOPOLOGIES = ("switch", "direct")
 
@@ -61,6 +61,7 @@ class System:
     sources: tuple[tuple[str, str], ...] = ()
     source_file: str | None = None
     source_sha256: str | None = None
+    price: Price | None = None      # optional [price]: rental USD per hour of the whole system
 
     @property
     def n_nodes(self) -> int:

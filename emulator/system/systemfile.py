@@ -35,6 +35,11 @@ Layout, with every key's default (``required`` where there is none)::
     [sources]                  # default {}: TAG = "citation"
     S16 = "..."
 
+    [price]                    # optional: rental price of the whole system (emulator.cost.price)
+    per_hour = "24.00 USD/h"   # required in [price]: a number, then USD/h (a bare number is refused)
+    source = "https://..."     # required with per_hour
+    date = "2026-05-01"        # required with per_hour: YYYY-MM-DD
+
 Refused: an unknown key (with a did-you-mean), a missing required key (a fabric without bandwidth
 among them), an unknown chip, ``chips`` not a multiple of ``chips_per_node``, a system of several
 nodes without ``[scale_out]``, an unknown topology, a ``direct`` scale-out fabric, and
@@ -53,13 +58,13 @@ from pathlib import Path
 from common.errors import ConfigError, UsageError
 from common.paths import configs_dir
 from emulator.chip.chipfile import list_presets as chip_presets
-from emulator.chip.chipfile import load_chip
+from emulator.chip.chipfile import load_chip, price_from_table
 from emulator.chip.hierarchy import Chip
 from emulator.chip.units import parse_quantity
 from emulator.system.model import TOPOLOGIES, Fabric, System
 
 _TOP_KEYS = {"name": True, "description": False, "chip": True, "chips": True, "chips_per_node": False,
-             "scale_up": True, "scale_out": False, "sources": False}
+             "scale_up": True, "scale_out": False, "sources": False, "price": False}
 _FABRIC_KEYS = {"description": False, "topology": False, "bandwidth": True, "ports": False, "latency": True,
                 "energy": True, "in_network_reduction": False}
 
@@ -196,9 +201,12 @@ def system_from_dict(d, *, file=None, sha256: str | None = None) -> System:
     if not isinstance(sources, dict) or any(not isinstance(v, str) for v in sources.values()):
         raise r.error("sources", "expected a table of TAG = \"citation\" strings")
     chip = _chip(r, d["chip"])
+    price = None
+    if "price" in d:
+        price = price_from_table(d["price"], r.error, r.table)
     return System(name=name, chip=chip, n_chips=n_chips, chips_per_node=per_node, scale_up=scale_up,
                   scale_out=scale_out, description=description, sources=tuple(sources.items()),
-                  source_file=r.file, source_sha256=sha256)
+                  source_file=r.file, source_sha256=sha256, price=price)
 
 
 def list_presets() -> list[str]:
