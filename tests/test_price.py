@@ -90,3 +90,113 @@ def test_presets_have_sourced_prices():
     assert load_system("dgx-h100").price.usd_per_hour == pytest.approx(8 * load_chip("h100").price.usd_per_hour)
     assert "estimate" in load_system("sn40l-16").price.source
     assert math.isclose(load_system("hgx-h200").price.usd_per_hour, 8 * load_chip("h200").price.usd_per_hour)
+
+
+# ---- sweep columns ------------------------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from emulator.sweep.grid import grid_from_dict  # noqa: E402
+from emulator.sweep.point import run_group  # noqa: E402
+
+TINY = str(Path(__file__).resolve().parent / "data" / "models" / "tiny-llama.json")
+AXES = {"model": [TINY], "chip": ["h100", "a100"], "batch": [1, 2], "context": [16], "generate": [1]}
+
+
+def test_cost_options_at_default_keep_point_hashes():
+    plain = grid_from_dict(dict(AXES)).points()
+    g = grid_from_dict(dict(AXES))
+    g.economics = {"price_per_hour": None, "usd_per_kwh": None, "utilisation": 1.0}
+    assert [p.hash for p in g.points()] == [p.hash for p in plain]
+    for econ in ({"price_per_hour": 2.0}, {"utilisation": 0.5}, {"usd_per_kwh": 0.1}):
+        g.economics = econ
+        changed = [p.hash for p in g.points()]
+        assert not set(changed) & {p.hash for p in plain}, econ
+    g.economics = {"price_per_hour": 2.0}
+    h2 = {p.hash for p in g.points()}
+    g.economics = {"price_per_hour": 3.0}
+    assert not h2 & {p.hash for p in g.points()}
+
+
+def test_rows_carry_price_and_usd_per_mtok():
+    g = grid_from_dict(dict(AXES))
+    g.economics = {"utilisation": 0.5}
+    rows = run_group(g.points()[:2], [])           # h100 and a100 at batch 1: one trace
+    for r in rows:
+        assert r["error"] is None and r["tokens_per_s"] > 0 and r["devices"] == 1
+        own = load_chip(r["chip"]).price
+        assert r["price_per_hour"] == own.usd_per_hour and own.date in r["price_source"]
+        assert r["utilisation"] == 0.5 and r["usd_per_kwh"] is None
+        assert r["usd_per_mtok"] == pytest.approx(own.usd_per_hour / 3600 / (r["tokens_per_s"] * 0.5) * 1e6)
+    g.economics = {"price_per_hour": 10.0, "usd_per_kwh": 0.2}
+    (r,) = run_group(g.points()[:1], [])
+    assert r["price_per_hour"] == 10.0 and r["price_source"] == "--price" and r["utilisation"] == 1.0
+    assert r["usd_per_mtok"] == pytest.approx(10.0 / 3600 / r["tokens_per_s"] * 1e6
+                                              + r["energy_j_per_token"] / 3.6e6 * 0.2 * 1e6)
+
+
+def test_no_price_gives_null():
+    assert load_chip("gh200").price is None
+    g = grid_from_dict({**AXES, "chip": ["gh200"], "batch": [1]})
+    (r,) = run_group(g.points(), [])
+    assert r["error"] is None and r["tokens_per_s"] > 0
+    assert r["price_per_hour"] is None and r["usd_per_mtok"] is None and r["utilisation"] == 1.0
+
+
+# ---- Pareto front and plot ----------------------------------------------------------------------
+
+from emulator.present.plots import pareto_front, pareto_points  # noqa: E402
+
+
+def test_pareto_front_hand_made():
+    pts = [(1, 10), (2, 8), (2, 5), (3, 8), (4, 2), (0.5, 9), (4, 2), (5, 1), (3, 3)]
+    # (2,8) dominated by (3,8); (2,5), (3,3), (0.5,9) dominated; one of the two (4,2) kept
+    assert pareto_front(pts) == [0, 3, 4, 7]
+    assert pareto_front([]) == [] and pareto_front([(1, 1)]) == [0]
+    assert pareto_front([(1, 1), (1, 1)]) == [0]
+
+
+def test_pareto_points_of_rows():
+    rows = [{"chip": "h100", "system": None, "batch": 4, "devices": 1, "tokens_per_s": 400.0, "error": None},
+            {"chip": None, "system": "dgx-h100", "batch": 2, "devices": 8, "tokens_per_s": 800.0, "error": None},
+            {"chip": "a100", "system": None, "batch": 1, "devices": 1, "tokens_per_s": None, "error": "x"}]
+    assert pareto_points(rows) == [("h100", 100.0, 400.0), ("dgx-h100", 400.0, 100.0)]
+
+
+def test_cli_sweep_price_and_pareto_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+    from emulator.sweep.store import read_rows
+
+    out, png = tmp_path / "s.parquet", tmp_path / "p.png"
+    r = CliRunner().invoke(main, ["sweep", "--model", TINY, "--chip", "h100,a100", "--batch", "1,2", "--context", "16",
+                                  "--generate", "1", "--price", "2.5", "--utilisation", "0.8", "--workers", "1",
+                                  "-o", str(out), "--plot", str(png)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = read_rows(out)
+    assert len(rows) == 4 and all(x["price_per_hour"] == 2.5 and x["utilisation"] == 0.8 for x in rows)
+    assert all(x["usd_per_mtok"] == pytest.approx(2.5 / 3600 / (x["tokens_per_s"] * 0.8) * 1e6) for x in rows)
+
+
+def test_cli_plot_without_matplotlib_is_one_line(tmp_path, monkeypatch):
+    import builtins
+
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+
+    real = builtins.__import__
+
+    def no_mpl(name, *a, **k):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    r = CliRunner().invoke(main, ["sweep", "--model", TINY, "--chip", "h100", "--generate", "1",
+                                  "-o", str(tmp_path / "s.parquet"), "--plot", str(tmp_path / "p.png")])
+    assert r.exit_code != 0 and "tierlab[plot]" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "s.parquet").exists()

@@ -42,8 +42,19 @@ def axis_options(f):
               help="Refuse a grid of more points than this.")
 @click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=DEFAULT_CONNECT_TIMEOUT_S,
               show_default=True, help="Seconds to wait for --scheduler.")
+@click.option("--price", "price", type=click.FloatRange(min=0, min_open=True), default=None, metavar="USD_PER_HOUR",
+              help="Rental price in USD per hour for every point (default: each chip's or system's [price]).")
+@click.option("--usd-per-kwh", type=click.FloatRange(min=0), default=None,
+              help="Also charge the modelled energy per token at this price (default: not charged; a "
+                   "rental price includes power).")
+@click.option("--utilisation", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True,
+              help="Fraction of the time the hardware serves at the modelled rate (in usd_per_mtok).")
+@click.option("--plot", "plot_path", type=click.Path(), default=None, metavar="FILE.png",
+              help="Draw throughput per device against throughput per user, the Pareto front marked "
+                   "(needs the plot extra).")
 @json_option
-def command(grid, overrides, output, scheduler, workers, max_points, connect_timeout, as_json, **axes):
+def command(grid, overrides, output, scheduler, workers, max_points, connect_timeout, price, usd_per_kwh,
+            utilisation, plot_path, as_json, **axes):
     """Sweep a grid of models x chips/systems x run options x chip overrides; a row per point."""
     from emulator.sweep.grid import grid_from_options, load_grid
     from emulator.sweep.runner import run_sweep
@@ -61,14 +72,30 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
         g = grid_from_options(given, overrides)
         if not output:
             raise UsageError("give -o FILE.parquet for a grid of command-line axes", field="--output")
+    g.economics = {"price_per_hour": price, "usd_per_kwh": usd_per_kwh, "utilisation": utilisation}
+    if plot_path:
+        from common.atomic import check_output
+        from emulator.present.plots import pyplot
+
+        pyplot()                # no matplotlib: one line naming the plot extra, before any work
+        check_output(plot_path, force=True)
     g.points(max_points)        # over the limit: fails before anything else
     store = SweepStore(output, g.columns)
     with fraction_bar(unit="pt", desc="sweep") as progress:
         summary = run_sweep(g, store, scheduler=scheduler, workers=workers, max_points=max_points,
                             connect_timeout=connect_timeout, progress=progress)
     d = {"output": str(output), **summary.as_dict()}
+    if plot_path:
+        from emulator.present.plots import plot_pareto
+        from emulator.sweep.store import read_rows
+
+        wanted = {p.hash for p in g.points(max_points)}
+        plot_pareto([r for r in read_rows(output) if r["point_hash"] in wanted], plot_path)
+        d["plot"] = str(plot_path)
     if as_json:
         click.echo(json.dumps(d, indent=1))
     else:
         click.echo(f"{output}: {summary.points} points ({summary.present} already present, "
                    f"{summary.computed} computed, {summary.failed} failed)")
+        if plot_path:
+            click.echo(f"plot: {plot_path}")

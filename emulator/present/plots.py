@@ -8,6 +8,11 @@ in the format the path's suffix names (PNG, SVG, PDF).
 * :func:`plot_mrc`: a tier's miss ratio against capacity (log scale): the fully-associative LRU
   curve, the per-set one, and the OPT rows.
 
+* :func:`plot_pareto`: a sweep's rows, throughput per device (tokens/s over the chip or system's
+  devices) against throughput per user (tokens/s per sequence: tokens/s over the batch), a marker
+  per point coloured by chip or system, the Pareto front (:func:`pareto_front`, pure, no
+  matplotlib) a line through the non-dominated points.
+
 :func:`pyplot` is matplotlib's pyplot on the Agg backend, or a :class:`UsageError` saying how to
 install it (callers check it before doing the work whose result they would plot).
 """
@@ -123,4 +128,61 @@ def plot_mrc(result: dict, curves, path, *, force: bool = False) -> None:
     fig.tight_layout()
     with atomic_path(path, force=force) as tmp:
         fig.savefig(tmp, format=_suffix(path))
+    plt.close(fig)
+
+
+def pareto_front(points) -> list[int]:
+    """Indices of the non-dominated ``(x, y)`` points when both are to be maximised, in increasing x.
+    A point is dominated when another is at least as good in both and better in one; of equal
+    points one is kept."""
+    pts = [(float(x), float(y)) for x, y in points]
+    order = sorted(range(len(pts)), key=lambda i: (-pts[i][0], -pts[i][1], i))
+    front, best_y = [], float("-inf")
+    for i in order:
+        if pts[i][1] > best_y:
+            front.append(i)
+            best_y = pts[i][1]
+    return sorted(front, key=lambda i: (pts[i][0], -pts[i][1]))
+
+
+def pareto_points(rows) -> list[tuple[str, float, float]]:
+    """``(chip or system, tokens/s per user, tokens/s per device)`` of each sweep row with a result."""
+    out = []
+    for r in rows:
+        tps = r.get("tokens_per_s")
+        if r.get("error") is not None or not tps:
+            continue
+        label = r.get("system") or r.get("chip") or "?"
+        out.append((label, tps / max(int(r.get("batch") or 1), 1), tps / max(int(r.get("devices") or 1), 1)))
+    return out
+
+
+def plot_pareto(rows, path, *, title: str = "") -> None:
+    """Throughput per device against throughput per user for a sweep's ``rows`` (dicts), the Pareto
+    front marked; written atomically to ``path`` (PNG, SVG, PDF by suffix)."""
+    plt = pyplot()
+    pts = pareto_points(rows)
+    if not pts:
+        raise UsageError("no point of the sweep has a result to plot", field="--plot")
+    fig, ax = plt.subplots(figsize=(8, 5.6))
+    cmap = plt.get_cmap("tab10")
+    labels = list(dict.fromkeys(p[0] for p in pts))
+    for k, lab in enumerate(labels):
+        xs = [p[1] for p in pts if p[0] == lab]
+        ys = [p[2] for p in pts if p[0] == lab]
+        ax.scatter(xs, ys, color=cmap(k % 10), label=lab, s=28, zorder=3)
+    front = pareto_front([(p[1], p[2]) for p in pts])
+    ax.plot([pts[i][1] for i in front], [pts[i][2] for i in front], color="black", lw=1.2, ls="--",
+            marker="o", mfc="none", ms=9, label="Pareto front", zorder=2)
+    ax.set_xlabel("tokens/s per user (per sequence: tokens/s / batch)")
+    ax.set_ylabel("tokens/s per device (chip or system's devices)")
+    if all(p[1] > 0 for p in pts) and all(p[2] > 0 for p in pts):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "sweep: throughput per device against throughput per user")
+    fig.tight_layout()
+    with atomic_path(path, force=True) as tmp:      # a view of the sweep file: redrawn on each run
+        fig.savefig(tmp, dpi=120, format=_suffix(path).lower())
     plt.close(fig)

@@ -9,7 +9,10 @@ into the chip's TOML dict before :func:`emulator.chip.chipfile.chip_from_dict`, 
 and validated as chip files are. Every problem is a one-line :class:`common.errors.UsageError`.
 
 A point's hash (:attr:`Point.hash`) is the sha256 of its parameters' canonical JSON: the store
-(:mod:`emulator.sweep.store`) skips a point whose hash it already holds.
+(:mod:`emulator.sweep.store`) skips a point whose hash it already holds. The cost options of a sweep
+(:data:`ECONOMICS`: ``--price``, ``--usd-per-kwh``, ``--utilisation``) change a row's ``usd_per_mtok``,
+so each one given (not at its default) is part of the hash; at their defaults the hash is what it was
+before they existed, so earlier sweep files resume.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ BASE_COLUMNS = ("model", "chip", "system", *RUN_AXES)
 DEFAULTS = {"batch": 1, "context": 0, "prompt": 0, "generate": 0, "weights": "bf16", "kv": "bf16",
             "tp": 1, "pp": 1, "ep": 1, "dp": 1}
 DEFAULT_MAX_POINTS = 10_000
+# cost options of a sweep and their defaults (None: the chip's or system's own [price]; no energy charge)
+ECONOMICS = {"price_per_hour": None, "usd_per_kwh": None, "utilisation": 1.0}
 
 
 def did_you_mean(word: str, choices) -> str:
@@ -49,10 +54,18 @@ class Point:
     system: str | None
     run: dict                     # every axis of RUN_AXES -> its value
     overrides: dict = field(default_factory=dict)   # override key -> value
+    economics: dict = field(default_factory=dict)   # ECONOMICS key -> value, only those not at the default
 
     def params(self) -> dict:
-        return {"model": self.model, "chip": self.chip, "system": self.system, **self.run,
-                "overrides": dict(sorted(self.overrides.items()))}
+        p = {"model": self.model, "chip": self.chip, "system": self.system, **self.run,
+             "overrides": dict(sorted(self.overrides.items()))}
+        econ = {k: v for k, v in self.economics.items() if v != ECONOMICS[k]}
+        if econ:
+            p["economics"] = dict(sorted(econ.items()))
+        return p
+
+    def economic(self, key: str):
+        return self.economics.get(key, ECONOMICS[key])
 
     @property
     def hash(self) -> str:
@@ -74,6 +87,7 @@ class Grid:
 
     axes: dict
     overrides: dict
+    economics: dict = field(default_factory=dict)   # ECONOMICS key -> value for every point
 
     @property
     def override_keys(self) -> list[str]:
@@ -97,6 +111,7 @@ class Grid:
         target = "chip" if "chip" in self.axes else "system"
         run_axes = [a for a in RUN_AXES if a in self.axes]
         keys = self.override_keys
+        econ = {k: v for k, v in self.economics.items() if v != ECONOMICS[k]}
         out = []
         for model, tgt, *rest in itertools.product(self.axes["model"], self.axes[target],
                                                    *(self.axes[a] for a in run_axes),
@@ -104,7 +119,8 @@ class Grid:
             run = dict(DEFAULTS)
             run.update(zip(run_axes, rest[:len(run_axes)]))
             ov = dict(zip(keys, rest[len(run_axes):]))
-            out.append(Point(model, tgt if target == "chip" else None, tgt if target == "system" else None, run, ov))
+            out.append(Point(model, tgt if target == "chip" else None, tgt if target == "system" else None, run, ov,
+                             dict(econ)))
         return out
 
 

@@ -18,6 +18,8 @@ from common.errors import TierlabError
 from emulator.sweep.grid import Point, build_chip
 
 RESULT_COLUMNS = ("tokens_per_s", "latency_s", "energy_j_per_token", "bound", "run_latency_s", "run_energy_j")
+# cost columns of every row (emulator.cost.price.usd_per_mtok); usd_per_mtok is None without a price
+COST_COLUMNS = ("devices", "price_per_hour", "price_source", "utilisation", "usd_per_kwh", "usd_per_mtok")
 
 
 def _version() -> str:
@@ -77,6 +79,45 @@ def _tiers(d: dict) -> dict:
     return {f"hit_rate.{k}": (h / n if n else None) for k, (h, n) in acc.items()}
 
 
+def price_of(point: Point) -> tuple[int, float | None, str | None]:
+    """(devices, USD per hour, where the price comes from) of a point: ``--price`` if given, else the
+    chip's or system's own ``[price]`` (None when it has none)."""
+    if point.system is not None:
+        from emulator.system.systemfile import load_system
+
+        s = load_system(point.system)
+        devices, own = s.n_chips, s.price
+    else:
+        from emulator.chip.chipfile import load_chip
+
+        devices, own = 1, load_chip(point.chip).price
+    given = point.economic("price_per_hour")
+    if given is not None:
+        return devices, float(given), "--price"
+    if own is None:
+        return devices, None, None
+    return devices, own.usd_per_hour, f"{own.source} ({own.date})"
+
+
+def cost_columns(point: Point, row: dict) -> dict:
+    """The :data:`COST_COLUMNS` of a row whose result columns are filled in."""
+    from emulator.cost.price import usd_per_mtok
+
+    out = dict.fromkeys(COST_COLUMNS)
+    out["utilisation"] = float(point.economic("utilisation"))
+    kwh = point.economic("usd_per_kwh")
+    out["usd_per_kwh"] = None if kwh is None else float(kwh)
+    try:
+        out["devices"], out["price_per_hour"], out["price_source"] = price_of(point)
+    except TierlabError:
+        return out
+    tps, e = row.get("tokens_per_s"), row.get("energy_j_per_token")
+    if out["price_per_hour"] is not None and tps and (kwh is None or e is not None):
+        out["usd_per_mtok"] = usd_per_mtok(out["price_per_hour"], tps, utilisation=out["utilisation"],
+                                           energy_j_per_token=e, usd_per_kwh=out["usd_per_kwh"])[0]
+    return out
+
+
 def row_of(point: Point, override_keys, d: dict | None, error: str | None) -> dict:
     row = point.columns(override_keys)
     row.update(dict.fromkeys(RESULT_COLUMNS))
@@ -92,6 +133,7 @@ def row_of(point: Point, override_keys, d: dict | None, error: str | None) -> di
         row["bound"] = pt["bound"]
         for link, b in pt["bytes_by_link"].items():
             row[f"bytes_per_token.{link}"] = float(b)
+    row.update(cost_columns(point, row))
     row["per_token_json"] = None if d is None else json.dumps(pt)
     row["error"] = error
     row["point_hash"] = point.hash
