@@ -71,6 +71,11 @@ def atomic_path(path: str | os.PathLike, *, directory: bool = False, force: bool
             tmp = Path(name)
     except OSError as err:
         raise UsageError(f"cannot create a temporary output in {parent}: {err.strerror}", file=str(final)) from None
+    # mkstemp/mkdtemp make it private (0600/0700); an output is an ordinary file: the umask decides
+    umask = os.umask(0)
+    os.umask(umask)
+    with contextlib.suppress(OSError):
+        os.chmod(tmp, (0o777 if directory else 0o666) & ~umask)
     try:
         yield tmp
     except BaseException:
