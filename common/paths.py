@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from pathlib import Path
 
+from common.errors import ConfigError, UsageError
+
 
 def configs_dir(sub: str) -> Path:
-    """Directory of preset files (``sub`` is ``"chips"`` or ``"models"``).
+    """Directory of preset files (``sub`` is ``"chips"``, ``"systems"`` or ``"models"``).
 
     From a checkout (or an editable install) it is ``configs/SUB`` beside the packages; a wheel
     install carries the same files as the data-only package ``tierlab_configs.SUB``.
@@ -21,3 +24,28 @@ def configs_dir(sub: str) -> Path:
             if Path(loc).is_dir():
                 return Path(loc)
     return here  # missing: callers report "no such preset" against the expected place
+
+
+def toml_presets(sub: str) -> list[str]:
+    """Names of the shipped TOML presets in ``configs/SUB`` (e.g. chips, systems), sorted."""
+    return sorted(p.stem for p in configs_dir(sub).glob("*.toml"))
+
+
+def resolve_toml(name_or_path, sub: str, noun: str) -> Path:
+    """The file a ``noun`` (``"chip"``, ``"system"``) names: a path to a ``.toml`` file, or a preset
+    of ``configs/SUB`` (an unknown one is a one-line error with a did-you-mean and the presets)."""
+    text = str(name_or_path)
+    p = Path(text)
+    if text.endswith(".toml") or "/" in text or p.is_file():
+        if p.is_dir():
+            raise ConfigError(f"is a directory, expected a {noun} .toml file", file=text)
+        if not p.is_file():
+            raise ConfigError(f"{noun} file not found", file=text)
+        return p
+    preset = configs_dir(sub) / f"{text}.toml"
+    if not preset.is_file():
+        presets = toml_presets(sub)
+        close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(f"unknown {noun} preset {text!r}; {hint}(presets: {', '.join(presets)})")
+    return preset

@@ -43,8 +43,8 @@ from pathlib import Path
 
 from emulator.chip.hierarchy import MANAGED, POLICIES, Chip, Price, Compute, Link, PimUnit, PlacementRule, Tier
 from emulator.chip.units import format_size, parse_quantity
-from common.errors import ConfigError, UsageError
-from common.paths import configs_dir
+from common.errors import ConfigError
+from common.paths import resolve_toml, toml_presets
 
 # Op kinds a PIM unit may run: the ``kind`` strings of ops.arrow written by the trace generator
 # (kernels/: the LM head is a ``linear``; MoE experts are ``linear`` ops with ``expert`` set).
@@ -344,25 +344,11 @@ def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
 
 def list_presets() -> list[str]:
     """Names of the shipped chip presets (``configs/chips/*.toml``), sorted."""
-    return sorted(p.stem for p in configs_dir("chips").glob("*.toml"))
+    return toml_presets("chips")
 
 
 def _resolve(name_or_path) -> Path:
-    text = str(name_or_path)
-    p = Path(text)
-    if text.endswith(".toml") or "/" in text or p.is_file():
-        if p.is_dir():
-            raise ConfigError("is a directory, expected a chip .toml file", file=text)
-        if not p.is_file():
-            raise ConfigError("chip file not found", file=text)
-        return p
-    preset = configs_dir("chips") / f"{text}.toml"
-    if not preset.is_file():
-        presets = list_presets()
-        close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(f"unknown chip preset {text!r}; {hint}(presets: {', '.join(presets)})")
-    return preset
+    return resolve_toml(name_or_path, "chips", "chip")
 
 
 def read_chip_toml(name_or_path) -> tuple[dict, Path, str]:

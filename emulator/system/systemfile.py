@@ -55,8 +55,8 @@ import re
 import tomllib
 from pathlib import Path
 
-from common.errors import ConfigError, UsageError
-from common.paths import configs_dir
+from common.errors import ConfigError
+from common.paths import resolve_toml, toml_presets
 from emulator.chip.chipfile import list_presets as chip_presets
 from emulator.chip.chipfile import load_chip, price_from_table
 from emulator.chip.hierarchy import Chip
@@ -211,25 +211,11 @@ def system_from_dict(d, *, file=None, sha256: str | None = None) -> System:
 
 def list_presets() -> list[str]:
     """Names of the shipped system presets (``configs/systems/*.toml``), sorted."""
-    return sorted(p.stem for p in configs_dir("systems").glob("*.toml"))
+    return toml_presets("systems")
 
 
 def _resolve(name_or_path) -> Path:
-    text = str(name_or_path)
-    p = Path(text)
-    if text.endswith(".toml") or "/" in text or p.is_file():
-        if p.is_dir():
-            raise ConfigError("is a directory, expected a system .toml file", file=text)
-        if not p.is_file():
-            raise ConfigError("system file not found", file=text)
-        return p
-    preset = configs_dir("systems") / f"{text}.toml"
-    if not preset.is_file():
-        presets = list_presets()
-        close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(f"unknown system preset {text!r}; {hint}(presets: {', '.join(presets)})")
-    return preset
+    return resolve_toml(name_or_path, "systems", "system")
 
 
 def load_system(name_or_path) -> System:
