@@ -200,3 +200,31 @@ def test_cli_plot_without_matplotlib_is_one_line(tmp_path, monkeypatch):
                                   "-o", str(tmp_path / "s.parquet"), "--plot", str(tmp_path / "p.png")])
     assert r.exit_code != 0 and "tierlab[plot]" in r.output and len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "s.parquet").exists()
+
+
+def test_grid_file_cost_table(tmp_path):
+    """A grid file's [cost] table sets the sweep's price, energy price and utilisation; the options
+    win where given; a bad key or value is one line naming it."""
+    from click.testing import CliRunner
+
+    from common.errors import UsageError
+    from emulator.cli import main
+    from emulator.sweep.grid import economics_from_table, load_grid
+
+    f = tmp_path / "g.toml"
+    f.write_text('model = ["qwen2-0.5b"]\nchip = ["h100"]\ngenerate = [1]\n'
+                 '[cost]\nprice_per_hour = 10.0\nutilisation = 0.5\n')
+    g = load_grid(f)
+    assert g.economics == {"price_per_hour": 10.0, "utilisation": 0.5}
+    (pt,) = g.points()
+    assert pt.economics == {"price_per_hour": 10.0, "utilisation": 0.5}
+    assert economics_from_table({}) == {}
+    for table, match in (({"price": 3}, "did you mean 'price_per_hour'"), ({"utilisation": 2}, r"in \(0, 1\]"),
+                         ({"usd_per_kwh": "cheap"}, "expected a number")):
+        with pytest.raises(UsageError, match=match):
+            economics_from_table(table)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('model = ["qwen2-0.5b"]\nchip = ["h100"]\n[cost]\nprise_per_hour = 3.0\n')
+    r = CliRunner().invoke(main, ["sweep", str(bad), "-o", str(tmp_path / "o.parquet")])
+    assert r.exit_code == 2 and "cost.prise_per_hour: unknown key; did you mean 'price_per_hour'?" in r.output
+    assert not (tmp_path / "o.parquet").exists()

@@ -72,7 +72,13 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
         g = grid_from_options(given, overrides)
         if not output:
             raise UsageError("give -o FILE.parquet for a grid of command-line axes", field="--output")
-    g.economics = {"price_per_hour": price, "usd_per_kwh": usd_per_kwh, "utilisation": utilisation}
+    # the options win over a grid file's [cost] table where given on the command line
+    given_opts = {"price_per_hour": price, "usd_per_kwh": usd_per_kwh, "utilisation": utilisation}
+    ctx = click.get_current_context()
+    source = {"price_per_hour": "price", "usd_per_kwh": "usd_per_kwh", "utilisation": "utilisation"}
+    g.economics = {**{k: None if k != "utilisation" else 1.0 for k in given_opts}, **g.economics,
+                   **{k: v for k, v in given_opts.items()
+                      if ctx.get_parameter_source(source[k]) is not click.core.ParameterSource.DEFAULT}}
     if plot_path:
         from common.atomic import check_output
         from emulator.present.plots import pyplot

@@ -181,11 +181,36 @@ def load_grid(path: str | Path) -> Grid:
     overrides = d.pop("overrides", {})
     if not isinstance(overrides, dict):
         raise UsageError("expected a table of chip-file keys", file=str(p), field="overrides")
+    cost = d.pop("cost", {})
     try:
-        return grid_from_dict(d, overrides)
+        grid = grid_from_dict(d, overrides)
+        grid.economics = economics_from_table(cost)
+        return grid
     except UsageError as err:
         err.file = str(p)
         raise
+
+
+def economics_from_table(t) -> dict:
+    """A grid file's ``[cost]`` table: ``price_per_hour`` (USD per hour, > 0), ``usd_per_kwh`` (>= 0),
+    ``utilisation`` (0 < u <= 1); each optional, as the ``--price``, ``--usd-per-kwh`` and
+    ``--utilisation`` options (which win where given)."""
+    if not isinstance(t, dict):
+        raise UsageError("expected a table of price_per_hour, usd_per_kwh, utilisation", field="cost")
+    out = {}
+    for k, v in t.items():
+        if k not in ECONOMICS:
+            close = difflib.get_close_matches(k, list(ECONOMICS), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of {', '.join(ECONOMICS)}"
+            raise UsageError(f"unknown key{hint}", field=f"cost.{k}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise UsageError(f"expected a number, got {v!r}", field=f"cost.{k}")
+        ok = {"price_per_hour": v > 0, "usd_per_kwh": v >= 0, "utilisation": 0 < v <= 1}[k]
+        if not ok:
+            want = {"price_per_hour": "> 0", "usd_per_kwh": ">= 0", "utilisation": "in (0, 1]"}[k]
+            raise UsageError(f"expected a number {want}, got {v!r}", field=f"cost.{k}")
+        out[k] = float(v)
+    return out
 
 
 def grid_from_options(options: dict, override_specs=()) -> Grid:
