@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 from pathlib import Path
 
 from common.errors import ConfigError, UsageError
+from common.suggest import closest
 
 
 def configs_dir(sub: str) -> Path:
@@ -45,7 +45,7 @@ def resolve_toml(name_or_path, sub: str, noun: str) -> Path:
     preset = configs_dir(sub) / f"{text}.toml"
     if not preset.is_file():
         presets = toml_presets(sub)
-        close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        near = closest(text, presets)
+        hint = f"did you mean {near!r}? " if near else ""
         raise UsageError(f"unknown {noun} preset {text!r}; {hint}(presets: {', '.join(presets)})")
     return preset

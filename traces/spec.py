@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from traces.dtypes import KV_DTYPES, check_dtype, nbytes_of
 from common.errors import ConfigError
+from common.suggest import closest
 from common.paths import configs_dir
 
 # architectures[0] -> family; model_type is the fallback key.
@@ -218,10 +219,8 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         preset = configs_dir("models") / f"{name_or_path}.json"
         if not preset.is_file():
             names = list_presets()
-            import difflib
-
-            near = difflib.get_close_matches(str(name_or_path), names, n=1)
-            hint = f" (did you mean {near[0]}?)" if near else f"; presets: {', '.join(names)}"
+            near = closest(name_or_path, names)
+            hint = f" (did you mean {near}?)" if near else f"; presets: {', '.join(names)}"
             raise ConfigError(f"no such model preset or config file{hint}", file=str(name_or_path))
         p = preset
     try:

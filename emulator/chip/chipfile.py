@@ -33,18 +33,17 @@ Layout (quantities are strings with units, see :mod:`emulator.chip.units`)::
 from __future__ import annotations
 
 import datetime
-import difflib
 import hashlib
 import json
 import re
-import tomllib
 from dataclasses import asdict
 from pathlib import Path
 
 from emulator.chip.hierarchy import MANAGED, POLICIES, Chip, Price, Compute, Link, PimUnit, PlacementRule, Tier
-from emulator.chip.units import format_size, parse_quantity
-from common.errors import ConfigError
+from emulator.chip.units import format_size
 from common.paths import resolve_toml, toml_presets
+from common.suggest import did_you_mean
+from emulator.chip.tomlfile import FileReader, read_toml, toml_key
 
 # Op kinds a PIM unit may run: the ``kind`` strings of ops.arrow written by the trace generator
 # (kernels/: the LM head is a ``linear``; MoE experts are ``linear`` ops with ``expert`` set).
@@ -64,72 +63,7 @@ _LINK_KEYS = {"from": True, "to": True, "bandwidth": True, "energy": True}
 _RULE_KEYS = {"tier": True, "kind": False, "name": False, "layers": False, "spill": False}
 
 
-def _key(key) -> str:
-    """A key as it appears in a message: bare if it is a plain TOML bare key, else quoted (one line)."""
-    key = str(key)
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
-
-
-def _did_you_mean(word: str, choices) -> str:
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    if close:
-        return f"did you mean {close[0]!r}?"
-    return f"expected one of {', '.join(choices)}"
-
-
-class _Ctx:
-    """The file being read, so every error names it."""
-
-    def __init__(self, file: str | None):
-        self.file = file
-
-    def error(self, field: str | None, message: str) -> ConfigError:
-        return ConfigError(message, file=self.file, field=field)
-
-    def table(self, value, field: str, keys: dict[str, bool]) -> dict:
-        """Check ``value`` is a table with only known keys and all required ones."""
-        if not isinstance(value, dict):
-            raise self.error(field, f"expected a table, got {type(value).__name__}")
-        for key in value:
-            if key not in keys:
-                name = f"{field}.{_key(key)}" if field else _key(key)
-                raise self.error(name, f"unknown key; {_did_you_mean(key, keys)}")
-        for key, required in keys.items():
-            if required and key not in value:
-                name = f"{field}.{key}" if field else key
-                raise self.error(name, "missing required key")
-        return value
-
-    def string(self, value, field: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.error(field, f"expected a non-empty string, got {value!r}")
-        return value
-
-    def boolean(self, value, field: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.error(field, f"expected true or false, got {value!r}")
-        return value
-
-    def choice(self, value, field: str, choices) -> str:
-        if not isinstance(value, str) or value not in choices:
-            raise self.error(field, f"unknown value {value!r}; {_did_you_mean(value, choices)}")
-        return value
-
-    def quantity(self, value, kind: str, field: str, *, positive: bool = True):
-        q = parse_quantity(value, kind, file=self.file, field=field)
-        if positive and q <= 0:
-            raise self.error(field, f"must be positive, got {value!r}")
-        if not positive and q < 0:
-            raise self.error(field, f"must not be negative, got {value!r}")
-        return q
-
-    def array(self, value, field: str) -> list:
-        if not isinstance(value, list):
-            raise self.error(field, f"expected an array of tables ([[{field}]]), got {type(value).__name__}")
-        return value
-
-
-def _compute(ctx: _Ctx, d) -> Compute:
+def _compute(ctx: FileReader, d) -> Compute:
     d = ctx.table(d, "compute", _COMPUTE_KEYS)
     flops, energy = {}, {}
     for key, out, kind, positive in (("flops", flops, "rate", True), ("energy", energy, "energy", False)):
@@ -138,7 +72,7 @@ def _compute(ctx: _Ctx, d) -> Compute:
             raise ctx.error(f"compute.{key}", "expected a table of dtype = quantity, e.g. { bf16 = ... }")
         for dtype, text in tab.items():
             if dtype not in COMPUTE_DTYPES:
-                raise ctx.error(f"compute.{key}.{_key(dtype)}", f"unknown dtype; {_did_you_mean(dtype, COMPUTE_DTYPES)}")
+                raise ctx.error(f"compute.{key}.{toml_key(dtype)}", f"unknown dtype; {did_you_mean(dtype, COMPUTE_DTYPES)}")
             out[dtype] = ctx.quantity(text, kind, f"compute.{key}.{dtype}", positive=positive)
     for dtype in flops:
         if dtype not in energy:
@@ -149,14 +83,14 @@ def _compute(ctx: _Ctx, d) -> Compute:
     return Compute(flop_per_s=flops, energy_j_per_flop=energy)
 
 
-def _pim(ctx: _Ctx, d, field: str) -> PimUnit:
+def _pim(ctx: FileReader, d, field: str) -> PimUnit:
     d = ctx.table(d, field, _PIM_KEYS)
     ops = d["ops"]
     if not isinstance(ops, list) or not ops:
         raise ctx.error(f"{field}.ops", f"expected a non-empty array of op kinds ({', '.join(OP_KINDS)})")
     for j, op in enumerate(ops):
         if op not in OP_KINDS:
-            raise ctx.error(f"{field}.ops[{j}]", f"unknown op kind {op!r}; {_did_you_mean(op, OP_KINDS)}")
+            raise ctx.error(f"{field}.ops[{j}]", f"unknown op kind {op!r}; {did_you_mean(op, OP_KINDS)}")
     if len(set(ops)) != len(ops):
         raise ctx.error(f"{field}.ops", "duplicate op kind")
     return PimUnit(
@@ -168,7 +102,7 @@ def _pim(ctx: _Ctx, d, field: str) -> PimUnit:
     )
 
 
-def _tier(ctx: _Ctx, d, i: int) -> Tier:
+def _tier(ctx: FileReader, d, i: int) -> Tier:
     f = f"tier[{i}]"
     d = ctx.table(d, f, _TIER_KEYS)
     name = ctx.string(d["name"], f"{f}.name")
@@ -204,13 +138,13 @@ def _tier(ctx: _Ctx, d, i: int) -> Tier:
     )
 
 
-def _tier_ref(ctx: _Ctx, value, field: str, names: list[str]) -> int:
+def _tier_ref(ctx: FileReader, value, field: str, names: list[str]) -> int:
     if not isinstance(value, str) or value not in names:
-        raise ctx.error(field, f"unknown tier {value!r}; {_did_you_mean(value, names)}")
+        raise ctx.error(field, f"unknown tier {value!r}; {did_you_mean(value, names)}")
     return names.index(value)
 
 
-def _links(ctx: _Ctx, raw, tiers: tuple[Tier, ...]) -> tuple[Link, ...]:
+def _links(ctx: FileReader, raw, tiers: tuple[Tier, ...]) -> tuple[Link, ...]:
     raw = ctx.array(raw, "link")
     names = [t.name for t in tiers]
     links = []
@@ -235,7 +169,7 @@ def _links(ctx: _Ctx, raw, tiers: tuple[Tier, ...]) -> tuple[Link, ...]:
     return tuple(links)
 
 
-def _rules(ctx: _Ctx, raw, tiers: tuple[Tier, ...]) -> tuple[PlacementRule, ...]:
+def _rules(ctx: FileReader, raw, tiers: tuple[Tier, ...]) -> tuple[PlacementRule, ...]:
     raw = ctx.array(raw, "placement")
     names = [t.name for t in tiers]
     rules = []
@@ -304,7 +238,7 @@ def price_from_table(d, error, table_check) -> Price:
 
 def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     """Validate a parsed chip file (a dict as tomllib returns it) and build the :class:`Chip`."""
-    ctx = _Ctx(None if file is None else str(file))
+    ctx = FileReader(None if file is None else str(file))
     d = ctx.table(d, "", _TOP_KEYS)
     name = ctx.string(d["name"], "name")
     description = d.get("description", "")
@@ -355,14 +289,8 @@ def read_chip_toml(name_or_path) -> tuple[dict, Path, str]:
     """A chip file parsed but not validated: ``(dict, path, sha256 of its bytes)`` (what what-if
     sweeps edit before :func:`chip_from_dict`)."""
     path = _resolve(name_or_path)
-    data = path.read_bytes()
-    try:
-        d = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError("not a UTF-8 text file", file=str(path)) from None
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"not valid TOML: {err}", file=str(path)) from None
-    return d, path, hashlib.sha256(data).hexdigest()
+    d, sha256 = read_toml(path)
+    return d, path, sha256
 
 
 def file_keys(section: str) -> tuple[str, ...]:

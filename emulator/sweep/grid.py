@@ -18,7 +18,6 @@ before they existed, so earlier sweep files resume.
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import itertools
 import json
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import ConfigError, TierlabError, UsageError
+from common.suggest import did_you_mean
 
 RUN_AXES = ("batch", "context", "prompt", "generate", "weights", "kv", "tp", "pp", "ep", "dp")
 INT_AXES = ("batch", "context", "prompt", "generate", "tp", "pp", "ep", "dp")
@@ -38,11 +38,6 @@ DEFAULTS = {"batch": 1, "context": 0, "prompt": 0, "generate": 0, "weights": "bf
 DEFAULT_MAX_POINTS = 10_000
 # cost options of a sweep and their defaults (None: the chip's or system's own [price]; no energy charge)
 ECONOMICS = {"price_per_hour": None, "usd_per_kwh": None, "utilisation": 1.0}
-
-
-def did_you_mean(word: str, choices) -> str:
-    close = difflib.get_close_matches(str(word), list(choices), n=1)
-    return f"did you mean {close[0]!r}?" if close else f"expected one of {', '.join(map(str, choices))}"
 
 
 @dataclass(frozen=True)
@@ -200,9 +195,7 @@ def economics_from_table(t) -> dict:
     out = {}
     for k, v in t.items():
         if k not in ECONOMICS:
-            close = difflib.get_close_matches(k, list(ECONOMICS), n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of {', '.join(ECONOMICS)}"
-            raise UsageError(f"unknown key{hint}", field=f"cost.{k}")
+            raise UsageError(f"unknown key; {did_you_mean(k, ECONOMICS, cutoff=0.5)}", field=f"cost.{k}")
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise UsageError(f"expected a number, got {v!r}", field=f"cost.{k}")
         ok = {"price_per_hour": v > 0, "usd_per_kwh": v >= 0, "utilisation": 0 < v <= 1}[k]

@@ -48,19 +48,14 @@ nodes without ``[scale_out]``, an unknown topology, a ``direct`` scale-out fabri
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-import json
-import re
-import tomllib
 from pathlib import Path
 
-from common.errors import ConfigError
 from common.paths import resolve_toml, toml_presets
+from common.suggest import closest, did_you_mean
 from emulator.chip.chipfile import list_presets as chip_presets
 from emulator.chip.chipfile import load_chip, price_from_table
 from emulator.chip.hierarchy import Chip
-from emulator.chip.units import parse_quantity
+from emulator.chip.tomlfile import FileReader, read_toml
 from emulator.system.model import TOPOLOGIES, Fabric, System
 
 _TOP_KEYS = {"name": True, "description": False, "chip": True, "chips": True, "chips_per_node": False,
@@ -69,66 +64,7 @@ _FABRIC_KEYS = {"description": False, "topology": False, "bandwidth": True, "por
                 "energy": True, "in_network_reduction": False}
 
 
-def did_you_mean(word, choices) -> str:
-    """``did you mean 'x'?`` for the closest of ``choices``, else ``expected one of a, b, c``."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    if close:
-        return f"did you mean {close[0]!r}?"
-    return f"expected one of {', '.join(choices)}"
-
-
-def _key(key) -> str:
-    """A key as it appears in a message: bare if a plain TOML bare key, else quoted (one line)."""
-    key = str(key)
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
-
-
-class _Reader:
-    """The system file being read, so every error names it."""
-
-    def __init__(self, file):
-        self.file = None if file is None else str(file)
-
-    def error(self, field: str | None, message: str) -> ConfigError:
-        return ConfigError(message, file=self.file, field=field)
-
-    def table(self, value, field: str, keys: dict[str, bool]) -> dict:
-        if not isinstance(value, dict):
-            raise self.error(field or None, f"expected a table, got {type(value).__name__}")
-        for key in value:
-            if key not in keys:
-                name = f"{field}.{_key(key)}" if field else _key(key)
-                raise self.error(name, f"unknown key; {did_you_mean(key, keys)}")
-        for key, required in keys.items():
-            if required and key not in value:
-                raise self.error(f"{field}.{key}" if field else key, "missing required key")
-        return value
-
-    def string(self, value, field: str, *, empty: bool = False) -> str:
-        if not isinstance(value, str) or (not empty and not value.strip()):
-            raise self.error(field, f"expected a {'' if empty else 'non-empty '}string, got {value!r}")
-        return value
-
-    def count(self, value, field: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self.error(field, f"expected a positive integer, got {value!r}")
-        return value
-
-    def boolean(self, value, field: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.error(field, f"expected true or false, got {value!r}")
-        return value
-
-    def quantity(self, value, kind: str, field: str, *, positive: bool = True) -> float:
-        q = parse_quantity(value, kind, file=self.file, field=field)
-        if positive and q <= 0:
-            raise self.error(field, f"must be positive, got {value!r}")
-        if q < 0:
-            raise self.error(field, f"must not be negative, got {value!r}")
-        return q
-
-
-def _fabric(r: _Reader, d, field: str, chips_per_node: int) -> Fabric:
+def _fabric(r: FileReader, d, field: str, chips_per_node: int) -> Fabric:
     d = r.table(d, field, _FABRIC_KEYS)
     topology = d.get("topology", "switch")
     if not isinstance(topology, str) or topology not in TOPOLOGIES:
@@ -160,7 +96,7 @@ def _fabric(r: _Reader, d, field: str, chips_per_node: int) -> Fabric:
     )
 
 
-def _chip(r: _Reader, value) -> Chip:
+def _chip(r: FileReader, value) -> Chip:
     text = r.string(value, "chip")
     if text.endswith(".toml") or "/" in text:
         p = Path(text)
@@ -171,8 +107,8 @@ def _chip(r: _Reader, value) -> Chip:
         return load_chip(p)
     presets = chip_presets()
     if text not in presets:
-        close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6)
-        hint = (f"did you mean {close[0]!r}?" if close
+        near = closest(text, presets)
+        hint = (f"did you mean {near!r}?" if near
                 else f"expected a chip preset ({', '.join(presets)}) or a path to a chip .toml")
         raise r.error("chip", f"unknown chip {text!r}; {hint}")
     return load_chip(text)
@@ -181,7 +117,7 @@ def _chip(r: _Reader, value) -> Chip:
 def system_from_dict(d, *, file=None, sha256: str | None = None) -> System:
     """Validate a parsed system file (a dict as tomllib returns it) and build the :class:`System`.
     A chip given as a relative path is read relative to ``file``'s directory (else the cwd)."""
-    r = _Reader(file)
+    r = FileReader(file)
     d = r.table(d, "", _TOP_KEYS)
     name = r.string(d["name"], "name")
     description = r.string(d.get("description", ""), "description", empty=True)
@@ -221,11 +157,5 @@ def _resolve(name_or_path) -> Path:
 def load_system(name_or_path) -> System:
     """Load a system: a preset name (``dgx-h100``) or a path to a ``.toml`` file."""
     path = _resolve(name_or_path)
-    data = path.read_bytes()
-    try:
-        d = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError("not a UTF-8 text file", file=str(path)) from None
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"not valid TOML: {err}", file=str(path)) from None
-    return system_from_dict(d, file=str(path), sha256=hashlib.sha256(data).hexdigest())
+    d, sha256 = read_toml(path)
+    return system_from_dict(d, file=str(path), sha256=sha256)
