@@ -75,6 +75,7 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
     roles = fabrics(sr.system)
     lat, colls, share, overhead, msgs = [], [], [], [], []
     en = {k: [] for k in ("tiers", "links", "compute", "pim", "network")}
+    total = []          # a step's energy: each device's ops summed as a chip's step is, plus the network
     lb = {n: [] for n in names + roles}
     by_res: dict[str, float] = {}
     for s, ids in steps.items():
@@ -85,6 +86,7 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
         for r, t in p.by_resource_s.items():
             by_res[r] = by_res.get(r, 0.0) + t / len(steps)
         parts = {k: 0.0 for k in en}
+        step_j = 0.0
         chip_links = np.zeros(len(names))
         for d, tr in enumerate(sr.devices):
             g = sr.op_ids[d]
@@ -92,9 +94,11 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
             tot = sc.devices[d].totals(local)
             for k in ("tiers", "links", "compute", "pim"):
                 parts[k] += tot[k]
+            step_j += float(sc.devices[d].energy_j[local].sum())
             chip_links += link_bytes(tr.result.per_op[local].sum(0), tr.result.block_bytes).sum(1)
         cids = _step_collectives(sc, s)
         parts["network"] = sum(sc.collectives[c].energy_j for c in cids)
+        total.append(step_j + parts["network"])
         for k in en:
             en[k].append(parts[k])
         for i, n in enumerate(names):
@@ -111,7 +115,7 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
         "batch": batch,
         "tokens_per_step": tokens,
         "bytes_by_link": {n: float(np.mean(v)) / tokens for n, v in lb.items()},
-        "energy_j": float(sum(split.values())),
+        "energy_j": float(np.mean(total)) / tokens,
         "energy_split_j": split,
         "latency_s": step_latency,
         "tokens_per_s": tokens / step_latency if step_latency > 0 else float("inf"),
@@ -164,12 +168,6 @@ def to_json(sr: SystemReplay, sc: SystemCost | None = None) -> dict:
     sc = sc or cost_system(sr)
     fulls = [chip_json(tr, cst) for tr, cst in zip(sr.devices, sc.devices)]
     pt = per_token(sr, sc)
-    if pt is not None and len(fulls) == 1 and not sc.collectives and fulls[0]["per_token"]:
-        # one device and no collective: the system is its chip, and its figures are the chip's to
-        # the bit (the critical path and the parts' sum would only round in another order)
-        chip_pt = fulls[0]["per_token"]
-        for k in ("latency_s", "tokens_per_s", "energy_j"):
-            pt[k] = chip_pt[k]
     coord = pt.pop("_coordination") if pt else {}
     coord["connections"] = connections(sc, sr.system)
     net = network_table(sr, sc)

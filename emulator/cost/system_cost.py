@@ -81,11 +81,15 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
         progress = False
         for d in range(n):
             its = items[d]
+            run_start, run = clock[d], []
             while pos[d] < len(its) and its[pos[d]][0] == OP:
                 _, lat, res = its[pos[d]]
                 seg[d].append((OP, clock[d], clock[d] + lat, res))
                 clock[d] += lat
+                run.append(lat)
                 pos[d] += 1
+            if run:     # a run of ops takes the sum of their latencies, summed as a chip's step is
+                clock[d] = run_start + float(np.sum(run))
             if pos[d] < len(its):
                 cid, mem = its[pos[d]][1], its[pos[d]][2]
                 arrived.setdefault(cid, {})[d] = (clock[d], mem)
