@@ -82,7 +82,7 @@ small = sys.argv[4]
 if what == "replay":
     replay_trace(small, chip)                     # load the JIT before measuring the baseline
 else:
-    from emulator.cli.mrc import tier_mrc
+    from emulator.analysis.tier_mrc import tier_mrc
     tier_mrc(open_trace(small), chip, "l2", opt=False)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()

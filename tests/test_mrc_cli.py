@@ -201,3 +201,10 @@ def test_plot_without_matplotlib_is_a_clear_error(trace, tmp_path, monkeypatch):
                                     "--plot", str(tmp_path / "x.png")])
     assert res.exit_code == 2 and "pip install 'tierlab[plot]'" in res.output
     assert not (tmp_path / "x.png").exists()
+
+
+def test_cli_default_opt_limit_is_the_librarys():
+    from emulator.analysis.tier_mrc import DEFAULT_OPT_LIMIT_BLOCKS
+    from emulator.cli.mrc import OPT_LIMIT_BLOCKS
+
+    assert OPT_LIMIT_BLOCKS == DEFAULT_OPT_LIMIT_BLOCKS

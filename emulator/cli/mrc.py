@@ -11,12 +11,13 @@ import json
 
 import click
 
-from emulator.analysis.tier_mrc import DEFAULT_OPT_LIMIT_BLOCKS, tier_mrc
 from emulator.chip.units import parse_quantity
 from emulator.cli.options import force_option, json_option
 from emulator.cli.progress import counting_bar
 
-__all__ = ["command", "tier_mrc"]   # tier_mrc: for callers of its old home
+# the library's default (emulator.analysis.tier_mrc.DEFAULT_OPT_LIMIT_BLOCKS; a test holds them
+# equal): the analysis, and Numba with it, is imported only when the command runs
+OPT_LIMIT_BLOCKS = 1 << 24
 
 
 def _sizes(text: str | None) -> list[int]:
@@ -33,13 +34,14 @@ def _sizes(text: str | None) -> list[int]:
 @click.option("--max-ways", type=click.IntRange(1, 4096), help="Deepest way count of the per-set curve "
               "(set-associative tiers; default 2x the tier's ways).")
 @click.option("--opt/--no-opt", default=None, help="Compute the OPT curve (default: when the stream fits --opt-limit).")
-@click.option("--opt-limit", type=click.IntRange(1), default=DEFAULT_OPT_LIMIT_BLOCKS, show_default=True,
+@click.option("--opt-limit", type=click.IntRange(1), default=OPT_LIMIT_BLOCKS, show_default=True,
               help="Longest block stream OPT may hold in memory (blocks).")
 @click.option("--plot", type=click.Path(), help="Write the curve as an image (png/svg/pdf; needs matplotlib).")
 @force_option
 @json_option
 def command(trace_path, tier_name, chip_name, sizes, max_ways, opt, opt_limit, plot, force, as_json):
     """Exact LRU (and OPT) miss-ratio curve of one tier, every capacity in one pass."""
+    from emulator.analysis.tier_mrc import tier_mrc
     from emulator.chip.chipfile import load_chip
     from emulator.present.mrc import format_mrc
     from emulator.present.plots import plot_mrc, pyplot
