@@ -65,15 +65,20 @@ def hit_shares(result: dict) -> dict[str, float]:
 
 def summarise(result: dict) -> dict:
     """The per-token figures of one replay dict (empty values when the trace has no decode)."""
-    pt = result.get("per_token")
-    s = {"found": hit_shares(result), "bytes_by_link": {}, "in_memory_bytes": {}, "energy_j": {},
+    return summary_of(result.get("per_token"), hit_shares(result))
+
+
+def summary_of(pt: dict | None, found: dict, parts=ENERGY_PARTS) -> dict:
+    """A comparison row from a run's ``per_token`` dict, its found shares and its energy parts (a
+    chip's, or a system's, which add ``network``)."""
+    s = {"found": found, "bytes_by_link": {}, "in_memory_bytes": {}, "energy_j": {},
          "energy_per_token_j": None, "latency_per_token_s": None, "tokens_per_s": None,
          "tokens_per_j": None, "bound": None}
     if not pt:
         return s
     s["bytes_by_link"] = dict(pt["bytes_by_link"])
     s["in_memory_bytes"] = dict(pt.get("in_memory_bytes_by_tier", {}))
-    s["energy_j"] = {k: pt["energy_split_j"][k] for k in ENERGY_PARTS}
+    s["energy_j"] = {k: pt["energy_split_j"][k] for k in parts}
     s["energy_per_token_j"] = pt["energy_j"]
     s["latency_per_token_s"] = pt["latency_s"]
     s["tokens_per_s"] = pt["tokens_per_s"]

@@ -33,12 +33,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.errors import CapacityError, TraceError
+from emulator.analysis.compare import ENERGY_PARTS, ChipResult, summary_of
 from emulator.analysis.result import link_names, to_json as chip_json
 from emulator.cost.model import Cost
 from emulator.cost.system_cost import SystemCost, connections, cost_system, decode_steps
 from emulator.engine.counters import link_bytes
 from emulator.network.schedule import FABRICS, fabric_obj
-from emulator.system_pipeline import SystemReplay
+from emulator.engine.options import ReplayOptions
+from emulator.system.model import System
+from emulator.system.systemfile import load_system
+from emulator.system_pipeline import SystemReplay, check_fits, replay_system
+from traces.reader import Trace, open_trace
 
 PARALLELISM = ("tp", "pp", "ep", "dp")
 LATENCY_MODEL = ("critical path over devices, a bound: each op its roofline latency, a collective from "
@@ -195,8 +201,6 @@ def to_json(sr: SystemReplay, sc: SystemCost | None = None) -> dict:
 def summarise(d: dict) -> dict:
     """A system run's per-token figures in the shape of :func:`emulator.analysis.compare.summarise`
     (so systems and chips line up in one comparison); ``energy_j`` adds ``network``."""
-    from emulator.analysis.compare import ENERGY_PARTS
-
     pt = d.get("per_token")
     found: dict[str, list] = {}
     for dev in d["devices"]:          # found shares over all devices' requests
@@ -205,32 +209,13 @@ def summarise(d: dict) -> dict:
                 f = found.setdefault(f"{tier} ({kind})", [0, 0])
                 f[0] += c["hits"]
                 f[1] += c["hits"] + c["misses"] + c["bypasses"]
-    s = {"found": {k: h / n for k, (h, n) in found.items() if n}, "bytes_by_link": {}, "in_memory_bytes": {}, "energy_j": {}, "energy_per_token_j": None,
-         "latency_per_token_s": None, "tokens_per_s": None, "tokens_per_j": None, "bound": None}
-    if not pt:
-        return s
-    s["bytes_by_link"] = dict(pt["bytes_by_link"])
-    s["energy_j"] = {k: pt["energy_split_j"][k] for k in (*ENERGY_PARTS, "network")}
-    s["energy_per_token_j"] = pt["energy_j"]
-    s["latency_per_token_s"] = pt["latency_s"]
-    s["tokens_per_s"] = pt["tokens_per_s"]
-    s["tokens_per_j"] = 1.0 / pt["energy_j"] if pt["energy_j"] > 0 else None
-    s["bound"] = pt["bound"]
-    return s
+    return summary_of(pt, {k: h / n for k, (h, n) in found.items() if n}, (*ENERGY_PARTS, "network"))
 
 
 def compare_systems(trace, systems, options=None, *, extra_rules=(), collective_algo="auto", progress=None):
     """Replay ``trace`` on each system (names, files or System objects), in order; one
     :class:`emulator.analysis.compare.ChipResult` each (its ``chip`` the system's name). A system
     whose chip cannot hold a device's slice, or cannot replay it, stays with the reason."""
-    from common.errors import CapacityError, TraceError
-    from emulator.analysis.compare import ChipResult
-    from emulator.engine.options import ReplayOptions
-    from emulator.system.model import System
-    from emulator.system.systemfile import load_system
-    from emulator.system_pipeline import check_fits, replay_system
-    from traces.reader import Trace, open_trace
-
     options = options or ReplayOptions()
     loaded = [s if isinstance(s, System) else load_system(s) for s in systems]
     if not isinstance(trace, Trace):
