@@ -18,17 +18,14 @@ import pyarrow as pa
 from traces import format as fmt
 from common.atomic import atomic_path
 from common.errors import TraceError, UsageError
+from common.version import tierlab_version
 
 GENERATOR = "tierlab"
 
 
 def _generator() -> str:
-    try:
-        from importlib.metadata import version
-
-        return f"{GENERATOR} {version('tierlab')}"
-    except Exception:  # not installed (running from a checkout)
-        return GENERATOR
+    v = tierlab_version()
+    return GENERATOR if v is None else f"{GENERATOR} {v}"     # None: running from a checkout
 
 
 class _Table:

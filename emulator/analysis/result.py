@@ -13,11 +13,11 @@ Top-level keys: ``chip``, ``tiers`` (list: ``name``, ``hits``, ``misses``, ``fil
 from __future__ import annotations
 
 import hashlib
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 
+from common.version import tierlab_version
 from emulator.cost.model import Cost, per_token
 from emulator.cost.pim import summary as pim_summary
 from emulator.cost.trace_cost import cost_of
@@ -25,13 +25,6 @@ from emulator.engine.counters import TIER_COUNTERS, link_bytes, tier_dict
 from emulator.pipeline import TraceReplay
 from emulator.analysis.turns import per_turn
 from traces.format import FORMAT_VERSION
-
-
-def _version() -> str:
-    try:
-        return version("tierlab")
-    except Exception:  # noqa: BLE001 - an uninstalled checkout still reports
-        return "unknown"
 
 
 def _hit_rate(d: dict) -> float | None:
@@ -100,7 +93,7 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
         "placement": pl.summary(),
         "counts": {"descriptors": r.n_accesses, "tier0_blocks": r.n_blocks, "ops": int(ops.num_rows)},
         "provenance": {
-            "tierlab": _version(),
+            "tierlab": (tierlab_version() or "unknown"),
             "trace_format": tr.trace.manifest.get("version", FORMAT_VERSION),
             "trace": str(tr.trace.path),
             "trace_generator": tr.trace.manifest.get("generator"),

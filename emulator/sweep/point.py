@@ -14,21 +14,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from common.version import tierlab_version
 from common.errors import TierlabError
 from emulator.sweep.grid import Point, build_chip
 
 RESULT_COLUMNS = ("tokens_per_s", "latency_s", "energy_j_per_token", "bound", "run_latency_s", "run_energy_j")
 # cost columns of every row (emulator.cost.price.usd_per_mtok); usd_per_mtok is None without a price
 COST_COLUMNS = ("devices", "price_per_hour", "price_source", "utilisation", "usd_per_kwh", "usd_per_mtok")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tierlab")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def run_config(point: Point):
@@ -137,7 +129,7 @@ def row_of(point: Point, override_keys, d: dict | None, error: str | None) -> di
     row["per_token_json"] = None if d is None else json.dumps(pt)
     row["error"] = error
     row["point_hash"] = point.hash
-    row["tierlab_version"] = _version()
+    row["tierlab_version"] = (tierlab_version() or "unknown")
     return row
 
 
