@@ -565,7 +565,7 @@ CASES = [
     Case("run-neither-chip-nor-system", ["run", str(TINY), "--generate", "1"],
          "--chip: give --chip NAME or --system NAME"),
     Case("run-unknown-system", ["run", str(TINY), "--generate", "1", "--system", "dgx-h1000"],
-         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: dgx-h100, dgx-h100-x2, hgx-h200, sn40l-16)"),
+         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: dgx-a100-x16, dgx-h100, dgx-h100-x16, dgx-h100-x2, hgx-h200, sn40l-16)"),
     Case("run-collective-algo-the-fabric-cannot-run",
          ["run", str(TINY), "--generate", "1", "--system", "sn40l-16", "--collective-algo", "in_network"],
          "--collective-algo: 'in_network' cannot run on sn40l-16: the scale_up fabric 'scale_up' is a direct "
@@ -573,7 +573,7 @@ CASES = [
     Case("compare-trace-needs-more-devices-than-the-system", ["compare", "{tmp}/t.trace", "--systems", "dgx-h100"],
          "--system or --tp: the trace needs 9 devices; dgx-h100 has 8 chips", lambda tmp: _nine_devices(tmp)),
     Case("compare-unknown-system", ["compare", str(GOLDEN), "--systems", "dgx-h1000"],
-         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: dgx-h100, dgx-h100-x2, hgx-h200, sn40l-16)"),
+         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: dgx-a100-x16, dgx-h100, dgx-h100-x16, dgx-h100-x2, hgx-h200, sn40l-16)"),
     # -- system files: `tierlab systems FILE` loads and validates one -------------------------
     Case("system-unknown-key", ["systems", "{tmp}/s.toml"],
          "{tmp}/s.toml: scale_up.bandwith: unknown key; did you mean 'bandwidth'?",
@@ -655,6 +655,19 @@ CASES = [
          {"r.parquet": "hello\n"}),
     Case("sweep-output-other-grid", ["sweep", "--model", str(TINY), "--chip", "h100", *SWEEP_OUT],
          "{tmp}/r.parquet: output is a sweep of other columns (model); choose another -o", _other_sweep),
+    Case("sweep-unknown-override-section", ["sweep", "--model", str(TINY), "--chip", "h100", "--override",
+                                            "teir.l2.capacity=1MiB", *SWEEP_OUT],
+         "overrides.teir.l2.capacity: expected tier.NAME.KEY, tier.NAME.pim.KEY, link.UPPER-LOWER.KEY or "
+         "compute.flops|energy.DTYPE; did you mean 'tier'?"),
+    Case("sweep-unknown-system-override", ["sweep", "--model", str(TINY), "--system", "dgx-h100", "--override",
+                                           "scale_up.bandwith=1TB/s", *SWEEP_OUT],
+         "overrides.scale_up.bandwith: unknown scale_up key 'bandwith'; did you mean 'bandwidth'?"),
+    Case("sweep-system-override-missing-fabric", ["sweep", "--model", str(TINY), "--system", "dgx-h100",
+                                                  "--override", "scale_out.bandwidth=1TB/s", *SWEEP_OUT],
+         "overrides.scale_out.bandwidth: 'dgx-h100' has no [scale_out] fabric"),
+    Case("sweep-system-chip-override", ["sweep", "--model", str(TINY), "--system", "dgx-h100", "--override",
+                                        "chip.tier.hbm.bandwdith=1TB/s", *SWEEP_OUT],
+         "overrides.chip.tier.hbm.bandwdith: unknown tier key 'bandwdith'; did you mean 'bandwidth'?"),
     Case("sweep-chip-and-system", ["sweep", "--model", str(TINY), "--chip", "h100", "--system", "dgx-h100",
                                    *SWEEP_OUT], "chip: give exactly one of the axes chip and system"),
 ]

@@ -23,7 +23,8 @@ from emulator.cli import main
 from emulator.cost.trace_cost import cost_of
 from emulator.pipeline import replay_trace
 from emulator.sweep import runner, store as store_mod
-from emulator.sweep.grid import build_chip, grid_from_dict, load_grid
+from emulator.sweep.grid import grid_from_dict, load_grid
+from emulator.sweep.overrides import build_chip
 from emulator.sweep.point import run_config
 from emulator.sweep.store import SweepStore, read_rows
 from traces.lower import generate_trace
@@ -291,3 +292,72 @@ def test_terminated_sweep_leaves_complete_rows(tmp_path):
     d = json.loads(r.stdout)
     assert d["present"] == len(rows) and d["present"] + d["computed"] == 8
     assert len(read_rows(out)) == 8
+
+
+def _row(i: int) -> dict:
+    return {"model": "m", "chip": "c", "batch": i, "tokens_per_s": float(i), "error": None,
+            "point_hash": f"h{i:06d}"}
+
+
+def test_store_writes_parts_then_compacts_each_row_once(tmp_path):
+    """Past a few groups, a group's rows go to a part file instead of a rewrite of the whole file;
+    a reopened store reads the file and the parts (each point once); flush folds the parts in."""
+    out = tmp_path / "p.parquet"
+    cols = ["model", "chip", "batch"]
+    st = SweepStore(out, cols, compact_after_s=1e9)
+    st.append([_row(i) for i in range(40)])              # an empty file: written whole
+    assert len(read_rows(out)) == 40 and not st.parts
+    for i in range(40, 49):                              # 9 rows waiting, 9 x 4 < 40: parts
+        st.append([_row(i)])
+    assert len(st.parts) == 9 and len(read_rows(out)) == 40
+    assert all(p.parent == tmp_path / ".p.parquet.parts" for p in st.parts)
+    again = SweepStore(out, cols, compact_after_s=1e9)   # as after an interruption
+    assert len(again.rows) == 49 and again.done() == {f"h{i:06d}" for i in range(49)}
+    st.append([_row(49)])                                # 10 x 4 >= 40: compaction
+    assert len(read_rows(out)) == 50 and not (tmp_path / ".p.parquet.parts").exists()
+    assert sorted(r["batch"] for r in read_rows(out)) == list(range(50))
+    st.append([_row(50)])
+    st.flush()
+    assert len(read_rows(out)) == 51 and [p.name for p in tmp_path.iterdir()] == ["p.parquet"]
+
+
+def test_store_counts_a_point_in_file_and_part_once(tmp_path):
+    """An interruption between the file's rename and the parts' removal leaves a point in both."""
+    out = tmp_path / "d.parquet"
+    st = SweepStore(out, ["model"], compact_after_s=1e9)
+    st.append([_row(i) for i in range(8)])
+    st.append([_row(8)])                                 # a part
+    part = st.parts[0]
+    keep = part.read_bytes()
+    st.flush()                                           # the file holds row 8; put its part back
+    part.parent.mkdir()
+    part.write_bytes(keep)
+    again = SweepStore(out, ["model"])
+    assert len(again.rows) == 9 and again.waiting == 0
+    again.flush()
+    assert len(read_rows(out)) == 9 and not part.parent.exists()
+
+
+def test_system_overrides_reach_the_system_and_its_chip(cluster, tmp_path):
+    """A system grid with what-if keys of the fabric and of the chip: each row equals the run of the
+    system file with those values written in."""
+    g = grid_from_dict({"model": TINY, "system": ["dgx-h100"], "tp": [2], "context": 16, "generate": 1},
+                       {"scale_up.bandwidth": ["100 GB/s", "450 GB/s"], "chip.tier.hbm.bandwidth": ["1 TB/s"]})
+    out = tmp_path / "so.parquet"
+    s = runner.run_sweep(g, SweepStore(out, g.columns), client_factory=factory_on(cluster, []))
+    assert (s.computed, s.failed) == (2, 0)
+    base = (ROOT / "configs" / "systems" / "dgx-h100.toml").read_text()
+    chip = (ROOT / "configs" / "chips" / "h100.toml").read_text()
+    (tmp_path / "chip.toml").write_text(chip.replace('bandwidth = "3.35 TB/s"      # [S14] [S16] HBM3 3.35 TB/s',
+                                                     'bandwidth = "1 TB/s"', 1))
+    assert (tmp_path / "chip.toml").read_text() != chip
+    rows = read_rows(out)
+    assert len({r["tokens_per_s"] for r in rows}) == 2
+    for row in rows:
+        f = tmp_path / f"s-{row['scale_up.bandwidth'].split()[0]}.toml"
+        f.write_text(base.replace('chip = "h100"', f'chip = "{tmp_path / "chip.toml"}"')
+                     .replace('bandwidth = "450 GB/s"', f'bandwidth = "{row["scale_up.bandwidth"]}"'))
+        cli = CliRunner().invoke(main, ["run", TINY, "--system", str(f), "--tp", "2", "--context", "16",
+                                        "--generate", "1", "--json"], catch_exceptions=False)
+        assert cli.exit_code == 0, cli.stderr
+        assert json.loads(row["per_token_json"]) == json.loads(cli.stdout)["per_token"]

@@ -16,7 +16,7 @@ from emulator.chip.units import parse_quantity
 from emulator.cli import main
 from emulator.system.systemfile import list_presets, load_system, system_from_dict
 
-PRESETS = ("dgx-h100", "hgx-h200", "sn40l-16", "dgx-h100-x2")
+PRESETS = ("dgx-h100", "hgx-h200", "sn40l-16", "dgx-h100-x2", "dgx-a100-x16", "dgx-h100-x16")
 
 SYSTEM = """\
 name = "toy"

@@ -7,7 +7,10 @@ Top-level keys:
   manifest's run, 1 when absent), ``n_devices`` (devices of the trace);
 * ``per_token`` (decode only, else null): ``steps``, ``batch``, ``tokens_per_step`` (dp x batch),
   ``latency_s`` (a decode step's critical path, :mod:`emulator.cost.system_cost`), ``tokens_per_s``
-  (tokens per step / step latency), ``energy_j`` (J per token: devices' tier, link, compute and PIM
+  (tokens per step / step latency: one batch in flight), ``steady_tokens_per_s`` (tokens per step
+  / the busiest device's busy time in the step, :attr:`emulator.cost.system_cost.Path.busy_s`: the
+  pipeline kept full by ``pp`` batches in flight, as a server keeps it; an upper bound, equal to
+  ``tokens_per_s`` when no device waits for another), ``energy_j`` (J per token: devices' tier, link, compute and PIM
   energy plus the network's), ``energy_split_j`` (``tiers``, ``links``, ``compute``, ``pim``,
   ``network``), ``bytes_by_link`` (chip links summed over devices, and the network fabrics
   ``scale_up`` / ``scale_out``: link-bytes carried), ``bound`` and ``time_by_resource_s`` (critical-
@@ -79,7 +82,7 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
     step = sr.trace.ops.column("step").to_numpy()
     names = link_names(sr.system.chip)
     roles = fabrics(sr.system)
-    lat, colls, share, overhead, msgs = [], [], [], [], []
+    lat, busy, colls, share, overhead, msgs = [], [], [], [], [], []
     en = {k: [] for k in ("tiers", "links", "compute", "pim", "network")}
     total = []          # a step's energy: each device's ops summed as a chip's step is, plus the network
     lb = {n: [] for n in names + roles}
@@ -87,6 +90,7 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
     for s, ids in steps.items():
         p = sc.path(sr, ids)
         lat.append(p.latency_s)
+        busy.append(max(p.busy_s, default=0.0))
         share.append(p.collective_s / p.latency_s if p.latency_s > 0 else 0.0)
         colls.append(p.collective_s)
         for r, t in p.by_resource_s.items():
@@ -125,6 +129,7 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
         "energy_split_j": split,
         "latency_s": step_latency,
         "tokens_per_s": tokens / step_latency if step_latency > 0 else float("inf"),
+        "steady_tokens_per_s": tokens / float(np.mean(busy)) if np.mean(busy) > 0 else float("inf"),
         "bound": max(by_res, key=lambda r: by_res[r]) if by_res else None,
         "time_by_resource_s": by_res,
         "latency_model": LATENCY_MODEL,

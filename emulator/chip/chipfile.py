@@ -294,8 +294,10 @@ def read_chip_toml(name_or_path) -> tuple[dict, Path, str]:
 
 
 def file_keys(section: str) -> tuple[str, ...]:
-    """The keys a ``tier`` or ``link`` table of a chip file may hold."""
-    return tuple({"tier": _TIER_KEYS, "link": _LINK_KEYS}[section])
+    """The keys a chip file's top level (``""``) or a ``tier``, ``link``, ``compute``, ``pim`` or
+    ``price`` table may hold."""
+    return tuple({"": _TOP_KEYS, "tier": _TIER_KEYS, "link": _LINK_KEYS, "compute": _COMPUTE_KEYS,
+                  "pim": _PIM_KEYS, "price": PRICE_KEYS}[section])
 
 
 def load_chip(name_or_path) -> Chip:

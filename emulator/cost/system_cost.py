@@ -50,13 +50,16 @@ class Path:
     """One critical-path walk: ``latency_s`` (the latest device clock), ``collective_s`` (time in
     collectives on the critical path), ``ops_s`` (time in ops on it; the two add to the latency),
     ``finish_s`` per device, ``by_resource_s`` (critical-path time by the resource bounding each
-    piece: an op's bound, ``network:FABRIC`` or ``memory`` for a collective)."""
+    piece: an op's bound, ``network:FABRIC`` or ``memory`` for a collective), ``busy_s`` per device
+    (its ops' latencies plus the span of each collective it takes part in, from its last rank's
+    arrival to its end: the time the device works, without the waits for other devices)."""
 
     latency_s: float
     collective_s: float
     ops_s: float
     finish_s: list[float]
     by_resource_s: dict = field(default_factory=dict)
+    busy_s: list[float] = field(default_factory=list)
 
 
 def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict | None = None) -> Path:
@@ -129,8 +132,12 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
                 coll_s += ce - cs
                 by_res[res] = by_res.get(res, 0.0) + ce - cs
                 d, k = last, idx - 1
+    busy = [0.0] * n
+    for d in range(n):
+        for kind, start, end, what in seg[d]:
+            busy[d] += (end - start) if kind == OP else (end - resolved[what][0])
     return Path(latency_s=max(clock, default=0.0), collective_s=coll_s, ops_s=ops_s, finish_s=clock,
-                by_resource_s=by_res)
+                by_resource_s=by_res, busy_s=busy)
 
 
 @dataclass

@@ -4,9 +4,10 @@ A grid names, for each axis, the values to sweep; its points are the product of 
 ``model``, ``chip`` or ``system``, the run axes :data:`RUN_AXES` (``batch``, ``context``, ``prompt``,
 ``generate``, ``weights``, ``kv``, ``tp``, ``pp``, ``ep``, ``dp``) and chip-file overrides
 (``[overrides]`` in the TOML, ``--override KEY=V1,V2`` on the command line) such as
-``"tier.l2.capacity" = ["25 MiB", "50 MiB"]`` or ``"link.l2-hbm.bandwidth" = [...]``: each is written
-into the chip's TOML dict before :func:`emulator.chip.chipfile.chip_from_dict`, so values are parsed
-and validated as chip files are. Every problem is a one-line :class:`common.errors.UsageError`.
+``"tier.l2.capacity" = ["25 MiB", "50 MiB"]``, ``"link.l2-hbm.bandwidth" = [...]``, or for systems
+``"scale_up.bandwidth"`` and ``"chip.tier.hbm.bandwidth"`` (every key: :mod:`emulator.sweep.overrides`):
+each is written into the chip's or system's TOML dict before it is validated, so values are parsed
+and validated as in files. Every problem is a one-line :class:`common.errors.UsageError`.
 
 A point's hash (:attr:`Point.hash`) is the sha256 of its parameters' canonical JSON: the store
 (:mod:`emulator.sweep.store`) skips a point whose hash it already holds. The cost options of a sweep
@@ -17,7 +18,6 @@ before they existed, so earlier sweep files resume.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import json
@@ -25,7 +25,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.errors import ConfigError, TierlabError, UsageError
+from common.errors import TierlabError, UsageError
 from common.suggest import did_you_mean
 
 RUN_AXES = ("batch", "context", "prompt", "generate", "weights", "kv", "tp", "pp", "ep", "dp")
@@ -154,8 +154,6 @@ def grid_from_dict(d: dict, overrides: dict | None = None) -> Grid:
     ov = {}
     for key, raw in (overrides or {}).items():
         vals = _values(f"overrides.{key}", raw)
-        if "chip" not in axes:
-            raise UsageError("overrides apply to chips (a chip axis), not to systems", field=f"overrides.{key}")
         ov[key] = vals
     grid = Grid(axes, ov)
     check_overrides(grid)
@@ -234,64 +232,21 @@ def _override_value(text: str):
 
 # ---- overrides ------------------------------------------------------------------------------------
 
-def apply_overrides(d: dict, overrides: dict) -> dict:
-    """A copy of a chip's TOML dict with each ``tier.NAME.KEY`` / ``link.UPPER-LOWER.KEY`` set."""
-    from emulator.chip.chipfile import file_keys
-
-    d = copy.deepcopy(d)
-    for key, value in overrides.items():
-        parts = key.split(".")
-        field_ = f"overrides.{key}"
-        if len(parts) != 3 or parts[0] not in ("tier", "link"):
-            raise UsageError("expected tier.NAME.KEY or link.UPPER-LOWER.KEY" +
-                             (f"; {did_you_mean(parts[0], ('tier', 'link'))}" if len(parts) == 3 else ""),
-                             field=field_)
-        section, name, k = parts
-        tables = d.get(section) or []
-        if section == "tier":
-            names = [t.get("name") for t in tables]
-        else:
-            names = [f"{t.get('from')}-{t.get('to')}" for t in tables]
-        if name not in names:
-            raise UsageError(f"{d.get('name')!r} has no {section} {name!r}; {did_you_mean(name, names)}",
-                             field=field_)
-        if k not in file_keys(section) or k in ("name", "from", "to"):
-            raise UsageError(f"unknown {section} key {k!r}; "
-                             f"{did_you_mean(k, [x for x in file_keys(section) if x not in ('name', 'from', 'to')])}",
-                             field=field_)
-        tables[names.index(name)][k] = value
-    return d
-
-
-def build_chip(name: str, overrides: dict):
-    """The chip ``name`` (preset or file) with ``overrides`` applied, validated as a chip file is."""
-    from emulator.chip.chipfile import chip_from_dict, load_chip, read_chip_toml
-
-    if not overrides:
-        return load_chip(name)
-    d, path, sha = read_chip_toml(name)
-    tag = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
-    try:
-        return chip_from_dict(apply_overrides(d, overrides), file=f"{path} [{tag}]",
-                              sha256=hashlib.sha256(f"{sha} {tag}".encode()).hexdigest())
-    except ConfigError as err:
-        raise UsageError(str(err), field=None) from None
-
-
 def check_overrides(grid: Grid) -> None:
-    """Every chip of the grid with every combination of override values is a valid chip (and every
-    chip and system named exists): fails before anything is written or started."""
+    """Every chip or system of the grid with every combination of override values is valid (and
+    every chip and system named exists): fails before anything is written or started."""
     from emulator.chip.chipfile import load_chip
+    from emulator.sweep.overrides import build_target
     from emulator.system.systemfile import load_system
 
-    for s in grid.axes.get("system", []):
-        load_system(s)
     keys = grid.override_keys
-    for chip in grid.axes.get("chip", []):
-        load_chip(chip)
+    target = "chip" if "chip" in grid.axes else "system"
+    for name in grid.axes[target]:
+        (load_chip if target == "chip" else load_system)(name)
         for combo in itertools.product(*(grid.overrides[k] for k in keys)):
             try:
-                build_chip(chip, dict(zip(keys, combo)))
+                build_target(name if target == "chip" else None, name if target == "system" else None,
+                             dict(zip(keys, combo)))
             except UsageError:
                 raise
             except TierlabError as err:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from common.version import tierlab_version
 from common.errors import TierlabError
-from emulator.sweep.grid import Point, build_chip
+from emulator.sweep.grid import Point
+from emulator.sweep.overrides import build_chip, build_system
 
 RESULT_COLUMNS = ("tokens_per_s", "latency_s", "energy_j_per_token", "bound", "run_latency_s", "run_energy_j")
 # cost columns of every row (emulator.cost.price.usd_per_mtok); usd_per_mtok is None without a price
@@ -43,11 +44,10 @@ def replay_point(trace_path, point: Point) -> dict:
     if point.system is not None:
         from emulator.analysis.system_result import to_json as system_json
         from emulator.cost.system_cost import cost_system
-        from emulator.system.systemfile import load_system
         from emulator.system_pipeline import check_fits, replay_system
         from traces.reader import open_trace
 
-        system = load_system(point.system)
+        system = build_system(point.system, point.overrides)
         trace = open_trace(trace_path)
         check_fits(trace, system)
         sr = replay_system(trace, system, ReplayOptions())
@@ -75,14 +75,10 @@ def price_of(point: Point) -> tuple[int, float | None, str | None]:
     """(devices, USD per hour, where the price comes from) of a point: ``--price`` if given, else the
     chip's or system's own ``[price]`` (None when it has none)."""
     if point.system is not None:
-        from emulator.system.systemfile import load_system
-
-        s = load_system(point.system)
+        s = build_system(point.system, point.overrides)
         devices, own = s.n_chips, s.price
     else:
-        from emulator.chip.chipfile import load_chip
-
-        devices, own = 1, load_chip(point.chip).price
+        devices, own = 1, build_chip(point.chip, point.overrides).price
     given = point.economic("price_per_hour")
     if given is not None:
         return devices, float(given), "--price"

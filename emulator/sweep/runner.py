@@ -112,4 +112,5 @@ def run_sweep(grid: Grid, store: SweepStore, *, scheduler: str | None = None, wo
                     summary.errors.append({"point_hash": r["point_hash"], "error": r["error"]})
             if progress:
                 progress(finished, len(points))
+    store.flush()
     return summary

@@ -114,9 +114,10 @@ def _chip(r: FileReader, value) -> Chip:
     return load_chip(text)
 
 
-def system_from_dict(d, *, file=None, sha256: str | None = None) -> System:
+def system_from_dict(d, *, file=None, sha256: str | None = None, chip: Chip | None = None) -> System:
     """Validate a parsed system file (a dict as tomllib returns it) and build the :class:`System`.
-    A chip given as a relative path is read relative to ``file``'s directory (else the cwd)."""
+    A chip given as a relative path is read relative to ``file``'s directory (else the cwd);
+    ``chip``, when given, is the chip already built from ``d['chip']`` (a sweep's what-if chip)."""
     r = FileReader(file)
     d = r.table(d, "", _TOP_KEYS)
     name = r.string(d["name"], "name")
@@ -136,7 +137,10 @@ def system_from_dict(d, *, file=None, sha256: str | None = None) -> System:
     sources = d.get("sources", {})
     if not isinstance(sources, dict) or any(not isinstance(v, str) for v in sources.values()):
         raise r.error("sources", "expected a table of TAG = \"citation\" strings")
-    chip = _chip(r, d["chip"])
+    if chip is None:
+        chip = _chip(r, d["chip"])
+    else:
+        r.string(d["chip"], "chip")
     price = None
     if "price" in d:
         price = price_from_table(d["price"], r.error, r.table)
@@ -154,8 +158,28 @@ def _resolve(name_or_path) -> Path:
     return resolve_toml(name_or_path, "systems", "system")
 
 
-def load_system(name_or_path) -> System:
-    """Load a system: a preset name (``dgx-h100``) or a path to a ``.toml`` file."""
+def read_system_toml(name_or_path) -> tuple[dict, Path, str]:
+    """The parsed system file of a preset name or path, its path and the sha256 of its bytes."""
     path = _resolve(name_or_path)
     d, sha256 = read_toml(path)
+    return d, path, sha256
+
+
+def chip_path(d: dict, path: Path) -> str:
+    """The chip a system file names, as :func:`emulator.chip.chipfile.load_chip` takes it (a path
+    relative to the system file is made absolute)."""
+    text = str(d.get("chip", ""))
+    if (text.endswith(".toml") or "/" in text) and not Path(text).is_absolute():
+        return str(path.parent / text)
+    return text
+
+
+def file_keys(section: str) -> tuple[str, ...]:
+    """The keys a system file's top level (``""``) or a fabric (``scale_up``, ``scale_out``) may hold."""
+    return tuple(_TOP_KEYS if section == "" else _FABRIC_KEYS)
+
+
+def load_system(name_or_path) -> System:
+    """Load a system: a preset name (``dgx-h100``) or a path to a ``.toml`` file."""
+    d, path, sha256 = read_system_toml(name_or_path)
     return system_from_dict(d, file=str(path), sha256=sha256)
