@@ -28,6 +28,12 @@ Layout (quantities are strings with units, see :mod:`emulator.chip.units`)::
     S14 = "AnandTech, NVIDIA at SC23 spec table"
     [price]                       # optional: rental price of one chip (emulator.cost.price)
     per_hour = "3.00 USD/h"; source = "https://..."; date = "2026-05-01"   # source and date required
+    [execution]                   # optional: the calibrated latency (emulator.cost.organisation)
+    kernel_overhead = "1.3 us"; fusion = "none"; overlap = "none"     # defaults "0 s", none, none
+
+``achievable`` (optional, a number in (0, 1], default 1) in ``[compute]``, a ``[[tier]]`` or a
+``[[link]]`` is the fraction of its peak FLOP/s or bandwidth a kernel reaches; like ``[execution]``
+it changes only the calibrated latency, never the counts, the energy or the roofline.
 """
 
 from __future__ import annotations
@@ -36,10 +42,11 @@ import datetime
 import hashlib
 import json
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from emulator.chip.hierarchy import MANAGED, POLICIES, Chip, Price, Compute, Link, PimUnit, PlacementRule, Tier
+from emulator.chip.hierarchy import FUSIONS, OVERLAPS, Execution
 from emulator.chip.units import format_size
 from common.paths import resolve_toml, toml_presets
 from common.suggest import did_you_mean
@@ -53,13 +60,13 @@ OP_KINDS = ("linear", "attention", "norm", "elementwise", "rotary", "embedding",
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 
 _TOP_KEYS = {"name": True, "description": False, "compute": True, "tier": True, "link": False,
-             "placement": False, "sources": False, "price": False}
-_COMPUTE_KEYS = {"flops": True, "energy": True}
+             "placement": False, "sources": False, "price": False, "execution": False}
+_COMPUTE_KEYS = {"flops": True, "energy": True, "achievable": False}
 _TIER_KEYS = {"name": True, "capacity": True, "block": True, "ways": False, "policy": True,
               "managed": True, "bandwidth": True, "read_energy": True, "write_energy": True,
               "lend": False, "pim": False}
 _PIM_KEYS = {"internal_bandwidth": True, "flops": True, "read_energy": True, "energy": True, "ops": True}
-_LINK_KEYS = {"from": True, "to": True, "bandwidth": True, "energy": True}
+_LINK_KEYS = {"from": True, "to": True, "bandwidth": True, "energy": True, "achievable": False}
 _RULE_KEYS = {"tier": True, "kind": False, "name": False, "layers": False, "spill": False}
 
 
@@ -80,7 +87,8 @@ def _compute(ctx: FileReader, d) -> Compute:
     for dtype in energy:
         if dtype not in flops:
             raise ctx.error(f"compute.flops.{dtype}", "missing: every dtype in compute.energy needs a peak rate")
-    return Compute(flop_per_s=flops, energy_j_per_flop=energy)
+    return Compute(flop_per_s=flops, energy_j_per_flop=energy,
+                   achievable=achievable(ctx, d.get("achievable", 1.0), "compute.achievable"))
 
 
 def _pim(ctx: FileReader, d, field: str) -> PimUnit:
@@ -161,6 +169,7 @@ def _links(ctx: FileReader, raw, tiers: tuple[Tier, ...]) -> tuple[Link, ...]:
             upper=names[a], lower=names[b],
             bandwidth_bytes_per_s=ctx.quantity(d["bandwidth"], "bandwidth", f"{f}.bandwidth"),
             energy_j_per_byte=ctx.quantity(d["energy"], "energy_per_byte", f"{f}.energy", positive=False),
+            achievable=achievable(ctx, d.get("achievable", 1.0), f"{f}.achievable"),
         ))
     if len(links) != len(tiers) - 1:
         k = len(links)
@@ -235,6 +244,38 @@ def price_from_table(d, error, table_check) -> Price:
     return Price(usd_per_hour=per_hour, source=source, date=date)
 
 
+# ---- the calibrated latency's keys: achievable fractions, [execution] (emulator.cost.organisation) ----
+
+# a tier's optional keys beyond the layout's (kept apart from _TIER_KEYS)
+_TIER_KEYS_CALIBRATION = {"achievable": False}
+_EXECUTION_KEYS = {"kernel_overhead": False, "fusion": False, "overlap": False}
+
+
+def calibrated_tier(ctx: FileReader, d, i: int) -> Tier:
+    """:func:`_tier` plus the tier's optional ``achievable``."""
+    if not isinstance(d, dict) or "achievable" not in d:
+        return _tier(ctx, d, i)
+    rest = {k: v for k, v in d.items() if k != "achievable"}
+    return replace(_tier(ctx, rest, i), achievable=achievable(ctx, d["achievable"], f"tier[{i}].achievable"))
+
+
+def achievable(ctx: FileReader, value, field: str) -> float:
+    """A fraction of peak in (0, 1] (a TOML number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ctx.error(field, f"expected a fraction of peak in (0, 1], e.g. 0.9, got {value!r}")
+    return float(value)
+
+
+def execution_from_table(ctx: FileReader, d) -> Execution:
+    """Validate an ``[execution]`` table (every key optional; defaults add nothing)."""
+    d = ctx.table(d, "execution", _EXECUTION_KEYS)
+    overhead = 0.0
+    if "kernel_overhead" in d:
+        overhead = ctx.quantity(d["kernel_overhead"], "time", "execution.kernel_overhead", positive=False)
+    return Execution(kernel_overhead_s=float(overhead),
+                     fusion=ctx.choice(d.get("fusion", "none"), "execution.fusion", FUSIONS),
+                     overlap=ctx.choice(d.get("overlap", "none"), "execution.overlap", OVERLAPS))
+
 
 def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     """Validate a parsed chip file (a dict as tomllib returns it) and build the :class:`Chip`."""
@@ -248,7 +289,7 @@ def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     raw_tiers = ctx.array(d["tier"], "tier")
     if not raw_tiers:
         raise ctx.error("tier", "expected at least one [[tier]]")
-    tiers = tuple(_tier(ctx, t, i) for i, t in enumerate(raw_tiers))
+    tiers = tuple(calibrated_tier(ctx, t, i) for i, t in enumerate(raw_tiers))
     seen: dict[str, int] = {}
     for i, t in enumerate(tiers):
         if t.name in seen:
@@ -271,9 +312,10 @@ def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     price = None
     if "price" in d:
         price = price_from_table(d["price"], ctx.error, ctx.table)
+    execution = execution_from_table(ctx, d["execution"]) if "execution" in d else Execution()
     return Chip(name=name, tiers=tiers, links=links, compute=compute, placement=rules,
                 description=description, source_file=ctx.file, sources=dict(sources), source_sha256=sha256,
-                price=price)
+                price=price, execution=execution)
 
 
 def list_presets() -> list[str]:
@@ -295,7 +337,17 @@ def read_chip_toml(name_or_path) -> tuple[dict, Path, str]:
 
 def file_keys(section: str) -> tuple[str, ...]:
     """The keys a ``tier`` or ``link`` table of a chip file may hold."""
-    return tuple({"tier": _TIER_KEYS, "link": _LINK_KEYS}[section])
+    return tuple({"tier": {**_TIER_KEYS, **_TIER_KEYS_CALIBRATION}, "link": _LINK_KEYS}[section])
+
+
+def strip_calibration_defaults(d: dict) -> None:
+    """Drop the calibration fields at their defaults from a Chip's ``asdict`` (so a chip built in
+    code hashes as it did before they existed)."""
+    if d.get("execution") == {"kernel_overhead_s": 0.0, "fusion": "none", "overlap": "none"}:
+        d.pop("execution")
+    for part in [d.get("compute") or {}, *(d.get("tiers") or ()), *(d.get("links") or ())]:
+        if part.get("achievable") == 1.0:
+            part.pop("achievable")
 
 
 def load_chip(name_or_path) -> Chip:
@@ -316,6 +368,7 @@ def chip_hash(chip_or_path) -> str:
         d = asdict(chip_or_path)
         if d.get("price") is None:          # chips without a price hash as before prices existed
             d.pop("price", None)
+        strip_calibration_defaults(d)
         canon = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(canon.encode()).hexdigest()
     return hashlib.sha256(_resolve(chip_or_path).read_bytes()).hexdigest()
