@@ -122,8 +122,9 @@ def command(model, keep_trace, force, as_json, **kw):
             system_replay_and_report(path, kw, as_json=as_json)
     else:
         from emulator.chip.chipfile import load_chip
+        from emulator.cli.execution import apply_execution
 
-        load_chip(kw["chip"])  # a bad chip fails before the (long) tracing
+        apply_execution(load_chip(kw["chip"]), kw)  # a bad chip or --kernel-overhead fails before the (long) tracing
 
         def report(path):
             replay_and_report(path, kw, as_json=as_json, force=force)
