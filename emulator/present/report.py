@@ -49,6 +49,14 @@ def format_text(d: dict) -> str:
         rows += [[f"in memory {n} (PIM)", format_bytes(v)] for n, v in pt.get("in_memory_bytes_by_tier", {}).items()]
         rows += [["energy", format_si(pt["energy_j"], "J")], ["latency (per step)", format_si(pt["latency_s"], "s")],
                  ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]]]
+        if "latency_calibrated_s" in pt:     # the calibrated latency beside the roofline (emulator.cost.organisation)
+            cal = pt["calibration"]
+            rows += [["latency calibrated (per step)", format_si(pt["latency_calibrated_s"], "s")],
+                     ["tokens/s calibrated", f"{pt['tokens_per_s_calibrated']:.4g}"],
+                     ["kernels (per step)", f"{pt['kernels']:.4g} (fusion {cal['fusion']}, overlap {cal['overlap']})"],
+                     ["kernel overhead (per step)", f"{format_si(pt['overhead_s'], 's')} "
+                                                    f"({format_si(cal['kernel_overhead_s'], 's')} per kernel)"],
+                     ["bound calibrated", pt["bound_calibrated"]]]
         out.append(table(["per decode token", "value"], rows,
                          title=f"per token ({pt['steps']} decode steps, batch {pt['batch']})"))
     if d.get("per_turn"):
