@@ -681,6 +681,8 @@ CASES = [
          '--kernel-overhead: expected a time such as "20 us", "1.5 ms" or "800 ns", got \'3\''),
     Case("arg-kernel-overhead-negative", ["replay", str(GOLDEN), "--chip", "h100", "--kernel-overhead", "-1 us"],
          "--kernel-overhead: must not be negative, got '-1 us'"),
+    Case("arg-fusion-with-system", ["run", str(TINY), "--system", "dgx-h100", "--generate", "1", "--fusion", "layer"],
+         "--fusion: the calibrated latency applies to a --chip run, not --system"),
 ]
 
 
@@ -728,5 +730,5 @@ def test_bad_input(case: Case, tmp_path: Path):
 
 def test_catalogue_size_and_ids():
     assert len(CASES) >= 40
-    assert len(CASES) >= 155   # with the calibrated latency's cases (issue 14)
+    assert len(CASES) >= 156   # with the calibrated latency's cases (issue 14)
     assert len({c.id for c in CASES}) == len(CASES)

@@ -116,6 +116,10 @@ def command(model, keep_trace, force, as_json, **kw):
                              field="--system or --tp")
         if kw.get("output"):
             raise UsageError("-o/--output (the per-op Parquet) applies to a --chip run", field="--output")
+        for name in ("fusion", "overlap", "kernel_overhead"):   # the calibrated latency is a one-chip figure
+            if kw.get(name) is not None:
+                raise UsageError("the calibrated latency applies to a --chip run, not --system",
+                                 field=f"--{name.replace('_', '-')}")
         placement_rules(kw.get("place"))
 
         def report(path):
