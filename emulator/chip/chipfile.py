@@ -260,7 +260,13 @@ def calibrated_tier(ctx: FileReader, d, i: int) -> Tier:
 
 
 def achievable(ctx: FileReader, value, field: str) -> float:
-    """A fraction of peak in (0, 1] (a TOML number)."""
+    """A fraction of peak in (0, 1]: a TOML number, or a string of one (as a sweep's
+    ``--override tier.hbm.achievable=0.8,0.9`` writes it)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ctx.error(field, f"expected a fraction of peak in (0, 1], e.g. 0.9, got {value!r}")
     return float(value)
