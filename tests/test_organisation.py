@@ -165,3 +165,17 @@ def test_code_built_chip_hashes_as_before():
     for tag in ("S104", "S107"):
         d["sources"].pop(tag)
     assert chip_hash(chip_from_dict(d)) == GOLDEN["code_chip_sha256"]
+
+
+def test_per_op_parquet_names_each_ops_kernel(traces):
+    from emulator.present.report import per_op_table
+
+    spec = load_model(TINY)
+    chip = with_execution(load_chip("h100"), **{**OFF, "fusion": "layer"})
+    tr = replay_trace(traces["tiny-llama"], chip)
+    t = per_op_table(tr, cost_of(tr)).to_pylist()
+    step0 = {r["kernel_id"] for r in t if r["phase"] == "decode" and r["step"] == 0}
+    assert len(step0) == spec.num_layers + 2
+    for a, b in zip(t, t[1:]):          # a kernel is a run of one (phase, step, layer)
+        if a["kernel_id"] == b["kernel_id"]:
+            assert (a["phase"], a["step"], a["layer"]) == (b["phase"], b["step"], b["layer"])

@@ -102,7 +102,9 @@ def format_turns(rows: list[dict], *, title: str | None = None) -> str:
 
 
 def per_op_table(tr: TraceReplay, cst: Cost) -> pa.Table:
-    """One row per op: identity columns, counters per tier and link, energy and latency."""
+    """One row per op: identity columns, counters per tier and link, energy and latency (the
+    roofline), and the calibrated latency's ``kernel_id`` and ``group_id`` (ops sharing one ran as
+    one kernel / one concurrent group, :mod:`emulator.cost.organisation`)."""
     r, ops = tr.result, tr.trace.ops
     cols = {n: ops.column(n) for n in ("op_id", "name", "kind", "layer", "phase", "step", "tokens", "flops")}
     for i, name in enumerate(r.tier_names):
@@ -120,6 +122,9 @@ def per_op_table(tr: TraceReplay, cst: Cost) -> pa.Table:
                                         [names[t] if t >= 0 else None for t in tr.pim.op_tier], pa.string())
     cols["latency_s"] = pa.array(cst.latency_s)
     cols["bound"] = pa.array([cst.resources[b] for b in cst.bound])
+    if cst.organisation is not None:   # the calibrated latency's kernels and concurrent groups of ops
+        cols["kernel_id"] = pa.array(cst.organisation.kernel)
+        cols["group_id"] = pa.array(cst.organisation.group)
     return pa.table(cols)
 
 
