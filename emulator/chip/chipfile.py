@@ -60,13 +60,13 @@ OP_KINDS = ("linear", "attention", "norm", "elementwise", "rotary", "embedding",
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 
 _TOP_KEYS = {"name": True, "description": False, "compute": True, "tier": True, "link": False,
-             "placement": False, "sources": False, "price": False, "execution": False}
-_COMPUTE_KEYS = {"flops": True, "energy": True, "achievable": False}
+             "placement": False, "sources": False, "price": False}
+_COMPUTE_KEYS = {"flops": True, "energy": True}
 _TIER_KEYS = {"name": True, "capacity": True, "block": True, "ways": False, "policy": True,
               "managed": True, "bandwidth": True, "read_energy": True, "write_energy": True,
               "lend": False, "pim": False}
 _PIM_KEYS = {"internal_bandwidth": True, "flops": True, "read_energy": True, "energy": True, "ops": True}
-_LINK_KEYS = {"from": True, "to": True, "bandwidth": True, "energy": True, "achievable": False}
+_LINK_KEYS = {"from": True, "to": True, "bandwidth": True, "energy": True}
 _RULE_KEYS = {"tier": True, "kind": False, "name": False, "layers": False, "spill": False}
 
 
@@ -246,7 +246,11 @@ def price_from_table(d, error, table_check) -> Price:
 
 # ---- the calibrated latency's keys: achievable fractions, [execution] (emulator.cost.organisation) ----
 
-# a tier's optional keys beyond the layout's (kept apart from _TIER_KEYS)
+# the optional keys of the calibrated latency, added to the layout's tables here (kept apart from them);
+# a tier's ``achievable`` is read around _tier (calibrated_tier), so _TIER_KEYS stays the layout's
+_TOP_KEYS = {**_TOP_KEYS, "execution": False}
+_COMPUTE_KEYS = {**_COMPUTE_KEYS, "achievable": False}
+_LINK_KEYS = {**_LINK_KEYS, "achievable": False}
 _TIER_KEYS_CALIBRATION = {"achievable": False}
 _EXECUTION_KEYS = {"kernel_overhead": False, "fusion": False, "overlap": False}
 
