@@ -42,6 +42,10 @@ MLENERGY = ("ML.ENERGY blog 'LLM Inference Energy: A Longitudinal Analysis' (lea
             "https://ml.energy/blog/ (docs/posts/llm-energy-over-time.md of github.com/ml-energy/blog)",
             "2025-12 (read 2026-12-01)")
 
+MLENERGY_B16 = ("ML.ENERGY leaderboard v3 (vLLM 0.11.1, 1x H100, Llama-3.1-8B bf16, max_num_seqs 16): 0.263 J per "
+                "output token, 1954 tok/s, 513 W, digitised from the post's plots (measured_parameters.md B1)",
+                MLENERGY[1], MLENERGY[2])
+
 # ChatGLM2-6B is ChatGLM3-6B's architecture (same config.json fields) with seq_length 32768
 # (huggingface.co/THUDM/chatglm2-6b config.json); ChatGLM-6B (first generation) has no preset in
 # tierlab's families: a Llama-dialect stand-in with its sizes (28 layers, hidden 4096, 32 heads with
@@ -91,6 +95,15 @@ MEASURED = [
               "and 130k). Both measured rates are host-bound (see a100-chatglm2-6b-speed), so their ratio "
               "reflects the two eager implementations (ChatGLM-6B's 2-D RoPE and naive attention cost "
               "more ops and Python per token), which a count of bytes cannot see"),
+    dict(id="h100-llama31-8b-vllm-b16", kind="decode", model="llama-3.1-8b", chip="h100", context=1024, batch=16,
+         measured=1954, unit="tok/s", source=MLENERGY_B16,
+         note="output tokens/s of a vLLM server holding up to 16 sequences (continuous batching: the "
+              "measured rate also pays the prompts' prefill and scheduling); digitised from the post's "
+              "plot by the reference table's author (medium confidence); context 1024 is an estimate"),
+    dict(id="h100-llama31-8b-energy-b16", kind="energy", model="llama-3.1-8b", chip="h100", context=1024,
+         batch=16, measured=0.263, unit="J/token", source=MLENERGY_B16,
+         note="513 W average board power / 1954 tok/s; as the batch-64 row, board energy against tierlab's "
+              "dynamic data-movement and arithmetic energy"),
     dict(id="h100-llama31-8b-energy-b64", kind="energy", model="llama-3.1-8b", chip="h100", context=1024,
          batch=64, measured=0.12, unit="J/token", source=MLENERGY,
          note="measured = whole-GPU board energy (static and idle power, clocks, the whole serving run "
@@ -171,7 +184,8 @@ def predict(row: dict, pred: Predictor) -> dict:
         if row.get("measured"):
             # the fixed time per kernel that would close the gap (host-bound runs)
             cal_no_overhead = pt["latency_calibrated_s"] - pt["overhead_s"]
-            out["implied_overhead_per_kernel_s"] = (1 / row["measured"] - cal_no_overhead) / pt["kernels"]
+            step_s = row.get("batch", 1) / row["measured"]       # a decode step makes one token per sequence
+            out["implied_overhead_per_kernel_s"] = (step_s - cal_no_overhead) / pt["kernels"]
         return out
     spec = model_spec(row["model"])
     if kind == "context":
