@@ -658,7 +658,7 @@ CASES = [
     Case("sweep-unknown-override-section", ["sweep", "--model", str(TINY), "--chip", "h100", "--override",
                                             "teir.l2.capacity=1MiB", *SWEEP_OUT],
          "overrides.teir.l2.capacity: expected tier.NAME.KEY, tier.NAME.pim.KEY, link.UPPER-LOWER.KEY or "
-         "compute.flops|energy.DTYPE; did you mean 'tier'?"),
+         "compute.KEY[.DTYPE], execution.KEY; did you mean 'tier'?"),
     Case("sweep-unknown-system-override", ["sweep", "--model", str(TINY), "--system", "dgx-h100", "--override",
                                            "scale_up.bandwith=1TB/s", *SWEEP_OUT],
          "overrides.scale_up.bandwith: unknown scale_up key 'bandwith'; did you mean 'bandwidth'?"),
@@ -670,6 +670,32 @@ CASES = [
          "overrides.chip.tier.hbm.bandwdith: unknown tier key 'bandwdith'; did you mean 'bandwidth'?"),
     Case("sweep-chip-and-system", ["sweep", "--model", str(TINY), "--chip", "h100", "--system", "dgx-h100",
                                    *SWEEP_OUT], "chip: give exactly one of the axes chip and system"),
+    # -- the calibrated latency (issue 14): achievable fractions, [execution], --kernel-overhead --
+    Case("chip-achievable-above-one", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: tier[0].achievable: expected a fraction of peak in (0, 1], e.g. 0.9, got 1.5",
+         chip_file(('bandwidth = "10 TB/s"', 'bandwidth = "10 TB/s"\nachievable = 1.5'))),
+    Case("chip-link-achievable-zero", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: link[0].achievable: expected a fraction of peak in (0, 1], e.g. 0.9, got 0",
+         chip_file(('bandwidth = "1 TB/s"\nenergy', 'bandwidth = "1 TB/s"\nachievable = 0\nenergy'))),
+    Case("chip-compute-achievable-string", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: compute.achievable: expected a fraction of peak in (0, 1], e.g. 0.9, got '90%'",
+         chip_file(('energy = { bf16 = "0.5 pJ" }', 'energy = { bf16 = "0.5 pJ" }\nachievable = "90%"'))),
+    Case("chip-execution-unknown-fusion", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: execution.fusion: unknown value 'layers'; did you mean 'layer'?",
+         chip_file(('energy = "8 pJ/bit"\n', 'energy = "8 pJ/bit"\n[execution]\nfusion = "layers"\n'))),
+    Case("chip-execution-unknown-key", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: execution.kernel_overheads: unknown key; did you mean 'kernel_overhead'?",
+         chip_file(('energy = "8 pJ/bit"\n', 'energy = "8 pJ/bit"\n[execution]\nkernel_overheads = "1 us"\n'))),
+    Case("chip-execution-overhead-not-a-time", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: execution.kernel_overhead: expected a time such as \"20 us\", \"1.5 ms\" or \"800 ns\", "
+         "got '1 GB'",
+         chip_file(('energy = "8 pJ/bit"\n', 'energy = "8 pJ/bit"\n[execution]\nkernel_overhead = "1 GB"\n'))),
+    Case("arg-kernel-overhead-unitless", ["replay", str(GOLDEN), "--chip", "h100", "--kernel-overhead", "3"],
+         '--kernel-overhead: expected a time such as "20 us", "1.5 ms" or "800 ns", got \'3\''),
+    Case("arg-kernel-overhead-negative", ["replay", str(GOLDEN), "--chip", "h100", "--kernel-overhead", "-1 us"],
+         "--kernel-overhead: must not be negative, got '-1 us'"),
+    Case("arg-fusion-with-system", ["run", str(TINY), "--system", "dgx-h100", "--generate", "1", "--fusion", "layer"],
+         "--fusion: the calibrated latency applies to a --chip run, not --system"),
 ]
 
 
@@ -717,4 +743,5 @@ def test_bad_input(case: Case, tmp_path: Path):
 
 def test_catalogue_size_and_ids():
     assert len(CASES) >= 40
+    assert len(CASES) >= 156   # with the calibrated latency's cases (issue 14)
     assert len({c.id for c in CASES}) == len(CASES)

@@ -29,6 +29,8 @@ def closed_form(name: str) -> int:
         return 32 * (gqa_layer(4096, 32, 8, 128) + 3 * 4096 * 14336 + 2 * 4096) + 2 * 128256 * 4096 + 4096
     if name == "llama-3.1-70b":
         return 80 * (gqa_layer(8192, 64, 8, 128) + 3 * 8192 * 28672 + 2 * 8192) + 2 * 128256 * 8192 + 8192
+    if name == "llama-2-7b":   # full multi-head attention (32 KV heads), vocabulary 32,000
+        return 32 * (gqa_layer(4096, 32, 32, 128) + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096 + 4096
     if name == "mistral-7b":
         return 32 * (gqa_layer(4096, 32, 8, 128) + 3 * 4096 * 14336 + 2 * 4096) + 2 * 32000 * 4096 + 4096
     if name == "qwen2-0.5b":   # tied embeddings counted once
@@ -67,6 +69,7 @@ PUBLISHED = {
     "mixtral-8x7b": 46_702_792_704,
     "qwen3-30b-a3b": 30_532_122_624,
     "deepseek-v3": 671_026_419_200,   # without the multi-token-prediction layer
+    "llama-2-7b": 6_738_415_616,      # meta-llama/Llama-2-7b-hf model card: 6.74 B (safetensors total)
 }
 
 

@@ -28,6 +28,12 @@ Layout (quantities are strings with units, see :mod:`emulator.chip.units`)::
     S14 = "AnandTech, NVIDIA at SC23 spec table"
     [price]                       # optional: rental price of one chip (emulator.cost.price)
     per_hour = "3.00 USD/h"; source = "https://..."; date = "2026-05-01"   # source and date required
+    [execution]                   # optional: the calibrated latency (emulator.cost.organisation)
+    kernel_overhead = "1.3 us"; fusion = "none"; overlap = "none"     # defaults "0 s", none, none
+
+``achievable`` (optional, a number in (0, 1], default 1) in ``[compute]``, a ``[[tier]]`` or a
+``[[link]]`` is the fraction of its peak FLOP/s or bandwidth a kernel reaches; like ``[execution]``
+it changes only the calibrated latency, never the counts, the energy or the roofline.
 """
 
 from __future__ import annotations
@@ -36,10 +42,11 @@ import datetime
 import hashlib
 import json
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from emulator.chip.hierarchy import MANAGED, POLICIES, Chip, Price, Compute, Link, PimUnit, PlacementRule, Tier
+from emulator.chip.hierarchy import FUSIONS, OVERLAPS, Execution
 from emulator.chip.units import format_size
 from common.paths import resolve_toml, toml_presets
 from common.suggest import did_you_mean
@@ -80,7 +87,8 @@ def _compute(ctx: FileReader, d) -> Compute:
     for dtype in energy:
         if dtype not in flops:
             raise ctx.error(f"compute.flops.{dtype}", "missing: every dtype in compute.energy needs a peak rate")
-    return Compute(flop_per_s=flops, energy_j_per_flop=energy)
+    return Compute(flop_per_s=flops, energy_j_per_flop=energy,
+                   achievable=achievable(ctx, d.get("achievable", 1.0), "compute.achievable"))
 
 
 def _pim(ctx: FileReader, d, field: str) -> PimUnit:
@@ -161,6 +169,7 @@ def _links(ctx: FileReader, raw, tiers: tuple[Tier, ...]) -> tuple[Link, ...]:
             upper=names[a], lower=names[b],
             bandwidth_bytes_per_s=ctx.quantity(d["bandwidth"], "bandwidth", f"{f}.bandwidth"),
             energy_j_per_byte=ctx.quantity(d["energy"], "energy_per_byte", f"{f}.energy", positive=False),
+            achievable=achievable(ctx, d.get("achievable", 1.0), f"{f}.achievable"),
         ))
     if len(links) != len(tiers) - 1:
         k = len(links)
@@ -235,6 +244,48 @@ def price_from_table(d, error, table_check) -> Price:
     return Price(usd_per_hour=per_hour, source=source, date=date)
 
 
+# ---- the calibrated latency's keys: achievable fractions, [execution] (emulator.cost.organisation) ----
+
+# the optional keys of the calibrated latency, added to the layout's tables here (kept apart from them);
+# a tier's ``achievable`` is read around _tier (calibrated_tier), so _TIER_KEYS stays the layout's
+_TOP_KEYS = {**_TOP_KEYS, "execution": False}
+_COMPUTE_KEYS = {**_COMPUTE_KEYS, "achievable": False}
+_LINK_KEYS = {**_LINK_KEYS, "achievable": False}
+_TIER_KEYS_CALIBRATION = {"achievable": False}
+_EXECUTION_KEYS = {"kernel_overhead": False, "fusion": False, "overlap": False}
+
+
+def calibrated_tier(ctx: FileReader, d, i: int) -> Tier:
+    """:func:`_tier` plus the tier's optional ``achievable``."""
+    if not isinstance(d, dict) or "achievable" not in d:
+        return _tier(ctx, d, i)
+    rest = {k: v for k, v in d.items() if k != "achievable"}
+    return replace(_tier(ctx, rest, i), achievable=achievable(ctx, d["achievable"], f"tier[{i}].achievable"))
+
+
+def achievable(ctx: FileReader, value, field: str) -> float:
+    """A fraction of peak in (0, 1]: a TOML number, or a string of one (as a sweep's
+    ``--override tier.hbm.achievable=0.8,0.9`` writes it)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ctx.error(field, f"expected a fraction of peak in (0, 1], e.g. 0.9, got {value!r}")
+    return float(value)
+
+
+def execution_from_table(ctx: FileReader, d) -> Execution:
+    """Validate an ``[execution]`` table (every key optional; defaults add nothing)."""
+    d = ctx.table(d, "execution", _EXECUTION_KEYS)
+    overhead = 0.0
+    if "kernel_overhead" in d:
+        overhead = ctx.quantity(d["kernel_overhead"], "time", "execution.kernel_overhead", positive=False)
+    return Execution(kernel_overhead_s=float(overhead),
+                     fusion=ctx.choice(d.get("fusion", "none"), "execution.fusion", FUSIONS),
+                     overlap=ctx.choice(d.get("overlap", "none"), "execution.overlap", OVERLAPS))
+
 
 def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     """Validate a parsed chip file (a dict as tomllib returns it) and build the :class:`Chip`."""
@@ -248,7 +299,7 @@ def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     raw_tiers = ctx.array(d["tier"], "tier")
     if not raw_tiers:
         raise ctx.error("tier", "expected at least one [[tier]]")
-    tiers = tuple(_tier(ctx, t, i) for i, t in enumerate(raw_tiers))
+    tiers = tuple(calibrated_tier(ctx, t, i) for i, t in enumerate(raw_tiers))
     seen: dict[str, int] = {}
     for i, t in enumerate(tiers):
         if t.name in seen:
@@ -271,9 +322,10 @@ def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     price = None
     if "price" in d:
         price = price_from_table(d["price"], ctx.error, ctx.table)
+    execution = execution_from_table(ctx, d["execution"]) if "execution" in d else Execution()
     return Chip(name=name, tiers=tiers, links=links, compute=compute, placement=rules,
                 description=description, source_file=ctx.file, sources=dict(sources), source_sha256=sha256,
-                price=price)
+                price=price, execution=execution)
 
 
 def list_presets() -> list[str]:
@@ -294,10 +346,21 @@ def read_chip_toml(name_or_path) -> tuple[dict, Path, str]:
 
 
 def file_keys(section: str) -> tuple[str, ...]:
-    """The keys a chip file's top level (``""``) or a ``tier``, ``link``, ``compute``, ``pim`` or
-    ``price`` table may hold."""
-    return tuple({"": _TOP_KEYS, "tier": _TIER_KEYS, "link": _LINK_KEYS, "compute": _COMPUTE_KEYS,
-                  "pim": _PIM_KEYS, "price": PRICE_KEYS}[section])
+    """The keys a chip file's top level (``""``) or a ``tier``, ``link``, ``compute``, ``pim``,
+    ``execution`` or ``price`` table may hold."""
+    return tuple({"": _TOP_KEYS, "tier": {**_TIER_KEYS, **_TIER_KEYS_CALIBRATION}, "link": _LINK_KEYS,
+                  "compute": _COMPUTE_KEYS, "pim": _PIM_KEYS, "execution": _EXECUTION_KEYS,
+                  "price": PRICE_KEYS}[section])
+
+
+def strip_calibration_defaults(d: dict) -> None:
+    """Drop the calibration fields at their defaults from a Chip's ``asdict`` (so a chip built in
+    code hashes as it did before they existed)."""
+    if d.get("execution") == {"kernel_overhead_s": 0.0, "fusion": "none", "overlap": "none"}:
+        d.pop("execution")
+    for part in [d.get("compute") or {}, *(d.get("tiers") or ()), *(d.get("links") or ())]:
+        if part.get("achievable") == 1.0:
+            part.pop("achievable")
 
 
 def load_chip(name_or_path) -> Chip:
@@ -318,6 +381,7 @@ def chip_hash(chip_or_path) -> str:
         d = asdict(chip_or_path)
         if d.get("price") is None:          # chips without a price hash as before prices existed
             d.pop("price", None)
+        strip_calibration_defaults(d)
         canon = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(canon.encode()).hexdigest()
     return hashlib.sha256(_resolve(chip_or_path).read_bytes()).hexdigest()

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 MANAGED = ("cache", "memory", "scratchpad")
 POLICIES = ("lru", "fifo", "random", "opt")
+FUSIONS = ("none", "layer")          # kernels: one per op, or one per decoder layer (emulator.cost.organisation)
+OVERLAPS = ("none", "independent")   # consecutive kernels that share no tensor run concurrently, or not
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Tier:
     write_energy_j_per_byte: float
     lend: bool = False
     pim: PimUnit | None = None
+    achievable: float = 1.0            # fraction of ``bandwidth`` a kernel reaches (calibrated latency only)
 
     @property
     def n_blocks(self) -> int:
@@ -77,14 +80,33 @@ class Link:
     lower: str
     bandwidth_bytes_per_s: float
     energy_j_per_byte: float
+    achievable: float = 1.0            # fraction of ``bandwidth`` reached (calibrated latency only)
 
 
 @dataclass(frozen=True)
 class Compute:
-    """Peak compute by dtype (e.g. ``{"bf16": 989e12}``) and energy per FLOP by dtype."""
+    """Peak compute by dtype (e.g. ``{"bf16": 989e12}``) and energy per FLOP by dtype;
+    ``achievable``: the fraction of peak a kernel reaches (calibrated latency only)."""
 
     flop_per_s: dict[str, float]
     energy_j_per_flop: dict[str, float]
+    achievable: float = 1.0
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a chip runs a trace's ops as kernels (a chip file's ``[execution]``; the calibrated
+    latency of :mod:`emulator.cost.organisation`, never the roofline).
+
+    ``kernel_overhead_s``: fixed time per kernel, launch plus synchronisation. ``fusion``: ``none``
+    (each op a kernel) or ``layer`` (a run of one decoder layer's ops in one step is one kernel).
+    ``overlap``: ``none`` or ``independent`` (consecutive kernels sharing no written tensor run
+    concurrently). The defaults add nothing: the calibrated latency is then the roofline.
+    """
+
+    kernel_overhead_s: float = 0.0
+    fusion: str = "none"
+    overlap: str = "none"
 
 
 @dataclass(frozen=True)
@@ -116,6 +138,7 @@ class Chip:
     sources: dict[str, str] = field(default_factory=dict)
     source_sha256: str | None = None   # hash of the chip file's bytes at load time (provenance)
     price: Price | None = None         # optional [price] table: rental USD per hour
+    execution: Execution = Execution()  # optional [execution] table: kernels, fusion, overlap
 
     def tier_index(self, name: str) -> int:
         for i, t in enumerate(self.tiers):

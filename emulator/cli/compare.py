@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from emulator.cli.execution import apply_execution, execution_from, execution_options
 from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
 from emulator.cli.trace import run_options, run_config_from_options
 from common.errors import UsageError
@@ -57,6 +58,7 @@ def _is_trace(path: str) -> bool:
 @click.option("--keep-trace", type=click.Path(), default=None, help="Write the trace to this directory and keep it.")
 @kernel_option
 @place_option
+@execution_options
 @force_option
 @json_option
 def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plot_path, keep_trace, kernel, place,
@@ -74,7 +76,8 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
     names = _chip_list(chips_text) if chips_text else []
     snames = _chip_list(systems_text, "system", "dgx-h100,sn40l-16", "--systems") if systems_text else []
     rules = placement_rules(place)
-    chips = load_chips(names)  # an unknown chip fails before any tracing
+    execution = execution_from(kw)
+    chips = [apply_execution(c, execution) for c in load_chips(names)]  # an unknown chip fails before any tracing
     systems = [load_system(n) for n in snames]  # so does an unknown system
     for p in (csv_path, plot_path):
         if p:

@@ -9,6 +9,7 @@ import json
 
 import click
 
+from emulator.cli.execution import apply_execution, execution_options
 from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
 from emulator.cli.progress import counting_bar
 
@@ -41,7 +42,7 @@ def replay_options(f):
     ]
     for o in reversed(opts):
         f = o(f)
-    return place_option(f)
+    return execution_options(place_option(f))
 
 
 def options_from(kw: dict):
@@ -63,7 +64,7 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     from emulator.present.report import format_text, write_parquet
     from common.atomic import check_output
 
-    chip = load_chip(kw["chip"])
+    chip = apply_execution(load_chip(kw["chip"]), kw)
     placement_rules(kw.get("place"))  # a malformed rule fails before the replay
     if kw.get("output"):
         check_output(kw["output"], force=force)

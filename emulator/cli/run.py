@@ -116,14 +116,19 @@ def command(model, keep_trace, force, as_json, **kw):
                              field="--system or --tp")
         if kw.get("output"):
             raise UsageError("-o/--output (the per-op Parquet) applies to a --chip run", field="--output")
+        for name in ("fusion", "overlap", "kernel_overhead"):   # the calibrated latency is a one-chip figure
+            if kw.get(name) is not None:
+                raise UsageError("the calibrated latency applies to a --chip run, not --system",
+                                 field=f"--{name.replace('_', '-')}")
         placement_rules(kw.get("place"))
 
         def report(path):
             system_replay_and_report(path, kw, as_json=as_json)
     else:
         from emulator.chip.chipfile import load_chip
+        from emulator.cli.execution import apply_execution
 
-        load_chip(kw["chip"])  # a bad chip fails before the (long) tracing
+        apply_execution(load_chip(kw["chip"]), kw)  # a bad chip or --kernel-overhead fails before the (long) tracing
 
         def report(path):
             replay_and_report(path, kw, as_json=as_json, force=force)

@@ -56,6 +56,7 @@ class Cost:
     latency_s: np.ndarray            # [op]
     bound: np.ndarray                # [op]: index into resources
     flush_j: float
+    organisation: object = None      # emulator.cost.organisation.Organisation: the calibrated latency
 
     @property
     def energy_j(self) -> np.ndarray:
@@ -150,6 +151,11 @@ def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.n
 
     ``in_memory_bytes_by_tier`` (tiers whose PIM unit read anything, with ``tier_names``) and
     ``energy_split_j`` (tiers, links, compute, pim) are per token like ``bytes_by_link``.
+    With ``cst.organisation`` (:mod:`emulator.cost.organisation`) the calibrated figures are added
+    beside the roofline's (``latency_s`` and ``tokens_per_s`` stay the roofline): per decode step
+    ``latency_calibrated_s``, ``tokens_per_s_calibrated``, ``kernels`` (kernels per step, i.e. per
+    token of each sequence), ``overhead_s`` (their fixed overhead), ``bound_calibrated`` and
+    ``calibration`` (the settings used).
     """
     steps = per_step(cst, step, phase)
     if not steps:
@@ -166,7 +172,7 @@ def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.n
     ids_all = np.concatenate(list(steps.values()))
     split = cst.totals(ids_all)
     in_mem = per_op[ids_all][:, :, PIM_BYTES].sum(0) / n_steps / batch
-    return {
+    out = {
         "steps": len(steps),
         "batch": int(batch),
         "bytes_by_link": {n: float(v) / batch for n, v in zip(link_names, lb.mean(0))},
@@ -179,3 +185,22 @@ def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.n
         {n: float(v) for n, v in zip(tier_names, in_mem) if v},
         "energy_split_j": {k: split[k] / n_steps / batch for k in ("tiers", "links", "compute", "pim")},
     }
+    org = cst.organisation
+    if org is not None:
+        cal = np.array([org.latency_s(ids) for ids in steps.values()])
+        kernels = np.array([org.kernels(ids) for ids in steps.values()])
+        by_res = np.zeros(len(cst.resources))
+        for ids in steps.values():
+            g = np.unique(org.group[ids])
+            np.add.at(by_res, org.group_bound[g], org.group_s[g])
+        cal_latency = float(cal.mean())
+        out.update({
+            "latency_calibrated_s": cal_latency,
+            "tokens_per_s_calibrated": batch / cal_latency if cal_latency > 0 else float("inf"),
+            "kernels": float(kernels.mean()),
+            "overhead_s": float(kernels.mean()) * org.kernel_overhead_s,
+            "bound_calibrated": cst.resources[int(by_res.argmax())],
+            "calibration": {"fusion": org.fusion, "overlap": org.overlap,
+                            "kernel_overhead_s": org.kernel_overhead_s, "achievable": dict(org.achievable)},
+        })
+    return out

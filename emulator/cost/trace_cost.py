@@ -1,6 +1,7 @@
 """The cost of a replayed trace: :func:`cost_of` runs :func:`emulator.cost.model.cost` on a
 :class:`emulator.pipeline.TraceReplay` (its per-op counts, the trace's FLOPs and manifest, and the
-flush counts when the replay flushed)."""
+flush counts when the replay flushed), and organises its ops into kernels on the chip
+(:mod:`emulator.cost.organisation`: the calibrated latency beside the roofline)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from emulator.cost.model import Cost, cost
+from emulator.cost.organisation import organise
 
 if TYPE_CHECKING:                                   # only for the annotation: the pipeline sits above cost
     from emulator.pipeline import TraceReplay
@@ -17,6 +19,17 @@ if TYPE_CHECKING:                                   # only for the annotation: t
 def cost_of(tr: TraceReplay) -> Cost:
     """Energy and latency per op of the replay ``tr``."""
     r = tr.result
-    flops = tr.trace.ops.column("flops").to_numpy().astype(np.float64)
-    return cost(tr.chip, r.per_op, r.block_bytes, flops, tr.trace.manifest,
-                r.flush if tr.options.flush else None)
+    ops = tr.trace.ops
+    flops = ops.column("flops").to_numpy().astype(np.float64)
+    cst = cost(tr.chip, r.per_op, r.block_bytes, flops, tr.trace.manifest,
+               r.flush if tr.options.flush else None)
+
+    def tensors():
+        for b in tr.trace.iter_accesses():
+            yield (b.column("op_id").to_numpy(), b.column("tensor_id").to_numpy(),
+                   b.column("is_write").to_numpy(zero_copy_only=False))
+
+    cst.organisation = organise(tr.chip, cst.resources, cst.time_s, ops.column("layer").to_numpy(),
+                                np.asarray(ops.column("phase").to_pylist(), dtype=object),
+                                ops.column("step").to_numpy(), tensors)
+    return cst

@@ -49,6 +49,14 @@ def format_text(d: dict) -> str:
         rows += [[f"in memory {n} (PIM)", format_bytes(v)] for n, v in pt.get("in_memory_bytes_by_tier", {}).items()]
         rows += [["energy", format_si(pt["energy_j"], "J")], ["latency (per step)", format_si(pt["latency_s"], "s")],
                  ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]]]
+        if "latency_calibrated_s" in pt:     # the calibrated latency beside the roofline (emulator.cost.organisation)
+            cal = pt["calibration"]
+            rows += [["latency calibrated (per step)", format_si(pt["latency_calibrated_s"], "s")],
+                     ["tokens/s calibrated", f"{pt['tokens_per_s_calibrated']:.4g}"],
+                     ["kernels (per step)", f"{pt['kernels']:.4g} (fusion {cal['fusion']}, overlap {cal['overlap']})"],
+                     ["kernel overhead (per step)", f"{format_si(pt['overhead_s'], 's')} "
+                                                    f"({format_si(cal['kernel_overhead_s'], 's')} per kernel)"],
+                     ["bound calibrated", pt["bound_calibrated"]]]
         out.append(table(["per decode token", "value"], rows,
                          title=f"per token ({pt['steps']} decode steps, batch {pt['batch']})"))
     if d.get("per_turn"):
@@ -94,7 +102,9 @@ def format_turns(rows: list[dict], *, title: str | None = None) -> str:
 
 
 def per_op_table(tr: TraceReplay, cst: Cost) -> pa.Table:
-    """One row per op: identity columns, counters per tier and link, energy and latency."""
+    """One row per op: identity columns, counters per tier and link, energy and latency (the
+    roofline), and the calibrated latency's ``kernel_id`` and ``group_id`` (ops sharing one ran as
+    one kernel / one concurrent group, :mod:`emulator.cost.organisation`)."""
     r, ops = tr.result, tr.trace.ops
     cols = {n: ops.column(n) for n in ("op_id", "name", "kind", "layer", "phase", "step", "tokens", "flops")}
     for i, name in enumerate(r.tier_names):
@@ -112,6 +122,9 @@ def per_op_table(tr: TraceReplay, cst: Cost) -> pa.Table:
                                         [names[t] if t >= 0 else None for t in tr.pim.op_tier], pa.string())
     cols["latency_s"] = pa.array(cst.latency_s)
     cols["bound"] = pa.array([cst.resources[b] for b in cst.bound])
+    if cst.organisation is not None:   # the calibrated latency's kernels and concurrent groups of ops
+        cols["kernel_id"] = pa.array(cst.organisation.kernel)
+        cols["group_id"] = pa.array(cst.organisation.group)
     return pa.table(cols)
 
 

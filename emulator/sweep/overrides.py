@@ -9,7 +9,8 @@ Chip keys (a grid with a ``chip`` axis):
   its other keys must be given too);
 * ``link.UPPER-LOWER.KEY``: a key of the link from UPPER to LOWER (``bandwidth``, ``energy``);
 * ``compute.flops.DTYPE`` and ``compute.energy.DTYPE``: the peak rate or the energy per FLOP of one
-  data type.
+  data type; ``compute.achievable`` (the calibrated latency's fraction of peak);
+* ``execution.KEY``: ``kernel_overhead``, ``fusion``, ``overlap`` (the calibrated latency).
 
 System keys (a grid with a ``system`` axis): ``chips``, ``chips_per_node``; ``scale_up.KEY`` and
 ``scale_out.KEY`` (``bandwidth``, ``latency``, ``energy``, ``ports``, ``topology``,
@@ -28,7 +29,7 @@ from common.errors import ConfigError, UsageError
 from common.suggest import did_you_mean
 
 ID_KEYS = ("name", "from", "to")
-CHIP_SECTIONS = ("tier", "link", "compute")
+CHIP_SECTIONS = ("tier", "link", "compute", "execution")
 SYSTEM_SECTIONS = ("chips", "chips_per_node", "scale_up", "scale_out", "chip")
 
 
@@ -48,10 +49,16 @@ def _set_chip(d: dict, parts: list[str], value, field: str) -> None:
     head = parts[0]
     if head not in CHIP_SECTIONS:
         raise UsageError("expected tier.NAME.KEY, tier.NAME.pim.KEY, link.UPPER-LOWER.KEY or "
-                         f"compute.flops|energy.DTYPE; {did_you_mean(head, CHIP_SECTIONS)}", field=field)
+                         f"compute.KEY[.DTYPE], execution.KEY; {did_you_mean(head, CHIP_SECTIONS)}", field=field)
+    if head == "execution" or (head == "compute" and len(parts) == 2):
+        if len(parts) != 2:
+            raise UsageError(f"expected {head}.KEY", field=field)
+        _key(head, parts[1], file_keys(head), field)
+        d.setdefault(head, {})[parts[1]] = value
+        return
     if head == "compute":
         if len(parts) != 3:
-            raise UsageError("expected compute.flops.DTYPE or compute.energy.DTYPE", field=field)
+            raise UsageError("expected compute.flops.DTYPE, compute.energy.DTYPE or compute.KEY", field=field)
         _key("compute", parts[1], file_keys("compute"), field)
         table = d.setdefault("compute", {}).setdefault(parts[1], {})
         if not isinstance(table, dict):

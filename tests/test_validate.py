@@ -1,0 +1,50 @@
+"""benchmarks/validate.py: its predictions are tierlab's own figures, its ratios are predicted /
+measured, and its memory rows equal the closed form of weights + KV + a decode step's activations."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+spec = importlib.util.spec_from_file_location("validate", ROOT / "benchmarks" / "validate.py")
+validate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(validate)
+
+
+def test_every_row_has_a_source_with_url_and_date():
+    for row in validate.MEASURED:
+        src, url, date = row["source"]
+        assert len(src) > 20 and url and date, row["id"]
+        assert row["note"], row["id"]
+        if row["measured"] is not None:
+            assert url.startswith("https://"), row["id"]
+
+
+def test_memory_row_is_the_closed_form():
+    (r,) = validate.rows(["chatglm2-6b-fp16-mem-8k"])
+    # ChatGLM2-6B: 6,243,584,000 parameters in bf16; KV 28 layers x (K, V) x 2 groups x 128 x 2 B per token
+    from emulator.analysis.capacity import activation_bytes
+
+    act = activation_bytes(validate.model_spec("chatglm2-6b"), 1)
+    assert r["predicted"]["roofline"] == 6_243_584_000 * 2 + 28 * 2 * 2 * 128 * 2 * 8192 + act
+    assert r["ratio"] == r["predicted"]["roofline"] / 12.8e9
+
+
+def test_decode_row_is_the_replay_figure(tmp_path):
+    (r,) = validate.rows(["a100-llama2-7b-torchao"])
+    pt = validate.Predictor(tmp_path).per_token("llama-2-7b", "a100", context=100)
+    assert r["predicted"]["calibrated"] == pt["tokens_per_s_calibrated"]
+    assert r["predicted"]["roofline"] == pt["tokens_per_s"]
+    assert r["ratio"] == pytest.approx(pt["tokens_per_s_calibrated"] / 107.38, rel=1e-12)
+    assert r["within_25"] == (0.75 <= r["ratio"] <= 1.25)
+
+
+def test_chatglm_standin_has_the_first_generation_sizes():
+    s = validate.model_spec("chatglm-6b")
+    ffn = 3 * 4096 * s.intermediate_size
+    assert abs(ffn - 2 * 4096 * 16384) / (2 * 4096 * 16384) < 1e-4       # GeLU FFN's bytes
+    assert s.kv_bytes_per_token("bf16") == 28 * 2 * 4096 * 2            # full multi-head KV, 448 KiB
+    assert validate.model_spec("chatglm2-6b").max_position_embeddings == 32768
