@@ -197,7 +197,10 @@ class Trace:
         except (pa.ArrowException, UnicodeDecodeError) as err:
             raise TraceError(f"{corrupt(form)} after 0 rows: {_one_line(err)}", file=str(path)) from None
         try:
-            _check_schema(src.schema, fmt.ACCESSES_SCHEMA, path)
+            try:
+                _check_schema(src.schema, fmt.ACCESSES_SCHEMA, path)
+            except (pa.ArrowException, UnicodeDecodeError) as err:      # a damaged schema message
+                raise TraceError(f"{corrupt(form)} after 0 rows: {_one_line(err)}", file=str(path)) from None
             batches = src.batches()
             while True:
                 try:
