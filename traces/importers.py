@@ -80,7 +80,7 @@ def read_records(path: str | os.PathLike, fmt: str | None = None) -> tuple[np.nd
             continue
         try:
             a, size, w = _parse(fmt, s, n)
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, KeyError):
             raise TraceError(f"line {n}: cannot parse {s[:60]!r} as {_EXPECTED[fmt]}", file=str(p)) from None
         if a is None:           # a CSV header
             continue
