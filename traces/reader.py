@@ -230,41 +230,82 @@ class Trace:
     @staticmethod
     def _check_batch(batch: pa.RecordBatch, path: Path, start: int, last_op: int, n_ops: int,
                      sizes: np.ndarray) -> int:
-        """Check one batch with whole-array numpy passes (no per-row Python); on a failure, name
-        the first offending row as :func:`_first_outside` does."""
+        """Check one batch: numpy passes over blocks of :data:`CHECK_ROWS` rows (cache-sized
+        temporaries, no per-row Python); on a failure, :func:`_explain` names it as a whole-batch
+        check would (the first failing check in order, the first offending row)."""
         col = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(6)]
-        op, tid, offset, nbytes, count, stride = col
-        where = f"rows {start}..{start + batch.num_rows - 1}"
-        if op[0] < last_op or (len(op) > 1 and np.any(op[1:] < op[:-1])):
-            raise TraceError(f"{where}: op ids decrease; accesses must be grouped by op in execution order",
-                             file=str(path), field="op_id")
-        if op[-1] >= n_ops:
-            raise TraceError(f"{where}: op id {int(op.max())} does not exist ({n_ops} ops)", file=str(path),
-                             field="op_id")
-        if int(tid.max()) >= len(sizes):
-            raise TraceError(f"{where}: tensor id {int(tid.max())} does not exist ({len(sizes)} tensors)",
-                             file=str(path), field="tensor_id")
-        if int(count.min()) < 1:
-            raise TraceError(f"{where}: count below 1", file=str(path), field="count")
-        if int(nbytes.min()) < 1:
-            raise TraceError(f"{where}: nbytes below 1", file=str(path), field="nbytes")
-        # Every chunk inside its tensor: offset + (count-1)*stride + nbytes <= limit, exactly (no
-        # uint64 wrap: limit < 2**62 by the tensor layout check, so limit - offset is exact once
-        # offset < limit, and the strided part divides instead of multiplying).
-        limit = sizes[0] if len(sizes) == 1 else sizes[tid]    # one tensor: no gather
-        room = limit - offset                                   # wraps where offset >= limit: flagged
-        bad = (offset >= limit) | (nbytes > room)
-        if int(count.max()) > 1:
-            many = np.flatnonzero(count > 1)
-            span = count[many].astype(np.uint64) - np.uint64(1)
-            rest = room[many] - nbytes[many]                    # meaningful where not yet bad
-            bad[many] |= stride[many] > rest // span
-        if np.any(bad):
-            i = int(np.flatnonzero(bad)[0])
-            raise TraceError(f"row {start + i}: access (offset {int(offset[i])}, nbytes {int(nbytes[i])}, "
-                             f"count {int(count[i])}, stride {int(stride[i])}) lies outside tensor {int(tid[i])} "
-                             f"of {int(sizes[tid[i]])} bytes", file=str(path), field="offset")
-        return int(op[-1])
+        if not _all_good(col, last_op, n_ops, sizes):
+            _explain(col, path, start, last_op, n_ops, sizes)
+        return int(col[0][-1])
+
+
+# Rows per block of the access checks: its temporaries (a few arrays of 8 bytes a row) stay in
+# the core's L2 cache, where whole-batch temporaries of 10 M rows would stream through memory.
+CHECK_ROWS = 1 << 15
+
+
+def _all_good(col: list[np.ndarray], last_op: int, n_ops: int, sizes: np.ndarray) -> bool:
+    """Whether a batch's accesses pass every check of :func:`_explain` (same conditions)."""
+    op, tid, offset, nbytes, count, stride = col
+    n = len(op)
+    if op[0] < last_op or op[-1] >= n_ops:
+        return False
+    one = sizes[0] if len(sizes) == 1 else None
+    for lo in range(0, n, CHECK_ROWS):
+        hi = min(n, lo + CHECK_ROWS)
+        o = op[lo:hi + 1]                                   # one row into the next block
+        if len(o) > 1 and np.any(o[1:] < o[:-1]):
+            return False
+        t, off, nb, c = tid[lo:hi], offset[lo:hi], nbytes[lo:hi], count[lo:hi]
+        if int(t.max()) >= len(sizes) or int(c.min()) < 1 or int(nb.min()) < 1:
+            return False
+        limit = one if one is not None else sizes[t]
+        room = limit - off
+        if np.any((off >= limit) | (nb > room)):
+            return False
+        if int(c.max()) > 1:
+            many = np.flatnonzero(c > 1)
+            span = c[many].astype(np.uint64) - np.uint64(1)
+            if np.any(stride[lo:hi][many] > (room[many] - nb[many]) // span):
+                return False
+    return True
+
+
+def _explain(col: list[np.ndarray], path: Path, start: int, last_op: int, n_ops: int, sizes: np.ndarray) -> None:
+    """Raise the TraceError for a batch that fails a check, whole-array: op ids never decrease and
+    exist, tensor ids exist, count and nbytes >= 1, every chunk inside its tensor."""
+    op, tid, offset, nbytes, count, stride = col
+    where = f"rows {start}..{start + len(op) - 1}"
+    if op[0] < last_op or (len(op) > 1 and np.any(op[1:] < op[:-1])):
+        raise TraceError(f"{where}: op ids decrease; accesses must be grouped by op in execution order",
+                         file=str(path), field="op_id")
+    if op[-1] >= n_ops:
+        raise TraceError(f"{where}: op id {int(op.max())} does not exist ({n_ops} ops)", file=str(path),
+                         field="op_id")
+    if int(tid.max()) >= len(sizes):
+        raise TraceError(f"{where}: tensor id {int(tid.max())} does not exist ({len(sizes)} tensors)",
+                         file=str(path), field="tensor_id")
+    if int(count.min()) < 1:
+        raise TraceError(f"{where}: count below 1", file=str(path), field="count")
+    if int(nbytes.min()) < 1:
+        raise TraceError(f"{where}: nbytes below 1", file=str(path), field="nbytes")
+    # Every chunk inside its tensor: offset + (count-1)*stride + nbytes <= limit, exactly (no
+    # uint64 wrap: limit < 2**62 by the tensor layout check, so limit - offset is exact once
+    # offset < limit, and the strided part divides instead of multiplying).
+    limit = sizes[0] if len(sizes) == 1 else sizes[tid]    # one tensor: no gather
+    room = limit - offset                                   # wraps where offset >= limit: flagged
+    bad = (offset >= limit) | (nbytes > room)
+    if int(count.max()) > 1:
+        many = np.flatnonzero(count > 1)
+        span = count[many].astype(np.uint64) - np.uint64(1)
+        rest = room[many] - nbytes[many]                    # meaningful where not yet bad
+        bad[many] |= stride[many] > rest // span
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise TraceError(f"row {start + i}: access (offset {int(offset[i])}, nbytes {int(nbytes[i])}, "
+                         f"count {int(count[i])}, stride {int(stride[i])}) lies outside tensor {int(tid[i])} "
+                         f"of {int(sizes[tid[i]])} bytes", file=str(path), field="offset")
+    raise AssertionError("a batch failed the block checks but not the whole-batch ones")
 
 
 def _rebatch(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.RecordBatch]:
