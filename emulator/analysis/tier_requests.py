@@ -25,10 +25,11 @@ from traces.reader import Trace, open_trace
 
 
 def tier_requests(trace, chip, tier_name: str, options: ReplayOptions = ReplayOptions(), *,
-                  extra_rules=()) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                  extra_rules=(), chunk: int = 1 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(byte addresses int64, is_write bool)`` chunks of the requests reaching tier
     ``tier_name`` of ``chip`` (object or name) while ``trace`` (path or opened) replays, in order.
-    Chunks are views of reused buffers: write or copy them before the next one."""
+    Chunks (at most ``chunk`` requests) are views of reused buffers: write or copy them before the
+    next one."""
     if not isinstance(trace, Trace):
         trace = open_trace(trace)
     if not isinstance(chip, Chip):
@@ -53,7 +54,7 @@ def tier_requests(trace, chip, tier_name: str, options: ReplayOptions = ReplayOp
         if err.file is None:      # the tensor table's addresses do not suit this chip
             err.file = str(trace.path / "tensors.arrow")
         raise
-    recorder = RequestRecorder(geo, tensors, target, options)
+    recorder = RequestRecorder(geo, tensors, target, options, chunk=chunk)
     for rb in trace.iter_accesses(options.batch_rows):
         op = rb.column(0).to_numpy()
         tid = rb.column(1).to_numpy()

@@ -36,9 +36,12 @@ def record_batch(tid_a, off_a, nb_a, cnt_a, str_a, wr_a, pim_a, t_addr, t_home, 
                  policy, slot_off, tag, dirty, meta, owner, clock, rng, target, rules, cur, out_addr, out_write):
     """Replay descriptors from ``cur`` on, recording each request arriving at tier ``target`` into
     ``out_addr``/``out_write`` from ``cur[CUR_OUT]``. Stops before a tier-0 block whose requests
-    might not fit; returns True when the batch is done (``cur`` holds the resume point if not)."""
+    might not fit (one block reaches ``target`` at most ``2**target`` times: each tier above
+    sends at most a fetch and a writeback per request); returns True when the batch is done
+    (``cur`` holds the resume point if not)."""
     store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss = rules
-    depth = 2 * target + 4
+    depth = 2 * target + 4                       # the request stack, as the walk's
+    reserve = np.int64(1) << target
     st_tier = np.empty(depth, np.int64)
     st_addr = np.empty(depth, np.int64)
     st_write = np.empty(depth, np.int64)
@@ -63,7 +66,7 @@ def record_batch(tid_a, off_a, nb_a, cnt_a, str_a, wr_a, pim_a, t_addr, t_home, 
             last = (start + nb_a[a] - 1) >> sh0
             u0 = cur[CUR_UNIT] if (a == cur[CUR_A] and j == j0 and cur[CUR_UNIT] > first) else first
             for unit in range(u0, last + 1):
-                if n_out + depth > cap:
+                if n_out + reserve > cap:
                     cur[CUR_A] = a
                     cur[CUR_J] = j
                     cur[CUR_UNIT] = unit
@@ -174,7 +177,7 @@ class RequestRecorder:
         self.hier = geo.hierarchy()
         self.state = new_tier_state(geo, options.seed)
         self.rules = (options.store_hit_recency, options.fetch_on_write_miss, options.fetch_on_writeback_miss)
-        self.out_addr = np.empty(max(chunk, 2 * target + 4), np.int64)
+        self.out_addr = np.empty(max(chunk, 1 << target), np.int64)
         self.out_write = np.empty(len(self.out_addr), np.bool_)
 
     def feed(self, tid, offset, nbytes, count, stride, write, pim):
