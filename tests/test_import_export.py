@@ -247,3 +247,21 @@ def test_export_cli_writes_both_formats(tmp_path):
         else:
             assert lines == [f"{a:#x} {'WRITE' if x else 'READ'} {k}" for k, (a, x) in
                              enumerate(zip(addr.tolist(), w.tolist()))]
+
+
+def test_import_cli(tmp_path):
+    src = tmp_path / "addrs.log"
+    src.write_text("0x1000 R\n0x1040 R\n0x1080 W\n# done\n\n4096\n")
+    out = tmp_path / "i.trace"
+    r = CliRunner().invoke(main, ["import", str(src), "-o", str(out), "--format", "text", "--line", "128", "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+    s = json.loads(r.output)
+    # 128-byte lines: 0x1000 and 0x1040 share line 32 (two requests), 0x1080 (a write) is line 33,
+    # 4096 = 0x1000 again: four descriptors, each one line
+    assert (s["records"], s["descriptors"], s["line"], s["format"]) == (4, 4, 128, "text")
+    c = open_trace(out).access_columns()
+    assert c["offset"].tolist() == [0x1000, 0x1000, 0x1080, 0x1000] and c["nbytes"].tolist() == [128] * 4
+    assert c["is_write"].tolist() == [False, False, True, False]
+    r = CliRunner().invoke(main, ["import", str(src), "-o", str(out), "--format", "text"])
+    assert r.exit_code == 2 and "output exists; pass --force" in r.stderr
