@@ -387,8 +387,8 @@ CASES = [
          "{tmp}/t.trace: no manifest.json: not a complete trace (interrupted write?)",
          trace(remove(fmt.MANIFEST))),
     Case("trace-newer-version", ["info", "{tmp}/t.trace"],
-         "{tmp}/t.trace/manifest.json: version: trace format version 3 is newer than this tierlab reads (2); upgrade tierlab",
-         trace(manifest(version=3))),
+         "{tmp}/t.trace/manifest.json: version: trace format version 4 is newer than this tierlab reads (3); upgrade tierlab",
+         trace(manifest(version=4))),
     Case("trace-unknown-format", ["info", "{tmp}/t.trace"],
          "{tmp}/t.trace/manifest.json: format: format is 'parquet-trace', expected 'tierlab-trace'",
          trace(manifest(format="parquet-trace"))),
@@ -696,6 +696,31 @@ CASES = [
          "--kernel-overhead: must not be negative, got '-1 us'"),
     Case("arg-fusion-with-system", ["run", str(TINY), "--system", "dgx-h100", "--generate", "1", "--fusion", "layer"],
          "--fusion: the calibrated latency applies to a --chip run, not --system"),
+    # -- interoperability: trace tables in other forms, import, export ---------------------------
+    Case("trace-table-is-parquet", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/ops.arrow: is a Parquet file, not an Arrow IPC table (file or stream form)",
+         trace(lambda t: (t / fmt.OPS_FILE).write_bytes(b"PAR1" + bytes(8) + b"PAR1"))),
+    Case("trace-table-not-arrow", ["info", "{tmp}/t.trace"],
+         "{tmp}/t.trace/accesses.arrow: is not Arrow IPC (starts with b'op_id,te'; expected b'ARROW1' or "
+         "b'\\xff\\xff\\xff\\xff')",
+         trace(lambda t: (t / fmt.ACCESSES_FILE).write_text("op_id,tensor_id\n0,0\n"))),
+    Case("import-unparseable-line", ["import", "{tmp}/a.din", *TRACE_OUT],
+         "{tmp}/a.din: line 3: cannot parse '0 zz10' as 'label address [size]' (label 0, 1 or 2)",
+         {"a.din": "0 1000\n1 1040 8\n0 zz10\n"}),
+    Case("import-bad-csv-kind", ["import", "{tmp}/a.csv", *TRACE_OUT],
+         "{tmp}/a.csv: line 2: cannot parse '4096,8,fetch' as 'address,size,read|write'",
+         {"a.csv": "address,size,kind\n4096,8,fetch\n"}),
+    Case("import-unknown-extension", ["import", "{tmp}/a.bin", *TRACE_OUT],
+         "{tmp}/a.bin: --format: cannot tell the format from the extension '.bin'; pass --format npy|text|din|csv",
+         {"a.bin": "0x10\n"}),
+    Case("import-npy-not-addresses", ["import", "{tmp}/a.npy", *TRACE_OUT],
+         "{tmp}/a.npy: expected a 1-d integer array of addresses, got 1-d float64",
+         lambda tmp: __import__("numpy").save(tmp / "a.npy", __import__("numpy").ones(3))),
+    Case("export-unknown-tier", ["export", str(GOLDEN), "--format", "ramulator", "--chip", "h100", "--tier", "l3",
+                                 "-o", "{tmp}/r.txt"],
+         "--tier: unknown tier 'l3'; chip h100 has l2, hbm, ddr"),
+    Case("export-needs-tier", ["export", str(GOLDEN), "--format", "dramsim3", "--chip", "h100", "-o", "{tmp}/r.txt"],
+         "--tier: --format dramsim3 needs --chip and --tier"),
 ]
 
 
@@ -742,6 +767,5 @@ def test_bad_input(case: Case, tmp_path: Path):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 40
-    assert len(CASES) >= 156   # with the calibrated latency's cases (issue 14)
+    assert len(CASES) >= 168   # with the calibrated latency's (issue 14) and interoperability's (issue 15) cases
     assert len({c.id for c in CASES}) == len(CASES)

@@ -287,7 +287,7 @@ def fuzz_trace_values(data, scratch: Path) -> str:
         table = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, schema)], schema=schema)
         with pa.OSFile(str(t / file), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
             w.write_table(table)
-    manifest = {"format": fmt.FORMAT_NAME, "version": fmt.FORMAT_VERSION, "generator": "fuzz", "model": None,
+    manifest = {"format": fmt.FORMAT_NAME, "version": 1, "generator": "fuzz", "model": None,   # v1: stream form
                 "run": None, "tables": {"tensors": n_t, "ops": n_o, "accesses": n_a}}
     if data.draw(st.booleans(), label="alignment"):
         manifest["alignment"] = data.draw(st.sampled_from([1, 64, 4096, 65536, 3 if edgy else 64]), label="align")

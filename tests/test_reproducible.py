@@ -151,7 +151,7 @@ def test_provenance(replay_inputs):
     p = d["provenance"]
     assert p["tierlab"] == version("tierlab")
     # a one-device trace is written as format v1 (v2 adds devices and collectives)
-    assert p["trace_format"] == 1 == json.loads((t / fmt.MANIFEST).read_text())["version"]
+    assert p["trace_format"] == fmt.FORMAT_VERSION == json.loads((t / fmt.MANIFEST).read_text())["version"]
     assert p["chip_sha256"] == hashlib.sha256(chip.read_bytes()).hexdigest()
     assert p["trace_manifest_sha256"] == hashlib.sha256((t / fmt.MANIFEST).read_bytes()).hexdigest()
     assert p["trace_run"]["seed"] == 3 and p["trace_run"]["router"] == "zipf:1.2"

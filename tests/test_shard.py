@@ -46,7 +46,7 @@ def weight_bytes_by_device(t):
     return out
 
 
-# ---- one device: the trace is the same bytes as before ------------------------------------------
+# ---- one device: --tp 1 ... writes the same bytes as no parallelism (version 3, version 1's tables)
 
 def _digest(path: Path) -> dict:
     return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(path.iterdir())}
@@ -59,7 +59,7 @@ def test_all_ones_writes_the_one_device_trace(tmp_path):
                                           collective_buffers="in_place", pp_layers=None), tmp_path / "b.trace")
     assert _digest(plain) == _digest(ones)
     m = json.loads((plain / "manifest.json").read_text())
-    assert m["version"] == 1 and not {"tp", "pp", "ep", "dp", "pp_layers", "collective_buffers"} & set(m["run"])
+    assert m["version"] == 3 and m["devices"] == 1 and not {"tp", "pp", "ep", "dp", "pp_layers", "collective_buffers"} & set(m["run"])
 
 
 # ---- weights: every device's bytes, replicated tensors counted once, add up to the model --------

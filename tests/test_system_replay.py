@@ -72,7 +72,7 @@ def _strip(d: dict) -> dict:
 
 def test_one_device_trace_is_the_single_chip_replay(tmp_path):
     p = _emit(tmp_path / "one.trace", 1, only=0)
-    assert open_trace(p).version == 1
+    assert open_trace(p).version == 3 and open_trace(p).n_devices == 1
     sr = replay_system(p, "dgx-h100")
     d = system_json(sr)
     tr = replay_trace(p, "h100")

@@ -95,4 +95,4 @@ def test_every_command_is_registered():
     from emulator.cli import main
 
     assert set(main.commands) == {"trace", "info", "models", "mrc", "bench", "chips", "replay", "run",
-                                  "compare", "capacity", "systems", "sweep"}
+                                  "compare", "capacity", "systems", "sweep", "export", "import"}

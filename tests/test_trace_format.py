@@ -37,7 +37,9 @@ def small(path, **kw):
 
 def test_round_trip(tmp_path):
     t = small(tmp_path / "s.trace")
-    assert t.manifest["format"] == "tierlab-trace" and t.manifest["version"] == 1
+    assert t.manifest["format"] == "tierlab-trace" and t.manifest["version"] == 3 and t.manifest["devices"] == 1
+    for file in (fmt.TENSORS_FILE, fmt.OPS_FILE, fmt.ACCESSES_FILE):    # version 3: the IPC file form
+        assert (tmp_path / "s.trace" / file).read_bytes()[:6] == b"ARROW1"
     assert t.manifest["tables"] == {"tensors": 2, "ops": 3, "accesses": 4}
     assert t.manifest["model"] is None and t.manifest["run"] is None
     assert t.tensors.column("address").to_pylist() == [0, 2 * fmt.DEFAULT_ALIGNMENT]
@@ -144,7 +146,7 @@ def _drain(p):
     return sum(b.num_rows for b in open_trace(p).iter_accesses())
 
 
-@pytest.mark.parametrize("version,match", [(3, "newer than this tierlab reads"), (0, "unknown trace format version 0"),
+@pytest.mark.parametrize("version,match", [(4, "newer than this tierlab reads"), (0, "unknown trace format version 0"),
                                            ("1", "not an integer")])
 def test_version_refused(copy, version, match):
     _manifest(copy, version=version)
@@ -274,9 +276,9 @@ def _reference_ok(sizes, n_ops, rows):
 
 
 @given(st.lists(st.integers(1, 400), min_size=1, max_size=3), st.integers(1, 3), st.lists(_row, max_size=12),
-       st.integers(1, 5))
+       st.integers(1, 5), st.booleans())
 @settings(max_examples=150, deadline=None)
-def test_reader_accepts_exactly_what_the_spec_allows(tmp_path_factory, sizes, n_ops, rows, batch):
+def test_reader_accepts_exactly_what_the_spec_allows(tmp_path_factory, sizes, n_ops, rows, batch, file_form):
     p = tmp_path_factory.mktemp("h") / "h.trace"
     p.mkdir()
     tables = {
@@ -288,7 +290,8 @@ def test_reader_accepts_exactly_what_the_spec_allows(tmp_path_factory, sizes, n_
         file, schema = fmt.TABLES[name]
         cols = list(zip(*data)) if data else [[] for _ in schema]
         t = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, schema)], schema=schema)
-        with pa.OSFile(str(p / file), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+        new = pa.ipc.new_file if file_form else pa.ipc.new_stream     # the reader takes either form
+        with pa.OSFile(str(p / file), "wb") as sink, new(sink, schema) as w:
             for b in t.to_batches(max_chunksize=batch):
                 w.write_batch(b)
     (p / "manifest.json").write_text(json.dumps({"format": "tierlab-trace", "version": 1, "model": None, "run": None,

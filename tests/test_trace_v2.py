@@ -36,7 +36,7 @@ def _two_device_trace(path):
 
 def test_devices_and_collectives_round_trip(tmp_path):
     t = open_trace(_two_device_trace(tmp_path / "t.trace"))
-    assert t.version == 2 and t.n_devices == 2 and t.manifest["devices"] == 2
+    assert t.version == 3 and t.n_devices == 2 and t.manifest["devices"] == 2
     assert t.tensor_device.tolist() == [0, 1, 0, 1]
     assert t.op_device.tolist() == [0, 1, 0, 1]
     assert t.op_collective.tolist() == [-1, -1, 0, 0]
@@ -60,7 +60,8 @@ def test_one_device_is_still_version_1(tmp_path):
         with pytest.raises(TraceError, match="device 1 outside the trace's 1 device"):
             w.add_tensor("y", "activation", 64, "bf16", device=1)
     t = open_trace(tmp_path / "one.trace")
-    assert t.version == 1 and "devices" not in t.manifest and not (tmp_path / "one.trace" / fmt.COLLECTIVES_FILE).exists()
+    # version 3 keeps version 1's tables for one device: no device columns, no collectives file
+    assert t.version == 3 and t.manifest["devices"] == 1 and not (tmp_path / "one.trace" / fmt.COLLECTIVES_FILE).exists()
     assert t.tensors.schema.equals(fmt.TENSORS_SCHEMA) and t.ops.schema.equals(fmt.OPS_SCHEMA)
     assert t.n_devices == 1 and t.tensor_device.tolist() == [0] and t.op_collective.tolist() == [-1]
     assert t.collectives.num_rows == 0
@@ -84,9 +85,9 @@ def test_writer_refuses_malformed_collectives(tmp_path, call, match):
 
 def _rewrite(path, file, schema, edit):
     with pa.OSFile(str(path / file), "rb") as src:
-        table = pa.ipc.open_stream(src).read_all()
+        table = pa.ipc.open_file(src).read_all()          # version 3: the IPC file form
     table = edit(table)
-    with pa.OSFile(str(path / file), "wb") as sink, pa.ipc.new_stream(sink, schema) as out:
+    with pa.OSFile(str(path / file), "wb") as sink, pa.ipc.new_file(sink, schema) as out:
         out.write_table(table)
 
 

@@ -1,6 +1,6 @@
 """The trace format: the on-disk contract (schemas, names, versions).
 
-A trace is a directory ``NAME.trace/`` holding Arrow IPC stream files and ``manifest.json``,
+A trace is a directory ``NAME.trace/`` holding Arrow IPC table files and ``manifest.json``,
 written last. See ``docs/trace-format.md`` for the meaning of every column.
 
 * **Version 1** (one device): ``tensors.arrow``, ``ops.arrow``, ``accesses.arrow``.
@@ -8,8 +8,13 @@ written last. See ``docs/trace-format.md`` for the meaning of every column.
   takes part in a collective names it (``collective``, -1 for a compute op); ``collectives.arrow``
   holds one row per collective: its kind, the ranks (devices) taking part in group order, its size
   ``S`` and, for an all-to-all, the bytes each rank sends each other rank. Each device has its own
-  address space (tensor addresses start at 0 on every device). A trace of one device is written as
-  version 1, byte for byte as before; the reader reads a version-1 trace as a one-device trace.
+  address space (tensor addresses start at 0 on every device). The reader reads a version-1 trace
+  as a one-device trace.
+* **Version 3** (written now): the tables of version 1 (one device) or of version 2 (several
+  devices), stored in the Arrow IPC **file** form (``ARROW1`` magic and a footer: what
+  ``polars.read_ipc`` opens, and what allows memory-mapped zero-copy reading) instead of the stream
+  form; the manifest always names ``devices``. Versions 1 and 2 wrote the stream form. The reader
+  takes either form for every version (:mod:`traces.ipc`).
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 FORMAT_NAME = "tierlab-trace"
-FORMAT_VERSION = 2          # the newest version written and read
-READ_VERSIONS = (1, 2)      # every version the reader accepts
+FORMAT_VERSION = 3          # the newest version written and read
+READ_VERSIONS = (1, 2, 3)   # every version the reader accepts
 MANIFEST = "manifest.json"
 
 TENSORS_FILE = "tensors.arrow"
@@ -89,9 +94,13 @@ TABLES_V2 = {
 }
 
 
-def tables(version: int) -> dict:
-    """The tables of a trace of ``version``: name -> (file, schema)."""
-    return TABLES if version == 1 else TABLES_V2
+def tables(version: int, devices: int = 1) -> dict:
+    """The tables of a trace of ``version`` and ``devices``: name -> (file, schema). Version 3
+    keeps version 1's tables for one device (so one device replays as before) and version 2's for
+    several."""
+    if version == 1 or (version >= 3 and devices == 1):
+        return TABLES
+    return TABLES_V2
 
 
 # Collective kinds and what their size S is (emulator.network.schedule counts them):

@@ -4,11 +4,15 @@
 refused, never guessed), the presence of every table file, each table's schema (strings may be
 plain, large or dictionary-encoded; they are decoded to plain strings) and the row counts of the
 tensors and ops tables against the manifest. Tensor ids and op ids must be 0..n-1 in order; tensor
-byte ranges must not overlap and addresses must be multiples of the recorded alignment.
+byte ranges must not overlap and addresses must be multiples of the recorded alignment. Every table
+may be in the Arrow IPC file form (version 3) or the stream form (versions 1 and 2); both are read
+from a memory map (:mod:`traces.ipc`).
 
 :meth:`Trace.iter_accesses` checks every batch with numpy (op ids exist and never decrease, tensor
 ids exist, count >= 1, nbytes >= 1, every chunk lies inside its tensor) and, at the end, the access
-row count against the manifest — a truncated file is a TraceError naming the file.
+row count against the manifest — a truncated file is a TraceError naming the file. Batches are
+zero-copy views of the mapped file wherever a yielded batch lies inside one stored record batch;
+:meth:`Trace.access_columns` gives whole checked columns as numpy arrays.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from traces import format as fmt
+from traces.ipc import IpcTable, corrupt, ipc_form
 from common.errors import TraceError
 
 
@@ -71,16 +76,19 @@ def _one_line(err: Exception) -> str:
 
 
 def _read_small_table(path: Path, schema: pa.Schema) -> pa.Table:
+    form = ipc_form(path)
     try:
-        with pa.OSFile(str(path), "rb") as src:
-            reader = pa.ipc.open_stream(src)
-            _check_schema(reader.schema, schema, path)
-            table = reader.read_all()
-            # the IPC reader trusts buffer contents; corrupt offsets or dictionary indices would
-            # crash (not raise) in later compute calls, so every buffer is checked first
-            table.validate(full=True)
+        src = IpcTable(path, form)
+        try:
+            _check_schema(src.schema, schema, path)
+            table = pa.Table.from_batches(list(src.batches()), schema=src.schema)
+        finally:
+            src.close()
+        # the IPC reader trusts buffer contents; corrupt offsets or dictionary indices would
+        # crash (not raise) in later compute calls, so every buffer is checked first
+        table.validate(full=True)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
-        raise TraceError(f"truncated or corrupt Arrow stream: {_one_line(err)}", file=str(path)) from None
+        raise TraceError(f"{corrupt(form)}: {_one_line(err)}", file=str(path)) from None
     _check_nulls(table, path)
     return _normalise(table, schema)
 
@@ -156,44 +164,65 @@ class Trace:
         return {n: self.ops.column(n).to_numpy(zero_copy_only=False) for n in self.ops.schema.names}
 
     def iter_accesses(self, batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
-        """Yield validated access batches of at most ``batch_rows`` rows, in issue order."""
+        """Yield validated access batches of ``batch_rows`` rows (the last may be shorter), in
+        issue order. A batch lying inside one stored record batch is a zero-copy slice of the
+        memory-mapped file (read-only); one spanning several is a copy."""
+        yield from _rebatch(self._checked_batches(), batch_rows)
+
+    def access_columns(self) -> dict[str, np.ndarray]:
+        """Every access column as one numpy array (uint32/uint64/bool as stored), checked as
+        :meth:`iter_accesses` checks. Zero-copy read-only views of the memory-mapped file when the
+        table is one stored record batch (as the writer stores a table of up to ``batch_rows``
+        rows or one bulk-added block); otherwise concatenated. ``is_write`` is bit-packed in
+        Arrow, so it is always a (1 byte per row) copy."""
+        batches = list(self._checked_batches())
+        names = fmt.ACCESSES_SCHEMA.names
+        if not batches:
+            return {f.name: np.empty(0, f.type.to_pandas_dtype()) for f in fmt.ACCESSES_SCHEMA}
+        cols = [[b.column(i).to_numpy(zero_copy_only=False) for b in batches] for i in range(len(names))]
+        return {n: c[0] if len(c) == 1 else np.concatenate(c) for n, c in zip(names, cols)}
+
+    def _checked_batches(self) -> Iterator[pa.RecordBatch]:
+        """The stored access record batches, each checked, then the row count."""
         path = self.path / fmt.ACCESSES_FILE
         n_ops = self.n_ops
         sizes = self._tensor_nbytes
         last_op = 0
         rows = 0
-        pending: list[pa.RecordBatch] = []
-        pending_rows = 0
+        form = ipc_form(path)
         try:
-            src = pa.OSFile(str(path), "rb")
+            src = IpcTable(path, form)
         except OSError as err:
             raise TraceError(f"cannot open: {err}", file=str(path)) from None
-        with src:
+        except (pa.ArrowException, UnicodeDecodeError) as err:
+            raise TraceError(f"{corrupt(form)} after 0 rows: {_one_line(err)}", file=str(path)) from None
+        try:
             try:
-                reader = pa.ipc.open_stream(src)
-                _check_schema(reader.schema, fmt.ACCESSES_SCHEMA, path)
-                while True:
-                    try:
-                        batch = reader.read_next_batch()
-                    except StopIteration:
-                        break
-                    if batch.num_rows == 0:
-                        continue
+                _check_schema(src.schema, fmt.ACCESSES_SCHEMA, path)
+            except (pa.ArrowException, UnicodeDecodeError) as err:      # a damaged schema message
+                raise TraceError(f"{corrupt(form)} after 0 rows: {_one_line(err)}", file=str(path)) from None
+            batches = src.batches()
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
+                    raise TraceError(f"{corrupt(form)} after {rows} rows: {_one_line(err)}",
+                                     file=str(path)) from None
+                if batch.num_rows == 0:
+                    continue
+                try:
                     batch.validate(full=True)
-                    _check_nulls(batch, path, f"rows {rows}..{rows + batch.num_rows - 1}: ")
-                    last_op = self._check_batch(batch, path, rows, last_op, n_ops, sizes)
-                    rows += batch.num_rows
-                    pending.append(batch)
-                    pending_rows += batch.num_rows
-                    while pending_rows >= batch_rows:
-                        out, pending, pending_rows = _take(pending, batch_rows)
-                        yield out
-            except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
-                raise TraceError(f"truncated or corrupt Arrow stream after {rows} rows: {_one_line(err)}",
-                                 file=str(path)) from None
-        if pending_rows:
-            out, pending, pending_rows = _take(pending, pending_rows)
-            yield out
+                except pa.ArrowException as err:
+                    raise TraceError(f"{corrupt(form)} after {rows} rows: {_one_line(err)}",
+                                     file=str(path)) from None
+                _check_nulls(batch, path, f"rows {rows}..{rows + batch.num_rows - 1}: ")
+                last_op = self._check_batch(batch, path, rows, last_op, n_ops, sizes)
+                rows += batch.num_rows
+                yield batch
+        finally:
+            src.close()
         if rows != self.n_accesses:
             raise TraceError(f"holds {rows} access rows, the manifest says {self.n_accesses} (truncated?)",
                              file=str(path))
@@ -201,48 +230,113 @@ class Trace:
     @staticmethod
     def _check_batch(batch: pa.RecordBatch, path: Path, start: int, last_op: int, n_ops: int,
                      sizes: np.ndarray) -> int:
-        col = {n: batch.column(n).to_numpy(zero_copy_only=False) for n in batch.schema.names}
-        op = col["op_id"]
-        where = f"rows {start}..{start + batch.num_rows - 1}"
-        if op[0] < last_op or np.any(op[1:] < op[:-1]):
-            raise TraceError(f"{where}: op ids decrease; accesses must be grouped by op in execution order",
-                             file=str(path), field="op_id")
-        if op[-1] >= n_ops:
-            raise TraceError(f"{where}: op id {int(op.max())} does not exist ({n_ops} ops)", file=str(path),
-                             field="op_id")
-        tid = col["tensor_id"]
-        if np.any(tid >= len(sizes)):
-            raise TraceError(f"{where}: tensor id {int(tid.max())} does not exist ({len(sizes)} tensors)",
-                             file=str(path), field="tensor_id")
-        count, nbytes = col["count"], col["nbytes"]
-        if np.any(count < 1):
-            raise TraceError(f"{where}: count below 1", file=str(path), field="count")
-        if np.any(nbytes < 1):
-            raise TraceError(f"{where}: nbytes below 1", file=str(path), field="nbytes")
-        # offset + (count-1)*stride + nbytes <= tensor nbytes, without uint64 wrap-around.
-        offset, stride = col["offset"], col["stride"]
-        limit = sizes[tid]
-        span = (count.astype(np.uint64) - np.uint64(1))
-        with np.errstate(over="ignore"):
-            end = offset + span * stride + nbytes
-        bad = (offset >= limit) | (nbytes > limit) | (end > limit) | (end < offset) | \
-              ((span > 0) & (stride > (limit // np.maximum(span, np.uint64(1)))))
-        if np.any(bad):
-            i = int(np.flatnonzero(bad)[0])
-            raise TraceError(f"row {start + i}: access (offset {int(offset[i])}, nbytes {int(nbytes[i])}, "
-                             f"count {int(count[i])}, stride {int(stride[i])}) lies outside tensor {int(tid[i])} "
-                             f"of {int(limit[i])} bytes", file=str(path), field="offset")
-        return int(op[-1])
+        """Check one batch: numpy passes over blocks of :data:`CHECK_ROWS` rows (cache-sized
+        temporaries, no per-row Python); on a failure, :func:`_explain` names it as a whole-batch
+        check would (the first failing check in order, the first offending row)."""
+        col = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(6)]
+        if not _all_good(col, last_op, n_ops, sizes):
+            _explain(col, path, start, last_op, n_ops, sizes)
+        return int(col[0][-1])
 
 
-def _take(pending: list[pa.RecordBatch], n: int):
-    """Split the first ``n`` rows off a list of batches; return (batch, rest, rest_rows)."""
-    table = pa.Table.from_batches(pending)
-    head = table.slice(0, n).combine_chunks().to_batches()
-    rest_table = table.slice(n)
-    rest = rest_table.to_batches()
-    out = head[0] if head else pa.RecordBatch.from_pylist([], schema=table.schema)
-    return out, [b for b in rest if b.num_rows], rest_table.num_rows
+# Rows per block of the access checks: its temporaries (a few arrays of 8 bytes a row) stay in
+# the core's L2 cache, where whole-batch temporaries of 10 M rows would stream through memory.
+CHECK_ROWS = 1 << 15
+
+
+def _all_good(col: list[np.ndarray], last_op: int, n_ops: int, sizes: np.ndarray) -> bool:
+    """Whether a batch's accesses pass every check of :func:`_explain` (same conditions)."""
+    op, tid, offset, nbytes, count, stride = col
+    n = len(op)
+    if op[0] < last_op or op[-1] >= n_ops:
+        return False
+    one = sizes[0] if len(sizes) == 1 else None
+    for lo in range(0, n, CHECK_ROWS):
+        hi = min(n, lo + CHECK_ROWS)
+        o = op[lo:hi + 1]                                   # one row into the next block
+        if len(o) > 1 and np.any(o[1:] < o[:-1]):
+            return False
+        t, off, nb, c = tid[lo:hi], offset[lo:hi], nbytes[lo:hi], count[lo:hi]
+        if int(t.max()) >= len(sizes) or int(c.min()) < 1 or int(nb.min()) < 1:
+            return False
+        limit = one if one is not None else sizes[t]
+        room = limit - off
+        if np.any((off >= limit) | (nb > room)):
+            return False
+        if int(c.max()) > 1:
+            many = np.flatnonzero(c > 1)
+            span = c[many].astype(np.uint64) - np.uint64(1)
+            if np.any(stride[lo:hi][many] > (room[many] - nb[many]) // span):
+                return False
+    return True
+
+
+def _explain(col: list[np.ndarray], path: Path, start: int, last_op: int, n_ops: int, sizes: np.ndarray) -> None:
+    """Raise the TraceError for a batch that fails a check, whole-array: op ids never decrease and
+    exist, tensor ids exist, count and nbytes >= 1, every chunk inside its tensor."""
+    op, tid, offset, nbytes, count, stride = col
+    where = f"rows {start}..{start + len(op) - 1}"
+    if op[0] < last_op or (len(op) > 1 and np.any(op[1:] < op[:-1])):
+        raise TraceError(f"{where}: op ids decrease; accesses must be grouped by op in execution order",
+                         file=str(path), field="op_id")
+    if op[-1] >= n_ops:
+        raise TraceError(f"{where}: op id {int(op.max())} does not exist ({n_ops} ops)", file=str(path),
+                         field="op_id")
+    if int(tid.max()) >= len(sizes):
+        raise TraceError(f"{where}: tensor id {int(tid.max())} does not exist ({len(sizes)} tensors)",
+                         file=str(path), field="tensor_id")
+    if int(count.min()) < 1:
+        raise TraceError(f"{where}: count below 1", file=str(path), field="count")
+    if int(nbytes.min()) < 1:
+        raise TraceError(f"{where}: nbytes below 1", file=str(path), field="nbytes")
+    # Every chunk inside its tensor: offset + (count-1)*stride + nbytes <= limit, exactly (no
+    # uint64 wrap: limit < 2**62 by the tensor layout check, so limit - offset is exact once
+    # offset < limit, and the strided part divides instead of multiplying).
+    limit = sizes[0] if len(sizes) == 1 else sizes[tid]    # one tensor: no gather
+    room = limit - offset                                   # wraps where offset >= limit: flagged
+    bad = (offset >= limit) | (nbytes > room)
+    if int(count.max()) > 1:
+        many = np.flatnonzero(count > 1)
+        span = count[many].astype(np.uint64) - np.uint64(1)
+        rest = room[many] - nbytes[many]                    # meaningful where not yet bad
+        bad[many] |= stride[many] > rest // span
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise TraceError(f"row {start + i}: access (offset {int(offset[i])}, nbytes {int(nbytes[i])}, "
+                         f"count {int(count[i])}, stride {int(stride[i])}) lies outside tensor {int(tid[i])} "
+                         f"of {int(sizes[tid[i]])} bytes", file=str(path), field="offset")
+    raise AssertionError("a batch failed the block checks but not the whole-batch ones")
+
+
+def _rebatch(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.RecordBatch]:
+    """Re-cut record batches into batches of ``n`` rows (the last may be shorter). An output lying
+    inside one input batch is a zero-copy slice of it; one spanning several is concatenated."""
+    pending: list[pa.RecordBatch] = []
+    pending_rows = 0
+    for b in batches:
+        start = 0
+        if pending:
+            need = n - pending_rows
+            if b.num_rows < need:
+                pending.append(b)
+                pending_rows += b.num_rows
+                continue
+            pending.append(b.slice(0, need))
+            yield _concat(pending)
+            pending, pending_rows, start = [], 0, need
+        while b.num_rows - start >= n:
+            yield b.slice(start, n)
+            start += n
+        if start < b.num_rows:
+            pending, pending_rows = [b.slice(start)], b.num_rows - start
+    if pending:
+        yield _concat(pending)
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 def open_trace(path: str | os.PathLike) -> Trace:
@@ -275,7 +369,7 @@ def open_trace(path: str | os.PathLike) -> Trace:
         if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
             raise TraceError(f"devices is {devices!r}, expected a positive integer", file=str(mpath),
                              field="devices")
-    layout = fmt.tables(version)
+    layout = fmt.tables(version, devices)
     tables = manifest.get("tables")
     if not isinstance(tables, dict):
         raise TraceError("missing row counts", file=str(mpath), field="tables")
@@ -293,7 +387,7 @@ def open_trace(path: str | os.PathLike) -> Trace:
     ops = _read_small_table(p / fmt.OPS_FILE, layout["ops"][1])
     small = [("tensors", tensors), ("ops", ops)]
     collectives = None
-    if version >= 2:
+    if "collectives" in layout:
         collectives = _read_small_table(p / fmt.COLLECTIVES_FILE, fmt.COLLECTIVES_SCHEMA)
         small.append(("collectives", collectives))
     for name, table in small:
@@ -304,7 +398,7 @@ def open_trace(path: str | os.PathLike) -> Trace:
         if np.any(ids != np.arange(len(ids), dtype=ids.dtype)):
             raise TraceError(f"{table.schema.names[0]} must be 0..n-1 in order", file=file,
                              field=table.schema.names[0])
-    if version >= 2:
+    if "collectives" in layout:
         _check_devices(p, tensors, ops, collectives, devices)
     _check_tensor_layout(tensors, manifest, str(p / fmt.TENSORS_FILE), str(mpath))
     return Trace(p, manifest, tensors, ops, collectives)

@@ -1,9 +1,12 @@
-"""Write a trace directory: tensors, ops and accesses streamed as Arrow IPC record batches.
+"""Write a trace directory: tensors, ops and accesses as Arrow IPC files of record batches.
 
 Rows are buffered in column lists and flushed as record batches of ``batch_rows`` rows, so memory
 stays bounded however long the run. Everything goes to a temporary sibling directory; on a clean
 exit ``manifest.json`` is written last (with the row count of every table) and the directory is
 renamed into place. On an error or interrupt the temporary directory is removed.
+
+Tables are written in the Arrow IPC **file** form (format version 3: ``polars.read_ipc`` opens
+them, and the reader memory-maps them); each flush is one record batch.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def _generator() -> str:
 
 
 class _Table:
-    """Row buffer for one table, streamed to an Arrow IPC stream file in record batches."""
+    """Row buffer for one table, written to an Arrow IPC file (file form) in record batches."""
 
     def __init__(self, path: Path, schema: pa.Schema, batch_rows: int):
         self.schema, self.batch_rows = schema, batch_rows
@@ -38,7 +41,7 @@ class _Table:
         self.buffered = 0
         self.rows = 0
         self.sink = pa.OSFile(str(path), "wb")
-        self.writer = pa.ipc.new_stream(self.sink, schema)
+        self.writer = pa.ipc.new_file(self.sink, schema)
         self._tuples: list[tuple] = []
 
     def append(self, row: tuple) -> None:
@@ -61,9 +64,13 @@ class _Table:
             self._tuples = []
 
     def flush(self) -> None:
+        """Write what is buffered as one record batch (chunks concatenated: fewer, larger batches
+        let the reader hand out zero-copy slices)."""
         self._move_rows()
-        for chunk in self.pending:
-            arrays = [pa.array(chunk[f.name], type=f.type) for f in self.schema]
+        if self.pending:
+            arrays = [pa.concat_arrays([pa.array(chunk[f.name], type=f.type) for chunk in self.pending])
+                      if len(self.pending) > 1 else pa.array(self.pending[0][f.name], type=f.type)
+                      for f in self.schema]
             batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
             self.writer.write_batch(batch)
             self.rows += batch.num_rows
@@ -84,9 +91,10 @@ class TraceWriter:
     each a multiple of ``alignment`` bytes, which is recorded in the manifest (top-level
     ``alignment`` and ``run["alignment"]``).
 
-    ``devices`` > 1 writes format version 2: every tensor and op names its device (each device has
-    its own address space), and collectives are declared with :meth:`add_collective`. One device
-    writes version 1, exactly as before.
+    Writes format version 3 (the IPC file form). ``devices`` > 1: version 2's tables, where every
+    tensor and op names its device (each device has its own address space), and collectives are
+    declared with :meth:`add_collective`. One device: version 1's tables (no device columns, no
+    collectives), so a one-device trace replays exactly as a version-1 trace.
     """
 
     def __init__(self, path: str | os.PathLike, *, model: dict | None = None, run=None,
@@ -105,7 +113,7 @@ class TraceWriter:
         self.batch_rows = batch_rows
         self.extra = dict(extra or {})
         self.devices = devices
-        self.version = 1 if devices == 1 else 2
+        self.version = fmt.FORMAT_VERSION
         self._ctx = None
         self._next_address = [0] * devices       # each device its own address space
         self._tensor_nbytes: list[int] = []
@@ -123,7 +131,7 @@ class TraceWriter:
             os.umask(umask)
             os.chmod(self.tmp, 0o777 & ~umask)   # mkdtemp makes it private; a trace is ordinary output
             self._tables = {name: _Table(self.tmp / file, schema, self.batch_rows)
-                            for name, (file, schema) in fmt.tables(self.version).items()}
+                            for name, (file, schema) in fmt.tables(self.version, devices=self.devices).items()}
         except BaseException as err:
             self._ctx.__exit__(type(err), err, err.__traceback__)
             raise
@@ -152,7 +160,7 @@ class TraceWriter:
         manifest = {
             "format": fmt.FORMAT_NAME,
             "version": self.version,
-            **({"devices": self.devices} if self.version > 1 else {}),
+            "devices": self.devices,
             "generator": _generator(),
             "model": self.model,
             "run": run,
@@ -205,7 +213,7 @@ class TraceWriter:
         self._next_address[device] = -(-(address + nbytes) // self.alignment) * self.alignment
         self._tensor_nbytes.append(nbytes)
         row = (tid, name, kind, layer, expert, dtype, address, nbytes)
-        self._tables["tensors"].append(row if self.version == 1 else row + (device,))
+        self._tables["tensors"].append(row if self.devices == 1 else row + (device,))
         return tid
 
     def add_op(self, name: str, kind: str, layer: int, phase: str, step: int, tokens: int, flops: int,
@@ -220,7 +228,7 @@ class TraceWriter:
         oid = self._n_ops
         self._n_ops += 1
         row = (oid, name, kind, layer, phase, step, int(tokens), int(flops), expert, bool(pim_eligible))
-        self._tables["ops"].append(row if self.version == 1 else row + (device, collective))
+        self._tables["ops"].append(row if self.devices == 1 else row + (device, collective))
         return oid
 
     def add_collective(self, kind: str, ranks, size_bytes: int, phase: str, step: int, layer: int = -1,
@@ -228,7 +236,7 @@ class TraceWriter:
         """Declare a collective among ``ranks`` (devices, in group order) of size ``size_bytes`` (see
         :data:`traces.format.COLLECTIVE_KINDS`); ``send_bytes`` (all_to_all only, optional): the
         n x n bytes each rank sends each rank, row-major. Returns its id (version 2 only)."""
-        if self.version == 1:
+        if self.devices == 1:
             raise TraceError("a one-device trace has no collectives", field="collective")
         if kind not in fmt.COLLECTIVE_KINDS:
             raise TraceError(f"collective kind {kind!r}; expected one of {', '.join(fmt.COLLECTIVE_KINDS)}",

@@ -31,6 +31,8 @@ COMMANDS = (
     "emulator.cli.compare",
     "emulator.cli.capacity",
     "emulator.cli.sweep",
+    "emulator.cli.export",
+    "emulator.cli.import_",
 )
 
 

@@ -19,9 +19,12 @@ from common.errors import TierlabError
 from emulator.sweep.grid import Point
 from emulator.sweep.overrides import build_chip, build_system
 
-RESULT_COLUMNS = ("tokens_per_s", "latency_s", "energy_j_per_token", "bound", "run_latency_s", "run_energy_j")
+RESULT_COLUMNS = ("tokens_per_s", "steady_tokens_per_s", "latency_s", "energy_j_per_token", "bound",
+                  "run_latency_s", "run_energy_j")
 # cost columns of every row (emulator.cost.price.usd_per_mtok); usd_per_mtok is None without a price
-COST_COLUMNS = ("devices", "price_per_hour", "price_source", "utilisation", "usd_per_kwh", "usd_per_mtok")
+# usd_per_mtok_steady: the same at steady_tokens_per_s (a system's pipeline kept full; a chip's equals usd_per_mtok)
+COST_COLUMNS = ("devices", "price_per_hour", "price_source", "utilisation", "usd_per_kwh", "usd_per_mtok",
+                "usd_per_mtok_steady")
 
 
 def run_config(point: Point):
@@ -99,10 +102,11 @@ def cost_columns(point: Point, row: dict) -> dict:
         out["devices"], out["price_per_hour"], out["price_source"] = price_of(point)
     except TierlabError:
         return out
-    tps, e = row.get("tokens_per_s"), row.get("energy_j_per_token")
-    if out["price_per_hour"] is not None and tps and (kwh is None or e is not None):
-        out["usd_per_mtok"] = usd_per_mtok(out["price_per_hour"], tps, utilisation=out["utilisation"],
-                                           energy_j_per_token=e, usd_per_kwh=out["usd_per_kwh"])[0]
+    e = row.get("energy_j_per_token")
+    for col, tps in (("usd_per_mtok", row.get("tokens_per_s")), ("usd_per_mtok_steady", row.get("steady_tokens_per_s"))):
+        if out["price_per_hour"] is not None and tps and (kwh is None or e is not None):
+            out[col] = usd_per_mtok(out["price_per_hour"], tps, utilisation=out["utilisation"],
+                                    energy_j_per_token=e, usd_per_kwh=out["usd_per_kwh"])[0]
     return out
 
 
@@ -116,6 +120,7 @@ def row_of(point: Point, override_keys, d: dict | None, error: str | None) -> di
         row.update(_tiers(d))
     if pt:
         row["tokens_per_s"] = pt["tokens_per_s"]
+        row["steady_tokens_per_s"] = pt.get("steady_tokens_per_s", pt["tokens_per_s"])
         row["latency_s"] = pt["latency_s"]
         row["energy_j_per_token"] = pt["energy_j"]
         row["bound"] = pt["bound"]
