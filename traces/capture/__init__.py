@@ -1,0 +1,46 @@
+"""Capture of any Transformers model: build it from its config on PyTorch's meta device, record a
+run's operators (:mod:`traces.capture.record`), map them to tierlab's operator kinds
+(:mod:`traces.capture.opmap`) and lower them through ``kernels/`` into a v1 trace
+(:mod:`traces.capture.lower`; :func:`capture_trace` is the door). Needs the ``capture`` extra.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from common.errors import UsageError
+from traces.run import RunConfig
+from traces.segments import plan_segments
+
+
+def capture_trace(config: dict, run: RunConfig, out_dir: str | os.PathLike, *, name: str = "model",
+                  file: str | None = None, force: bool = False) -> Path:
+    """Record ``run`` on the Transformers model of ``config`` and write its trace to ``out_dir``."""
+    from traces.capture.record import require_extra
+
+    require_extra()
+    if run.turns or run.sharded:
+        raise UsageError("--capture traces one device's --prompt/--context/--generate run (no --turns, --tp, --pp, "
+                         "--ep, --dp or microbatches)", field="capture")
+    if run.attention != "flash":
+        raise UsageError("--capture lowers attention with the flash kernel only", field="attention")
+    segments = [s for s in plan_segments(run) if s.action == "compute"]
+    if not segments:
+        raise UsageError("nothing to trace: no prefill or decode segment", field="segments")
+    from traces.capture.lower import CaptureLowering
+    from traces.capture.record import record
+    from traces.writer import TraceWriter
+
+    cap = record(config, segments, run.batch, run.context, file=file)
+    positions = run.max_positions
+    extra = {"capture": {"model_type": cap.model_type, "aten_ops_recorded": cap.ops_recorded,
+                         "versions": cap.info.get("versions", {}), "name": name},
+             "segments": [s.to_dict() for s in segments]}
+    with TraceWriter(out_dir, model=config, run=run, force=force, alignment=run.alignment, extra=extra) as w:
+        low = CaptureLowering(cap, run, w, positions)
+        w.extra["capture"]["params"] = low.params
+        w.extra["spec"] = {"name": name, "params": low.params}
+        for seg, events in cap.segments:
+            low.segment(seg, events)
+    return Path(out_dir)
