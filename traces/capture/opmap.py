@@ -37,10 +37,11 @@ def leaf_kind(module, name: str, torch_nn) -> str | None:
     if isinstance(module, torch_nn.LayerNorm) or any(c in cls for c in NORM_CLASSES):
         return "norm"
     params = list(module.parameters(recurse=False))
-    if params and all(p.dim() == 3 for p in params) and not list(module.children()):
+    bare_children = not any(True for c in module.children() for _ in c.parameters())
+    if params and all(p.dim() == 3 for p in params) and bare_children:
         return "experts"           # experts stored as [expert, out, in] tensors (Transformers 5)
     short = name.rsplit(".", 1)[-1]
-    if short in ROUTER_NAMES and len(params) >= 1 and params[0].dim() == 2 and not list(module.children()):
+    if short in ROUTER_NAMES and len(params) >= 1 and params[0].dim() == 2 and bare_children:
         return "router"            # a router module holding its [experts, hidden] weight
     if cls in ACTIVATION_CLASSES or (not params and not list(module.children()) and "Activation" in cls):
         return "act"

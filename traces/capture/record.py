@@ -214,25 +214,26 @@ def _silence_experts(torch, model, kinds) -> None:
 def _weights(model, kinds) -> tuple[list, dict]:
     """Parameters (``named_parameters``, a tied one once) and persistent buffers (a checkpoint
     holds them: e.g. DeepSeek's router score-correction bias), with their module's leaf kind."""
-    owner = {}
+    canonical = {}             # id(parameter) -> its first name (a tied parameter has one)
+    for name, p in model.named_parameters():
+        canonical.setdefault(id(p), name)
     modules: dict[str, dict] = {}
+    owner = {}
     for mname, mod in model.named_modules():
         kind = kinds.get(mname)
         if kind:
-            modules[mname] = {"kind": kind, "params": {}, "buffers": {},
-                              "top_k": getattr(mod, "top_k", None), "cls": type(mod).__name__}
+            modules[mname] = {"kind": kind, "buffers": {}, "top_k": getattr(mod, "top_k", None),
+                              "cls": type(mod).__name__,
+                              "params": {s: canonical[id(p)] for s, p in mod.named_parameters(recurse=False)}}
         for pname, p in mod.named_parameters(recurse=False):
-            owner.setdefault(id(p), (mname, pname))
+            owner.setdefault(id(p), mname)
     persistent = set(model.state_dict().keys())
     out, seen = [], set()
     for name, p in model.named_parameters():
         if id(p) in seen:
             continue
         seen.add(id(p))
-        mname, short = owner[id(p)]
-        out.append((name, tuple(p.shape), str(p.dtype), kinds.get(mname), _layer_of(name)))
-        if mname in modules:
-            modules[mname]["params"][short] = name
+        out.append((name, tuple(p.shape), str(p.dtype), kinds.get(owner[id(p)]), _layer_of(name)))
     for name, b in model.named_buffers():
         if name in persistent:
             mname, _, short = name.rpartition(".")
