@@ -26,7 +26,7 @@ from kernels import linear as lin
 from kernels import moe as moe_k
 from kernels import norm as norm_k
 from kernels.base import Op, Ten
-from traces.capture.opmap import ELEMENTWISE_ATEN, ROTARY_MARK, is_decoder_layer
+from traces.capture.opmap import ELEMENTWISE_ATEN, is_decoder_layer
 from traces.capture.record import Capture, _layer_of
 from traces.dtypes import DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, nbytes_of, scale_bytes, vector_dtype
 from traces.routing import Router
@@ -134,7 +134,7 @@ class CaptureLowering:
     def segment(self, seg, events) -> None:
         ab, run = self.ab, self.run
         pending_act = None          # an activation waiting for its gated product
-        rotary_scopes: set[str] = set()
+        rotary_scopes: dict[str, dict[int, int]] = {}   # attention scope -> heads -> rotated elements x 2
         held_kv: dict[str, object] = {}
         for e in events:
             layer = _layer_of(e.scope)
@@ -173,8 +173,11 @@ class CaptureLowering:
             elif e.kind == "aten" and pending_act is not None and e.name in ("aten.mul", "aten.mul_"):
                 self._emit(self._act(pending_act, gated=True), layer, seg)
                 pending_act = None
-            elif e.kind == "aten" and e.name == ROTARY_MARK:
-                rotary_scopes.add(e.scope)
+            elif e.kind == "aten" and self._rotary_product(e):
+                # each rotated element is multiplied once by cos and once by sin
+                rot = rotary_scopes.setdefault(e.scope, {})
+                heads = e.shapes[0][1]
+                rot[heads] = rot.get(heads, 0) + e.shapes[0][1] * e.shapes[0][3]
             elif e.kind == "aten" and ELEMENTWISE_ATEN.get(e.name) == "add" and len(e.shapes) == 2 \
                     and e.shapes[0] == e.shapes[1] and self._is_layer_scope(e.scope):
                 width = e.shapes[0][-1]
@@ -183,8 +186,9 @@ class CaptureLowering:
             elif e.kind == "kv_append":
                 held_kv[e.scope] = e
             elif e.kind == "attention":
-                self._emit(self._attention(e, seg, held_kv.pop(e.scope, None), e.scope in rotary_scopes), layer, seg)
-                rotary_scopes.discard(e.scope)
+                rot = rotary_scopes.pop(e.scope, {})
+                self._emit(self._attention(e, seg, held_kv.pop(e.scope, None), [n // 2 for n in rot.values()]),
+                           layer, seg)
             elif e.kind == "router":
                 self._router(e, layer, seg, short)
             elif e.kind == "experts":
@@ -226,16 +230,28 @@ class CaptureLowering:
         return norm_k.elementwise(short, [buf, buf] if gated else [buf], buf, m=_numel(shape) // width, width=width,
                                   act_bytes=self.ab, flops_per_element=5 if gated else 4)
 
-    def _attention(self, e, seg, kv, rotary: bool) -> list[Op]:
+    def _rotary_product(self, e) -> bool:
+        """``x * cos`` or ``x * sin`` of rotary: a [batch, heads, tokens, d] tensor times a cos/sin
+        broadcast over the heads ([batch or 1, 1, tokens or 1, d]) in an attention module."""
+        if e.name not in ("aten.mul", "aten.mul_") or len(e.shapes) != 2 \
+                or "Attention" not in self._module_classes.get(e.scope, ""):
+            return False
+        x, c = e.shapes
+        return len(x) == 4 and len(c) == 4 and c[1] == 1 and c[3] == x[3] and c[0] in (1, x[0])
+
+    def _fit(self, width: int, rows: int) -> Ten:
+        """The narrowest activation buffer holding ``rows`` rows of ``width`` elements."""
+        need = rows * width * self.ab
+        return min((t for t in self.act.values() if t.nbytes >= need), key=lambda t: t.nbytes)
+
+    def _attention(self, e, seg, kv, rotary: list[int]) -> list[Op]:
         (b, h, t, d), kshape, vshape = e.shapes
         i = e.info["layer"]
         caches = self.caches[i]
         ab = self.ab
         ops = []
         if rotary:
-            q_w, k_w = h * d, kshape[1] * kshape[3]
-            ops.append(norm_k.rotary("rotary", [self._buf(q_w), self._buf(k_w)], [q_w, k_w], m=b * t,
-                                     act_bytes=ab))
+            ops.append(norm_k.rotary("rotary", [self._fit(w, b * t) for w in rotary], rotary, m=b * t, act_bytes=ab))
         if kv is not None:
             ks, vs = kv.shapes
             ops.append(attn.kv_append("kv_append", [(self._buf(ks[1] * ks[3]), ks[1] * ks[3] * ab),

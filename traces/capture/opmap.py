@@ -4,7 +4,8 @@ The recorder (:mod:`traces.capture.record`) sees two things: the modules a forwa
 every ATen operator it dispatches (with shapes and dtypes). A *leaf* module is lowered as one
 tierlab op whatever ATen operators it runs inside (a linear, a norm, an embedding gather, an
 activation, an MoE router or the experts of an MoE layer); outside leaves, single ATen operators
-are mapped by name (a residual add, the gated product of an MLP, rotary's ``neg``). The attention
+are mapped by name and shape (a residual add in a decoder layer, the gated product of an MLP, and
+rotary's products of q and k with cos and sin broadcast over the heads). The attention
 core and the KV append are recorded where Transformers calls them (the attention interface and the
 cache object), not from ATen operators.
 """
@@ -22,7 +23,6 @@ ROUTER_NAMES = ("gate", "router")
 # ``aten.add.Tensor``); every other operator is recorded but moves nothing tierlab models
 # separately (views, reshapes, casts, masks).
 ELEMENTWISE_ATEN = {"aten.add": "add", "aten.add_": "add", "aten.mul": "mul", "aten.mul_": "mul"}
-ROTARY_MARK = "aten.neg"     # rotate_half negates half of q and k: rotary is applied in this attention
 
 DECODER_LAYER_SUFFIXES = ("DecoderLayer", "Block", "Layer")
 
