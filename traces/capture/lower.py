@@ -26,8 +26,8 @@ from kernels import linear as lin
 from kernels import moe as moe_k
 from kernels import norm as norm_k
 from kernels.base import Op, Ten
-from traces.capture.opmap import ELEMENTWISE_ATEN, is_decoder_layer
-from traces.capture.record import Capture, _layer_of
+from traces.capture.opmap import ELEMENTWISE_ATEN, is_decoder_layer, layer_of
+from traces.capture.record import Capture
 from traces.dtypes import DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, nbytes_of, scale_bytes, vector_dtype
 from traces.routing import Router
 from traces.run import RunConfig
@@ -137,12 +137,12 @@ class CaptureLowering:
         rotary_scopes: dict[str, dict[int, int]] = {}   # attention scope -> heads -> rotated elements x 2
         held_kv: dict[str, object] = {}
         for e in events:
-            layer = _layer_of(e.scope)
+            layer = layer_of(e.scope)
             short = e.scope.split(f"layers.{layer}.", 1)[-1] if layer >= 0 else e.scope.rsplit(".", 1)[-1]
             if pending_act is not None and not (e.kind == "aten" and e.name in ("aten.mul", "aten.mul_")
                                                 and e.scope == pending_act[0].rsplit(".", 1)[0]):
                 if e.kind != "linear":   # gate, act, up, mul: the up projection may run in between
-                    self._emit(self._act(pending_act, gated=False), _layer_of(pending_act[0]), seg)
+                    self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
                     pending_act = None
             if e.kind == "embedding":
                 m = _numel(e.shapes[0])
@@ -194,7 +194,7 @@ class CaptureLowering:
             elif e.kind == "experts":
                 self._emit(self._experts(e, layer, seg, short), layer, seg)
         if pending_act is not None:
-            self._emit(self._act(pending_act, gated=False), _layer_of(pending_act[0]), seg)
+            self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
 
     def _is_layer_scope(self, scope: str) -> bool:
         mod = self._module_classes.get(scope, "")
@@ -226,7 +226,7 @@ class CaptureLowering:
         scope, shape = pending
         width = shape[-1]
         buf = self._buf(width)
-        short = scope.split(".", 3)[-1] if _layer_of(scope) >= 0 else scope
+        short = scope.split(".", 3)[-1] if layer_of(scope) >= 0 else scope
         return norm_k.elementwise(short, [buf, buf] if gated else [buf], buf, m=_numel(shape) // width, width=width,
                                   act_bytes=self.ab, flops_per_element=5 if gated else 4)
 

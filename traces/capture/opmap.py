@@ -56,3 +56,12 @@ def aten_name(func) -> str:
 
 def is_decoder_layer(cls_name: str) -> bool:
     return cls_name.endswith(DECODER_LAYER_SUFFIXES) and "Attention" not in cls_name and "MLP" not in cls_name
+
+
+def layer_of(name: str) -> int:
+    """The decoder layer of a module or parameter name (``model.layers.3.mlp`` -> 3), else -1."""
+    parts = name.split(".")
+    for a, b in zip(parts, parts[1:]):
+        if a in ("layers", "h", "blocks") and b.isdigit():
+            return int(b)
+    return -1

@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.errors import ConfigError, UsageError
-from traces.capture.opmap import aten_name, leaf_kind
+from traces.capture.opmap import aten_name, layer_of, leaf_kind
 
 ATTENTION_NAME = "tierlab_capture"
-EXTRA_HINT = "--capture needs the capture extra (PyTorch, Transformers): pip install torch==2.13.0 'tierlab[capture]'"
+EXTRA_HINT = "needs the optional extra 'capture' (PyTorch and Transformers): pip install -e '.[capture]'"
 # config.json keys that describe files or checkpoints, not the architecture (dropped before building)
 NON_ARCHITECTURE_KEYS = ("auto_map", "quantization_config", "architectures", "transformers_version", "_name_or_path")
 
@@ -62,7 +62,7 @@ def require_extra():
         import torch
         import transformers
     except ImportError:
-        raise UsageError(EXTRA_HINT, field="capture") from None
+        raise UsageError(EXTRA_HINT, field="--capture") from None
     return torch, transformers
 
 
@@ -70,8 +70,6 @@ def build_model(config: dict, file: str | None = None):
     """The causal-LM of ``config`` (a config.json dict) on the meta device, and its config object."""
     torch, transformers = require_extra()
     cfg = dict(config)
-    if isinstance(cfg.get("text_config"), dict) and "model_type" not in cfg.get("text_config", {}):
-        pass
     model_type = cfg.pop("model_type", None)
     if not isinstance(model_type, str):
         raise ConfigError("missing model_type, which --capture needs to find the Transformers class",
@@ -114,14 +112,6 @@ def _register_attention(transformers) -> None:
         return query.new_empty((b, t, h, value.shape[-1])), None
 
     AttentionInterface.register(ATTENTION_NAME, attention)
-
-
-def _layer_of(name: str) -> int:
-    parts = name.split(".")
-    for a, b in zip(parts, parts[1:]):
-        if a in ("layers", "h", "blocks") and b.isdigit():
-            return int(b)
-    return -1
 
 
 class _Recorder:
@@ -181,7 +171,7 @@ class _Recorder:
         scope = self.stack[-1][0] if self.stack else ""
         self.events.append(Event("attention", scope, (tuple(q.shape), tuple(k.shape), tuple(v.shape)),
                                  dtype=str(q.dtype), info={"window": window, "sinks": sinks is not None,
-                                                          "layer": getattr(module, "layer_idx", _layer_of(scope))}))
+                                                          "layer": getattr(module, "layer_idx", layer_of(scope))}))
 
     def kv_append(self, layer, k, v):
         scope = self.stack[-1][0] if self.stack else ""
@@ -233,11 +223,11 @@ def _weights(model, kinds) -> tuple[list, dict]:
         if id(p) in seen:
             continue
         seen.add(id(p))
-        out.append((name, tuple(p.shape), str(p.dtype), kinds.get(owner[id(p)]), _layer_of(name)))
+        out.append((name, tuple(p.shape), str(p.dtype), kinds.get(owner[id(p)]), layer_of(name)))
     for name, b in model.named_buffers():
         if name in persistent:
             mname, _, short = name.rpartition(".")
-            out.append((name, tuple(b.shape), str(b.dtype), kinds.get(mname), _layer_of(name)))
+            out.append((name, tuple(b.shape), str(b.dtype), kinds.get(mname), layer_of(name)))
             if mname in modules:
                 modules[mname]["buffers"][short] = name
     return out, modules
