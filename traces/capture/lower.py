@@ -134,7 +134,7 @@ class CaptureLowering:
     def segment(self, seg, events) -> None:
         ab, run = self.ab, self.run
         pending_act = None          # an activation waiting for its gated product
-        rotary_scopes: dict[str, dict[int, int]] = {}   # attention scope -> heads -> rotated elements x 2
+        rotary_scopes: dict[str, dict] = {}   # attention scope -> rotated tensor shape -> elements per token x 2
         held_kv: dict[str, object] = {}
         for e in events:
             layer = layer_of(e.scope)
@@ -165,6 +165,8 @@ class CaptureLowering:
                 bias = self._param(e.scope, "bias")[0]
                 name = self.cap.modules[e.scope]["params"]["weight"]
                 out_f, in_f = self._shape(name)
+                if self.cap.modules[e.scope]["cls"] == "Conv1D":    # GPT-2 stores its weights in x out
+                    out_f, in_f = in_f, out_f
                 self._emit(lin.linear(short, wt, self._buf(in_f), self._buf(out_f), m=_numel(e.shapes[0]) // in_f,
                                       in_features=in_f, out_features=out_f, act_bytes=ab, phase=seg.phase,
                                       tile_m=run.tile_m, tile_n=run.tile_n, scales=sc, bias=bias), layer, seg)
@@ -175,9 +177,11 @@ class CaptureLowering:
                 pending_act = None
             elif e.kind == "aten" and self._rotary_product(e):
                 # each rotated element is multiplied once by cos and once by sin
+                # a real rotation multiplies each element by cos and by sin (two products); a complex
+                # one (Llama 4) turns each pair of reals in one product
+                per_token = _numel(e.shapes[0]) // (self.B * seg.tokens)
                 rot = rotary_scopes.setdefault(e.scope, {})
-                heads = e.shapes[0][1]
-                rot[heads] = rot.get(heads, 0) + e.shapes[0][1] * e.shapes[0][3]
+                rot[e.shapes[0]] = rot.get(e.shapes[0], 0) + (4 * per_token if "complex" in e.dtype else per_token)
             elif e.kind == "aten" and ELEMENTWISE_ATEN.get(e.name) == "add" and len(e.shapes) == 2 \
                     and e.shapes[0] == e.shapes[1] and self._is_layer_scope(e.scope):
                 width = e.shapes[0][-1]
@@ -231,13 +235,18 @@ class CaptureLowering:
                                   act_bytes=self.ab, flops_per_element=5 if gated else 4)
 
     def _rotary_product(self, e) -> bool:
-        """``x * cos`` or ``x * sin`` of rotary: a [batch, heads, tokens, d] tensor times a cos/sin
-        broadcast over the heads ([batch or 1, 1, tokens or 1, d]) in an attention module."""
+        """``x * cos`` or ``x * sin`` of rotary in an attention module: a [batch, heads, tokens, d]
+        tensor times a cos/sin broadcast over the heads ([batch or 1, 1, tokens or 1, d]); or a complex
+        [batch, tokens, heads, d/2] tensor times complex frequencies broadcast over the heads."""
         if e.name not in ("aten.mul", "aten.mul_") or len(e.shapes) != 2 \
                 or "Attention" not in self._module_classes.get(e.scope, ""):
             return False
         x, c = e.shapes
-        return len(x) == 4 and len(c) == 4 and c[1] == 1 and c[3] == x[3] and c[0] in (1, x[0])
+        if len(x) != 4 or len(c) != 4 or c[3] != x[3] or c[0] not in (1, x[0]):
+            return False
+        if "complex" in e.dtype:
+            return c[2] == 1 and c[1] in (1, x[1])
+        return c[1] == 1 and c[2] in (1, x[2])
 
     def _fit(self, width: int, rows: int) -> Ten:
         """The narrowest activation buffer holding ``rows`` rows of ``width`` elements."""
@@ -287,7 +296,7 @@ class CaptureLowering:
         if not k:
             raise UsageError(f"{e.scope}: experts without a known top-k", field="num_experts_per_tok")
         hidden = e.shapes[0][-1]
-        m = _numel(e.shapes[0]) // hidden
+        m = self.B * seg.tokens      # every token is routed (Llama 4 hands its experts a copy per expert)
         ffn = self._ffn(e.scope, hidden)
         if fused:
             triples = [(g, (None, None), dn) for g, dn in zip(self.experts[fused[0]], self.experts[down])]

@@ -30,13 +30,13 @@ DECODER_LAYER_SUFFIXES = ("DecoderLayer", "Block", "Layer")
 def leaf_kind(module, name: str, torch_nn) -> str | None:
     """The tierlab kind of a module lowered as one op, or None for a container."""
     cls = type(module).__name__
-    if isinstance(module, torch_nn.Linear):
-        return "linear"
+    params = list(module.parameters(recurse=False))
+    if isinstance(module, torch_nn.Linear) or (cls == "Conv1D" and params and params[0].dim() == 2):
+        return "linear"            # Conv1D: GPT-2's linear, weight stored [in, out]
     if isinstance(module, torch_nn.Embedding):
         return "embedding"
     if isinstance(module, torch_nn.LayerNorm) or any(c in cls for c in NORM_CLASSES):
         return "norm"
-    params = list(module.parameters(recurse=False))
     bare_children = not any(True for c in module.children() for _ in c.parameters())
     if params and all(p.dim() == 3 for p in params) and bare_children:
         return "experts"           # experts stored as [expert, out, in] tensors (Transformers 5)

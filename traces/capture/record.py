@@ -90,6 +90,12 @@ def build_model(config: dict, file: str | None = None):
     except ValueError as err:
         raise ConfigError(f"Transformers has no causal-LM class for model_type {model_type!r} "
                           f"({str(err).splitlines()[0][:120]})", file=file, field="model_type") from None
+    except KeyError as err:
+        if ATTENTION_NAME not in str(err):
+            raise
+        raise ConfigError(f"the {model_type} model picks its attention from a table of its own, not Transformers' "
+                          "attention interface, so --capture cannot record its attention", file=file,
+                          field="model_type") from None
     model.eval()
     return model, hf
 
@@ -236,6 +242,15 @@ def _weights(model, kinds) -> tuple[list, dict]:
 def record(config: dict, segments, batch: int, context: int, file: str | None = None) -> Capture:
     """Run ``context`` positions (not recorded), then each compute segment, recording each."""
     torch, transformers = require_extra()
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()     # config advice and kernel fall-backs are not tierlab's output
+    try:
+        return _record(torch, transformers, config, segments, batch, context, file)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def _record(torch, transformers, config, segments, batch, context, file) -> Capture:
     model, hf = build_model(config, file)
     rec = _Recorder(torch, model)
     _silence_experts(torch, model, rec.kinds)
