@@ -187,3 +187,59 @@ def test_capture_unknown_model_type(transformers, tmp_path):
     line = r.stderr.strip()
     assert line.startswith(f"tierlab: error: {cfg}: model_type: Transformers ") and "\n" not in line
     assert not (tmp_path / "t").exists()
+
+
+# ---- families only the capture reads, against closed forms ----------------------------------------
+
+def _capture(config: dict, tmp: Path, **run_kw) -> tuple[dict, Counter]:
+    from traces.capture import capture_trace
+
+    path = capture_trace(config, RunConfig(**{**RUN, "context": 0, **run_kw}), tmp / "c.trace")
+    return summarize(open_trace(path)), _decode_flops_by_kind(path)
+
+
+def test_capture_gpt2_closed_form(transformers, tmp_path):
+    """GPT-2: learned positions, LayerNorm with bias, Conv1D linears with biases, ungated GELU MLP,
+    tied LM head. Parameters, KV bytes and decode FLOPs from the architecture's closed form."""
+    h, H, L, V, P, B = 64, 4, 2, 256, 128, RUN["batch"]
+    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": h, "n_head": H, "n_layer": L,
+              "vocab_size": V, "n_positions": P, "bos_token_id": 0, "eos_token_id": 0}
+    s, k = _capture(config, tmp_path)
+    assert s["params"] == V * h + P * h + L * (12 * h * h + 13 * h) + 2 * h
+    positions = RUN["prompt"] + RUN["generate"]
+    assert s["kv_bytes"] == 2 * L * 2 * h * B * positions
+    steps = RUN["generate"]
+    assert k["linear"] == steps * (L * (2 * B * 12 * h * h + B * (3 * h + h + 4 * h + h)) + 2 * B * h * V)
+    keys = [RUN["prompt"] + st + 1 for st in range(steps)]
+    assert k["attention"] == sum(L * 2 * H * B * S * 2 * (h // H) for S in keys)
+    assert "rotary" not in k                       # learned positions: no rotary
+    # a decode step reads every layer weight and the tied LM head (the whole token table) once, one row
+    # of the token table per sequence and one row of the position table (all sequences are at the same
+    # position: Transformers gathers it once for the batch)
+    for step in s["steps"]:
+        assert step["bytes"]["weight"]["read"] == 2 * (L * (12 * h * h + 13 * h) + 2 * h + V * h) + 2 * B * h + 2 * h
+
+
+def test_capture_gpt_oss_closed_form(transformers, tmp_path):
+    """gpt-oss in its own dialect: MoE top-2 of 8 with expert biases, a router bias, attention sinks,
+    q/k/v/o biases, sliding (window 4) and full attention per ``layer_types``, untied head. At batch
+    1 a decode step reads the active parameters once (the embedding table only at the token's row)."""
+    h, H, G, d, F, E, k, L, V = 64, 4, 2, 16, 32, 8, 2, 2, 256
+    config = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": h,
+              "num_attention_heads": H, "num_key_value_heads": G, "head_dim": d, "intermediate_size": F,
+              "num_local_experts": E, "num_experts_per_tok": k, "experts_per_token": k, "num_hidden_layers": L,
+              "vocab_size": V, "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"],
+              "tie_word_embeddings": False, "quantization_config": {"quant_method": "mxfp4"},
+              "eos_token_id": 0, "pad_token_id": 0}
+    s, kinds = _capture(config, tmp_path, batch=1)
+    attn = h * H * d + H * d + 2 * (h * G * d + G * d) + H * d * h + h + H          # q, k, v, o with biases; sinks
+    expert = h * 2 * F + 2 * F + F * h + h                                          # gate_up, down, their biases
+    layer = 2 * h + attn + E * h + E + E * expert
+    assert s["params"] == 2 * V * h + L * layer + h
+    active = s["params"] - V * h + h - L * (E - k) * expert
+    for step in s["steps"]:
+        assert step["bytes"]["weight"]["read"] == 2 * active
+    positions = RUN["prompt"] + RUN["generate"]
+    assert s["kv_bytes"] == 2 * L * 2 * G * d * positions
+    ps = [RUN["prompt"] + st for st in range(RUN["generate"])]
+    assert kinds["attention"] == sum(2 * H * (min(p + 1, 4) + p + 1) * 2 * d for p in ps)   # sliding, then full

@@ -70,6 +70,11 @@ class CaptureLowering:
             if kind == "experts" and len(shape) == 3:
                 self.experts[name] = [self._matrix(f"{name}.{e}", shape[1], shape[2], layer, e)
                                       for e in range(shape[0])]
+            elif kind == "experts" and len(shape) == 2:       # one bias vector per expert
+                vd = vector_dtype(self.run.weights)
+                nb = nbytes_of(shape[1], vd)
+                self.experts[name] = [(Ten(self.w.add_tensor(f"{name}.{e}", "weight", nb, vd, layer, e), nb), None)
+                                      for e in range(shape[0])]
             elif len(shape) <= 1:
                 vd = vector_dtype(self.run.weights)
                 nb = nbytes_of(n, vd)
@@ -270,7 +275,8 @@ class CaptureLowering:
         ops += attn.flash_attention("attention", self._buf(h * d), self._buf(h * vshape[3]), [caches[0]], [caches[1]],
                                     batch=b, start=seg.start, t=t, window=window, heads=h, score_dim=d,
                                     value_dim=vshape[3], q_row_bytes=h * d * ab, o_row_bytes=h * vshape[3] * ab,
-                                    act_bytes=ab, attn_tile=self.run.attn_tile, phase=seg.phase)
+                                    act_bytes=ab, attn_tile=self.run.attn_tile, phase=seg.phase,
+                                    extra_reads=tuple(self.weights[n][0] for n in e.info.get("params", ())))
         return ops
 
     def _router(self, e, layer, seg, short) -> None:
@@ -283,11 +289,13 @@ class CaptureLowering:
         self.routers[layer] = {"experts": E, "top_k": mod.get("top_k"), "bias": bias}
         self._emit(lin.linear(short, wt, self._buf(hidden), self._buf(E), m=m, in_features=hidden, out_features=E,
                               act_bytes=self.ab, phase=seg.phase, tile_m=self.run.tile_m, tile_n=self.run.tile_n,
-                              scales=sc), layer, seg)
+                              scales=sc, bias=self._param(e.scope, "bias")[0]), layer, seg)
 
     def _experts(self, e, layer, seg, short) -> list[Op]:
         mod = self.cap.modules[e.scope]
-        names = mod["params"]
+        dims = {n: len(shape) for n, shape, *_ in self.cap.weights}
+        names = {s: n for s, n in mod["params"].items() if dims[n] == 3}
+        biases = [n for n in mod["params"].values() if dims[n] == 2]
         fused = [n for s, n in names.items() if "gate_up" in s]
         down = next(n for s, n in names.items() if "down" in s)
         E = len(self.experts[down])
@@ -302,7 +310,7 @@ class CaptureLowering:
             triples = [(g, (None, None), dn) for g, dn in zip(self.experts[fused[0]], self.experts[down])]
         else:
             gate = next(n for s, n in names.items() if "gate" in s)
-            up = next(n for s, n in names.items() if "up" in s)
+            up = next(n for s, n in names.items() if "up" in s and "gate" not in s)
             triples = list(zip(self.experts[gate], self.experts[up], self.experts[down]))
         ab = self.ab
         r_op = moe_k.route_op("mlp.route", self._buf(E), m=m, n_experts=E, k=k, act_bytes=ab)
@@ -318,9 +326,14 @@ class CaptureLowering:
         first = 0
         for x in np.flatnonzero(counts).tolist():
             ws = triples[x]
-            ops.append(moe_k.expert_mlp(short, x, [t for t, _ in ws], [s for _, s in ws], disp, inter, out,
-                                        first_row=first, rows=int(counts[x]), hidden=hidden, ffn=ffn, act_bytes=ab,
-                                        phase=seg.phase, tile_m=self.run.tile_m))
+            op = moe_k.expert_mlp(short, x, [t for t, _ in ws], [s for _, s in ws], disp, inter, out,
+                                  first_row=first, rows=int(counts[x]), hidden=hidden, ffn=ffn, act_bytes=ab,
+                                  phase=seg.phase, tile_m=self.run.tile_m)
+            for b in biases:          # gpt-oss: a bias per expert on gate_up and on down
+                bias = self.experts[b][x][0]
+                op.read_all(bias)
+                op.flops += int(counts[x]) * self._shape(b)[1]
+            ops.append(op)
             first += int(counts[x])
         comb = moe_k.combine("mlp.combine", out, self._buf(hidden), m=m, k=k, row_bytes=hidden * ab, hidden=hidden)
         ops.append(comb)

@@ -38,8 +38,9 @@ def leaf_kind(module, name: str, torch_nn) -> str | None:
     if isinstance(module, torch_nn.LayerNorm) or any(c in cls for c in NORM_CLASSES):
         return "norm"
     bare_children = not any(True for c in module.children() for _ in c.parameters())
-    if params and all(p.dim() == 3 for p in params) and bare_children:
-        return "experts"           # experts stored as [expert, out, in] tensors (Transformers 5)
+    if bare_children and any(p.dim() == 3 for p in params) and all(p.dim() in (2, 3) for p in params) \
+            and len({p.shape[0] for p in params}) == 1:
+        return "experts"           # experts stored as [expert, out, in] tensors (Transformers 5), biases [expert, out]
     short = name.rsplit(".", 1)[-1]
     if short in ROUTER_NAMES and len(params) >= 1 and params[0].dim() == 2 and bare_children:
         return "router"            # a router module holding its [experts, hidden] weight

@@ -128,6 +128,9 @@ class _Recorder:
         self.leaf_depth = 0
         self.ops = 0
         self.kinds: dict[str, str] = {}
+        self.names: dict[int, str] = {}        # id(parameter) -> its first name (a tied parameter has one)
+        for name, p in model.named_parameters():
+            self.names.setdefault(id(p), name)
         for name, mod in model.named_modules():
             k = leaf_kind(mod, name, torch.nn)
             if k:
@@ -177,7 +180,10 @@ class _Recorder:
         scope = self.stack[-1][0] if self.stack else ""
         self.events.append(Event("attention", scope, (tuple(q.shape), tuple(k.shape), tuple(v.shape)),
                                  dtype=str(q.dtype), info={"window": window, "sinks": sinks is not None,
-                                                          "layer": getattr(module, "layer_idx", layer_of(scope))}))
+                                                          "layer": getattr(module, "layer_idx", layer_of(scope)),
+                                                          # the attention module's own parameters (gpt-oss's sinks)
+                                                          "params": [self.names[id(p)] for p in
+                                                                     module.parameters(recurse=False)]}))
 
     def kv_append(self, layer, k, v):
         scope = self.stack[-1][0] if self.stack else ""
