@@ -137,8 +137,9 @@ def test_capture_equals_lowering(preset, transformers, tmp_path):
     assert cap_k["attention"] == sum(2 * H * B * S * (nope + rope + v) for S in keys) * L
     absorb = 2 * B * H * r * (nope + v) * len(keys) * L
     assert hand_k["attention"] == sum(2 * H * B * S * (r + rope + r) for S in keys) * L + absorb
-    assert cap_k["rotary"] == 3 * B * (H * rope + rope) * len(keys) * L      # only the rope dimensions turn
-    assert hand_k["rotary"] == 3 * B * (H * (nope + rope) + r + rope) * len(keys) * L
+    # only the rope dimensions turn (H x rope of the query, rope of the key); the hand lowering's rotary
+    # covers whole query and latent rows, an overcount reported in docs/capture.md, not pinned here
+    assert cap_k["rotary"] == 3 * B * (H * rope + rope) * len(keys) * L
     for kind in set(cap_k) | set(hand_k):
         if kind not in ("linear", "attention", "rotary"):
             assert cap_k[kind] == hand_k[kind], kind
