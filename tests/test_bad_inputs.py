@@ -669,6 +669,9 @@ CASES = [
          "--ep, --dp or microbatches)"),
     Case("capture-naive-attention", ["trace", str(TINY), "--capture", "--generate", "1", "--attention", "naive",
                                      *TRACE_OUT], "attention: --capture lowers attention with the flash kernel only"),
+    Case("capture-record-routing", ["trace", str(TINY), "--capture", "--generate", "1", "--record-routing",
+                                    *TRACE_OUT],
+         "--record-routing: not available with --capture (its routing is tierlab's --router, replayable as is)"),
     Case("capture-no-config", ["trace", "{tmp}/nowhere", "--capture", "--generate", "1", *TRACE_OUT],
          "{tmp}/nowhere: no such model preset, config file or directory holding a config.json"),
 ]
@@ -719,5 +722,5 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 151
+    assert len(CASES) >= 152
     assert len({c.id for c in CASES}) == len(CASES)

@@ -142,6 +142,10 @@ def command(model, output, force, as_json, record_routing, capture, **options):
     if capture:
         from traces.capture import capture_trace, read_config
 
+        if record_routing:
+            raise UsageError("not available with --capture (its routing is tierlab's --router, replayable as is)",
+                             field="--record-routing")
+
         config, name, file = read_config(model)
         check_output(output, force=force, directory=True)
         path = capture_trace(config, run, output, name=name, file=file, force=force)
