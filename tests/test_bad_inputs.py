@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -200,6 +201,7 @@ class Case:
     args: list[str]
     message: str
     files: dict | Callable[[Path], None] = field(default_factory=dict)
+    hide_modules: tuple = ()     # modules made unimportable for the case (an optional extra absent)
 
 
 TRACE_OUT = ["-o", "{tmp}/out.trace"]
@@ -721,6 +723,21 @@ CASES = [
          "--tier: unknown tier 'l3'; chip h100 has l2, hbm, ddr"),
     Case("export-needs-tier", ["export", str(GOLDEN), "--format", "dramsim3", "--chip", "h100", "-o", "{tmp}/r.txt"],
          "--tier: --format dramsim3 needs --chip and --tier"),
+    # -- trace --capture (traces/capture/): the extra absent, and what capture refuses ----------
+    Case("capture-without-extra", ["trace", str(TINY), "--capture", "--generate", "1", *TRACE_OUT],
+         "--capture: needs the optional extra 'capture' (PyTorch and Transformers): pip install -e '.[capture]'",
+         hide_modules=("torch", "transformers")),
+    Case("capture-turns", ["trace", str(TINY), "--capture", "--turns", "2", "--turn-prompt", "4",
+                           "--turn-answer", "2", *TRACE_OUT],
+         "capture: --capture traces one device's --prompt/--context/--generate run (no --turns, --tp, --pp, "
+         "--ep, --dp or microbatches)"),
+    Case("capture-naive-attention", ["trace", str(TINY), "--capture", "--generate", "1", "--attention", "naive",
+                                     *TRACE_OUT], "attention: --capture lowers attention with the flash kernel only"),
+    Case("capture-record-routing", ["trace", str(TINY), "--capture", "--generate", "1", "--record-routing",
+                                    *TRACE_OUT],
+         "--record-routing: not available with --capture (its routing is tierlab's --router, replayable as is)"),
+    Case("capture-no-config", ["trace", "{tmp}/nowhere", "--capture", "--generate", "1", *TRACE_OUT],
+         "{tmp}/nowhere: no such model preset, config file or directory holding a config.json"),
 ]
 
 
@@ -756,7 +773,9 @@ def run_case(case: Case, tmp: Path):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, tmp_path: Path):
+def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
+    for name in case.hide_modules:
+        monkeypatch.setitem(sys.modules, name, None)
     r, before, after = run_case(case, tmp_path)
     expected = "tierlab: error: " + case.message.replace("{tmp}", str(tmp_path))
     assert r.stderr.rstrip("\n") == expected
@@ -767,5 +786,5 @@ def test_bad_input(case: Case, tmp_path: Path):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 168   # with the calibrated latency's (issue 14) and interoperability's (issue 15) cases
+    assert len(CASES) >= 173   # with the calibrated latency's and capture's (issue 14), interoperability's (15)
     assert len({c.id for c in CASES}) == len(CASES)

@@ -129,24 +129,42 @@ def run_config_from_options(options: dict):
 @click.option("--record-routing", is_flag=True,
               help="MoE: also write every token's experts to routing.arrow in the trace (replayable with "
                    "--router table:DIR/routing.arrow).")
+@click.option("--capture", is_flag=True,
+              help="Build MODEL with Hugging Face Transformers on PyTorch's meta device (no weights), record the "
+                   "run's operators and lower them (the capture extra; see docs/capture.md).")
 @force_option
 @json_option
-def command(model, output, force, as_json, record_routing, **options):
+def command(model, output, force, as_json, record_routing, capture, **options):
     """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
     from common.atomic import check_output
-    from traces.lower import generate_trace
-    from traces.spec import load_model
 
-    spec = load_model(model)
     run = run_config_from_options(options)
-    check_output(output, force=force, directory=True)
-    with fraction_bar(unit="seg", desc="trace") as progress:
-        path = generate_trace(spec, run, output, force=force, progress=progress, record_routing=record_routing)
+    if capture:
+        from traces.capture import capture_trace, read_config
+
+        if record_routing:
+            raise UsageError("not available with --capture (its routing is tierlab's --router, replayable as is)",
+                             field="--record-routing")
+
+        config, name, file = read_config(model)
+        check_output(output, force=force, directory=True)
+        path = capture_trace(config, run, output, name=name, file=file, force=force)
+    else:
+        from traces.lower import generate_trace
+        from traces.spec import load_model
+
+        spec = load_model(model)
+        name = spec.name
+        check_output(output, force=force, directory=True)
+        with fraction_bar(unit="seg", desc="trace") as progress:
+            path = generate_trace(spec, run, output, force=force, progress=progress, record_routing=record_routing)
     from traces.reader import open_trace
 
     trace = open_trace(path)
-    info = {"path": str(path), "model": spec.name, "tables": trace.manifest["tables"],
+    info = {"path": str(path), "model": name, "tables": trace.manifest["tables"],
             "bytes_on_disk": sum(f.stat().st_size for f in path.iterdir())}
+    if capture:
+        info["capture"] = trace.manifest.get("capture")
     if as_json:
         click.echo(json.dumps(info, indent=1))
     else:

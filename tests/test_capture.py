@@ -1,0 +1,246 @@
+"""``tierlab trace --capture`` against the hand-written lowering: two paths that check each other.
+
+For every model preset the lowering reads and Transformers knows, a reduced-size variant in the
+preset's own dialect (few layers, small hidden; every other field as shipped) is traced both ways
+over the same run (context, prefill, decode steps, batch 2). Parameter count, weight bytes, KV
+bytes, FLOPs per decode step and the weight/KV bytes each step reads and writes must be equal.
+The one family where they differ by design is DeepSeek's MLA: Transformers runs it unabsorbed
+(the cached latents are up-projected through kv_b_proj every step, rotary covers only the rope
+dimensions), tierlab's lowering absorbed; there the test checks the difference equals its closed
+form. Skipped only where torch/transformers are absent and CI is not set; with CI=true it fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from common.paths import configs_dir
+from traces.lower import generate_trace
+from traces.reader import open_trace
+from traces.run import RunConfig
+from traces.spec import spec_from_config
+from traces.summary import summarize
+
+HAVE_EXTRA = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+RUN = dict(context=3, prompt=5, generate=2, batch=2)
+
+
+def _lowerable(path: Path) -> bool:
+    try:
+        spec_from_config(json.loads(path.read_text()))
+        return True
+    except Exception:
+        return False
+
+
+PRESETS = sorted(p.stem for p in configs_dir("models").glob("*.json") if _lowerable(p))
+
+
+@pytest.fixture(scope="module")
+def transformers():
+    if not HAVE_EXTRA:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true: the capture extra (torch, transformers) must be installed; .ci/run installs it")
+        pytest.skip("the capture extra (torch, transformers) is not installed")
+    import transformers
+
+    return transformers
+
+
+def reduced(config: dict) -> dict:
+    """The same model family and dialect at toy size: 2 layers (DeepSeek: 1 dense + 1 MoE), hidden
+    64, 4 heads, GQA kept as GQA, at most 8 experts of top-2, small MLA ranks, a sliding window of
+    4 positions (shorter than the run, so it matters) wherever the config has one."""
+    c = dict(config)
+    heads = c.get("num_attention_heads", 4)
+    kv = c.get("num_key_value_heads", heads)
+    c.update(hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=256,
+             num_key_value_heads=4 if kv == heads else (1 if kv == 1 else 2))
+    c["num_hidden_layers"] = 2
+    if "head_dim" in c and c["head_dim"] is not None:
+        c["head_dim"] = 32            # Qwen3: head_dim differs from hidden / heads (64 / 4 = 16)
+    if c.get("sliding_window") is not None:
+        c["sliding_window"] = 4
+    for key in ("num_local_experts", "num_experts", "n_routed_experts"):
+        if c.get(key):
+            c[key] = min(c[key], 8)
+    if c.get("num_experts_per_tok"):
+        c["num_experts_per_tok"] = min(c["num_experts_per_tok"], 2)
+    if "moe_intermediate_size" in c:
+        c["moe_intermediate_size"] = 32
+    if "first_k_dense_replace" in c:
+        c["first_k_dense_replace"] = 1
+    if c.get("n_group"):
+        c.update(n_group=2, topk_group=1)
+    if "kv_lora_rank" in c:
+        c.update(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+        if c.get("q_lora_rank"):
+            c["q_lora_rank"] = 48
+    return c
+
+
+def _preset(name: str) -> dict:
+    return json.loads((configs_dir("models") / f"{name}.json").read_text())
+
+
+def _both(config: dict, tmp: Path, **run_kw) -> tuple[dict, dict, object, Counter, Counter]:
+    from traces.capture import capture_trace
+
+    run = RunConfig(**{**RUN, **run_kw})
+    spec = spec_from_config(config)
+    cap = summarize(open_trace(capture_trace(config, run, tmp / "c.trace")))
+    hand = summarize(open_trace(generate_trace(spec, run, tmp / "h.trace")))
+    return cap, hand, spec, _decode_flops_by_kind(tmp / "c.trace"), _decode_flops_by_kind(tmp / "h.trace")
+
+
+def _decode_flops_by_kind(path: Path) -> Counter:
+    ops = open_trace(path).op_arrays()
+    c: Counter = Counter()
+    for kind, flops, phase in zip(ops["kind"], ops["flops"], ops["phase"]):
+        if phase == "decode":
+            c[str(kind)] += int(flops)
+    return c
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_capture_equals_lowering(preset, transformers, tmp_path):
+    config = reduced(_preset(preset))
+    if config["model_type"] not in transformers.CONFIG_MAPPING:
+        pytest.skip(f"Transformers {transformers.__version__} does not know model_type {config['model_type']!r}")
+    cap, hand, spec, cap_k, hand_k = _both(config, tmp_path)
+    assert cap["params"] == hand["params"] == spec.param_count()
+    assert cap["weight_bytes"] == hand["weight_bytes"]
+    assert cap["kv_bytes"] == hand["kv_bytes"] == spec.kv_bytes_per_token() * RUN["batch"] * \
+        (RUN["context"] + RUN["prompt"] + RUN["generate"])
+    assert cap["decode_steps"] == hand["decode_steps"] == RUN["generate"]
+    for c, h in zip(cap["steps"], hand["steps"]):
+        assert c["bytes"]["weight"] == h["bytes"]["weight"]
+        assert c["bytes"]["kv"] == h["bytes"]["kv"]
+    if spec.attention != "mla":
+        assert [s["flops"] for s in cap["steps"]] == [s["flops"] for s in hand["steps"]]
+        assert cap["flops"] == hand["flops"]
+        assert cap_k == hand_k
+        assert cap["bytes"] == hand["bytes"]         # activations too: the same kernels over the same shapes
+        return
+    # MLA: Transformers' unabsorbed form against tierlab's absorbed one, term by term per decode step
+    B, L, H = RUN["batch"], spec.num_layers, spec.num_heads
+    r, nope, rope, v = spec.kv_lora_rank, spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+    keys = [RUN["context"] + RUN["prompt"] + s + 1 for s in range(RUN["generate"])]
+    expand = sum(2 * B * S * r * H * (nope + v) for S in keys) * L          # kv_b_proj over every cached latent
+    assert cap_k["linear"] - hand_k["linear"] == expand
+    assert cap_k["attention"] == sum(2 * H * B * S * (nope + rope + v) for S in keys) * L
+    absorb = 2 * B * H * r * (nope + v) * len(keys) * L
+    assert hand_k["attention"] == sum(2 * H * B * S * (r + rope + r) for S in keys) * L + absorb
+    # only the rope dimensions turn (H x rope of the query, rope of the key); the hand lowering's rotary
+    # covers whole query and latent rows, an overcount reported in docs/capture.md, not pinned here
+    assert cap_k["rotary"] == 3 * B * (H * rope + rope) * len(keys) * L
+    for kind in set(cap_k) | set(hand_k):
+        if kind not in ("linear", "attention", "rotary"):
+            assert cap_k[kind] == hand_k[kind], kind
+
+
+def test_capture_quantised_weights_and_kv(transformers, tmp_path):
+    """Group-quantised int4 weights (scales counted) and an fp8 KV cache: both paths agree."""
+    config = reduced(_preset("llama-3.1-8b"))
+    cap, hand, spec, cap_k, hand_k = _both(config, tmp_path, weights="int4", kv="fp8", quant_group=32)
+    assert cap["weight_bytes"] == hand["weight_bytes"] > spec.param_count() // 2
+    assert cap["kv_bytes"] == hand["kv_bytes"]
+    assert cap["bytes"] == hand["bytes"]
+
+
+def test_capture_cli(transformers, tmp_path):
+    """`tierlab trace MODEL --capture` writes a v1 trace that replays, and says what it recorded."""
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(reduced(_preset("qwen2-0.5b"))))
+    r = CliRunner().invoke(main, ["trace", str(tmp_path), "--capture", "--prompt", "4", "--generate", "1",
+                                  "-o", str(tmp_path / "q.trace"), "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["model"] == tmp_path.name
+    assert info["capture"]["model_type"] == "qwen2"
+    assert info["capture"]["aten_ops_recorded"] > 100
+    assert open_trace(tmp_path / "q.trace").manifest["version"] == 1
+    r = CliRunner().invoke(main, ["replay", str(tmp_path / "q.trace"), "--chip", "h100", "--json"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.stderr
+
+
+def test_capture_unknown_model_type(transformers, tmp_path):
+    """A model_type Transformers does not know is one line naming the field."""
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+
+    cfg = tmp_path / "m.json"
+    cfg.write_text(json.dumps({"model_type": "no-such-model", "hidden_size": 64}))
+    r = CliRunner().invoke(main, ["trace", str(cfg), "--capture", "--generate", "1", "-o", str(tmp_path / "t")])
+    assert r.exit_code == 2
+    line = r.stderr.strip()
+    assert line.startswith(f"tierlab: error: {cfg}: model_type: Transformers ") and "\n" not in line
+    assert not (tmp_path / "t").exists()
+
+
+# ---- families only the capture reads, against closed forms ----------------------------------------
+
+def _capture(config: dict, tmp: Path, **run_kw) -> tuple[dict, Counter]:
+    from traces.capture import capture_trace
+
+    path = capture_trace(config, RunConfig(**{**RUN, "context": 0, **run_kw}), tmp / "c.trace")
+    return summarize(open_trace(path)), _decode_flops_by_kind(path)
+
+
+def test_capture_gpt2_closed_form(transformers, tmp_path):
+    """GPT-2: learned positions, LayerNorm with bias, Conv1D linears with biases, ungated GELU MLP,
+    tied LM head. Parameters, KV bytes and decode FLOPs from the architecture's closed form."""
+    h, H, L, V, P, B = 64, 4, 2, 256, 128, RUN["batch"]
+    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": h, "n_head": H, "n_layer": L,
+              "vocab_size": V, "n_positions": P, "bos_token_id": 0, "eos_token_id": 0}
+    s, k = _capture(config, tmp_path)
+    assert s["params"] == V * h + P * h + L * (12 * h * h + 13 * h) + 2 * h
+    positions = RUN["prompt"] + RUN["generate"]
+    assert s["kv_bytes"] == 2 * L * 2 * h * B * positions
+    steps = RUN["generate"]
+    assert k["linear"] == steps * (L * (2 * B * 12 * h * h + B * (3 * h + h + 4 * h + h)) + 2 * B * h * V)
+    keys = [RUN["prompt"] + st + 1 for st in range(steps)]
+    assert k["attention"] == sum(L * 2 * H * B * S * 2 * (h // H) for S in keys)
+    assert "rotary" not in k                       # learned positions: no rotary
+    # a decode step reads every layer weight and the tied LM head (the whole token table) once, one row
+    # of the token table per sequence and one row of the position table (all sequences are at the same
+    # position: Transformers gathers it once for the batch)
+    for step in s["steps"]:
+        assert step["bytes"]["weight"]["read"] == 2 * (L * (12 * h * h + 13 * h) + 2 * h + V * h) + 2 * B * h + 2 * h
+
+
+def test_capture_gpt_oss_closed_form(transformers, tmp_path):
+    """gpt-oss in its own dialect: MoE top-2 of 8 with expert biases, a router bias, attention sinks,
+    q/k/v/o biases, sliding (window 4) and full attention per ``layer_types``, untied head. At batch
+    1 a decode step reads the active parameters once (the embedding table only at the token's row)."""
+    h, H, G, d, F, E, k, L, V = 64, 4, 2, 16, 32, 8, 2, 2, 256
+    config = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": h,
+              "num_attention_heads": H, "num_key_value_heads": G, "head_dim": d, "intermediate_size": F,
+              "num_local_experts": E, "num_experts_per_tok": k, "experts_per_token": k, "num_hidden_layers": L,
+              "vocab_size": V, "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"],
+              "tie_word_embeddings": False, "quantization_config": {"quant_method": "mxfp4"},
+              "eos_token_id": 0, "pad_token_id": 0}
+    s, kinds = _capture(config, tmp_path, batch=1)
+    attn = h * H * d + H * d + 2 * (h * G * d + G * d) + H * d * h + h + H          # q, k, v, o with biases; sinks
+    expert = h * 2 * F + 2 * F + F * h + h                                          # gate_up, down, their biases
+    layer = 2 * h + attn + E * h + E + E * expert
+    assert s["params"] == 2 * V * h + L * layer + h
+    active = s["params"] - V * h + h - L * (E - k) * expert
+    for step in s["steps"]:
+        assert step["bytes"]["weight"]["read"] == 2 * active
+    positions = RUN["prompt"] + RUN["generate"]
+    assert s["kv_bytes"] == 2 * L * 2 * G * d * positions
+    ps = [RUN["prompt"] + st for st in range(RUN["generate"])]
+    assert kinds["attention"] == sum(2 * H * (min(p + 1, 4) + p + 1) * 2 * d for p in ps)   # sliding, then full

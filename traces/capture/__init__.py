@@ -1,0 +1,70 @@
+"""Capture of any Transformers model: build it from its config on PyTorch's meta device, record a
+run's operators (:mod:`traces.capture.record`), map them to tierlab's operator kinds
+(:mod:`traces.capture.opmap`) and lower them through ``kernels/`` into a v1 trace
+(:mod:`traces.capture.lower`; :func:`capture_trace` is the door). Needs the ``capture`` extra.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from common.errors import ConfigError, UsageError
+from common.paths import configs_dir
+from traces.run import RunConfig
+from traces.segments import plan_segments
+
+
+def read_config(name_or_path: str) -> tuple[dict, str, str]:
+    """A preset name, a ``config.json`` or a directory holding one -> (config dict, name, file).
+    Any family Transformers knows is accepted here; nothing is read into a tierlab ModelSpec."""
+    import json
+
+    p = Path(name_or_path)
+    if p.is_dir():
+        p = p / "config.json"
+    elif not p.is_file() and (configs_dir("models") / f"{name_or_path}.json").is_file():
+        p = configs_dir("models") / f"{name_or_path}.json"
+    if not p.is_file():
+        raise ConfigError("no such model preset, config file or directory holding a config.json",
+                          file=str(name_or_path))
+    try:
+        config = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read: {err}", file=str(p)) from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"malformed JSON at line {err.lineno} column {err.colno}: {err.msg}", file=str(p)) from None
+    if not isinstance(config, dict):
+        raise ConfigError("expected a JSON object", file=str(p))
+    return config, (p.parent.name if p.name == "config.json" else p.stem), str(p)
+
+
+def capture_trace(config: dict, run: RunConfig, out_dir: str | os.PathLike, *, name: str = "model",
+                  file: str | None = None, force: bool = False) -> Path:
+    """Record ``run`` on the Transformers model of ``config`` and write its trace to ``out_dir``."""
+    if run.turns or run.sharded:
+        raise UsageError("--capture traces one device's --prompt/--context/--generate run (no --turns, --tp, --pp, "
+                         "--ep, --dp or microbatches)", field="capture")
+    if run.attention != "flash":
+        raise UsageError("--capture lowers attention with the flash kernel only", field="attention")
+    segments = [s for s in plan_segments(run) if s.action == "compute"]
+    if not segments:
+        raise UsageError("nothing to trace: no prefill or decode segment", field="segments")
+    from traces.capture.record import record, require_extra
+
+    require_extra()
+    from traces.capture.lower import CaptureLowering
+    from traces.writer import TraceWriter
+
+    cap = record(config, segments, run.batch, run.context, file=file)
+    positions = run.max_positions
+    extra = {"capture": {"model_type": cap.model_type, "aten_ops_recorded": cap.ops_recorded,
+                         "versions": cap.info.get("versions", {}), "name": name},
+             "segments": [s.to_dict() for s in segments]}
+    with TraceWriter(out_dir, model=config, run=run, force=force, alignment=run.alignment, extra=extra) as w:
+        low = CaptureLowering(cap, run, w, positions)
+        w.extra["capture"]["params"] = low.params
+        w.extra["spec"] = {"name": name, "params": low.params}
+        for seg, events in cap.segments:
+            low.segment(seg, events)
+    return Path(out_dir)

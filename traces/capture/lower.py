@@ -1,0 +1,340 @@
+"""Lower a recorded run (:class:`traces.capture.record.Capture`) through ``kernels/`` into a v1 trace.
+
+Tensors: every recorded weight (``named_parameters`` and persistent buffers, under their Hugging
+Face names; an experts tensor ``[expert, out, in]`` as one tensor per expert, ``NAME.E``) in the
+run's weights dtype (1-D ones in :func:`traces.dtypes.vector_dtype`, group-quantised matrices with
+their ``.scales``); per layer a K and a V cache tensor of ``batch x positions x row`` in the KV dtype,
+with the row widths the cache object received; activation buffers per row width. Ops, per recorded
+event (see :mod:`traces.capture.opmap`): a linear module -> :func:`kernels.linear.linear`; a norm ->
+:func:`kernels.norm.rmsnorm`; the embedding -> :func:`kernels.embedding.embedding`; an activation
+followed by a product -> the gated SiLU-and-multiply, else the ungated activation; a residual add
+in a decoder layer -> an element-wise add; an attention call -> rotary (when the attention module
+ran rotate_half's ``neg``), the KV append and :func:`kernels.attention.flash_attention`; a router and
+experts -> :mod:`kernels.moe` with tokens routed by :class:`traces.routing.Router`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from common.errors import UsageError
+from kernels import attention as attn
+from kernels import embedding as emb
+from kernels import linear as lin
+from kernels import moe as moe_k
+from kernels import norm as norm_k
+from kernels.base import Op, Ten
+from traces.capture.opmap import ELEMENTWISE_ATEN, is_decoder_layer, layer_of
+from traces.capture.record import Capture
+from traces.dtypes import DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, nbytes_of, scale_bytes, vector_dtype
+from traces.routing import Router
+from traces.run import RunConfig
+from traces.writer import TraceWriter
+
+
+def _numel(shape) -> int:
+    return int(math.prod(shape)) if shape else 1
+
+
+class CaptureLowering:
+    def __init__(self, cap: Capture, run: RunConfig, w: TraceWriter, positions: int):
+        self.cap, self.run, self.w = cap, run, w
+        self.ab = DTYPE_BITS[run.activations] // 8
+        self.B = run.batch
+        self.weights: dict[str, tuple[Ten, Ten | None]] = {}
+        self.experts: dict[str, list[tuple[Ten, Ten | None]]] = {}
+        self.params = 0
+        self._declare_weights()
+        self._declare_kv(positions)
+        self._declare_activations()
+        self.routers: dict[int, dict] = {}
+        self.router = None
+
+    # ---- tensors ------------------------------------------------------------------------------
+    def _matrix(self, name, rows, cols, layer, expert) -> tuple[Ten, Ten | None]:
+        wd = self.run.weights
+        nb = nbytes_of(rows * cols, wd)
+        t = Ten(self.w.add_tensor(name, "weight", nb, wd, layer, expert), nb)
+        sc = None
+        if wd in GROUP_QUANTISED:
+            sb = scale_bytes(rows, cols, wd, self.run.quant_group)
+            sc = Ten(self.w.add_tensor(name + ".scales", "weight", sb, SCALE_DTYPE, layer, expert), sb)
+        return t, sc
+
+    def _declare_weights(self) -> None:
+        for name, shape, _dtype, kind, layer in self.cap.weights:
+            n = _numel(shape)
+            self.params += n
+            if kind == "experts" and len(shape) == 3:
+                self.experts[name] = [self._matrix(f"{name}.{e}", shape[1], shape[2], layer, e)
+                                      for e in range(shape[0])]
+            elif kind == "experts" and len(shape) == 2:       # one bias vector per expert
+                vd = vector_dtype(self.run.weights)
+                nb = nbytes_of(shape[1], vd)
+                self.experts[name] = [(Ten(self.w.add_tensor(f"{name}.{e}", "weight", nb, vd, layer, e), nb), None)
+                                      for e in range(shape[0])]
+            elif len(shape) <= 1:
+                vd = vector_dtype(self.run.weights)
+                nb = nbytes_of(n, vd)
+                self.weights[name] = (Ten(self.w.add_tensor(name, "weight", nb, vd, layer), nb), None)
+            else:
+                self.weights[name] = self._matrix(name, shape[0], n // shape[0], layer, -1)
+
+    def _declare_kv(self, positions: int) -> None:
+        """K and V per layer, rows as wide as the cache received (heads x head dim of each)."""
+        rows: dict[int, tuple[int, int]] = {}
+        for _seg, events in self.cap.segments:
+            for e in events:
+                if e.kind == "kv_append":
+                    k, v = e.shapes
+                    rows[e.info["layer"]] = (k[1] * k[3], v[1] * v[3])
+        self.caches: dict[int, list[attn.Cache]] = {}
+        kvd = self.run.kv
+        for i in sorted(rows):
+            layer = []
+            for part, width in zip("kv", rows[i]):
+                row = nbytes_of(width, kvd)
+                nb = self.B * positions * row
+                layer.append(attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{part}", "kv", nb, kvd, i), nb),
+                                        row, positions * row))
+            self.caches[i] = layer
+
+    def _declare_activations(self) -> None:
+        widths: dict[int, int] = {}
+        k = max([m.get("top_k") or 0 for m in self.cap.modules.values()] + [1])
+        for _seg, events in self.cap.segments:
+            for e in events:
+                shapes = list(e.shapes + ((e.out,) if e.out else ()))
+                if e.kind in ("attention", "kv_append"):
+                    shapes = [(s[0] * s[2], s[1] * s[3]) for s in shapes]
+                if e.kind == "experts":
+                    ffn = self._ffn(e.scope, e.shapes[0][-1])
+                    shapes.append(e.shapes[0][:-1] + (ffn,))
+                for s in shapes:
+                    if len(s) >= 1 and s[-1] > 0:
+                        rows = max(1, _numel(s[:-1])) * (k if e.kind == "experts" else 1)
+                        widths[s[-1]] = max(widths.get(s[-1], 0), rows)
+        self.act = {wd: Ten(self.w.add_tensor(f"act.w{wd}", "activation", max(1, r * wd * self.ab),
+                                              self.run.activations), max(1, r * wd * self.ab))
+                    for wd, r in sorted(widths.items())}
+
+    def _buf(self, width: int) -> Ten:
+        return self.act[width]
+
+    # ---- ops ----------------------------------------------------------------------------------
+    def _emit(self, ops, layer: int, seg) -> None:
+        for op in ops if isinstance(ops, list) else [ops]:
+            oid = self.w.add_op(op.name, op.kind, layer, seg.phase, seg.step, op.tokens, op.flops, op.expert,
+                                op.pim_eligible)
+            for a in op.accesses:
+                self.w.add_access(oid, a.tensor, a.offset, a.nbytes, a.count, a.stride, a.is_write)
+
+    def _param(self, scope: str, short: str = "weight"):
+        mod = self.cap.modules.get(scope, {})
+        name = mod.get("params", {}).get(short)
+        return self.weights.get(name, (None, None)) if name else (None, None)
+
+    def segment(self, seg, events) -> None:
+        ab, run = self.ab, self.run
+        pending_act = None          # an activation waiting for its gated product
+        rotary_scopes: dict[str, dict] = {}   # attention scope -> rotated tensor shape -> elements per token x 2
+        held_kv: dict[str, object] = {}
+        for e in events:
+            layer = layer_of(e.scope)
+            short = e.scope.split(f"layers.{layer}.", 1)[-1] if layer >= 0 else e.scope.rsplit(".", 1)[-1]
+            if pending_act is not None and not (e.kind == "aten" and e.name in ("aten.mul", "aten.mul_")
+                                                and e.scope == pending_act[0].rsplit(".", 1)[0]):
+                if e.kind != "linear":   # gate, act, up, mul: the up projection may run in between
+                    self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
+                    pending_act = None
+            if e.kind == "embedding":
+                m = _numel(e.shapes[0])
+                table, sc = self._param(e.scope)
+                h = table_width = self._width_of(e.scope)
+                ids = np.random.default_rng([run.seed, 7, seg.step + 1]).integers(0, self._rows_of(e.scope), m)
+                row_sc = scale_bytes(1, h, run.weights, run.quant_group)
+                self._emit(emb.embedding(short, table, self._buf(table_width), ids,
+                                         row_bytes=nbytes_of(h, run.weights), act_row_bytes=h * ab, scales=sc,
+                                         scale_row_bytes=row_sc), layer, seg)
+            elif e.kind == "norm":
+                width = e.shapes[0][-1]
+                gain = self._param(e.scope)[0]
+                op = norm_k.rmsnorm(short, self._buf(width), self._buf(width), gain, m=_numel(e.shapes[0]) // width,
+                                    width=width, act_bytes=ab)
+                op.read_all(self._param(e.scope, "bias")[0])
+                self._emit(op, layer, seg)
+            elif e.kind == "linear":
+                wt, sc = self._param(e.scope)
+                bias = self._param(e.scope, "bias")[0]
+                name = self.cap.modules[e.scope]["params"]["weight"]
+                out_f, in_f = self._shape(name)
+                if self.cap.modules[e.scope]["cls"] == "Conv1D":    # GPT-2 stores its weights in x out
+                    out_f, in_f = in_f, out_f
+                self._emit(lin.linear(short, wt, self._buf(in_f), self._buf(out_f), m=_numel(e.shapes[0]) // in_f,
+                                      in_features=in_f, out_features=out_f, act_bytes=ab, phase=seg.phase,
+                                      tile_m=run.tile_m, tile_n=run.tile_n, scales=sc, bias=bias), layer, seg)
+            elif e.kind == "act":
+                pending_act = (e.scope, e.shapes[0])
+            elif e.kind == "aten" and pending_act is not None and e.name in ("aten.mul", "aten.mul_"):
+                self._emit(self._act(pending_act, gated=True), layer, seg)
+                pending_act = None
+            elif e.kind == "aten" and self._rotary_product(e):
+                # each rotated element is multiplied once by cos and once by sin
+                # a real rotation multiplies each element by cos and by sin (two products); a complex
+                # one (Llama 4) turns each pair of reals in one product
+                per_token = _numel(e.shapes[0]) // (self.B * seg.tokens)
+                rot = rotary_scopes.setdefault(e.scope, {})
+                rot[e.shapes[0]] = rot.get(e.shapes[0], 0) + (4 * per_token if "complex" in e.dtype else per_token)
+            elif e.kind == "aten" and ELEMENTWISE_ATEN.get(e.name) == "add" and len(e.shapes) == 2 \
+                    and e.shapes[0] == e.shapes[1] and self._is_layer_scope(e.scope):
+                width = e.shapes[0][-1]
+                self._emit(norm_k.elementwise("residual_add", [self._buf(width), self._buf(width)], self._buf(width),
+                                              m=_numel(e.shapes[0]) // width, width=width, act_bytes=ab), layer, seg)
+            elif e.kind == "kv_append":
+                held_kv[e.scope] = e
+            elif e.kind == "attention":
+                rot = rotary_scopes.pop(e.scope, {})
+                self._emit(self._attention(e, seg, held_kv.pop(e.scope, None), [n // 2 for n in rot.values()]),
+                           layer, seg)
+            elif e.kind == "router":
+                self._router(e, layer, seg, short)
+            elif e.kind == "experts":
+                self._emit(self._experts(e, layer, seg, short), layer, seg)
+        if pending_act is not None:
+            self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
+
+    def _is_layer_scope(self, scope: str) -> bool:
+        mod = self._module_classes.get(scope, "")
+        return is_decoder_layer(mod)
+
+    @property
+    def _module_classes(self) -> dict:
+        return self.cap.info.get("classes", {})
+
+    def _shape(self, name: str) -> tuple[int, int]:
+        for n, shape, *_ in self.cap.weights:
+            if n == name:
+                return shape[0], _numel(shape[1:])
+        raise KeyError(name)
+
+    def _width_of(self, scope):
+        return self._shape(self.cap.modules[scope]["params"]["weight"])[1]
+
+    def _rows_of(self, scope):
+        return self._shape(self.cap.modules[scope]["params"]["weight"])[0]
+
+    def _ffn(self, scope: str, hidden: int) -> int:
+        """An experts module's intermediate width: the dimension of its down projection that is not hidden."""
+        down = next(n for s, n in self.cap.modules[scope]["params"].items() if "down" in s)
+        shape = next(s for n, s, *_ in self.cap.weights if n == down)
+        return shape[2] if shape[1] == hidden else shape[1]
+
+    def _act(self, pending, gated: bool) -> Op:
+        scope, shape = pending
+        width = shape[-1]
+        buf = self._buf(width)
+        short = scope.split(".", 3)[-1] if layer_of(scope) >= 0 else scope
+        return norm_k.elementwise(short, [buf, buf] if gated else [buf], buf, m=_numel(shape) // width, width=width,
+                                  act_bytes=self.ab, flops_per_element=5 if gated else 4)
+
+    def _rotary_product(self, e) -> bool:
+        """``x * cos`` or ``x * sin`` of rotary in an attention module: a [batch, heads, tokens, d]
+        tensor times a cos/sin broadcast over the heads ([batch or 1, 1, tokens or 1, d]); or a complex
+        [batch, tokens, heads, d/2] tensor times complex frequencies broadcast over the heads."""
+        if e.name not in ("aten.mul", "aten.mul_") or len(e.shapes) != 2 \
+                or "Attention" not in self._module_classes.get(e.scope, ""):
+            return False
+        x, c = e.shapes
+        if len(x) != 4 or len(c) != 4 or c[3] != x[3] or c[0] not in (1, x[0]):
+            return False
+        if "complex" in e.dtype:
+            return c[2] == 1 and c[1] in (1, x[1])
+        return c[1] == 1 and c[2] in (1, x[2])
+
+    def _fit(self, width: int, rows: int) -> Ten:
+        """The narrowest activation buffer holding ``rows`` rows of ``width`` elements."""
+        need = rows * width * self.ab
+        return min((t for t in self.act.values() if t.nbytes >= need), key=lambda t: t.nbytes)
+
+    def _attention(self, e, seg, kv, rotary: list[int]) -> list[Op]:
+        (b, h, t, d), kshape, vshape = e.shapes
+        i = e.info["layer"]
+        caches = self.caches[i]
+        ab = self.ab
+        ops = []
+        if rotary:
+            ops.append(norm_k.rotary("rotary", [self._fit(w, b * t) for w in rotary], rotary, m=b * t, act_bytes=ab))
+        if kv is not None:
+            ks, vs = kv.shapes
+            ops.append(attn.kv_append("kv_append", [(self._buf(ks[1] * ks[3]), ks[1] * ks[3] * ab),
+                                                    (self._buf(vs[1] * vs[3]), vs[1] * vs[3] * ab)], caches,
+                                      batch=b, start=seg.start, t=t))
+        window = e.info["window"]
+        ops += attn.flash_attention("attention", self._buf(h * d), self._buf(h * vshape[3]), [caches[0]], [caches[1]],
+                                    batch=b, start=seg.start, t=t, window=window, heads=h, score_dim=d,
+                                    value_dim=vshape[3], q_row_bytes=h * d * ab, o_row_bytes=h * vshape[3] * ab,
+                                    act_bytes=ab, attn_tile=self.run.attn_tile, phase=seg.phase,
+                                    extra_reads=tuple(self.weights[n][0] for n in e.info.get("params", ())))
+        return ops
+
+    def _router(self, e, layer, seg, short) -> None:
+        mod = self.cap.modules[e.scope]
+        wname = next(iter(mod["params"].values()))
+        E, hidden = self._shape(wname)
+        wt, sc = self.weights[wname]
+        m = _numel(e.shapes[0]) // hidden
+        bias = [self.weights[n][0] for n in mod["buffers"].values() if n in self.weights]
+        self.routers[layer] = {"experts": E, "top_k": mod.get("top_k"), "bias": bias}
+        self._emit(lin.linear(short, wt, self._buf(hidden), self._buf(E), m=m, in_features=hidden, out_features=E,
+                              act_bytes=self.ab, phase=seg.phase, tile_m=self.run.tile_m, tile_n=self.run.tile_n,
+                              scales=sc, bias=self._param(e.scope, "bias")[0]), layer, seg)
+
+    def _experts(self, e, layer, seg, short) -> list[Op]:
+        mod = self.cap.modules[e.scope]
+        dims = {n: len(shape) for n, shape, *_ in self.cap.weights}
+        names = {s: n for s, n in mod["params"].items() if dims[n] == 3}
+        biases = [n for n in mod["params"].values() if dims[n] == 2]
+        fused = [n for s, n in names.items() if "gate_up" in s]
+        down = next(n for s, n in names.items() if "down" in s)
+        E = len(self.experts[down])
+        r = self.routers.get(layer, {})
+        k = r.get("top_k") or self.cap.info.get("top_k")
+        if not k:
+            raise UsageError(f"{e.scope}: experts without a known top-k", field="num_experts_per_tok")
+        hidden = e.shapes[0][-1]
+        m = self.B * seg.tokens      # every token is routed (Llama 4 hands its experts a copy per expert)
+        ffn = self._ffn(e.scope, hidden)
+        if fused:
+            triples = [(g, (None, None), dn) for g, dn in zip(self.experts[fused[0]], self.experts[down])]
+        else:
+            gate = next(n for s, n in names.items() if "gate" in s)
+            up = next(n for s, n in names.items() if "up" in s and "gate" not in s)
+            triples = list(zip(self.experts[gate], self.experts[up], self.experts[down]))
+        ab = self.ab
+        r_op = moe_k.route_op("mlp.route", self._buf(E), m=m, n_experts=E, k=k, act_bytes=ab)
+        for b in r.get("bias", []):
+            r_op.read_all(b)
+        ops = [r_op]
+        if self.router is None:
+            self.router = Router(self.run.router, self.run.seed, E, k)
+        routes = self.router.route(layer, seg.step, m)
+        counts = moe_k.expert_counts(routes, E)
+        disp, inter, out = self._buf(hidden), self._buf(ffn), self._buf(hidden)
+        ops.append(moe_k.dispatch("mlp.dispatch", self._buf(hidden), disp, m=m, k=k, row_bytes=hidden * ab))
+        first = 0
+        for x in np.flatnonzero(counts).tolist():
+            ws = triples[x]
+            op = moe_k.expert_mlp(short, x, [t for t, _ in ws], [s for _, s in ws], disp, inter, out,
+                                  first_row=first, rows=int(counts[x]), hidden=hidden, ffn=ffn, act_bytes=ab,
+                                  phase=seg.phase, tile_m=self.run.tile_m)
+            for b in biases:          # gpt-oss: a bias per expert on gate_up and on down
+                bias = self.experts[b][x][0]
+                op.read_all(bias)
+                op.flops += int(counts[x]) * self._shape(b)[1]
+            ops.append(op)
+            first += int(counts[x])
+        comb = moe_k.combine("mlp.combine", out, self._buf(hidden), m=m, k=k, row_bytes=hidden * ab, hidden=hidden)
+        ops.append(comb)
+        return ops

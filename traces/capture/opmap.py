@@ -1,0 +1,68 @@
+"""Which tierlab operator kind a recorded PyTorch module or ATen operator is.
+
+The recorder (:mod:`traces.capture.record`) sees two things: the modules a forward enters, and
+every ATen operator it dispatches (with shapes and dtypes). A *leaf* module is lowered as one
+tierlab op whatever ATen operators it runs inside (a linear, a norm, an embedding gather, an
+activation, an MoE router or the experts of an MoE layer); outside leaves, single ATen operators
+are mapped by name and shape (a residual add in a decoder layer, the gated product of an MLP, and
+rotary's products of q and k with cos and sin broadcast over the heads). The attention
+core and the KV append are recorded where Transformers calls them (the attention interface and the
+cache object), not from ATen operators.
+"""
+
+from __future__ import annotations
+
+# module class name fragments -> leaf kind (checked after the isinstance tests in leaf_kind)
+NORM_CLASSES = ("RMSNorm", "LayerNorm", "RmsNorm")
+ACTIVATION_CLASSES = ("SiLU", "SiLUActivation", "GELU", "GELUActivation", "NewGELUActivation", "GELUTanh",
+                      "PytorchGELUTanh", "FastGELUActivation", "QuickGELUActivation", "ReLU", "ReLUSquaredActivation",
+                      "SwiGLU", "Tanh", "Sigmoid", "GELUTanhActivation", "ClippedGELUActivation")
+ROUTER_NAMES = ("gate", "router")
+
+# ATen operators outside leaves that tierlab lowers (overload-free names, ``aten.add`` for
+# ``aten.add.Tensor``); every other operator is recorded but moves nothing tierlab models
+# separately (views, reshapes, casts, masks).
+ELEMENTWISE_ATEN = {"aten.add": "add", "aten.add_": "add", "aten.mul": "mul", "aten.mul_": "mul"}
+
+DECODER_LAYER_SUFFIXES = ("DecoderLayer", "Block", "Layer")
+
+
+def leaf_kind(module, name: str, torch_nn) -> str | None:
+    """The tierlab kind of a module lowered as one op, or None for a container."""
+    cls = type(module).__name__
+    params = list(module.parameters(recurse=False))
+    if isinstance(module, torch_nn.Linear) or (cls == "Conv1D" and params and params[0].dim() == 2):
+        return "linear"            # Conv1D: GPT-2's linear, weight stored [in, out]
+    if isinstance(module, torch_nn.Embedding):
+        return "embedding"
+    if isinstance(module, torch_nn.LayerNorm) or any(c in cls for c in NORM_CLASSES):
+        return "norm"
+    bare_children = not any(True for c in module.children() for _ in c.parameters())
+    if bare_children and any(p.dim() == 3 for p in params) and all(p.dim() in (2, 3) for p in params) \
+            and len({p.shape[0] for p in params}) == 1:
+        return "experts"           # experts stored as [expert, out, in] tensors (Transformers 5), biases [expert, out]
+    short = name.rsplit(".", 1)[-1]
+    if short in ROUTER_NAMES and len(params) >= 1 and params[0].dim() == 2 and bare_children:
+        return "router"            # a router module holding its [experts, hidden] weight
+    if cls in ACTIVATION_CLASSES or (not params and not list(module.children()) and "Activation" in cls):
+        return "act"
+    return None
+
+
+def aten_name(func) -> str:
+    """``aten.add.Tensor`` -> ``aten.add`` (the packet name, without the overload)."""
+    name = str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func)
+    return name if name.startswith("aten.") else f"aten.{name}"
+
+
+def is_decoder_layer(cls_name: str) -> bool:
+    return cls_name.endswith(DECODER_LAYER_SUFFIXES) and "Attention" not in cls_name and "MLP" not in cls_name
+
+
+def layer_of(name: str) -> int:
+    """The decoder layer of a module or parameter name (``model.layers.3.mlp`` -> 3), else -1."""
+    parts = name.split(".")
+    for a, b in zip(parts, parts[1:]):
+        if a in ("layers", "h", "blocks") and b.isdigit():
+            return int(b)
+    return -1

@@ -1,0 +1,300 @@
+"""Build a Transformers model from its config alone on PyTorch's meta device and record a run.
+
+No weights and no download: ``AutoConfig.for_model`` + ``AutoModelForCausalLM.from_config`` under
+``torch.device("meta")``. Each compute segment of the run (the prefill, each decode step) is one
+forward with a :class:`transformers.DynamicCache`, under a ``TorchDispatchMode`` that records every
+ATen operator with its input and output shapes and dtypes, and module hooks that say which module
+each operator ran in. Three things are recorded where Transformers exposes them rather than from
+ATen operators, because on meta tensors they are either data-dependent or not one operator:
+
+- attention: a registered attention function (``AttentionInterface``) records q, k, v shapes, the
+  sliding window and attention sinks, and returns an empty output of the right shape;
+- the KV append: the cache object's ``update`` is wrapped (layer, key and value shapes);
+- MoE experts (``[expert, out, in]`` parameter tensors, whose forward picks experts with
+  ``nonzero``, data-dependent): the experts module's forward returns zeros; the lowering routes
+  tokens with tierlab's own router, as the hand-written lowering does.
+
+torch and transformers are the optional ``capture`` extra, imported here only inside functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.errors import ConfigError, UsageError
+from traces.capture.opmap import aten_name, layer_of, leaf_kind
+
+ATTENTION_NAME = "tierlab_capture"
+EXTRA_HINT = "needs the optional extra 'capture' (PyTorch and Transformers): pip install -e '.[capture]'"
+# config.json keys that describe files or checkpoints, not the architecture (dropped before building)
+NON_ARCHITECTURE_KEYS = ("auto_map", "quantization_config", "architectures", "transformers_version", "_name_or_path")
+
+
+@dataclass
+class Event:
+    """One recorded thing, in execution order: a leaf module entered, an ATen operator outside any
+    leaf, an attention call, or a KV append. ``scope`` is the innermost module's name."""
+
+    kind: str                 # linear, norm, embedding, act, router, experts | aten | attention | kv_append
+    scope: str
+    shapes: tuple = ()        # input shapes (a leaf: its first input; aten: every tensor argument)
+    out: tuple = ()           # aten: output shape
+    dtype: str = ""
+    name: str = ""            # aten: the operator (``aten.add``); a leaf: its module class
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Capture:
+    """What a recorded run holds: the model's weights, its cache layout and the events per segment."""
+
+    model_type: str
+    weights: list             # (name, shape tuple, dtype str, module kind or None, layer)
+    segments: list            # (Segment, [Event])
+    modules: dict             # leaf module name -> {"kind", "params": {short: weight name}, "buffers": {...}, "top_k"}
+    ops_recorded: int = 0
+    info: dict = field(default_factory=dict)   # "classes": module name -> class; "top_k"; "versions"
+
+
+def require_extra():
+    """Import torch and transformers, or raise the one-line error naming the extra."""
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise UsageError(EXTRA_HINT, field="--capture") from None
+    return torch, transformers
+
+
+def build_model(config: dict, file: str | None = None):
+    """The causal-LM of ``config`` (a config.json dict) on the meta device, and its config object."""
+    torch, transformers = require_extra()
+    cfg = dict(config)
+    model_type = cfg.pop("model_type", None)
+    if not isinstance(model_type, str):
+        raise ConfigError("missing model_type, which --capture needs to find the Transformers class",
+                          file=file, field="model_type")
+    for k in NON_ARCHITECTURE_KEYS:
+        cfg.pop(k, None)
+    try:
+        hf = transformers.AutoConfig.for_model(model_type, **cfg)
+    except (ValueError, KeyError) as err:
+        raise ConfigError(f"Transformers {transformers.__version__} does not know model_type {model_type!r} "
+                          f"({str(err).splitlines()[0][:120]})", file=file, field="model_type") from None
+    _register_attention(transformers)
+    hf._attn_implementation = ATTENTION_NAME
+    dtype = torch.bfloat16
+    try:
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(hf, dtype=dtype)
+    except ValueError as err:
+        raise ConfigError(f"Transformers has no causal-LM class for model_type {model_type!r} "
+                          f"({str(err).splitlines()[0][:120]})", file=file, field="model_type") from None
+    except KeyError as err:
+        if ATTENTION_NAME not in str(err):
+            raise
+        raise ConfigError(f"the {model_type} model picks its attention from a table of its own, not Transformers' "
+                          "attention interface, so --capture cannot record its attention", file=file,
+                          field="model_type") from None
+    model.eval()
+    return model, hf
+
+
+_RECORDER: list = []          # the active recorder while a forward runs (the attention function reads it)
+
+
+def _register_attention(transformers) -> None:
+    from transformers import AttentionInterface
+
+    if ATTENTION_NAME in AttentionInterface._global_mapping:
+        return
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
+                  **kwargs):
+        rec = _RECORDER[-1] if _RECORDER else None
+        if rec is not None:
+            rec.attention(module, query, key, value, sliding_window, kwargs.get("s_aux"))
+        b, h, t, _ = query.shape
+        return query.new_empty((b, t, h, value.shape[-1])), None
+
+    AttentionInterface.register(ATTENTION_NAME, attention)
+
+
+class _Recorder:
+    def __init__(self, torch, model):
+        self.torch = torch
+        self.events: list[Event] = []
+        self.stack: list[tuple] = []
+        self.leaf_depth = 0
+        self.ops = 0
+        self.kinds: dict[str, str] = {}
+        self.names: dict[int, str] = {}        # id(parameter) -> its first name (a tied parameter has one)
+        for name, p in model.named_parameters():
+            self.names.setdefault(id(p), name)
+        for name, mod in model.named_modules():
+            k = leaf_kind(mod, name, torch.nn)
+            if k:
+                self.kinds[name] = k
+        self.handles = []
+        for name, mod in model.named_modules():
+            self.handles.append(mod.register_forward_pre_hook(self._enter(name), with_kwargs=True))
+            self.handles.append(mod.register_forward_hook(self._leave(name)))
+
+    def _enter(self, name):
+        def hook(mod, args, kwargs):
+            kind = self.kinds.get(name)
+            if kind and not self.leaf_depth:
+                x = args[0] if args else next(iter(kwargs.values()), None)
+                shape = tuple(x.shape) if isinstance(x, self.torch.Tensor) else ()
+                self.events.append(Event(kind, name, (shape,), dtype=str(getattr(x, "dtype", "")),
+                                         name=type(mod).__name__))
+                self.stack.append((name, kind, self.events[-1]))
+            else:
+                self.stack.append((name, kind, None))
+            if kind:
+                self.leaf_depth += 1
+        return hook
+
+    def _leave(self, name):
+        def hook(mod, args, out):
+            _, kind, event = self.stack.pop()
+            o = out[0] if isinstance(out, (tuple, list)) and out else out
+            if event is not None and isinstance(o, self.torch.Tensor):
+                event.out = tuple(o.shape)
+            if kind:
+                self.leaf_depth -= 1
+        return hook
+
+    def aten(self, func, args, kwargs, out):
+        self.ops += 1
+        if self.leaf_depth:
+            return
+        T = self.torch.Tensor
+        shapes = tuple(tuple(a.shape) for a in args if isinstance(a, T))
+        o = out[0] if isinstance(out, (tuple, list)) and out else out
+        self.events.append(Event("aten", self.stack[-1][0] if self.stack else "", shapes,
+                                 tuple(o.shape) if isinstance(o, T) else (), str(getattr(o, "dtype", "")),
+                                 aten_name(func)))
+
+    def attention(self, module, q, k, v, window, sinks):
+        scope = self.stack[-1][0] if self.stack else ""
+        self.events.append(Event("attention", scope, (tuple(q.shape), tuple(k.shape), tuple(v.shape)),
+                                 dtype=str(q.dtype), info={"window": window, "sinks": sinks is not None,
+                                                          "layer": getattr(module, "layer_idx", layer_of(scope)),
+                                                          # the attention module's own parameters (gpt-oss's sinks)
+                                                          "params": [self.names[id(p)] for p in
+                                                                     module.parameters(recurse=False)]}))
+
+    def kv_append(self, layer, k, v):
+        scope = self.stack[-1][0] if self.stack else ""
+        self.events.append(Event("kv_append", scope, (tuple(k.shape), tuple(v.shape)), dtype=str(k.dtype),
+                                 info={"layer": layer}))
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+
+
+def _dispatch_mode(torch, rec):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            rec.aten(func, args, kwargs or {}, out)
+            return out
+
+    return Record()
+
+
+def _silence_experts(torch, model, kinds) -> None:
+    for name, mod in model.named_modules():
+        if kinds.get(name) == "experts":
+            mod.forward = lambda hidden_states, *a, **k: torch.zeros_like(hidden_states)
+
+
+def _weights(model, kinds) -> tuple[list, dict]:
+    """Parameters (``named_parameters``, a tied one once) and persistent buffers (a checkpoint
+    holds them: e.g. DeepSeek's router score-correction bias), with their module's leaf kind."""
+    canonical = {}             # id(parameter) -> its first name (a tied parameter has one)
+    for name, p in model.named_parameters():
+        canonical.setdefault(id(p), name)
+    modules: dict[str, dict] = {}
+    owner = {}
+    for mname, mod in model.named_modules():
+        kind = kinds.get(mname)
+        if kind:
+            modules[mname] = {"kind": kind, "buffers": {}, "top_k": getattr(mod, "top_k", None),
+                              "cls": type(mod).__name__,
+                              "params": {s: canonical[id(p)] for s, p in mod.named_parameters(recurse=False)}}
+        for pname, p in mod.named_parameters(recurse=False):
+            owner.setdefault(id(p), mname)
+    persistent = set(model.state_dict().keys())
+    out, seen = [], set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        out.append((name, tuple(p.shape), str(p.dtype), kinds.get(owner[id(p)]), layer_of(name)))
+    for name, b in model.named_buffers():
+        if name in persistent:
+            mname, _, short = name.rpartition(".")
+            out.append((name, tuple(b.shape), str(b.dtype), kinds.get(mname), layer_of(name)))
+            if mname in modules:
+                modules[mname]["buffers"][short] = name
+    return out, modules
+
+
+def record(config: dict, segments, batch: int, context: int, file: str | None = None) -> Capture:
+    """Run ``context`` positions (not recorded), then each compute segment, recording each."""
+    torch, transformers = require_extra()
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()     # config advice and kernel fall-backs are not tierlab's output
+    try:
+        return _record(torch, transformers, config, segments, batch, context, file)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def _record(torch, transformers, config, segments, batch, context, file) -> Capture:
+    model, hf = build_model(config, file)
+    rec = _Recorder(torch, model)
+    _silence_experts(torch, model, rec.kinds)
+    weights, modules = _weights(model, rec.kinds)
+    cache = transformers.DynamicCache(config=hf)
+    update = cache.update
+
+    def wrapped(key_states, value_states, layer_idx, *a, **k):
+        if _RECORDER:
+            rec.kv_append(layer_idx, key_states, value_states)
+        return update(key_states, value_states, layer_idx, *a, **k)
+
+    cache.update = wrapped
+    import inspect
+
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    out_segments = []
+    try:
+        with torch.no_grad():
+            if context:
+                model(input_ids=torch.zeros((batch, context), dtype=torch.long, device="meta"),
+                      **{key: cache}, use_cache=True, logits_to_keep=1)
+            for seg in segments:
+                ids = torch.zeros((batch, seg.tokens), dtype=torch.long, device="meta")
+                rec.events = []
+                _RECORDER.append(rec)
+                try:
+                    with _dispatch_mode(torch, rec):
+                        model(input_ids=ids, **{key: cache}, use_cache=True, logits_to_keep=1)
+                finally:
+                    _RECORDER.pop()
+                out_segments.append((seg, rec.events))
+    except (RuntimeError, NotImplementedError, TypeError) as err:
+        raise UsageError(f"the {hf.model_type} model could not run on the meta device: "
+                         f"{str(err).splitlines()[0][:160]}", field="capture") from None
+    finally:
+        rec.close()
+    info = {"classes": {n: type(m).__name__ for n, m in model.named_modules()},
+            "top_k": getattr(hf, "num_experts_per_tok", None),
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    return Capture(hf.model_type, weights, out_segments, modules, rec.ops, info)
