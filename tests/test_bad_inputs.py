@@ -51,7 +51,6 @@ write_energy = "0.2 pJ/bit"
 name = "hbm"
 capacity = "16 GiB"
 block = "64 KiB"
-policy = "lru"
 managed = "memory"
 bandwidth = "1 TB/s"
 read_energy = "3 pJ/bit"
@@ -60,7 +59,6 @@ write_energy = "3 pJ/bit"
 name = "ddr"
 capacity = "64 GiB"
 block = "64 KiB"
-policy = "lru"
 managed = "memory"
 bandwidth = "100 GB/s"
 read_energy = "20 pJ/bit"
@@ -304,8 +302,8 @@ CASES = [
          chip_file(('managed = "cache"', 'managed = "cached"'))),
     Case("chip-cache-farthest", ["chips", "{tmp}/c.toml"],
          "{tmp}/c.toml: tier[2].managed: the farthest tier must be 'memory' or 'scratchpad' (a cache has nowhere to fetch from), got 'cache'",
-         chip_file(('name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\npolicy = "lru"\nmanaged = "memory"',
-                    'name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\npolicy = "lru"\nmanaged = "cache"'))),
+         chip_file(('name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\nmanaged = "memory"',
+                    'name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\nmanaged = "cache"'))),
     Case("chip-unknown-compute-dtype", ["chips", "{tmp}/c.toml"],
          "{tmp}/c.toml: compute.flops.bf61: unknown dtype; did you mean 'bf16'?",
          chip_file(('flops = { bf16', 'flops = { bf61'))),
