@@ -57,6 +57,8 @@ class Path:
     ops_s: float
     finish_s: list[float]
     by_resource_s: dict = field(default_factory=dict)
+    #: per device its walk in order: ``(OP, start_s, end_s, resource)`` or ``(COLL, start_s, end_s, id)``
+    segments: list = field(default_factory=list)
 
 
 def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict | None = None) -> Path:
@@ -130,7 +132,7 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
                 by_res[res] = by_res.get(res, 0.0) + ce - cs
                 d, k = last, idx - 1
     return Path(latency_s=max(clock, default=0.0), collective_s=coll_s, ops_s=ops_s, finish_s=clock,
-                by_resource_s=by_res)
+                by_resource_s=by_res, segments=seg)
 
 
 @dataclass
