@@ -655,6 +655,17 @@ CASES = [
          "{tmp}/r.parquet: output is a sweep of other columns (model); choose another -o", _other_sweep),
     Case("sweep-chip-and-system", ["sweep", "--model", str(TINY), "--chip", "h100", "--system", "dgx-h100",
                                    *SWEEP_OUT], "chip: give exactly one of the axes chip and system"),
+    # ---- the report, timeline and roofline outputs (issue 16) ----
+    Case("replay-html-exists", ["replay", str(GOLDEN), "--chip", "h100", "--html", "{tmp}/r.html"],
+         "{tmp}/r.html: output exists; pass --force to replace it", {"r.html": "old\n"}),
+    Case("replay-timeline-exists", ["replay", str(GOLDEN), "--chip", "h100", "--timeline", "{tmp}/t.json"],
+         "{tmp}/t.json: output exists; pass --force to replace it", {"t.json": "{}\n"}),
+    Case("replay-plot-not-an-image", ["replay", str(GOLDEN), "--chip", "h100", "--plot", "{tmp}/roof.bmp"],
+         "--plot: expected an image file ending in .png, .svg, .pdf, got '{tmp}/roof.bmp'"),
+    Case("run-html-no-directory", ["run", str(TINY), "--chip", "h100", "--generate", "1", "--html", "{tmp}/no/r.html"],
+         "{tmp}/no/r.html: parent directory {tmp}/no does not exist"),
+    Case("compare-html-exists", ["compare", str(TINY), "--chips", "h100", "--html", "{tmp}/c.html"],
+         "{tmp}/c.html: output exists; pass --force to replace it", {"c.html": "old\n"}),
 ]
 
 
@@ -701,5 +712,5 @@ def test_bad_input(case: Case, tmp_path: Path):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 40
+    assert len(CASES) >= 152
     assert len({c.id for c in CASES}) == len(CASES)

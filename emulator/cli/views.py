@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import click
 
+PLOT_SUFFIXES = ("png", "svg", "pdf")
+
 
 def view_options(f):
     """``--html FILE``, ``--timeline FILE.json``, ``--plot FILE``."""
@@ -26,6 +28,12 @@ def check_views(kw: dict, *, force: bool) -> None:
     for key in ("html_path", "timeline_path", "plot_path"):
         if kw.get(key):
             check_output(kw[key], force=force)
+    suffix = str(kw.get("plot_path") or ".png").rsplit(".", 1)[-1].lower()
+    if suffix not in PLOT_SUFFIXES:
+        from common.errors import UsageError
+
+        raise UsageError(f"expected an image file ending in .{', .'.join(PLOT_SUFFIXES)}, got {kw['plot_path']!r}",
+                         field="--plot")
     if kw.get("html_path") or kw.get("plot_path"):
         from common.errors import UsageError
         from emulator.present.plots import pyplot
