@@ -56,7 +56,7 @@ def reports(tmp_path_factory):
     _cli("trace", TINY, "--prompt", "16", "--generate", "3", "-o", trace)
     out = {}
     out["replay"] = tmp / "replay.html"
-    _cli("replay", trace, "--chip", "h100", "--html", out["replay"])
+    _cli("replay", trace, "--chip", "h100", "--html", out["replay"], "--mrc", "l2")
     out["system"] = tmp / "system.html"
     _cli("run", TINY, "--system", "dgx-h100", "--tp", "2", "--generate", "2", "--html", out["system"])
     out["compare"] = tmp / "compare.html"
@@ -68,7 +68,7 @@ def reports(tmp_path_factory):
     return out
 
 
-EXPECTED = {"replay": {"bytes", "hit_rates", "energy", "latency", "roofline"},
+EXPECTED = {"replay": {"bytes", "hit_rates", "energy", "latency", "roofline", "mrc"},
             "system": {"bytes", "energy", "hit_rates", "latency", "roofline"},
             "compare": {"comparison"}, "sweep": {"pareto"}}
 

@@ -69,6 +69,24 @@ def test_replay_report(tmp_path):
         assert f"<td>{t['name']}</td><td>{t['managed']}</td>" in html
 
 
+def test_mrc_in_the_report_when_asked(tmp_path):
+    trace = make_trace(tmp_path)
+    out = tmp_path / "m.html"
+    mrc = json.loads(_cli("mrc", trace, "--chip", "h100", "--tier", "l2", "--json").stdout)
+    _cli("replay", trace, "--chip", "h100", "--html", out, "--mrc", "l2")
+    html = out.read_text()
+    assert set(figures_of(html)) == CHIP_FIGURES | {"mrc"}
+    from emulator.present.mrc import format_mrc
+    from html import escape
+
+    assert escape(format_mrc(mrc)) in html                   # the table tierlab mrc prints
+    r = _cli("replay", trace, "--chip", "h100", "--mrc", "l2", code=2)
+    assert r.stderr == "tierlab: error: --mrc: adds a curve to the report: give --html FILE too\n"
+    r = _cli("replay", trace, "--chip", "h100", "--html", tmp_path / "n.html", "--mrc", "l3", code=2)
+    assert r.stderr == "tierlab: error: --mrc: unknown tier 'l3'; chip h100 has l2, hbm, ddr\n"
+    assert not (tmp_path / "n.html").exists()
+
+
 def test_run_chip_and_system_reports(tmp_path):
     out = tmp_path / "r.html"
     _cli("run", TINY, "--chip", "sn40l", "--generate", "2", "--html", out)

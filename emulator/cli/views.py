@@ -10,7 +10,9 @@ PLOT_SUFFIXES = ("png", "svg", "pdf")
 
 
 def view_options(f):
-    """``--html FILE``, ``--timeline FILE.json``, ``--plot FILE``."""
+    """``--html FILE`` (with ``--mrc TIER``), ``--timeline FILE.json``, ``--plot FILE``."""
+    f = click.option("--mrc", "mrc_tier", default=None, metavar="TIER",
+                     help="With --html: add TIER's miss-ratio curve (as `tierlab mrc` draws it) to the report.")(f)
     f = click.option("--plot", "plot_path", type=click.Path(), default=None, metavar="FILE.png",
                      help="Draw the roofline (each op kind at its arithmetic intensity against the compute "
                           "peak and each tier's bandwidth) to this image (needs the plot extra).")(f)
@@ -34,6 +36,10 @@ def check_views(kw: dict, *, force: bool) -> None:
 
         raise UsageError(f"expected an image file ending in .{', .'.join(PLOT_SUFFIXES)}, got {kw['plot_path']!r}",
                          field="--plot")
+    if kw.get("mrc_tier") and not kw.get("html_path"):
+        from common.errors import UsageError
+
+        raise UsageError("adds a curve to the report: give --html FILE too", field="--mrc")
     if kw.get("html_path") or kw.get("plot_path"):
         from common.errors import UsageError
         from emulator.present.plots import pyplot
@@ -47,6 +53,21 @@ def check_views(kw: dict, *, force: bool) -> None:
 
 def write_chip_views(kw: dict, d: dict, tr, cst, *, force: bool) -> None:
     """The outputs asked for a chip replay ``tr`` costed as ``cst`` (``d`` its ``--json`` dict)."""
+    mrc = None
+    if kw.get("mrc_tier"):           # first: a tier the chip lacks fails before anything is written
+        from emulator.analysis.tier_mrc import tier_mrc
+        from emulator.present.figures import svg_of_plot
+        from emulator.present.mrc import format_mrc
+        from emulator.present.plots import plot_mrc
+
+        names = [t.name for t in tr.chip.tiers]
+        if kw["mrc_tier"] not in names:
+            from common.errors import UsageError
+
+            raise UsageError(f"unknown tier {kw['mrc_tier']!r}; chip {tr.chip.name} has {', '.join(names)}",
+                             field="--mrc")
+        result, curves = tier_mrc(tr.trace, tr.chip, kw["mrc_tier"])
+        mrc = (svg_of_plot(plot_mrc, result, curves), format_mrc(result))
     if kw.get("timeline_path"):
         from emulator.present.timeline import chip_timeline, write_timeline
 
@@ -60,11 +81,15 @@ def write_chip_views(kw: dict, d: dict, tr, cst, *, force: bool) -> None:
     if kw.get("html_path"):
         from emulator.present.html import chip_report, write_html
 
-        write_html(chip_report(d, tr, cst), kw["html_path"], force=force)
+        write_html(chip_report(d, tr, cst, mrc=mrc), kw["html_path"], force=force)
 
 
 def write_system_views(kw: dict, d: dict, sr, sc, *, force: bool) -> None:
     """The outputs asked for a system replay ``sr`` costed as ``sc``; the roofline is device 0's."""
+    if kw.get("mrc_tier"):
+        from common.errors import UsageError
+
+        raise UsageError("the miss-ratio curve applies to a --chip run (or tierlab mrc on the trace)", field="--mrc")
     if kw.get("timeline_path"):
         from emulator.present.timeline import system_timeline, write_timeline
 

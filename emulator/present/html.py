@@ -135,11 +135,12 @@ def model_text(trace) -> str:
     return model_line(trace)[1]
 
 
-def chip_report(d: dict, tr, cst, *, mrc_svg: str | None = None) -> str:
-    """The report of one chip replay."""
+def chip_report(d: dict, tr, cst, *, mrc: tuple[str, str] | None = None) -> str:
+    """The report of one chip replay; ``mrc``: a tier's miss-ratio curve (SVG) and its table (text)."""
     secs = replay_sections(d, tr, cst)
-    if mrc_svg is not None:
-        secs.append(section("mrc", "Miss-ratio curve", figure_html("mrc", mrc_svg, "miss ratio against capacity")))
+    if mrc is not None:
+        secs.append(section("mrc", "Miss-ratio curve", figure_html("mrc", mrc[0], "miss ratio against capacity"),
+                            f"<pre>{escape(mrc[1])}</pre>"))
     return page(f"tierlab: {model_text(tr.trace)} on {d['chip']}", f"trace {d['provenance']['trace']}", secs,
                 d["provenance"])
 
