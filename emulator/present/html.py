@@ -29,16 +29,22 @@ padding:0 1rem}
 h1{font-size:1.5rem}h2{font-size:1.2rem;border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.85rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}th{background:#f4f4f4}
-td:first-child,th:first-child{text-align:left}
+td:first-child,th:first-child,td.text{text-align:left}
 figure{margin:.8rem 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.8rem;color:#555}.note{font-size:.85rem;color:#555}
 pre{background:#f7f7f7;padding:.6rem;font-size:.75rem;overflow-x:auto}
 """
 
 
+def _cell(c) -> str:
+    """A table cell; text longer than a figure is left-aligned."""
+    text = escape(str(c))
+    return f'<td class="text">{text}</td>' if len(text) > 40 else f"<td>{text}</td>"
+
+
 def table_html(headers, rows) -> str:
     head = "".join(f"<th>{escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
