@@ -136,8 +136,14 @@ def test_without_matplotlib_one_line_naming_the_extra(tmp_path, monkeypatch):
     r = _cli("replay", trace, "--chip", "h100", "--html", tmp_path / "r.html", code=2)
     assert r.stderr == "tierlab: error: --html: the report's figures need matplotlib: pip install 'tierlab[plot]'\n"
     assert not (tmp_path / "r.html").exists()
+    line = "tierlab: error: --html: the report's figures need matplotlib: pip install 'tierlab[plot]'\n"
     r = _cli("compare", TINY, "--chips", "h100", "--html", tmp_path / "c.html", code=2)
-    assert "tierlab[plot]" in r.stderr and r.stderr.count("\n") == 1
+    assert r.stderr == line
+    r = _cli("sweep", "--model", TINY, "--chip", "h100", "-o", tmp_path / "s.parquet", "--html", tmp_path / "s.html",
+             code=2)
+    assert r.stderr == line and not (tmp_path / "s.parquet").exists()
+    r = _cli("replay", trace, "--chip", "h100", "--plot", tmp_path / "r.png", code=2)
+    assert r.stderr == "tierlab: error: --plot: plotting needs matplotlib: pip install 'tierlab[plot]'\n"
 
 
 @pytest.mark.parametrize("opt, name", [("--html", "x.html"), ("--timeline", "x.json"), ("--plot", "x.png")])

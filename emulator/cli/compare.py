@@ -82,9 +82,9 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
         if p:
             check_output(p, force=force)
     if plot_path or html_path:
-        from emulator.present.plots import pyplot
+        from emulator.cli.views import need_matplotlib
 
-        pyplot()  # no matplotlib: say so before the replays
+        need_matplotlib("--plot" if plot_path else "--html")  # no matplotlib: say so before the replays
     options = ReplayOptions(pim=pim, kernel=kernel)
     progress = (lambda name: click.echo(f"replaying on {name}", err=True)) if sys.stderr.isatty() else None
 

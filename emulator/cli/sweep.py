@@ -83,9 +83,9 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
                       if ctx.get_parameter_source(source[k]) is not click.core.ParameterSource.DEFAULT}}
     if plot_path or html_path:
         from common.atomic import check_output
-        from emulator.present.plots import pyplot
+        from emulator.cli.views import need_matplotlib
 
-        pyplot()                # no matplotlib: one line naming the plot extra, before any work
+        need_matplotlib("--plot" if plot_path else "--html")   # no matplotlib: one line, before any work
         for p in (plot_path, html_path):
             if p:
                 check_output(p, force=True)

@@ -41,14 +41,20 @@ def check_views(kw: dict, *, force: bool) -> None:
 
         raise UsageError("adds a curve to the report: give --html FILE too", field="--mrc")
     if kw.get("html_path") or kw.get("plot_path"):
-        from common.errors import UsageError
-        from emulator.present.plots import pyplot
+        need_matplotlib("--html" if kw.get("html_path") else "--plot")
 
-        try:
-            pyplot()
-        except UsageError:
-            opt = "--html" if kw.get("html_path") else "--plot"
-            raise UsageError("the report's figures need matplotlib: pip install 'tierlab[plot]'", field=opt) from None
+
+def need_matplotlib(option: str) -> None:
+    """matplotlib is importable, or one line naming ``option`` and the plot extra."""
+    from common.errors import UsageError
+    from emulator.present.plots import pyplot
+
+    try:
+        pyplot()
+    except UsageError:
+        what = "the report's figures" if option == "--html" else "plotting"
+        raise UsageError(f"{what} need{'' if option == '--html' else 's'} matplotlib: pip install 'tierlab[plot]'",
+                         field=option) from None
 
 
 def write_chip_views(kw: dict, d: dict, tr, cst, *, force: bool) -> None:
