@@ -24,6 +24,7 @@ DATA = ROOT / "tests" / "data"
 TINY = DATA / "models" / "tiny-llama.json"
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
+WAIT_MS = 600_000
 # what this machine's Chromium needs headless (no GPU, no background calls to a closed network)
 FLAGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-sandbox"]
@@ -82,9 +83,11 @@ def test_report_in_headless_chromium(reports, name):
     problems, requests = [], []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True, args=FLAGS)
+        # Playwright's 30 s default waits are bounds, not verdicts: a loaded machine gets 10 minutes
+        browser = p.chromium.launch(executable_path=exe, headless=True, args=FLAGS, timeout=WAIT_MS)
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.set_default_timeout(WAIT_MS)
             page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
                     if m.type in ("error", "warning") else None)
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))

@@ -91,7 +91,7 @@ def reference(tmp_path_factory):
     """One uninterrupted run: its files."""
     out = tmp_path_factory.mktemp("ref") / "t.trace"
     proc = _start(out)
-    proc.wait(timeout=10 * PAUSE_S)
+    proc.wait(timeout=2 * PAUSE_S)
     assert proc.returncode == 0, proc.stderr.read()
     assert open_trace(out).n_ops > 5000        # so op:5000 is mid-generation
     return _files(out)
@@ -109,7 +109,7 @@ def test_sigkill_at_each_point_leaves_nothing_valid_and_rerun_succeeds(tmp_path,
         else:
             _wait_for_pause(proc, out)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10 * PAUSE_S)
+        proc.wait(timeout=2 * PAUSE_S)
         if point is None and out.exists():     # a start-up kill that came after the rename
             assert _files(out) == reference and _temporaries(out) == []
             continue
@@ -131,7 +131,7 @@ def test_sigkill_at_each_point_leaves_nothing_valid_and_rerun_succeeds(tmp_path,
     # the reruns are independent, so they run side by side
     procs = [_start(out) for out in reruns]
     for out, proc in zip(reruns, procs):
-        _, stderr = proc.communicate(timeout=10 * PAUSE_S)
+        _, stderr = proc.communicate(timeout=2 * PAUSE_S)
         assert proc.returncode == 0, stderr
         assert _files(out) == reference
 
@@ -144,7 +144,7 @@ def test_interrupt_stops_cleanly_and_removes_temporaries(tmp_path, sig, code, li
     proc = _start(out, point)
     _wait_for_pause(proc, out)
     proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=10 * PAUSE_S)
+    stdout, stderr = proc.communicate(timeout=2 * PAUSE_S)
     assert "Traceback" not in stderr
     assert proc.returncode == code, stderr
     assert stderr == line + "\n"

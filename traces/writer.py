@@ -28,7 +28,7 @@ GENERATOR = "tierlab"
 # table files open, nothing written), ``op:N`` (op N added), ``closed`` (tables complete, no
 # manifest) or ``manifest`` (manifest written, not yet renamed), the writer creates the file named
 # by TIERLAB_TEST_PAUSE_FILE there and waits (up to PAUSE_S) for the signal the test then sends.
-PAUSE_AT, PAUSE_FILE, PAUSE_S = "TIERLAB_TEST_PAUSE_AT", "TIERLAB_TEST_PAUSE_FILE", 120.0
+PAUSE_AT, PAUSE_FILE, PAUSE_S = "TIERLAB_TEST_PAUSE_AT", "TIERLAB_TEST_PAUSE_FILE", 600.0
 
 
 def _pause(point: str) -> None:
