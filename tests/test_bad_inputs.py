@@ -52,7 +52,6 @@ write_energy = "0.2 pJ/bit"
 name = "hbm"
 capacity = "16 GiB"
 block = "64 KiB"
-policy = "lru"
 managed = "memory"
 bandwidth = "1 TB/s"
 read_energy = "3 pJ/bit"
@@ -61,7 +60,6 @@ write_energy = "3 pJ/bit"
 name = "ddr"
 capacity = "64 GiB"
 block = "64 KiB"
-policy = "lru"
 managed = "memory"
 bandwidth = "100 GB/s"
 read_energy = "20 pJ/bit"
@@ -306,8 +304,8 @@ CASES = [
          chip_file(('managed = "cache"', 'managed = "cached"'))),
     Case("chip-cache-farthest", ["chips", "{tmp}/c.toml"],
          "{tmp}/c.toml: tier[2].managed: the farthest tier must be 'memory' or 'scratchpad' (a cache has nowhere to fetch from), got 'cache'",
-         chip_file(('name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\npolicy = "lru"\nmanaged = "memory"',
-                    'name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\npolicy = "lru"\nmanaged = "cache"'))),
+         chip_file(('name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\nmanaged = "memory"',
+                    'name = "ddr"\ncapacity = "64 GiB"\nblock = "64 KiB"\nmanaged = "cache"'))),
     Case("chip-unknown-compute-dtype", ["chips", "{tmp}/c.toml"],
          "{tmp}/c.toml: compute.flops.bf61: unknown dtype; did you mean 'bf16'?",
          chip_file(('flops = { bf16', 'flops = { bf61'))),
@@ -738,6 +736,17 @@ CASES = [
          "--record-routing: not available with --capture (its routing is tierlab's --router, replayable as is)"),
     Case("capture-no-config", ["trace", "{tmp}/nowhere", "--capture", "--generate", "1", *TRACE_OUT],
          "{tmp}/nowhere: no such model preset, config file or directory holding a config.json"),
+    # ---- the report, timeline and roofline outputs (issue 16) ----
+    Case("replay-html-exists", ["replay", str(GOLDEN), "--chip", "h100", "--html", "{tmp}/r.html"],
+         "{tmp}/r.html: output exists; pass --force to replace it", {"r.html": "old\n"}),
+    Case("replay-timeline-exists", ["replay", str(GOLDEN), "--chip", "h100", "--timeline", "{tmp}/t.json"],
+         "{tmp}/t.json: output exists; pass --force to replace it", {"t.json": "{}\n"}),
+    Case("replay-plot-not-an-image", ["replay", str(GOLDEN), "--chip", "h100", "--plot", "{tmp}/roof.bmp"],
+         "--plot: expected an image file ending in .png, .svg, .pdf, got '{tmp}/roof.bmp'"),
+    Case("run-html-no-directory", ["run", str(TINY), "--chip", "h100", "--generate", "1", "--html", "{tmp}/no/r.html"],
+         "{tmp}/no/r.html: parent directory {tmp}/no does not exist"),
+    Case("compare-html-exists", ["compare", str(TINY), "--chips", "h100", "--html", "{tmp}/c.html"],
+         "{tmp}/c.html: output exists; pass --force to replace it", {"c.html": "old\n"}),
 ]
 
 
@@ -786,5 +795,5 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 173   # with the calibrated latency's and capture's (issue 14), interoperability's (15)
+    assert len(CASES) >= 178   # with issue 14's (calibrated latency, capture), 15's (interoperability), 16's cases
     assert len({c.id for c in CASES}) == len(CASES)

@@ -53,7 +53,6 @@ ops = ["linear", "attention"]
 name = "ddr"
 capacity = "16 GiB"
 block = "64 KiB"
-policy = "lru"
 managed = "memory"
 bandwidth = "100 GB/s"
 read_energy = "20 pJ/bit"
@@ -125,7 +124,7 @@ BAD = [
     ((("placement", 0, "layer"), [1, 2]), "placement[0].layer: unknown key; did you mean 'layers'?"),
     # missing keys
     ((("tier", 0, "capacity"), DELETE), "tier[0].capacity: missing required key"),
-    ((("tier", 2, "policy"), DELETE), "tier[2].policy: missing required key"),
+    ((("tier", 0, "managed"), DELETE), "tier[0].managed: missing required key"),
     ((("compute",), DELETE), "compute: missing required key"),
     ((("link", 1, "energy"), DELETE), "link[1].energy: missing required key"),
     ((("tier", 1, "pim", "ops"), DELETE), "tier[1].pim.ops: missing required key"),

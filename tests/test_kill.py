@@ -1,20 +1,26 @@
 """Nothing half-written, nothing lost: interrupted runs leave no valid-looking output; --force.
 
-* SIGKILL: ``tierlab trace`` runs in a subprocess and is killed at seeded random points while it
-  writes (and once during start-up). What is left must not read as a trace: nothing at the final
-  path, and any temporary sibling (``.tmp-NAME-*``) refused by ``open_trace`` unless its manifest
-  was already complete (a kill between the manifest and the rename). A rerun without ``--force``
-  then succeeds and writes the same bytes as an uninterrupted run.
+* SIGKILL: ``tierlab trace`` runs in a subprocess and is killed at each of the writer's interrupt
+  points (:mod:`traces.writer`: ``TIERLAB_TEST_PAUSE_AT`` makes it stop there and wait, so the
+  signal lands at that point however busy the machine is) and once during start-up. What is left
+  must not read as a trace: nothing at the final path, and the temporary sibling (``.tmp-NAME-*``)
+  refused by ``open_trace`` unless its manifest was already complete (a kill between the manifest
+  and the rename). A rerun without ``--force`` then succeeds and writes the same bytes as an
+  uninterrupted run.
 * SIGINT (Ctrl-C): exit status 130, the one line ``tierlab: interrupted``, no traceback, and the
-  temporary directory removed; SIGTERM the same with 143 and ``tierlab: terminated``.
+  temporary directory removed; SIGTERM the same with 143 and ``tierlab: terminated``; at every
+  interrupt point.
 * Every command that writes refuses to replace an existing output without ``--force`` (the
   catalogue in test_bad_inputs.py checks the messages) and, with it, replaces it completely.
+
+No check depends on timing: the test waits (without a deadline that load could miss, but the
+writer's own bounded pause) until the child has reached the point, then signals it.
 """
 
 from __future__ import annotations
 
 import json
-import random
+import os
 import signal
 import subprocess
 import sys
@@ -27,47 +33,53 @@ from click.testing import CliRunner
 from emulator.cli import main
 from common.errors import TraceError
 from traces.reader import open_trace
+from traces.writer import PAUSE_AT, PAUSE_FILE, PAUSE_S
 
 DATA = Path(__file__).parent / "data"
 MODEL = str(DATA / "models" / "tiny-mixtral.json")
 TRACE_ARGS = [MODEL, "--prompt", "192", "--generate", "192", "--batch", "8", "--router", "zipf:1.1", "--seed", "7"]
 EXE = Path(sys.executable).parent / "tierlab"
-# a busy machine (the test process not scheduled while the child writes) can let a signal sent "at
-# once" arrive after the write: the checks that one landed mid-write retry this many times
-RETRIES = 8
+# the writer's interrupt points: tables open, mid-generation (early and late ops), tables closed
+# without a manifest, and the manifest written but not renamed
+POINTS = ["start", "op:0", "op:5000", "closed", "manifest"]
 
 pytestmark = pytest.mark.skipif(not EXE.exists(), reason="tierlab console script not installed beside python")
 
 
-def _start(out: Path) -> subprocess.Popen:
-    """``tierlab trace`` in a subprocess that handles Ctrl-C as a terminal's foreground job does.
+def _start(out: Path, pause_at: str | None = None) -> subprocess.Popen:
+    """``tierlab trace`` in a subprocess that handles Ctrl-C as a terminal's foreground job does,
+    stopping at the writer's interrupt point ``pause_at`` (if given) until signalled.
 
     A job started in the background by a shell (``cmd &``, as CI runners and scripts may) has SIGINT
     ignored, and a child inherits that: its Python would never see the Ctrl-C this file sends. So
     the child starts with SIGINT at its default disposition (set here around the spawn)."""
+    env = {k: v for k, v in os.environ.items() if k not in (PAUSE_AT, PAUSE_FILE)}
+    if pause_at is not None:
+        env[PAUSE_AT] = pause_at
+        env[PAUSE_FILE] = str(out.parent / f"paused-{out.name}")
     ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     if ignored:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         return subprocess.Popen([str(EXE), "trace", *TRACE_ARGS, "-o", str(out)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, env=env)
     finally:
         if ignored:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _wait_for_pause(proc: subprocess.Popen, out: Path) -> None:
+    """Block until the child stands at its interrupt point. The child gives up waiting after the
+    writer's PAUSE_S, so this cannot hang; what it waits for does not depend on the machine's load."""
+    marker = out.parent / f"paused-{out.name}"
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"tierlab trace ended without reaching its interrupt point: {proc.stderr.read()}")
+        time.sleep(0.005)
+
+
 def _temporaries(out: Path) -> list[Path]:
     return sorted(out.parent.glob(f".tmp-{out.name}-*"))
-
-
-def _wait_for_temporary(proc: subprocess.Popen, out: Path, timeout_s: float = 60.0) -> float:
-    """Block until the writer's temporary directory exists (or the process ends); return the time."""
-    t0 = time.monotonic()
-    while proc.poll() is None and not _temporaries(out):
-        if time.monotonic() - t0 > timeout_s:
-            raise AssertionError("tierlab trace never started writing")
-        time.sleep(0.002)
-    return time.monotonic()
 
 
 def _files(path: Path) -> dict[str, bytes]:
@@ -76,98 +88,69 @@ def _files(path: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """One uninterrupted run: its files, and how long it spent writing (seconds)."""
+    """One uninterrupted run: its files."""
     out = tmp_path_factory.mktemp("ref") / "t.trace"
     proc = _start(out)
-    t_write = _wait_for_temporary(proc, out)
-    proc.wait(timeout=120)
-    window = time.monotonic() - t_write
-    assert proc.returncode == 0, proc.stderr
-    open_trace(out)
-    return _files(out), window
+    proc.wait(timeout=2 * PAUSE_S)
+    assert proc.returncode == 0, proc.stderr.read()
+    assert open_trace(out).n_ops > 5000        # so op:5000 is mid-generation
+    return _files(out)
 
 
-def test_sigkill_at_random_points_leaves_nothing_valid_and_rerun_succeeds(tmp_path, reference):
-    ref_files, window = reference
-    rng = random.Random(6)
-    # one kill during start-up, one the moment the temporary appears (mid-write however busy the
-    # machine is: the window measured by the reference run may not hold on a loaded machine), the
-    # others at random points of the writing window (which, as measured, also covers reading the
-    # finished trace back for the summary line)
-    delays = [None, 0.0] + sorted(rng.uniform(0.02, 0.5) * window for _ in range(4))
-    mid_write = 0
+def test_sigkill_at_each_point_leaves_nothing_valid_and_rerun_succeeds(tmp_path, reference):
     reruns = []
-    k = -1
-    while k + 1 < len(delays):
-        k += 1
-        delay = delays[k]
-        if k == len(delays) - 1 and mid_write == 0 and len(delays) < 6 + RETRIES:
-            delays.append(0.0)      # a loaded machine let every kill miss the write: once more, at once
+    for k, point in enumerate([None, *POINTS]):
         d = tmp_path / f"k{k}"
         d.mkdir()
         out = d / "t.trace"
-        proc = _start(out)
-        if delay is None:
+        proc = _start(out, point)
+        if point is None:       # during start-up: wherever it lands, nothing valid may be left
             time.sleep(0.05)
         else:
-            t_write = _wait_for_temporary(proc, out)
-            time.sleep(max(0.0, delay - (time.monotonic() - t_write)))
+            _wait_for_pause(proc, out)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-        if out.exists():       # killed after the rename (or finished): the trace must be complete
-            assert _files(out) == ref_files
-            assert _temporaries(out) == []
+        proc.wait(timeout=2 * PAUSE_S)
+        if point is None and out.exists():     # a start-up kill that came after the rename
+            assert _files(out) == reference and _temporaries(out) == []
             continue
+        assert not out.exists(), point
         with pytest.raises(TraceError):
             open_trace(out)
-        for tmp in _temporaries(out):
-            mid_write += 1
-            if (tmp / "manifest.json").exists():    # killed between the manifest and the rename
+        tmps = _temporaries(out)
+        if point is not None:
+            assert len(tmps) == 1, (point, tmps)
+        for tmp in tmps:
+            if point == "manifest":             # killed between the manifest and the rename
+                assert (tmp / "manifest.json").exists()
                 continue
             with pytest.raises(TraceError):
                 open_trace(tmp)
         reruns.append(out)
-    assert mid_write >= 1, "no kill landed while the trace was being written"
+    assert len(reruns) >= len(POINTS)
     # a rerun (no --force needed: nothing is at the final path) gives the uninterrupted bytes;
     # the reruns are independent, so they run side by side
     procs = [_start(out) for out in reruns]
     for out, proc in zip(reruns, procs):
-        _, stderr = proc.communicate(timeout=120)
+        _, stderr = proc.communicate(timeout=2 * PAUSE_S)
         assert proc.returncode == 0, stderr
-        assert _files(out) == ref_files
+        assert _files(out) == reference
 
 
+@pytest.mark.parametrize("point", POINTS)
 @pytest.mark.parametrize("sig,code,line", [(signal.SIGINT, 130, "tierlab: interrupted"),
                                            (signal.SIGTERM, 143, "tierlab: terminated")], ids=["ctrl-c", "sigterm"])
-def test_interrupt_stops_cleanly_and_removes_temporaries(tmp_path, reference, sig, code, line):
-    ref_files, window = reference
-    interrupted = 0
-    # the first signal goes the moment the temporary appears, so one lands mid-write however busy
-    # the machine is; the others at points of the window the reference run measured
-    fractions = [0.0, 0.05, 0.3]
-    k = -1
-    while k + 1 < len(fractions):
-        k += 1
-        fraction = fractions[k]
-        if k == len(fractions) - 1 and interrupted == 0 and len(fractions) < 3 + RETRIES:
-            fractions.append(0.0)   # a loaded machine let every signal miss the write: once more, at once
-        out = tmp_path / f"c{k}" / "t.trace"
-        out.parent.mkdir()
-        proc = _start(out)
-        t_write = _wait_for_temporary(proc, out)
-        time.sleep(max(0.0, fraction * window - (time.monotonic() - t_write)))
-        proc.send_signal(sig)
-        stdout, stderr = proc.communicate(timeout=60)
-        assert "Traceback" not in stderr
-        assert _temporaries(out) == [], "temporary files were left behind"
-        if out.exists():      # the signal came after the trace was complete and in place
-            assert _files(out) == ref_files
-            continue
-        interrupted += 1
-        assert proc.returncode == code, stderr
-        assert stderr == line + "\n"
-        assert stdout == ""
-    assert interrupted >= 1, "no signal landed while the trace was being written"
+def test_interrupt_stops_cleanly_and_removes_temporaries(tmp_path, sig, code, line, point):
+    out = tmp_path / "t.trace"
+    proc = _start(out, point)
+    _wait_for_pause(proc, out)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=2 * PAUSE_S)
+    assert "Traceback" not in stderr
+    assert proc.returncode == code, stderr
+    assert stderr == line + "\n"
+    assert stdout == ""
+    assert _temporaries(out) == [], "temporary files were left behind"
+    assert not out.exists()
 
 
 # ---- --force replaces an existing output completely, for every command that writes ---------------

@@ -37,9 +37,9 @@ SMALL_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hi
 TWO_TIER = {
     "name": "two-tier", "compute": {"flops": {"bf16": "100 TFLOP/s"}, "energy": {"bf16": "1 pJ"}},
     "tier": [
-        {"name": "sram", "capacity": "256 MiB", "block": "64 B", "policy": "lru", "managed": "scratchpad",
+        {"name": "sram", "capacity": "256 MiB", "block": "64 B", "managed": "scratchpad",
          "bandwidth": "10 TB/s", "read_energy": "0.1 pJ/bit", "write_energy": "0.1 pJ/bit"},
-        {"name": "ddr", "capacity": "4 GiB", "block": "64 B", "policy": "lru", "managed": "memory",
+        {"name": "ddr", "capacity": "4 GiB", "block": "64 B", "managed": "memory",
          "bandwidth": "100 GB/s", "read_energy": "1 pJ/bit", "write_energy": "1 pJ/bit"}],
     "link": [{"from": "sram", "to": "ddr", "bandwidth": "50 GB/s", "energy": "10 pJ/bit"}],
     "placement": [{"tier": "ddr", "kind": "kv_offload"}],

@@ -238,7 +238,7 @@ def test_real_scheduler_and_worker(tmp_path):
         out = tmp_path / "s.parquet"
         r = subprocess.run([str(Path(sys.executable).parent / "tierlab"), "sweep", "--model", TINY, "--chip", "h100,a100",
                             "--context", "16", "--generate", "1", "--scheduler", addr, "--connect-timeout", "30",
-                            "-o", str(out), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                            "-o", str(out), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-2000:]
         d = json.loads(r.stdout)
         assert (d["points"], d["computed"], d["failed"]) == (2, 2, 0)
@@ -287,7 +287,7 @@ def test_terminated_sweep_leaves_complete_rows(tmp_path):
     rows = read_rows(out) if out.exists() else []
     assert all(r["error"] is None and r["tokens_per_s"] > 0 and r["point_hash"] for r in rows)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
-    r = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(r.stdout)
     assert d["present"] == len(rows) and d["present"] + d["computed"] == 8

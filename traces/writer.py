@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,23 @@ from common.errors import TraceError, UsageError
 from common.version import tierlab_version
 
 GENERATOR = "tierlab"
+
+# Deterministic interrupt points for tests (tests/test_kill.py), so no test decides by timing where
+# a signal lands: with TIERLAB_TEST_PAUSE_AT set to ``start`` (the temporary directory and its
+# table files open, nothing written), ``op:N`` (op N added), ``closed`` (tables complete, no
+# manifest) or ``manifest`` (manifest written, not yet renamed), the writer creates the file named
+# by TIERLAB_TEST_PAUSE_FILE there and waits (up to PAUSE_S) for the signal the test then sends.
+PAUSE_AT, PAUSE_FILE, PAUSE_S = "TIERLAB_TEST_PAUSE_AT", "TIERLAB_TEST_PAUSE_FILE", 600.0
+
+
+def _pause(point: str) -> None:
+    if os.environ.get(PAUSE_AT) != point:
+        return
+    with open(os.environ[PAUSE_FILE], "w") as f:
+        f.write(point)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < PAUSE_S:
+        time.sleep(0.01)
 
 
 def _generator() -> str:
@@ -121,6 +139,8 @@ class TraceWriter:
         self._n_ops = 0
         self._last_access_op = 0
         self._extra_tables: dict[str, _Table] = {}
+        at = os.environ.get(PAUSE_AT, "")
+        self._pause_op = int(at[3:]) if at.startswith("op:") else -1
 
     # ---- context management -------------------------------------------------------------------
     def __enter__(self) -> "TraceWriter":
@@ -132,6 +152,7 @@ class TraceWriter:
             os.chmod(self.tmp, 0o777 & ~umask)   # mkdtemp makes it private; a trace is ordinary output
             self._tables = {name: _Table(self.tmp / file, schema, self.batch_rows)
                             for name, (file, schema) in fmt.tables(self.version, devices=self.devices).items()}
+            _pause("start")
         except BaseException as err:
             self._ctx.__exit__(type(err), err, err.__traceback__)
             raise
@@ -142,7 +163,9 @@ class TraceWriter:
             try:
                 for t in [*self._tables.values(), *self._extra_tables.values()]:
                     t.close()
+                _pause("closed")
                 self._write_manifest()
+                _pause("manifest")
             except BaseException as err:
                 self._ctx.__exit__(type(err), err, err.__traceback__)   # removes the temporary directory
                 raise
@@ -229,6 +252,8 @@ class TraceWriter:
         self._n_ops += 1
         row = (oid, name, kind, layer, phase, step, int(tokens), int(flops), expert, bool(pim_eligible))
         self._tables["ops"].append(row if self.devices == 1 else row + (device, collective))
+        if oid == self._pause_op:
+            _pause(f"op:{oid}")
         return oid
 
     def add_collective(self, kind: str, ranks, size_bytes: int, phase: str, step: int, layer: int = -1,

@@ -15,6 +15,8 @@ Layout (quantities are strings with units, see :mod:`emulator.chip.units`)::
     [[tier]]                      # nearest to compute first
     name = "l2"; capacity = "50 MiB"; block = "128 B"; ways = 16   # ways omitted = fully associative
     policy = "lru"; managed = "cache"                              # see POLICIES / MANAGED
+    # policy (default lru) and ways apply where the tier caches (a cache, or a memory with lend):
+    # elsewhere they have no effect and draw a NoEffectWarning. Every key's default: docs/chip-files.md
     bandwidth = "5.5 TB/s"; read_energy = "0.8 pJ/bit"; write_energy = "0.8 pJ/bit"
     lend = false                  # memory tiers only: lend leftover capacity as a cache
     [tier.pim]                    # optional, memory tiers only
@@ -42,6 +44,7 @@ import datetime
 import hashlib
 import json
 import re
+import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -62,7 +65,7 @@ COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 _TOP_KEYS = {"name": True, "description": False, "compute": True, "tier": True, "link": False,
              "placement": False, "sources": False, "price": False}
 _COMPUTE_KEYS = {"flops": True, "energy": True}
-_TIER_KEYS = {"name": True, "capacity": True, "block": True, "ways": False, "policy": True,
+_TIER_KEYS = {"name": True, "capacity": True, "block": True, "ways": False, "policy": False,
               "managed": True, "bandwidth": True, "read_energy": True, "write_energy": True,
               "lend": False, "pim": False}
 _PIM_KEYS = {"internal_bandwidth": True, "flops": True, "read_energy": True, "energy": True, "ops": True}
@@ -110,12 +113,26 @@ def _pim(ctx: FileReader, d, field: str) -> PimUnit:
     )
 
 
+DEFAULT_POLICY = "lru"
+
+
+class NoEffectWarning(UserWarning):
+    """A chip-file key given where it has no effect (the CLI prints it as one line)."""
+
+
 def _tier(ctx: FileReader, d, i: int) -> Tier:
     f = f"tier[{i}]"
     d = ctx.table(d, f, _TIER_KEYS)
     name = ctx.string(d["name"], f"{f}.name")
     managed = ctx.choice(d["managed"], f"{f}.managed", MANAGED)
-    policy = ctx.choice(d["policy"], f"{f}.policy", POLICIES)
+    policy = ctx.choice(d.get("policy", DEFAULT_POLICY), f"{f}.policy", POLICIES)
+    if managed == "scratchpad" or (managed == "memory" and d.get("lend") is not True):
+        why = ("a 'scratchpad' holds only tensors placed there" if managed == "scratchpad" else
+               "a 'memory' tier without lend = true caches nothing")
+        for key in ("policy", "ways"):
+            if key in d:
+                warnings.warn(NoEffectWarning(str(ctx.error(f"{f}.{key}", f"has no effect: {why}; remove it"))),
+                              stacklevel=2)
     capacity = ctx.quantity(d["capacity"], "size", f"{f}.capacity")
     block = ctx.quantity(d["block"], "size", f"{f}.block")
     if block & (block - 1):

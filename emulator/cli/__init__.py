@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 import click
 
@@ -49,6 +50,11 @@ def _on_sigterm(signum, frame):
     raise _Terminated()
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """A library warning (e.g. a chip-file key with no effect) as one line on stderr."""
+    click.echo(f"tierlab: warning: {message}", err=True)
+
+
 class TierlabGroup(click.Group):
     """Turns every failure on bad input into one line on stderr and a non-zero exit, no traceback."""
 
@@ -64,6 +70,8 @@ class TierlabGroup(click.Group):
         previous = None
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        shown = warnings.showwarning
+        warnings.showwarning = _show_warning
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as err:
@@ -95,6 +103,7 @@ class TierlabGroup(click.Group):
                 pass
             sys.exit(0)
         finally:
+            warnings.showwarning = shown
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         if isinstance(rv, int):

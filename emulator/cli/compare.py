@@ -55,14 +55,16 @@ def _is_trace(path: str) -> bool:
 @click.option("--csv", "csv_path", type=click.Path(), default=None, help="Also write one row per chip to this CSV file.")
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Also draw bytes and energy per token per chip to this image (needs matplotlib).")
+@click.option("--html", "html_path", type=click.Path(), default=None,
+              help="Also write a self-contained HTML report of the comparison (needs the plot extra).")
 @click.option("--keep-trace", type=click.Path(), default=None, help="Write the trace to this directory and keep it.")
 @kernel_option
 @place_option
 @execution_options
 @force_option
 @json_option
-def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plot_path, keep_trace, kernel, place,
-            force, as_json, **kw):
+def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plot_path, html_path, keep_trace, kernel,
+            place, force, as_json, **kw):
     """Replay one trace of MODEL on every chip (and system) and show the per-token figures side by side."""
     from emulator.analysis.compare import compare, load_chips, to_json
     from emulator.analysis.system_result import compare_systems
@@ -79,13 +81,13 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
     execution = execution_from(kw)
     chips = [apply_execution(c, execution) for c in load_chips(names)]  # an unknown chip fails before any tracing
     systems = [load_system(n) for n in snames]  # so does an unknown system
-    for p in (csv_path, plot_path):
+    for p in (csv_path, plot_path, html_path):
         if p:
             check_output(p, force=force)
-    if plot_path:
-        from emulator.present.plots import pyplot
+    if plot_path or html_path:
+        from emulator.cli.views import need_matplotlib
 
-        pyplot()  # no matplotlib: say so before the replays
+        need_matplotlib("--plot" if plot_path else "--html")  # no matplotlib: say so before the replays
     options = ReplayOptions(pim=pim, kernel=kernel)
     progress = (lambda name: click.echo(f"replaying on {name}", err=True)) if sys.stderr.isatty() else None
 
@@ -102,6 +104,10 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
             from emulator.present.plots import plot_comparison
 
             plot_comparison(rows + srows, plot_path, title=plot_title(trace, pim=pim), force=force)
+        if html_path:
+            from emulator.present.html import compare_report, write_html
+
+            write_html(compare_report(rows + srows, trace, pim=pim), html_path, force=force)
         if as_json:
             d = to_json(rows, trace, options)
             if systems:

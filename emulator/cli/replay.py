@@ -12,6 +12,7 @@ import click
 from emulator.cli.execution import apply_execution, execution_options
 from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
 from emulator.cli.progress import counting_bar
+from emulator.cli.views import check_views, view_options, write_chip_views
 
 
 def replay_options(f):
@@ -68,6 +69,7 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     placement_rules(kw.get("place"))  # a malformed rule fails before the replay
     if kw.get("output"):
         check_output(kw["output"], force=force)
+    check_views(kw, force=force)
     from traces.reader import open_trace
 
     trace = open_trace(trace)
@@ -78,6 +80,7 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     d = to_json(tr, cst)
     if kw.get("output"):
         write_parquet(tr, cst, kw["output"], force=force)
+    write_chip_views(kw, d, tr, cst, force=force)
     if as_json:
         click.echo(json.dumps(d, indent=2))
     else:
@@ -88,6 +91,7 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
 @click.command("replay")
 @click.argument("trace", type=click.Path())
 @replay_options
+@view_options
 @force_option
 @json_option
 def command(trace, force, as_json, **kw):

@@ -17,6 +17,7 @@ from common.errors import UsageError
 from emulator.cli.options import force_option, json_option, placement_rules
 from emulator.cli.replay import options_from, replay_and_report, replay_options
 from emulator.cli.trace import run_options, run_config_from_options
+from emulator.cli.views import check_views, view_options, write_system_views
 from emulator.network.collective import ALGORITHM_NAMES
 
 
@@ -79,7 +80,9 @@ def system_replay_and_report(trace, kw: dict, *, as_json: bool) -> dict:
     with counting_bar(trace.n_accesses, unit="desc", desc="replay") as progress:
         sr = replay_system(trace, system, options_from(kw), extra_rules=rules,
                            collective_algo=kw.get("collective_algo", "auto"), progress=progress)
-    d = to_json(sr, cost_system(sr))
+    sc = cost_system(sr)
+    d = to_json(sr, sc)
+    write_system_views(kw, d, sr, sc, force=kw.get("force", False))
     click.echo(json.dumps(d, indent=2) if as_json else format_system_text(d))
     return d
 
@@ -90,6 +93,7 @@ def system_replay_and_report(trace, kw: dict, *, as_json: bool) -> dict:
 @run_options
 @replay_options
 @system_options
+@view_options
 @click.option("--keep-trace", type=click.Path(), default=None,
               help="Write the trace to this directory and keep it (default: a temporary directory).")
 @force_option
@@ -134,6 +138,8 @@ def command(model, keep_trace, force, as_json, **kw):
             replay_and_report(path, kw, as_json=as_json, force=force)
     if kw.get("output"):   # so does an output that may not be written: nothing is left half-done
         check_output(kw["output"], force=force)
+    check_views(kw, force=force)
+    kw["force"] = force
     if keep_trace:
         check_output(keep_trace, force=force, directory=True)
         report(generate_trace(spec, run, keep_trace, force=force))

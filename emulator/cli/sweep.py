@@ -52,9 +52,11 @@ def axis_options(f):
 @click.option("--plot", "plot_path", type=click.Path(), default=None, metavar="FILE.png",
               help="Draw throughput per device against throughput per user, the Pareto front marked "
                    "(needs the plot extra).")
+@click.option("--html", "html_path", type=click.Path(), default=None, metavar="FILE.html",
+              help="Write a self-contained HTML report: the sweep's table and its Pareto plot (needs the plot extra).")
 @json_option
 def command(grid, overrides, output, scheduler, workers, max_points, connect_timeout, price, usd_per_kwh,
-            utilisation, plot_path, as_json, **axes):
+            utilisation, plot_path, html_path, as_json, **axes):
     """Sweep a grid of models x chips/systems x run options x chip overrides; a row per point."""
     from emulator.sweep.grid import grid_from_options, load_grid
     from emulator.sweep.runner import run_sweep
@@ -79,12 +81,14 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
     g.economics = {**{k: None if k != "utilisation" else 1.0 for k in given_opts}, **g.economics,
                    **{k: v for k, v in given_opts.items()
                       if ctx.get_parameter_source(source[k]) is not click.core.ParameterSource.DEFAULT}}
-    if plot_path:
+    if plot_path or html_path:
         from common.atomic import check_output
-        from emulator.present.plots import pyplot
+        from emulator.cli.views import need_matplotlib
 
-        pyplot()                # no matplotlib: one line naming the plot extra, before any work
-        check_output(plot_path, force=True)
+        need_matplotlib("--plot" if plot_path else "--html")   # no matplotlib: one line, before any work
+        for p in (plot_path, html_path):
+            if p:
+                check_output(p, force=True)
     g.points(max_points)        # over the limit: fails before anything else
     store = SweepStore(output, g.columns)
     with fraction_bar(unit="pt", desc="sweep") as progress:
@@ -98,6 +102,14 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
         wanted = {p.hash for p in g.points(max_points)}
         plot_pareto([r for r in read_rows(output) if r["point_hash"] in wanted], plot_path)
         d["plot"] = str(plot_path)
+    if html_path:
+        from emulator.present.html import sweep_report, write_html
+        from emulator.sweep.store import read_rows
+
+        wanted = {p.hash for p in g.points(max_points)}
+        write_html(sweep_report([r for r in read_rows(output) if r["point_hash"] in wanted], str(output)), html_path,
+                   force=True)     # a view of the sweep file, as the plot: redrawn on each run
+        d["html"] = str(html_path)
     if as_json:
         click.echo(json.dumps(d, indent=1))
     else:
@@ -105,3 +117,5 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
                    f"{summary.computed} computed, {summary.failed} failed)")
         if plot_path:
             click.echo(f"plot: {plot_path}")
+        if html_path:
+            click.echo(f"report: {html_path}")

@@ -60,6 +60,8 @@ class Path:
     finish_s: list[float]
     by_resource_s: dict = field(default_factory=dict)
     busy_s: list[float] = field(default_factory=list)
+    #: per device its walk in order: ``(OP, start_s, end_s, resource)`` or ``(COLL, start_s, end_s, id)``
+    segments: list = field(default_factory=list)
 
 
 def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict | None = None) -> Path:
@@ -137,7 +139,7 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
         for kind, start, end, what in seg[d]:
             busy[d] += (end - start) if kind == OP else (end - resolved[what][0])
     return Path(latency_s=max(clock, default=0.0), collective_s=coll_s, ops_s=ops_s, finish_s=clock,
-                by_resource_s=by_res, busy_s=busy)
+                by_resource_s=by_res, busy_s=busy, segments=seg)
 
 
 @dataclass

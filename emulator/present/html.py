@@ -1,0 +1,236 @@
+"""The self-contained HTML report (``--html FILE`` on ``run``, ``replay``, ``compare`` and ``sweep``):
+one file, its figures SVG in data URIs (:mod:`emulator.present.figures`), its style inline; no
+script, no network, no CDN.
+
+It is built from what the text reports use: the ``--json`` dict of a replay
+(:func:`emulator.analysis.result.to_json`, a system's :func:`emulator.analysis.system_result.to_json`),
+and for the figures that need per-op figures the replay and its cost (:mod:`emulator.present.breakdown`);
+a comparison's :class:`emulator.analysis.compare.ChipResult` rows; a sweep's rows.
+
+Sections of a replay: placement; bytes per decode token by link and tier; hit rates by tensor kind;
+the energy split; latency by op kind with each op's bound; the roofline; the provenance at the
+bottom. Every figure is a ``<figure data-figure=NAME>`` (the browser test finds each).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+from html import escape
+
+from common.atomic import atomic_path
+from emulator.present import breakdown, figures
+from emulator.present.format import format_bytes, format_percent, format_si
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1100px;color:#222;
+padding:0 1rem}
+h1{font-size:1.5rem}h2{font-size:1.2rem;border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2rem}
+table{border-collapse:collapse;margin:.6rem 0;font-size:.85rem}
+th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}th{background:#f4f4f4}
+td:first-child,th:first-child,td.text{text-align:left}
+figure{margin:.8rem 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.8rem;color:#555}.note{font-size:.85rem;color:#555}
+pre{background:#f7f7f7;padding:.6rem;font-size:.75rem;overflow-x:auto}
+"""
+
+
+def _cell(c) -> str:
+    """A table cell; text longer than a figure is left-aligned."""
+    text = escape(str(c))
+    return f'<td class="text">{text}</td>' if len(text) > 40 else f"<td>{text}</td>"
+
+
+def table_html(headers, rows) -> str:
+    head = "".join(f"<th>{escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def figure_html(name: str, svg: str | None, caption: str) -> str:
+    if svg is None:
+        return f'<p class="note">{escape(caption)}: nothing to draw.</p>'
+    uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+    return (f'<figure data-figure="{escape(name)}"><img alt="{escape(caption)}" src="{uri}">'
+            f"<figcaption>{escape(caption)}</figcaption></figure>")
+
+
+def section(sid: str, title: str, *parts: str) -> str:
+    return f'<section id="{sid}"><h2>{escape(title)}</h2>{"".join(parts)}</section>'
+
+
+def page(title: str, subtitle: str, sections: list[str], provenance) -> str:
+    prov = section("provenance", "Provenance", f"<pre>{escape(json.dumps(provenance, indent=1, default=str))}</pre>",
+                   f'<p class="note">written {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC '
+                   "by tierlab</p>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width\"><title>{escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1><p>{escape(subtitle)}</p>"
+            + "".join(sections) + prov + "</body></html>\n")
+
+
+def write_html(text: str, path, *, force: bool = False) -> None:
+    with atomic_path(path, force=force) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+# ---- one chip ------------------------------------------------------------------------------------
+
+def replay_sections(d: dict, tr, cst, *, prefix: str = "") -> list[str]:
+    """The sections of one chip's replay ``d`` (its ``--json`` dict) with its replay and cost."""
+    out = []
+    pl = table_html(["tier", "managed", "caches", "home", "lent"],
+                    [[t["name"], t["managed"], "yes" if t.get("caching") else "no", format_bytes(t["home_bytes"]),
+                      format_bytes(t["lent_bytes"])] for t in d["tiers"]])
+    out.append(section(prefix + "placement", "Placement", pl))
+    pt = d["per_token"]
+    tb = breakdown.tier_bytes_per_token(tr)
+    if pt:
+        rows = [[f"link {n}", format_bytes(v)] for n, v in pt["bytes_by_link"].items()]
+        rows += [[f"tier {t} read / written", f"{format_bytes(v['read'])} / {format_bytes(v['written'])}"]
+                 for t, v in (tb or {}).items()]
+        rows += [["energy", format_si(pt["energy_j"], "J")], ["latency (per step)", format_si(pt["latency_s"], "s")],
+                 ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]]]
+        out.append(section(prefix + "bytes", f"Per decode token ({pt['steps']} steps, batch {pt['batch']})",
+                           figure_html("bytes", figures.bytes_figure(pt["bytes_by_link"], tb),
+                                       "bytes per decode token by link and tier"),
+                           table_html(["per decode token", "value"], rows)))
+    else:
+        out.append(section(prefix + "bytes", "Per decode token",
+                           '<p class="note">the trace has no decode steps: per-token figures need --generate N</p>'))
+    caching = [t["name"] for t in d["tiers"] if t.get("caching")]
+    rows = []
+    for kind, v in d["by_kind"].items():
+        for name, c in v["tiers"].items():
+            n = c["hits"] + c["misses"]
+            if n:
+                rows.append([kind, name, c["hits"], c["misses"], format_percent(c["hits"] / n)])
+    out.append(section(prefix + "hits", "Hit rates by tensor kind",
+                       figure_html("hit_rates", figures.hit_rate_figure(d["by_kind"], caching),
+                                   "hit rate by tensor kind at each caching tier"),
+                       table_html(["kind", "tier", "hits", "misses", "hit rate"], rows)))
+    e = d["energy_j"]
+    split = pt["energy_split_j"] if pt else {k: e[k] for k in ("tiers", "links", "compute", "pim")}
+    what = "per decode token" if pt else "whole run"
+    out.append(section(prefix + "energy", f"Energy split ({what})",
+                       figure_html("energy", figures.energy_figure(split, f"energy {what}"), f"energy {what}"),
+                       table_html(["component", "energy"], [[k, format_si(v, "J")] for k, v in split.items()]
+                                  + [["whole run total", format_si(e["total"], "J")]])))
+    lat = breakdown.latency_by_kind(tr, cst)
+    rows = [[k["kind"], f"{k['ops']:.4g}", format_si(k["latency_s"], "s"),
+             ", ".join(f"{b} {format_si(s, 's')}" for b, s in k["by_bound"].items())] for k in lat["kinds"]]
+    out.append(section(prefix + "latency", f"Latency by op kind (per {lat['per']})",
+                       figure_html("latency", figures.latency_figure(lat), "latency by op kind, by each op's bound"),
+                       table_html(["op kind", f"ops per {lat['per']}", "latency", "by bound"], rows)))
+    pts = breakdown.roofline_points(tr, cst)
+    ceil = breakdown.roofline_ceilings(tr.chip, cst)
+    svg = figures.to_svg(figures.roofline_figure(pts, ceil)) if pts else None
+    out.append(section(prefix + "roofline", "Roofline", figure_html("roofline", svg, "roofline: op kinds against "
+                                                                    "the compute peak and each tier's bandwidth"),
+                       table_html(["phase", "op kind", "tier", "FLOPs", "bytes", "FLOP/B", "attained FLOP/s"],
+                                  [[p["phase"], p["kind"], p["tier"], f"{p['flops']:.4g}", format_bytes(p["bytes"]),
+                                    f"{p['intensity']:.4g}", f"{p['flop_per_s']:.4g}"] for p in pts])))
+    return out
+
+
+def model_text(trace) -> str:
+    from emulator.present.compare import model_line
+
+    return model_line(trace)[1]
+
+
+def chip_report(d: dict, tr, cst, *, mrc: tuple[str, str] | None = None) -> str:
+    """The report of one chip replay; ``mrc``: a tier's miss-ratio curve (SVG) and its table (text)."""
+    secs = replay_sections(d, tr, cst)
+    if mrc is not None:
+        secs.append(section("mrc", "Miss-ratio curve", figure_html("mrc", mrc[0], "miss ratio against capacity"),
+                            f"<pre>{escape(mrc[1])}</pre>"))
+    return page(f"tierlab: {model_text(tr.trace)} on {d['chip']}", f"trace {d['provenance']['trace']}", secs,
+                d["provenance"])
+
+
+# ---- a system ------------------------------------------------------------------------------------
+
+def system_report(d: dict, sr, sc) -> str:
+    """The report of a system run: devices, network, per token, and device 0's replay sections."""
+    from emulator.analysis.result import to_json
+
+    secs = []
+    rows = [[dev["device"], dev["chip"], format_bytes(sum(t["bytes_read"] for t in dev["tiers"])),
+             format_bytes(sum(lk["bytes_down"] + lk["bytes_up"] for lk in dev["links"])),
+             format_si(dev["energy_j"]["total"], "J"), format_si(dev["latency_s"], "s")] for dev in d["devices"]]
+    secs.append(section("devices", f"System {d['system']}: {d['n_devices']} device(s) of {d['chip']}",
+                        table_html(["device", "chip", "tier reads", "link bytes", "energy", "busy"], rows),
+                        table_html(["fabric", "name", "bytes", "messages", "energy"],
+                                   [[n["name"], n["fabric"], format_bytes(n["bytes"]), n["messages"],
+                                     format_si(n["energy_j"], "J")] for n in d["network"]]),
+                        table_html(["collective", "algorithm", "count", "bytes/rank", "time", "energy"],
+                                   [[c["kind"], c["algorithm"], c["count"], format_bytes(c["bytes_per_rank"]),
+                                     format_si(c["time_s"], "s"), format_si(c["energy_j"], "J")]
+                                    for c in d["collectives"]])))
+    pt = d["per_token"]
+    if pt:
+        secs.append(section("system-token", "Per decode token (system)",
+                            figure_html("bytes", figures.bytes_figure(pt["bytes_by_link"]),
+                                        "bytes per decode token by link and fabric"),
+                            figure_html("energy", figures.energy_figure(pt["energy_split_j"], "energy per token"),
+                                        "energy per decode token"),
+                            table_html(["per decode token", "value"],
+                                       [["latency (critical path per step)", format_si(pt["latency_s"], "s")],
+                                        ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]],
+                                        ["latency model", pt["latency_model"]]])))
+    if sr.devices:
+        tr, cst = sr.devices[0], sc.devices[0]
+        secs.append('<h2 id="device0">Device 0</h2>')
+        secs += [s for s in replay_sections(to_json(tr, cst), tr, cst, prefix="d0-") if 'id="d0-placement"' not in s]
+    return page(f"tierlab: {model_text(sr.trace)} on {d['system']}", f"trace {sr.trace.path}", secs, d["provenance"])
+
+
+# ---- a comparison and a sweep ----------------------------------------------------------------------
+
+def compare_report(rows, trace, *, pim: bool) -> str:
+    """The comparison across chips and systems: the side-by-side table and its figure."""
+    from emulator.analysis.compare import table_rows
+    from emulator.present.compare import format_metric, plot_title
+    from emulator.present.plots import plot_comparison
+
+    metrics = table_rows(rows)
+    body = [["fits"] + ["yes" if r.ok else "no" for r in rows]]
+    body += [[label] + [format_metric(label, v) for v in vals] for label, vals in metrics]
+    notes = "".join(f'<p class="note">{escape(r.chip)}: {escape(str(r.reason))}</p>' for r in rows if not r.ok)
+    secs = [section("comparison", "Comparison (per decode token)",
+                    figure_html("comparison", figures.svg_of_plot(plot_comparison, rows,
+                                                                  title=plot_title(trace, pim=pim)),
+                                "bytes and energy per decode token"),
+                    table_html(["per decode token"] + [r.chip for r in rows], body), notes)]
+    prov = {"trace": str(trace.path), "pim": pim, "chips": {r.chip: (r.result or {}).get("provenance") for r in rows}}
+    return page(f"tierlab compare: {model_text(trace)}", f"PIM {'on' if pim else 'off'}", secs, prov)
+
+
+SWEEP_COLUMNS = ("model", "chip", "system", "batch", "context", "prompt", "generate", "weights", "tokens_per_s",
+                 "latency_s", "energy_j_per_token", "bound", "usd_per_mtok", "error")
+
+
+def sweep_report(rows: list[dict], output: str) -> str:
+    """A sweep's rows as a table (the Pareto points marked) and the Pareto figure."""
+    from emulator.present.plots import pareto_front, pareto_points, plot_pareto
+
+    cols = [c for c in SWEEP_COLUMNS if any(r.get(c) is not None for r in rows)]
+    cols += sorted({k for r in rows for k in r if "." in k and not k.startswith(("bytes_per_token.", "hit_rate."))})
+    ok = [r for r in rows if r.get("error") is None and r.get("tokens_per_s")]
+    pts = pareto_points(ok)
+    front = {id(ok[i]) for i in pareto_front([(p[1], p[2]) for p in pts])} if pts else set()
+
+    def cell(v):
+        return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else v)
+
+    body = [[("★ " if id(r) in front else "") + str(r.get(cols[0]))] + [cell(r.get(c)) for c in cols[1:]]
+            for r in rows]
+    parts = [figure_html("pareto", figures.svg_of_plot(plot_pareto, ok) if ok else None,
+                         "tokens/s per device against tokens/s per user, the Pareto front dashed"),
+             f'<p class="note">★: on the Pareto front (tokens/s per device against per user). {len(rows)} points.</p>',
+             table_html(cols, body)]
+    prov = {"sweep": str(output), "tierlab": sorted({str(r.get("tierlab_version")) for r in rows})}
+    return page("tierlab sweep", f"{output}: {len(rows)} points", [section("sweep", "Sweep", *parts)], prov)

@@ -1,0 +1,111 @@
+"""The HTML reports opened as a person would: in a real headless Chromium (Debian's ``chromium``,
+driven by Playwright), each report must load with no console error, no uncaught page error and no
+request for anything but itself, and every figure must be there and drawn (its image decoded, with
+a size on the page). A full-page screenshot of each is kept in ``tests/artifacts/``.
+
+Without ``/usr/bin/chromium`` the test is skipped, with the reason -- except in CI (``CI=true``,
+which ``.ci/run`` sets after installing Chromium), where a missing browser fails it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emulator.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+TINY = DATA / "models" / "tiny-llama.json"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+WAIT_MS = 600_000
+# what this machine's Chromium needs headless (no GPU, no background calls to a closed network)
+FLAGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-sandbox"]
+
+
+def _browser_or_skip():
+    in_ci = os.environ.get("CI") == "true"
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        why = "Debian's chromium is not installed (apt-get install -y chromium)"
+        if in_ci:
+            pytest.fail(f"CI=true: {why}; .ci/run installs it")
+        pytest.skip(why)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:       # part of the test extra: its absence is a broken install, not a skip
+        pytest.fail("playwright is not installed: pip install -e '.[test]'")
+    return sync_playwright, CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+
+
+def _cli(*args):
+    r = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reports")
+    trace = tmp / "t.trace"
+    _cli("trace", TINY, "--prompt", "16", "--generate", "3", "-o", trace)
+    out = {}
+    out["replay"] = tmp / "replay.html"
+    _cli("replay", trace, "--chip", "h100", "--html", out["replay"], "--mrc", "l2")
+    out["system"] = tmp / "system.html"
+    _cli("run", TINY, "--system", "dgx-h100", "--tp", "2", "--generate", "2", "--html", out["system"])
+    out["compare"] = tmp / "compare.html"
+    _cli("compare", TINY, "--chips", "h100,sn40l", "--systems", "dgx-h100", "--generate", "2", "--html",
+         out["compare"])
+    out["sweep"] = tmp / "sweep.html"
+    _cli("sweep", "--model", TINY, "--chip", "h100,a100", "--batch", "1,4", "--context", "16", "--generate", "1",
+         "-o", tmp / "s.parquet", "--workers", "1", "--html", out["sweep"])
+    return out
+
+
+EXPECTED = {"replay": {"bytes", "hit_rates", "energy", "latency", "roofline", "mrc"},
+            "system": {"bytes", "energy", "hit_rates", "latency", "roofline"},
+            "compare": {"comparison"}, "sweep": {"pareto"}}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_report_in_headless_chromium(reports, name):
+    sync_playwright, exe = _browser_or_skip()
+    path = reports[name]
+    declared = set(re.findall(r'<figure data-figure="([^"]+)"', path.read_text()))
+    assert EXPECTED[name] <= declared
+    problems, requests = [], []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        # Playwright's 30 s default waits are bounds, not verdicts: a loaded machine gets 10 minutes
+        browser = p.chromium.launch(executable_path=exe, headless=True, args=FLAGS, timeout=WAIT_MS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.set_default_timeout(WAIT_MS)
+            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(path.as_uri(), wait_until="load")
+            figs = page.eval_on_selector_all(
+                "figure[data-figure] img",
+                "els => els.map(e => ({name: e.closest('figure').dataset.figure, complete: e.complete, "
+                "w: e.naturalWidth, h: e.naturalHeight, shown: e.getBoundingClientRect().width}))")
+            title = page.title()
+            sections = page.eval_on_selector_all("section", "els => els.map(e => e.id)")
+            page.screenshot(path=str(ARTIFACTS / f"report-{name}.png"), full_page=True)
+        finally:
+            browser.close()
+    assert problems == []
+    assert [u for u in requests if not u.startswith(("data:", path.as_uri()))] == []
+    assert {f["name"] for f in figs} == declared
+    for f in figs:
+        assert f["complete"] and f["w"] > 100 and f["h"] > 100 and f["shown"] > 100, f
+    assert title.startswith("tierlab") and sections[-1] == "provenance"
+    assert (ARTIFACTS / f"report-{name}.png").stat().st_size > 10_000

@@ -1,0 +1,157 @@
+"""``--html FILE`` on run, replay, compare and sweep: one self-contained file (no script, nothing
+fetched: every image a data URI), each section and figure there, the figures the text report
+prints, the provenance at the bottom; and without matplotlib, one line naming the extra.
+(tests/test_html_browser.py opens the reports in a real browser.)"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emulator.cli import main
+from emulator.present.format import format_si
+
+DATA = Path(__file__).parent / "data"
+TINY = DATA / "models" / "tiny-llama.json"
+CHIP_FIGURES = {"bytes", "hit_rates", "energy", "latency", "roofline"}
+
+
+def _cli(*args, code=0):
+    r = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert r.exit_code == code, r.output
+    return r
+
+
+def figures_of(html: str) -> dict[str, str]:
+    """``data-figure`` name -> the SVG text of its data URI."""
+    out = {}
+    for name, uri in re.findall(r'<figure data-figure="([^"]+)"><img alt="[^"]*" src="([^"]+)"', html):
+        assert uri.startswith("data:image/svg+xml;base64,")
+        out[name] = base64.b64decode(uri.split(",", 1)[1]).decode()
+    return out
+
+
+def self_contained(html: str) -> None:
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    assert "<script" not in html.lower()
+    # nothing to fetch: every src and href is a data URI or a fragment
+    for attr in re.findall(r'(?:src|href)="([^"]*)"', html):
+        assert attr.startswith(("data:", "#")), attr
+    assert "url(http" not in html and "@import" not in html
+
+
+def make_trace(tmp_path) -> Path:
+    out = tmp_path / "t.trace"
+    _cli("trace", TINY, "--prompt", "16", "--generate", "3", "-o", out)
+    return out
+
+
+def test_replay_report(tmp_path):
+    trace = make_trace(tmp_path)
+    out = tmp_path / "r.html"
+    d = json.loads(_cli("replay", trace, "--chip", "h100", "--html", out, "--json").stdout)
+    html = out.read_text()
+    self_contained(html)
+    figs = figures_of(html)
+    assert set(figs) == CHIP_FIGURES and all(s.startswith("<svg") for s in figs.values())
+    for sid in ("placement", "bytes", "hits", "energy", "latency", "roofline", "provenance"):
+        assert f'<section id="{sid}">' in html
+    assert html.index('id="roofline"') < html.index('id="provenance"')      # provenance at the bottom
+    pt = d["per_token"]
+    assert f"<td>{format_si(pt['latency_s'], 's')}</td>" in html and f"<td>{pt['tokens_per_s']:.4g}</td>" in html
+    assert d["provenance"]["chip_sha256"] in html
+    for t in d["tiers"]:
+        assert f"<td>{t['name']}</td><td>{t['managed']}</td>" in html
+
+
+def test_mrc_in_the_report_when_asked(tmp_path):
+    trace = make_trace(tmp_path)
+    out = tmp_path / "m.html"
+    mrc = json.loads(_cli("mrc", trace, "--chip", "h100", "--tier", "l2", "--json").stdout)
+    _cli("replay", trace, "--chip", "h100", "--html", out, "--mrc", "l2")
+    html = out.read_text()
+    assert set(figures_of(html)) == CHIP_FIGURES | {"mrc"}
+    from emulator.present.mrc import format_mrc
+    from html import escape
+
+    assert escape(format_mrc(mrc)) in html                   # the table tierlab mrc prints
+    r = _cli("replay", trace, "--chip", "h100", "--mrc", "l2", code=2)
+    assert r.stderr == "tierlab: error: --mrc: adds a curve to the report: give --html FILE too\n"
+    r = _cli("replay", trace, "--chip", "h100", "--html", tmp_path / "n.html", "--mrc", "l3", code=2)
+    assert r.stderr == "tierlab: error: --mrc: unknown tier 'l3'; chip h100 has l2, hbm, ddr\n"
+    assert not (tmp_path / "n.html").exists()
+
+
+def test_run_chip_and_system_reports(tmp_path):
+    out = tmp_path / "r.html"
+    _cli("run", TINY, "--chip", "sn40l", "--generate", "2", "--html", out)
+    assert set(figures_of(out.read_text())) == CHIP_FIGURES
+    sout = tmp_path / "s.html"
+    d = json.loads(_cli("run", TINY, "--system", "dgx-h100", "--tp", "2", "--generate", "2", "--html", sout,
+                        "--json").stdout)
+    html = sout.read_text()
+    self_contained(html)
+    assert {"bytes", "energy", "latency", "roofline"} <= set(figures_of(html))
+    assert f"<td>{format_si(d['per_token']['latency_s'], 's')}</td>" in html
+    assert d["provenance"]["system_sha256"] in html
+
+
+def test_compare_report(tmp_path):
+    out = tmp_path / "c.html"
+    d = json.loads(_cli("compare", TINY, "--chips", "h100,sn40l", "--systems", "dgx-h100", "--generate", "2",
+                        "--html", out, "--json").stdout)
+    html = out.read_text()
+    self_contained(html)
+    assert set(figures_of(html)) == {"comparison"}
+    assert "<th>h100</th><th>sn40l</th><th>dgx-h100</th>" in html
+    for c in d["chips"]:
+        assert f"{c['summary']['tokens_per_s']:.4g}" in html
+
+
+def test_sweep_report(tmp_path):
+    out = tmp_path / "s.html"
+    _cli("sweep", "--model", TINY, "--chip", "h100,a100", "--batch", "1,4", "--context", "16", "--generate", "1",
+         "-o", tmp_path / "s.parquet", "--workers", "1", "--html", out)
+    html = out.read_text()
+    self_contained(html)
+    assert set(figures_of(html)) == {"pareto"}
+    assert html.count("<tr>") == 1 + 4                       # header + one row per point
+    assert html.count("★ ") == 2          # h100 at batch 1 and 4: the front (a100 is slower at each batch)
+
+
+def test_without_matplotlib_one_line_naming_the_extra(tmp_path, monkeypatch):
+    import emulator.present.plots as plots
+    from common.errors import UsageError
+
+    def missing():
+        raise UsageError("plotting needs matplotlib: pip install 'tierlab[plot]'", field="--plot")
+
+    monkeypatch.setattr(plots, "pyplot", missing)
+    trace = make_trace(tmp_path)
+    r = _cli("replay", trace, "--chip", "h100", "--html", tmp_path / "r.html", code=2)
+    assert r.stderr == "tierlab: error: --html: the report's figures need matplotlib: pip install 'tierlab[plot]'\n"
+    assert not (tmp_path / "r.html").exists()
+    line = "tierlab: error: --html: the report's figures need matplotlib: pip install 'tierlab[plot]'\n"
+    r = _cli("compare", TINY, "--chips", "h100", "--html", tmp_path / "c.html", code=2)
+    assert r.stderr == line
+    r = _cli("sweep", "--model", TINY, "--chip", "h100", "-o", tmp_path / "s.parquet", "--html", tmp_path / "s.html",
+             code=2)
+    assert r.stderr == line and not (tmp_path / "s.parquet").exists()
+    r = _cli("replay", trace, "--chip", "h100", "--plot", tmp_path / "r.png", code=2)
+    assert r.stderr == "tierlab: error: --plot: plotting needs matplotlib: pip install 'tierlab[plot]'\n"
+
+
+@pytest.mark.parametrize("opt, name", [("--html", "x.html"), ("--timeline", "x.json"), ("--plot", "x.png")])
+def test_outputs_are_not_replaced_without_force(tmp_path, opt, name):
+    trace = make_trace(tmp_path)
+    out = tmp_path / name
+    out.write_text("old")
+    r = _cli("replay", trace, "--chip", "h100", opt, out, code=2)
+    assert r.stderr == f"tierlab: error: {out}: output exists; pass --force to replace it\n"
+    _cli("replay", trace, "--chip", "h100", opt, out, "--force")
+    assert out.read_bytes() != b"old"
