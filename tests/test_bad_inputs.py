@@ -342,9 +342,9 @@ CASES = [
          "{tmp}/m.json: num_key_value_heads: num_attention_heads 4 is not a multiple of num_key_value_heads 3",
          config(LLAMA, num_key_value_heads=3)),
     Case("config-unknown-family", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
-         "{tmp}/m.json: architectures: unsupported model family 'GPT2LMHeadModel'; supported: "
+         "{tmp}/m.json: architectures: unsupported model family 'BertForMaskedLM'; supported: "
          + ", ".join(sorted(ARCHITECTURES)),
-         config(LLAMA, architectures=["GPT2LMHeadModel"], model_type="gpt2")),
+         config(LLAMA, architectures=["BertForMaskedLM"], model_type="bert")),
     Case("config-zero-experts", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: num_local_experts: expected a positive integer, got 0",
          config(MIXTRAL, num_local_experts=0)),
