@@ -88,7 +88,8 @@ FAMILIES: dict[str, Family] = {
                    tied_default=True),
     "opt": Family(("OPTForCausalLM", "OPTModel"), ("opt",),
                   _keys(intermediate_size="ffn_dim", num_kv_heads="", head_dim=""), norm="layer",
-                  qkv_bias="enable_bias", o_bias="enable_bias", mlp_bias="enable_bias", mlp_gated=False,
+                  qkv_bias=("enable_bias", True), o_bias=("enable_bias", True), mlp_bias=("enable_bias", True),
+                  mlp_gated=False,
                   learned_positions=2, tied_default=True),
     "falcon": Family(("FalconForCausalLM", "RWForCausalLM"), ("falcon", "RefinedWebModel"),
                      _keys(num_kv_heads="num_kv_heads", intermediate_size="ffn_hidden_size", head_dim=""),
@@ -141,9 +142,11 @@ class Reader:
         return self.int(key)
 
     def flag(self, key, default: bool = False) -> bool:
-        """``key`` a bool (the trait itself) or a config key holding true/false."""
+        """``key`` a bool (the trait itself), a config key holding true/false, or (key, default)."""
         if isinstance(key, bool):
             return key
+        if isinstance(key, tuple):
+            key, default = key
         v = self.config.get(key, default)
         if v is None:
             return default
