@@ -227,6 +227,19 @@ def _nine_devices(tmp: Path) -> None:
 SWEEP_OUT = ["-o", "{tmp}/r.parquet"]
 
 
+def _preset(name: str, **over) -> dict:
+    """A shipped preset's config.json with some top-level fields changed."""
+    from common.paths import configs_dir
+
+    return {**json.loads((configs_dir("models") / f"{name}.json").read_text()), **over}
+
+
+def _nested(name: str, **over) -> dict:
+    cfg = _preset(name)
+    cfg["text_config"] = {**cfg["text_config"], **over}
+    return cfg
+
+
 def _other_sweep(tmp: Path) -> None:
     """A sweep file of another grid's columns."""
     import pyarrow.parquet as pq
@@ -480,7 +493,8 @@ CASES = [
     Case("arg-nothing-to-trace", ["trace", str(TINY), *TRACE_OUT, "--context", "8"],
          "prompt: nothing to trace: give a prompt length and/or tokens to generate"),
     Case("arg-unknown-weights-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--weights", "int3"],
-         "weights: unknown dtype 'int3'; expected one of bf16, fp16, fp32, fp8, int8, int4"),
+         "weights: unknown dtype 'int3'; expected one of bf16, fp16, fp32, fp8, int8, int4, mxfp4, fp8-block, "
+         "int4-g128, native"),
     Case("arg-unknown-kv-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--kv", "int4"],
          "kv: unknown dtype 'int4'; expected one of bf16, fp16, fp32, fp8, int8"),
     Case("arg-unknown-activations-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--activations", "int8"],
@@ -657,6 +671,26 @@ CASES = [
          "{tmp}/r.parquet: output is a sweep of other columns (model); choose another -o", _other_sweep),
     Case("sweep-chip-and-system", ["sweep", "--model", str(TINY), "--chip", "h100", "--system", "dgx-h100",
                                    *SWEEP_OUT], "chip: give exactly one of the axes chip and system"),
+    # -- families (issue 14): fields a family reads but tierlab does not model, named ---------------
+    Case("config-unknown-layer-type", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: layer_types: unknown entry 'linear_attention'; expected one of sliding_attention, "
+         "full_attention", {"m.json": json.dumps(_preset("gpt-oss-20b", layer_types=["linear_attention"] * 24))}),
+    Case("config-falcon-alibi", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: alibi: alibi = True is not modelled for falcon (only False)",
+         {"m.json": json.dumps(_preset("falcon-7b", alibi=True))}),
+    Case("config-text-config-not-object", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: text_config: expected a JSON object, got list",
+         {"m.json": json.dumps(_preset("llama-4-scout-17b-16e", text_config=[1]))}),
+    Case("config-nested-field", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: text_config.num_local_experts: expected a positive integer, got 0",
+         {"m.json": json.dumps(_nested("llama-4-scout-17b-16e", num_local_experts=0))}),
+    Case("config-unknown-quant-method", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1", "--weights",
+                                         "native"],
+         "quantization_config.quant_method: quant_method 'bitsandbytes' is not modelled; expected mxfp4, fp8, awq "
+         "or gptq", {"m.json": json.dumps(_preset("gpt2", quantization_config={"quant_method": "bitsandbytes"}))}),
+    Case("arg-tp-unsplit-family", ["trace", "gpt2", *TRACE_OUT, "--generate", "1", "--tp", "2"],
+         "--tp: gpt2 (learned positions) is lowered on one device only; drop --tp/--pp/--ep/--dp and "
+         "--pp-microbatches"),
 ]
 
 
@@ -703,5 +737,5 @@ def test_bad_input(case: Case, tmp_path: Path):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 40
+    assert len(CASES) >= 153
     assert len({c.id for c in CASES}) == len(CASES)

@@ -267,8 +267,6 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
             kw["num_shared_experts"] = size // kw["moe_intermediate_size"]
         else:
             kw.pop("shared_expert_size", None)
-        if family == "llama4" and not any(not m for m in kw["moe_layers"]):
-            kw["intermediate_size"] = r.pos("intermediate_size")
     if fam.mla:
         q_lora = cfg.get("q_lora_rank")
         kw.update(attention="mla", q_lora_rank=r.pos("q_lora_rank") if q_lora is not None else None,
