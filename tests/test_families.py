@@ -319,3 +319,16 @@ def test_sharding_refuses_what_it_does_not_split(tmp_path):
     spec = spec_from_config(shrunk("gpt-oss-20b", **GPT_OSS_TINY), name="tiny-gpt-oss")
     with pytest.raises(UsageError, match="lowered on one device only"):
         trace_of(tmp_path, spec, generate=1, tp=2)
+
+
+def test_gpt_oss_preset_defaults_to_its_released_mxfp4_experts():
+    from traces.weightfmt import default_weights, weight_tensors
+
+    g = load_model("gpt-oss-20b")
+    assert default_weights(g) == "native" and default_weights(load_model("deepseek-v3")) == "bf16"
+    fmt = {t.dtype for t in weight_tensors(g, "native") if t.shape.expert >= 0 and not t.shape.is_vector}
+    rest = {t.dtype for t in weight_tensors(g, "native") if t.shape.expert < 0}
+    assert fmt == {"mxfp4"} and rest == {"bf16"}
+    # experts: 4.25 bits per element; 24 layers x 32 experts x 3 x 2880^2 elements
+    experts = 24 * 32 * 3 * 2880 * 2880
+    assert weight_bytes(g, "native") == (g.param_count() - experts) * 2 + experts // 2 + experts // 32

@@ -76,6 +76,14 @@ def native_rule(spec):
     return (lambda s: "bf16" if s.name in UNQUANTISED or is_router(s.name) else fmt), "bf16"
 
 
+def default_weights(spec) -> str:
+    """The ``weights`` a run of ``spec`` takes when none is given: ``native`` for a model released only
+    in MXFP4 (gpt-oss: its experts ship in MXFP4), else ``bf16`` (DeepSeek-V3's FP8 release included,
+    as before; ``--weights native`` gives its ``fp8-block``)."""
+    q = _quant_config(spec)
+    return "native" if isinstance(q, dict) and q.get("quant_method") == "mxfp4" else "bf16"
+
+
 def weight_tensors(spec, weights: str = "bf16", quant_group: int = 128, shapes=None) -> list[WeightTensor]:
     """Every weight tensor of ``spec`` (or of ``shapes``, a subset) under ``weights``."""
     if weights == "native":
