@@ -65,7 +65,7 @@ PUBLISHED = {
 
 
 def test_every_preset_has_a_closed_form():
-    assert set(list_presets()) == set(PUBLISHED)
+    assert set(PUBLISHED) <= set(list_presets())   # the other presets: tests/test_families.py
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

@@ -56,7 +56,7 @@ def _keys(**over) -> dict:
 
 
 FAMILIES: dict[str, Family] = {
-    "llama": Family(("LlamaForCausalLM",), ("llama",), _keys(), qkv_bias="attention_bias", o_bias="attention_bias",
+    "llama": Family(("LlamaForCausalLM",), ("llama",), _keys(), layers="full", qkv_bias="attention_bias", o_bias="attention_bias",
                     mlp_bias="mlp_bias"),
     "mistral": Family(("MistralForCausalLM",), ("mistral",), _keys()),
     "qwen2": Family(("Qwen2ForCausalLM",), ("qwen2",), _keys(), qkv_bias=True, layers="qwen_window"),
@@ -67,10 +67,10 @@ FAMILIES: dict[str, Family] = {
                         layers="qwen_window"),
     "qwen3_moe": Family(("Qwen3MoeForCausalLM",), ("qwen3_moe",), _keys(), qk_norm="head", moe="qwen_moe",
                         layers="qwen_window"),
-    "olmoe": Family(("OlmoeForCausalLM",), ("olmoe",), _keys(), qk_norm="full", moe="olmoe"),
-    "deepseek_v2": Family(("DeepseekV2ForCausalLM",), ("deepseek_v2",), _keys(), moe="deepseek", mla=True),
-    "deepseek_v3": Family(("DeepseekV3ForCausalLM",), ("deepseek_v3",), _keys(), moe="deepseek", mla=True),
-    "glm4_moe": Family(("Glm4MoeForCausalLM",), ("glm4_moe",), _keys(), qkv_bias="attention_bias",
+    "olmoe": Family(("OlmoeForCausalLM",), ("olmoe",), _keys(), layers="full", qk_norm="full", moe="olmoe"),
+    "deepseek_v2": Family(("DeepseekV2ForCausalLM",), ("deepseek_v2",), _keys(), layers="full", moe="deepseek", mla=True),
+    "deepseek_v3": Family(("DeepseekV3ForCausalLM",), ("deepseek_v3",), _keys(), layers="full", moe="deepseek", mla=True),
+    "glm4_moe": Family(("Glm4MoeForCausalLM",), ("glm4_moe",), _keys(), layers="full", qkv_bias="attention_bias",
                        qk_norm="use_qk_norm", moe="deepseek"),
     "gemma2": Family(("Gemma2ForCausalLM",), ("gemma2",), _keys(), norm_layout="sandwich", tied_default=True,
                      layers="gemma2"),
@@ -85,7 +85,7 @@ FAMILIES: dict[str, Family] = {
                    {"hidden_size": "n_embd", "num_layers": "n_layer", "num_heads": "n_head",
                     "intermediate_size": "n_inner", "vocab_size": "vocab_size", "max_position_embeddings": "n_positions"},
                    norm="layer", qkv_bias=True, o_bias=True, mlp_bias=True, mlp_gated=False, learned_positions=0,
-                   tied_default=True),
+                   tied_default=True, layers="full"),
     "opt": Family(("OPTForCausalLM", "OPTModel"), ("opt",),
                   _keys(intermediate_size="ffn_dim", num_kv_heads="", head_dim=""), norm="layer",
                   qkv_bias=("enable_bias", True), o_bias=("enable_bias", True), mlp_bias=("enable_bias", True),
@@ -94,7 +94,7 @@ FAMILIES: dict[str, Family] = {
     "falcon": Family(("FalconForCausalLM", "RWForCausalLM"), ("falcon", "RefinedWebModel"),
                      _keys(num_kv_heads="num_kv_heads", intermediate_size="ffn_hidden_size", head_dim=""),
                      norm="layer", norm_layout="parallel", qkv_bias="bias", o_bias="bias", mlp_bias="bias",
-                     mlp_gated=False, tied_default=True),
+                     mlp_gated=False, tied_default=True, layers="full"),
     "jamba": Family(("JambaForCausalLM",), ("jamba",), _keys(), moe="jamba", mamba=True, layers="jamba"),
 }
 
@@ -244,7 +244,11 @@ def _jamba(r: Reader, n: int) -> list:
     return [att if i % period == offset else ("mamba", 0) for i in range(n)]
 
 
-LAYER_READERS = {"window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
+def _full(r: Reader, n: int) -> list:
+    return [("full", 0)] * n
+
+
+LAYER_READERS = {"full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
                  "gemma2": _layer_types, "gemma3": _gemma3, "llama4": _llama4, "jamba": _jamba}
 
 

@@ -100,6 +100,16 @@ class ModelSpec:
     def attention_layers(self) -> list[int]:
         return [i for i in range(self.num_layers) if self.layer_kind(i) != "mamba"]
 
+    def attention_summary(self) -> str:
+        """The layers' mixers in a few words, e.g. ``sliding 128 x12, full x12``."""
+        counts: dict[tuple, int] = {}
+        for i in range(self.num_layers):
+            counts[self.layer_span(i)] = counts.get(self.layer_span(i), 0) + 1
+        if len(counts) == 1:
+            (kind, span), = counts
+            return kind + (f" {span}" if span else "")
+        return ", ".join(f"{k}{f' {w}' if w else ''} x{n}" for (k, w), n in counts.items())
+
     @property
     def shared_expert_size(self) -> int:
         """Intermediate width of the shared (always-on) experts of a MoE layer, together."""
