@@ -37,6 +37,8 @@ def closed_form(name: str) -> int:
         return 26 * (attn(2304, 8, 4, 256) + mlp(2304, 9216) + 4 * 2304) + 256000 * 2304 + 2304
     if name == "gemma-3-1b":     # + q/k norms of head_dim
         return 26 * (attn(1152, 4, 1, 256, qk=512) + mlp(1152, 6912) + 4 * 1152) + 262144 * 1152 + 1152
+    if name == "gemma-3-4b":     # text_config of the multimodal wrapper, Gemma3TextConfig's defaults for the rest
+        return 34 * (attn(2560, 8, 4, 256, qk=512) + mlp(2560, 10240) + 4 * 2560) + 262208 * 2560 + 2560
     if name == "phi-3-mini-4k":  # fused qkv_proj / gate_up_proj: the same elements as separate
         return 32 * (attn(3072, 32, 32, 96) + mlp(3072, 8192) + 2 * 3072) + 2 * 32064 * 3072 + 3072
     if name == "phi-4":
@@ -97,6 +99,8 @@ PUBLISHED = {   # name: (total, 0 = exact, else the relative tolerance of the pu
     "gemma-2-9b": (9_241_705_984, 0),       # huggingface.co/google/gemma-2-9b safetensors: 9,241,705,984 params
     "gemma-2-2b": (2_614_341_888, 0),       # huggingface.co/google/gemma-2-2b safetensors: 2,614,341,888 params
     "gemma-3-1b": (999_885_952, 0),         # huggingface.co/google/gemma-3-1b-pt safetensors: 999,885,952 params
+    "gemma-3-4b": (3_209e6 + 262208 * 2560 + 2560, 0.0005),   # Gemma 3 report (arXiv 2503.19786) table 1:
+    #                                       3,209M non-embedding parameters (+ its 262,208 x 2,560 embedding; vision 417M not modelled)
     "phi-3-mini-4k": (3.8e9, 0.01),         # Phi-3 technical report (arXiv 2404.14219): "3.8 billion parameter"
     "phi-4": (14.7e9, 0.005),               # Phi-4 technical report (arXiv 2412.08905): "14-billion" (HF card: 14.7B)
     "gpt-oss-20b": (20.91e9, 0.0005),       # gpt-oss model card (arXiv 2508.10925) table 1: 20.91B total
@@ -160,6 +164,8 @@ def test_active_params_match_published(name):
     ("gemma-2-9b", 8192, (21 * 4096 + 21 * 8192) * 2 * 8 * 256 * 2),
     # gemma-3-1b: 5 of every 6 layers slide (512): layers 5, 11, 17, 23 are global
     ("gemma-3-1b", 32768, (22 * 512 + 4 * 32768) * 2 * 1 * 256 * 2),
+    # gemma-3-4b (text_config): 29 sliding (1024) layers, 5 global; 4 KV heads of 256
+    ("gemma-3-4b", 4096, (29 * 1024 + 5 * 4096) * 2 * 4 * 256 * 2),
     # Llama 4 Scout: chunked attention (8192) on 3 of 4 layers, global on every 4th
     ("llama-4-scout-17b-16e", 100_000, (36 * 8192 + 12 * 100_000) * 2 * 8 * 128 * 2),
     # Phi-3-mini: every layer slides over 2047

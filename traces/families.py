@@ -43,6 +43,7 @@ class Family:
     moe: str | None = None         # MoE layout reader (MOE_READERS)
     mla: bool = False
     mamba: bool = False            # Jamba-style hybrid: attention on some layers, Mamba mixers on the rest
+    defaults: dict = field(default_factory=dict)   # the Transformers config class's defaults a config may omit
 
 
 LLAMA_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -54,6 +55,11 @@ LLAMA_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "
 def _keys(**over) -> dict:
     return {**LLAMA_KEYS, **over}
 
+
+# transformers' Gemma3TextConfig defaults (the multimodal Gemma 3 configs give only what differs)
+GEMMA3_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                   "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                   "max_position_embeddings": 131072, "sliding_window": 4096, "sliding_window_pattern": 6}
 
 FAMILIES: dict[str, Family] = {
     "llama": Family(("LlamaForCausalLM",), ("llama",), _keys(), layers="full", qkv_bias="attention_bias", o_bias="attention_bias",
@@ -75,7 +81,8 @@ FAMILIES: dict[str, Family] = {
     "gemma2": Family(("Gemma2ForCausalLM",), ("gemma2",), _keys(), norm_layout="sandwich", tied_default=True,
                      layers="gemma2"),
     "gemma3": Family(("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), ("gemma3_text", "gemma3"), _keys(),
-                     norm_layout="sandwich", qk_norm="head", tied_default=True, layers="gemma3"),
+                     norm_layout="sandwich", qk_norm="head", tied_default=True, layers="gemma3",
+                     defaults=GEMMA3_DEFAULTS),
     "phi3": Family(("Phi3ForCausalLM",), ("phi3",), _keys()),
     "gpt_oss": Family(("GptOssForCausalLM",), ("gpt_oss",), _keys(), qkv_bias=True, o_bias=True, sinks=True,
                       layers="layer_types", moe="gpt_oss"),
@@ -85,7 +92,8 @@ FAMILIES: dict[str, Family] = {
                    {"hidden_size": "n_embd", "num_layers": "n_layer", "num_heads": "n_head",
                     "intermediate_size": "n_inner", "vocab_size": "vocab_size", "max_position_embeddings": "n_positions"},
                    norm="layer", qkv_bias=True, o_bias=True, mlp_bias=True, mlp_gated=False, learned_positions=0,
-                   tied_default=True, layers="full"),
+                   tied_default=True, layers="full",
+                   defaults={"n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}),
     "opt": Family(("OPTForCausalLM", "OPTModel"), ("opt",),
                   _keys(intermediate_size="ffn_dim", num_kv_heads="", head_dim=""), norm="layer",
                   qkv_bias=("enable_bias", True), o_bias=("enable_bias", True), mlp_bias=("enable_bias", True),
@@ -94,7 +102,7 @@ FAMILIES: dict[str, Family] = {
     "falcon": Family(("FalconForCausalLM", "RWForCausalLM"), ("falcon", "RefinedWebModel"),
                      _keys(num_kv_heads="num_kv_heads", intermediate_size="ffn_hidden_size", head_dim=""),
                      norm="layer", norm_layout="parallel", qkv_bias="bias", o_bias="bias", mlp_bias="bias",
-                     mlp_gated=False, tied_default=True, layers="full"),
+                     mlp_gated=False, tied_default=True, layers="full", defaults={"max_position_embeddings": 2048}),
     "jamba": Family(("JambaForCausalLM",), ("jamba",), _keys(), moe="jamba", mamba=True, layers="jamba"),
 }
 
@@ -180,14 +188,15 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
         what = archs[0] if isinstance(archs, list) and archs else mt
         raise ConfigError(f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}",
                           file=file, field="architectures")
+    defaults = FAMILIES[name].defaults
     text = config.get("text_config")
     if text is not None:
         if not isinstance(text, dict):
             raise ConfigError(f"expected a JSON object, got {type(text).__name__}", file=file, field="text_config")
-        merged = {k: v for k, v in config.items() if k not in ("text_config", "vision_config")}
+        merged = {**defaults, **{k: v for k, v in config.items() if k not in ("text_config", "vision_config")}}
         merged.update(text)
         return name, merged, "text_config."
-    return name, config, ""
+    return name, {**defaults, **config}, ""
 
 
 # ---- attention patterns: per layer ("full", 0) | ("sliding", W) | ("chunked", C) | ("mamba", 0) ----
