@@ -338,3 +338,46 @@ def test_gpt_oss_preset_defaults_to_its_released_mxfp4_experts():
     # experts: 4.25 bits per element; 24 layers x 32 experts x 3 x 2880^2 elements
     experts = 24 * 32 * 3 * 2880 * 2880
     assert weight_bytes(g, "native") == (g.param_count() - experts) * 2 + experts // 2 + experts // 32
+
+
+# ---- rings, chunks and the attention kernels ----------------------------------------------------
+
+def test_ring_spans_against_a_position_by_position_map():
+    from kernels.attention import Cache, cache_spans
+    from kernels.base import Ten
+
+    for ring in (1, 3, 8):
+        c = Cache(Ten(0, 0), 1, ring, ring)
+        for lo in range(0, 20):
+            for hi in range(lo, lo + 12):
+                spans = cache_spans(c, lo, hi)
+                rows = [r for a, n in spans for r in range(a, a + n)]
+                kept = list(range(max(lo, hi - ring), hi))         # the last `ring` positions of the range
+                assert rows == [p % ring for p in kept] and len(spans) <= 2
+
+
+def test_causal_pairs_with_windows_and_chunks_brute_force():
+    from kernels.attention import causal_pairs, key_range
+
+    for start in range(0, 30, 7):
+        for t in (1, 5, 17):
+            for window, chunk in ((None, None), (4, None), (None, 6)):
+                brute = sum(hi - lo for lo, hi in (key_range(p, window, chunk) for p in range(start, start + t)))
+                assert causal_pairs(start, t, window, chunk) == brute
+
+
+@pytest.mark.parametrize("attention", ["flash", "naive"])
+def test_windowed_rings_multi_turn_offload_and_kernels_stay_in_bounds(tmp_path, attention):
+    """Conversations with KV offload over sliding rings: every access inside its tensor (the reader
+    checks each), and decode KV reads equal the closed form for both attention kernels."""
+    from traces.reader import open_trace
+
+    spec = spec_from_config(shrunk("gpt-oss-20b", **GPT_OSS_TINY), name="tiny-gpt-oss")
+    t = trace_of(tmp_path, spec, turns=((9, 3), (5, 2)), kv_offload=True, attention=attention, attn_tile=4)
+    tally = Tally(t)                                 # reads every access (bounds checked by the reader)
+    assert open_trace(t.path).manifest["tables"]["accesses"] > 0
+    row = 2 * 2 * 16 * 2
+    # turn 1's decode steps (numbered 3, 4) follow 9 + 3 + 5 positions
+    for s, seen in ((3, 18), (4, 19)):
+        want = (2 * min(seen, 8) + 2 * seen) * row
+        assert tally.kind_bytes("decode", s, "kv") == want       # naive: K in the scores op, V in the pv op
