@@ -78,6 +78,11 @@ def closed_form(name: str) -> int:
         a = attn(h, 96, 8, 128, qkv_bias=True)
         moe = 128 * h + 128 + 128 * 3 * h * 1408 + 3 * h * 1408
         return (a + 3 * h * 10944 + 2 * h) + 45 * (a + moe + 2 * h) + 2 * 151552 * h + h
+    if name == "glm-4.5":        # + q/k norms of head_dim, 3 dense layers, 160 experts
+        h = 5120
+        a = attn(h, 96, 8, 128, qkv_bias=True, qk=256)
+        moe = 160 * h + 160 + 160 * 3 * h * 1536 + 3 * h * 1536
+        return 3 * (a + 3 * h * 12288 + 2 * h) + 89 * (a + moe + 2 * h) + 2 * 151552 * h + h
     if name == "qwen1.5-moe-a2.7b":   # shared expert of 5632 with a one-output sigmoid gate
         h = 2048
         moe = 60 * h + 60 * 3 * h * 1408 + 3 * h * 5632 + h
@@ -114,6 +119,7 @@ PUBLISHED = {   # name: (total, 0 = exact, else the relative tolerance of the pu
     "deepseek-v2": (236e9, 0.005),          # ibid.: 236B total
     "olmoe-1b-7b": (6.92e9, 0.001),         # OLMoE paper (arXiv 2409.02060): 6.9B total (HF: 6.92B)
     "glm-4.5-air": (106e9, 0.01),           # GLM-4.5 report (arXiv 2508.06471): 106B total
+    "glm-4.5": (355e9, 0.01),               # ibid.: 355B total (with its MTP layer, not modelled: 352.8B here)
     "qwen1.5-moe-a2.7b": (14.3e9, 0.005),   # Qwen1.5-MoE blog (qwenlm.github.io): 14.3B total
     "llama-4-scout-17b-16e": (109e9, 0.02),  # Meta Llama 4 card: 109B total incl. the vision encoder (not modelled)
     "jamba-v0.1": (51.6e9, 0.001),          # huggingface.co/ai21labs/Jamba-v0.1: 51.6B params ("52B")
@@ -126,6 +132,7 @@ ACTIVE = {
     "deepseek-v2": (21e9, 0.01, "embed"),        # ibid.: 21B activated
     "olmoe-1b-7b": (1.28e9, 0.002, ""),          # OLMoE paper: 1.3B active (HF card 1.28B)
     "glm-4.5-air": (12e9, 0.02, "both"),         # GLM-4.5 report: 12B active (without embeddings)
+    "glm-4.5": (32e9, 0.02, "both"),             # ibid.: 32B active
     "qwen1.5-moe-a2.7b": (2.7e9, 0.005, ""),     # Qwen1.5-MoE blog: 2.7B activated
     "llama-4-scout-17b-16e": (17e9, 0.015, ""),  # Meta Llama 4 card: 17B active
     "jamba-v0.1": (12e9, 0.01, ""),              # Jamba card: 12B active
