@@ -388,3 +388,13 @@ def test_windowed_rings_multi_turn_offload_and_kernels_stay_in_bounds(tmp_path, 
     for s, seen in ((3, 18), (4, 19)):
         want = (2 * min(seen, 8) + 2 * seen) * row
         assert tally.kind_bytes("decode", s, "kv") == want       # naive: K in the scores op, V in the pv op
+
+
+def test_llama4_global_layers_have_no_rotary(tmp_path):
+    cfg = shrunk("llama-4-scout-17b-16e", hidden_size=64, intermediate_size=32, intermediate_size_mlp=64,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=4, num_local_experts=4,
+                 vocab_size=128, attention_chunk_size=8, no_rope_layers=[1, 1, 1, 0])
+    t = trace_of(tmp_path, spec_from_config(cfg, name="tiny-llama4"), generate=1)
+    ops = t.op_arrays()
+    layers = {int(layer) for name, layer in zip(ops["name"], ops["layer"]) if name == "rotary"}
+    assert layers == {0, 1, 2}

@@ -44,6 +44,7 @@ class Family:
     mla: bool = False
     mamba: bool = False            # Jamba-style hybrid: attention on some layers, Mamba mixers on the rest
     defaults: dict = field(default_factory=dict)   # the Transformers config class's defaults a config may omit
+    nope_full_layers: bool = False # Llama 4: the global (full-attention) layers use no rotary embedding
 
 
 LLAMA_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -87,7 +88,8 @@ FAMILIES: dict[str, Family] = {
     "gpt_oss": Family(("GptOssForCausalLM",), ("gpt_oss",), _keys(), qkv_bias=True, o_bias=True, sinks=True,
                       layers="layer_types", moe="gpt_oss"),
     "llama4": Family(("Llama4ForCausalLM", "Llama4ForConditionalGeneration"), ("llama4_text", "llama4"),
-                     _keys(intermediate_size="intermediate_size_mlp"), layers="llama4", moe="llama4"),
+                     _keys(intermediate_size="intermediate_size_mlp"), layers="llama4", moe="llama4",
+                     nope_full_layers=True),
     "gpt2": Family(("GPT2LMHeadModel", "GPT2Model"), ("gpt2",),
                    {"hidden_size": "n_embd", "num_layers": "n_layer", "num_heads": "n_head",
                     "intermediate_size": "n_inner", "vocab_size": "vocab_size", "max_position_embeddings": "n_positions"},

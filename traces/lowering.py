@@ -348,7 +348,7 @@ class Lowering:
             elif s.qk_norm == "full":         # OLMoE: over all heads of the token
                 ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m, self.q_width))
                 ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m, kvw))
-            if not s.learned_positions:
+            if not s.learned_positions and not (s.nope_full_layers and s.layer_kind(i) == "full"):
                 ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [self.q_width, kvw], m=m, act_bytes=ab))
             ops.append(attn.kv_append("kv_append", [(a["k"], kvw * ab), (a["v"], kvw * ab)], caches,
                                       batch=self.mb, start=seg.start, t=seg.tokens))

@@ -80,6 +80,7 @@ class ModelSpec:
     ssm_conv_bias: bool = False
     ssm_proj_bias: bool = False
     ssm_inner_norms: bool = False
+    nope_full_layers: bool = False
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     # ---- derived quantities -------------------------------------------------------------------
@@ -259,6 +260,7 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
         qkv_bias=r.flag(fam.qkv_bias), o_bias=r.flag(fam.o_bias), mlp_bias=r.flag(fam.mlp_bias),
         qk_norm=fam.qk_norm if fam.qk_norm in ("head", "full", "") else ("head" if r.flag(fam.qk_norm) else ""),
         norm=fam.norm, norm_layout=fam.norm_layout, mlp_gated=fam.mlp_gated, sinks=fam.sinks,
+        nope_full_layers=fam.nope_full_layers,
         learned_positions=max_pos + fam.learned_positions if fam.learned_positions >= 0 else 0,
     )
     if fam.qk_norm is False:
