@@ -18,18 +18,31 @@ from kernels.base import Op, Ten
 
 
 def conv(name: str, xz: Ten, out: Ten, weights: list[Ten | None], state: Ten, *, m: int, channels: int,
-         width: int, act_bytes: int) -> Op:
-    """Causal depthwise convolution over the ``x`` half of ``xz`` (rows of ``2 * channels``), with the
-    window of the last ``width`` inputs of each sequence kept in ``state`` (every sequence's, read
-    and written whole)."""
+         width: int, act_bytes: int, x_offset: int = 0, row_stride: int = 0) -> Op:
+    """Causal depthwise convolution over ``channels`` inputs of each row of ``xz`` (at ``x_offset``
+    bytes in rows ``row_stride`` bytes apart; default Mamba's ``[x, z]`` rows of ``2 * channels``),
+    with the window of the last ``width`` inputs of each sequence kept in ``state`` (every
+    sequence's, read and written whole)."""
     op = Op(name, "ssm_conv", m, 2 * m * channels * width)
     row = channels * act_bytes
-    op.read(xz, 0, row, count=m, stride=2 * row) if m > 1 else op.read(xz, 0, row)
+    stride = row_stride or 2 * row
+    op.read(xz, x_offset, row, count=m, stride=stride) if m > 1 else op.read(xz, x_offset, row)
     for w in weights:
         op.read_all(w)
     op.read_all(state)
     op.write(state, 0, state.nbytes)
     op.write(out, 0, m * row)
+    return op
+
+
+def gated_norm(name: str, y: Ten, xz: Ten, gain: Ten, *, m: int, width: int, act_bytes: int, z_stride: int) -> Op:
+    """Mamba-2's gated RMSNorm: ``norm(y * silu(z))`` with ``z`` the first ``width`` of each in_proj row."""
+    op = Op(name, "norm", m, 9 * m * width)
+    row = width * act_bytes
+    op.read(y, 0, m * row)
+    op.read(xz, 0, row, count=m, stride=z_stride) if m > 1 else op.read(xz, 0, row)
+    op.read_all(gain)
+    op.write(y, 0, m * row)
     return op
 
 
@@ -43,8 +56,8 @@ def inner_norms(name: str, x: Ten, gains: list[Ten], *, m: int, width: int, act_
     return op
 
 
-def scan(name: str, inputs: list[tuple[Ten, int]], xz: Ten, out: Ten, params: list[Ten], h: Ten, *, m: int, channels: int,
-         state_size: int, act_bytes: int, pim: bool = False) -> Op:
+def scan(name: str, inputs: list[tuple[Ten, int]], xz: Ten | None, out: Ten, params: list[Ten], h: Ten, *, m: int,
+         channels: int, state_size: int, act_bytes: int, pim: bool = False) -> Op:
     """Selective scan of ``m`` tokens: reads ``inputs`` ((buffer, row bytes): x, dt, and the x_proj
     rows holding B and C), the ``z`` half of
     ``xz``, ``params`` (``A_log``, ``D``) and the SSM state ``h`` of every sequence; writes ``h`` and
@@ -53,7 +66,8 @@ def scan(name: str, inputs: list[tuple[Ten, int]], xz: Ten, out: Ten, params: li
     for t, row_bytes in inputs:
         op.read(t, 0, m * row_bytes)
     row = channels * act_bytes
-    op.read(xz, row, row, count=m, stride=2 * row) if m > 1 else op.read(xz, row, row)
+    if xz is not None:     # Mamba: the SiLU gate z is the second half of in_proj's rows
+        op.read(xz, row, row, count=m, stride=2 * row) if m > 1 else op.read(xz, row, row)
     for p in params:
         op.read_all(p)
     op.read_all(h)

@@ -688,6 +688,9 @@ CASES = [
                                          "native"],
          "quantization_config.quant_method: quant_method 'bitsandbytes' is not modelled; expected mxfp4, fp8, awq "
          "or gptq", {"m.json": json.dumps(_preset("gpt2", quantization_config={"quant_method": "bitsandbytes"}))}),
+    Case("capacity-state-space-model", ["capacity", "mamba-codestral-7b", "--memory", "24GB"],
+         "MODEL: mamba-codestral-7b keeps no KV cache (a fixed state of 139460608 B per sequence): its memory does "
+         "not grow with the context"),
     Case("arg-tp-unsplit-family", ["trace", "gpt2", *TRACE_OUT, "--generate", "1", "--tp", "2"],
          "--tp: gpt2 (learned positions) is lowered on one device only; drop --tp/--pp/--ep/--dp and "
          "--pp-microbatches"),
@@ -737,5 +740,5 @@ def test_bad_input(case: Case, tmp_path: Path):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 153
+    assert len(CASES) >= 154
     assert len({c.id for c in CASES}) == len(CASES)

@@ -90,6 +90,11 @@ def closed_form(name: str) -> int:
     if name == "llama-4-scout-17b-16e":   # text model: every layer MoE (16 experts, top 1) + a shared expert
         h = 5120
         return 48 * (attn(h, 40, 8, 128) + 16 * h + 17 * 3 * h * 8192 + 2 * h) + 2 * 202048 * h + h
+    if name == "mamba-codestral-7b":   # Mamba-2: in_proj to [z, x, B, C, dt], conv over x B C, no MLP
+        h, d, g, n, H, k = 4096, 8192, 8, 128, 128, 4
+        c = d + 2 * g * n
+        mixer = h * (d + c + H) + c * k + c + 3 * H + d + d * h
+        return 64 * (mixer + h) + 2 * 32768 * h + h
     if name == "jamba-v0.1":     # attention on 4 of 32 layers, Mamba on the rest; MoE on odd layers
         h, d, n, r, k = 4096, 8192, 16, 256, 4
         mamba = 2 * d * h + d * k + d + (r + 2 * n) * d + d * r + d + d * n + d + r + 2 * n + h * d
@@ -123,6 +128,7 @@ PUBLISHED = {   # name: (total, 0 = exact, else the relative tolerance of the pu
     "qwen1.5-moe-a2.7b": (14.3e9, 0.005),   # Qwen1.5-MoE blog (qwenlm.github.io): 14.3B total
     "llama-4-scout-17b-16e": (109e9, 0.02),  # Meta Llama 4 card: 109B total incl. the vision encoder (not modelled)
     "jamba-v0.1": (51.6e9, 0.001),          # huggingface.co/ai21labs/Jamba-v0.1: 51.6B params ("52B")
+    "mamba-codestral-7b": (7.29e9, 0.001),  # huggingface.co/mistralai/Mamba-Codestral-7B-v0.1: 7.29B params
 }
 # Published active parameters (per token), and which embedding tables the publisher leaves out.
 ACTIVE = {
@@ -186,6 +192,21 @@ def test_active_params_match_published(name):
 ])
 def test_kv_bytes_per_sequence_closed_form(name, positions, expected):
     assert load_model(name).kv_bytes(positions, "bf16") == expected
+
+
+def test_mamba2_state_per_sequence_closed_form(tmp_path):
+    s = load_model("mamba-codestral-7b")
+    # 64 layers x (conv over x, B, C: (8192 + 2 x 8 x 128) x 4 + SSM state 128 heads x 64 x 128) x 2 bytes
+    assert s.state_bytes("bf16") == 64 * ((8192 + 2 * 8 * 128) * 4 + 128 * 64 * 128) * 2
+    assert s.kv_bytes(10**6, "bf16") == 0
+    cfg = shrunk("mamba-codestral-7b", hidden_size=64, num_heads=8, head_dim=16, n_groups=2, state_size=8,
+                 num_hidden_layers=3, vocab_size=100)
+    tiny = spec_from_config(cfg, name="tiny-mamba2")
+    t = Tally(trace_of(tmp_path, tiny, context=50, generate=2, batch=2))
+    per_seq = 3 * ((128 + 2 * 2 * 8) * 4 + 128 * 8) * 2
+    for step in range(2):
+        assert t.kind_bytes("decode", step, "state") == t.kind_bytes("decode", step, "state", write=True) == 2 * per_seq
+        assert t.kind_bytes("decode", step, "weight") == (tiny.param_count() - 100 * 64 + 2 * 64) * 2   # 2 rows
 
 
 def test_jamba_state_is_fixed_per_sequence():

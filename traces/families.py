@@ -30,7 +30,7 @@ class Family:
     model_types: tuple[str, ...] = ()
     keys: dict = field(default_factory=dict)       # canonical name -> this dialect's config key
     norm: str = "rms"              # "rms" (gain) | "layer" (gain and bias)
-    norm_layout: str = "pre"       # "pre" (2 per layer) | "sandwich" (4) | "parallel" (1, attn || mlp)
+    norm_layout: str = "pre"       # "pre" (2 per layer) | "sandwich" (4) | "parallel" (1, attn || mlp) | "mixer"
     qkv_bias: object = False       # bool, or the config key saying so
     o_bias: object = False
     mlp_bias: object = False
@@ -106,6 +106,8 @@ FAMILIES: dict[str, Family] = {
                      norm="layer", norm_layout="parallel", qkv_bias="bias", o_bias="bias", mlp_bias="bias",
                      mlp_gated=False, tied_default=True, layers="full", defaults={"max_position_embeddings": 2048}),
     "jamba": Family(("JambaForCausalLM",), ("jamba",), _keys(), moe="jamba", mamba=True, layers="jamba"),
+    "mamba2": Family(("Mamba2ForCausalLM",), ("mamba2",), {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers"},
+                     mamba=True, layers="full"),
 }
 
 ARCHITECTURES = {a: name for name, f in FAMILIES.items() for a in f.architectures}

@@ -139,8 +139,10 @@ class Lowering:
         if s.norm_layout == "parallel2":
             a["norm_mlp"] = self._act("norm_mlp", m, h)
         if any(s.layer_kind(i) == "mamba" for i in self.layers):
-            d, r, n = s.ssm_inner, s.ssm_dt_rank, s.ssm_state
-            for name, width in (("ssm_xz", 2 * d), ("ssm_x", d), ("ssm_dbc", r + 2 * n), ("ssm_dt", d), ("ssm_y", d)):
+            d, r, n, c = s.ssm_inner, s.ssm_dt_rank, s.ssm_state, s.ssm_conv_channels
+            widths = (("ssm_xz", 2 * d), ("ssm_x", d), ("ssm_dbc", r + 2 * n), ("ssm_dt", d), ("ssm_y", d)) \
+                if s.ssm_version == 1 else (("ssm_xz", d + c + s.ssm_heads), ("ssm_x", c), ("ssm_y", d))
+            for name, width in widths:
                 a[name] = self._act(name, m, width)
         if s.attention == "mla":
             self.q_width = s.num_heads * (s.qk_nope_head_dim + s.qk_rope_head_dim)
@@ -260,6 +262,9 @@ class Lowering:
 
         ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
         ops += self._mamba_block(i, p, m, seg) if s.layer_kind(i) == "mamba" else self._attention_block(i, p, m, seg)
+        if s.norm_layout == "mixer":                        # Mamba-2: no MLP
+            ops.append(add("attn_out"))
+            return ops
         if s.norm_layout in ("parallel", "parallel2"):     # Falcon: attention and MLP of the same input
             x = "norm"
             if s.norm_layout == "parallel2":
@@ -301,6 +306,22 @@ class Lowering:
         conv, ssm = self.states[i]
         w = self.weights
         ops = [self._lin("in_proj", X + "in_proj", "norm", "ssm_xz", m, seg)]
+        if s.ssm_version == 2:      # in_proj rows are [z, x B C, dt]: conv over x B C, scan, gated norm
+            c, H = s.ssm_conv_channels, s.ssm_heads
+            rowb = (d + c + H) * ab
+            ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0], w.get(
+                X + "conv1d.bias", (None,))[0]], conv, m=m, channels=c, width=s.ssm_conv, act_bytes=ab,
+                x_offset=d * ab, row_stride=rowb))
+            sc = ssm_k.scan(X + "scan", [(a["ssm_x"], c * ab)], None, a["ssm_y"],
+                            [w[X + k][0] for k in ("dt_bias", "A_log", "D")], ssm, m=m, channels=d, state_size=n,
+                            act_bytes=ab, pim=seg.phase == "decode")
+            sc.accesses.insert(1, sc.accesses[0]._replace(tensor=a["ssm_xz"].id, offset=(d + c) * ab, nbytes=H * ab,
+                                                          count=m, stride=rowb))   # dt, one per head
+            ops.append(sc)
+            ops.append(ssm_k.gated_norm(X + "norm", a["ssm_y"], a["ssm_xz"], w[X + "norm"][0], m=m, width=d,
+                                        act_bytes=ab, z_stride=rowb))
+            ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
+            return ops
         ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0], w.get(X + "conv1d.bias",
                               (None,))[0]], conv, m=m, channels=d, width=s.ssm_conv, act_bytes=ab))
         ops.append(self._lin("x_proj", X + "x_proj", "ssm_x", "ssm_dbc", m, seg))

@@ -52,7 +52,8 @@ def weight_shapes(s) -> list[WeightShape]:
             out += _norm(s, p + "post_attention_layernorm", i, h)
         elif s.norm_layout == "parallel2":
             out += _norm(s, p + "ln_mlp", i, h)
-        out += _mlp_shapes(s, i, p + "mlp.")
+        if s.norm_layout != "mixer":       # Mamba-2: a layer is its mixer alone
+            out += _mlp_shapes(s, i, p + "mlp.")
         if s.norm_layout == "sandwich":
             out += _norm(s, p + "post_feedforward_layernorm", i, h)
     out += _norm(s, "norm", -1, h)
@@ -129,8 +130,22 @@ def _mlp_shapes(s, i: int, m: str) -> list[WeightShape]:
     return out
 
 
+def _mamba2_shapes(s, i: int, x: str) -> list[WeightShape]:
+    """A Mamba-2 mixer as ``Mamba2ForCausalLM`` checkpoints hold it: in_proj to [z, x, B, C, dt]."""
+    h, d, H, c = s.hidden_size, s.ssm_inner, s.ssm_heads, s.ssm_conv_channels
+    out = _linear(x + "in_proj", i, -1, d + c + H, h, s.ssm_proj_bias)
+    out.append(WeightShape(x + "conv1d", i, -1, c * s.ssm_conv, 1))
+    if s.ssm_conv_bias:
+        out.append(WeightShape(x + "conv1d.bias", i, -1, c, 1))
+    out += [WeightShape(x + "dt_bias", i, -1, H, 1), WeightShape(x + "A_log", i, -1, H, 1),
+            WeightShape(x + "D", i, -1, H, 1), WeightShape(x + "norm", i, -1, d, 1)]
+    return out + _linear(x + "out_proj", i, -1, h, d, s.ssm_proj_bias)
+
+
 def _mamba_shapes(s, i: int, x: str) -> list[WeightShape]:
     """A Mamba (selective state-space) mixer as Jamba's checkpoints hold it."""
+    if s.ssm_version == 2:
+        return _mamba2_shapes(s, i, x)
     h, d, n, r = s.hidden_size, s.ssm_inner, s.ssm_state, s.ssm_dt_rank
     out = _linear(x + "in_proj", i, -1, 2 * d, h, s.ssm_proj_bias)
     out.append(WeightShape(x + "conv1d", i, -1, d * s.ssm_conv, 1))

@@ -2,7 +2,7 @@
 
 The families and their dialects are data in :mod:`traces.families` (Llama, Mistral, Qwen2/3, Qwen2-
 and Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V2/V3, GLM-4.5, Gemma 2/3, Phi-3/4, gpt-oss, Llama 4, GPT-2,
-OPT, Falcon, Jamba) plus GLM/ChatGLM (``model_type: chatglm``) read here. The list of weight
+OPT, Falcon, Jamba, Mamba-2) plus GLM/ChatGLM (``model_type: chatglm``) read here. The list of weight
 matrices and vectors of a model lives in one place, :mod:`traces.shapes`; the parameter count and the
 trace's weight tensors both derive from it. Not modelled: DeepSeek's and GLM-4.5's
 multi-token-prediction layers (``num_nextn_predict_layers``), which inference without speculative
@@ -81,6 +81,9 @@ class ModelSpec:
     ssm_proj_bias: bool = False
     ssm_inner_norms: bool = False
     nope_full_layers: bool = False
+    ssm_version: int = 0          # 1: Mamba (Jamba), 2: Mamba-2 (heads, groups of B and C)
+    ssm_groups: int = 0
+    ssm_heads: int = 0
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     # ---- derived quantities -------------------------------------------------------------------
@@ -144,9 +147,14 @@ class ModelSpec:
         row = nbytes_of(self.kv_row_elements, kv_dtype)
         return sum(self.kv_rows(i, positions) * row for i in range(self.num_layers))
 
+    @property
+    def ssm_conv_channels(self) -> int:
+        """Channels of the causal convolution: Mamba's x; Mamba-2's x, B and C."""
+        return self.ssm_inner + (2 * self.ssm_groups * self.ssm_state if self.ssm_version == 2 else 0)
+
     def state_elements(self) -> tuple[int, int]:
         """Elements of one Mamba layer's recurrent state per sequence: (convolution window, SSM state)."""
-        return self.ssm_inner * self.ssm_conv, self.ssm_inner * self.ssm_state
+        return self.ssm_conv_channels * self.ssm_conv, self.ssm_inner * self.ssm_state
 
     def state_bytes(self, dtype: str = "bf16") -> int:
         """Recurrent-state bytes of one sequence, summed over the Mamba layers; fixed, whatever the context."""
@@ -237,6 +245,8 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
         if key in cfg and cfg[key] != cfg.get(other):
             raise r.err(f"{key} {cfg[key]!r} differs from {other} {cfg.get(other)!r} (projections not modelled)", key)
     k = fam.keys
+    if family == "mamba2":
+        return _check_scale(_mamba2_spec(r, name, config, fam), file, prefix + k["num_layers"])
     h = r.pos(k["hidden_size"])
     layers = r.pos(k["num_layers"])
     heads = r.pos(k["num_heads"])
@@ -291,7 +301,7 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
         kw.update(ssm_inner=d, ssm_state=r.pos("mamba_d_state"), ssm_conv=r.pos("mamba_d_conv"),
                   ssm_dt_rank=-(-h // 16) if dt == "auto" else r.pos("mamba_dt_rank"),
                   ssm_conv_bias=r.flag("mamba_conv_bias", True), ssm_proj_bias=r.flag("mamba_proj_bias"),
-                  ssm_inner_norms=True)
+                  ssm_inner_norms=True, ssm_version=1)
     spec = ModelSpec(**kw)
     if spec.num_experts and spec.num_experts_per_tok < 1:
         raise r.err(f"expected at least 1 expert per token, got {spec.num_experts_per_tok}", "num_experts_per_tok")
@@ -346,6 +356,26 @@ def _glm_spec(r: Reader, name: str, config: dict) -> ModelSpec:
         qkv_bias=bool(config.get("add_qkv_bias", False) or config.get("add_bias_linear", False)),
         config=config,
     )
+
+
+def _mamba2_spec(r: Reader, name: str, config: dict, fam) -> ModelSpec:
+    """Mamba-2 (``Mamba2ForCausalLM``): every layer a norm and a Mamba-2 mixer, no attention, no MLP."""
+    h, layers = r.pos("hidden_size"), r.pos("num_hidden_layers")
+    d = r.pos("expand", 2) * h
+    heads, hd = r.pos("num_heads"), r.pos("head_dim")
+    if heads * hd != d:
+        raise r.err(f"num_heads {heads} x head_dim {hd} is not expand x hidden_size = {d}", "num_heads")
+    groups = r.pos("n_groups", 1)
+    if heads % groups:
+        raise r.err(f"{groups} groups do not divide the {heads} heads", "n_groups")
+    return ModelSpec(
+        name=name, family="mamba2", hidden_size=h, num_layers=layers, num_heads=heads, num_kv_heads=heads,
+        head_dim=hd, intermediate_size=0, vocab_size=r.pos("vocab_size"),
+        max_position_embeddings=r.pos("max_position_embeddings", MAX_DIMENSION),
+        tie_word_embeddings=r.flag("tie_word_embeddings", fam.tied_default), config=config,
+        layer_attention=(("mamba", 0),) * layers, norm_layout="mixer", ssm_version=2, ssm_inner=d,
+        ssm_state=r.pos("state_size"), ssm_conv=r.pos("conv_kernel", 4), ssm_groups=groups, ssm_heads=heads,
+        ssm_conv_bias=r.flag("use_conv_bias", True), ssm_proj_bias=r.flag("use_bias", False))
 
 
 def _div(a: int, b: int, r: Reader, fieldname: str) -> int:

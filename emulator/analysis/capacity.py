@@ -197,6 +197,9 @@ def capacity(spec: ModelSpec, budget: Budget, *, weights: str = "bf16", kv: str 
         raise UsageError(f"expected a positive integer, got {context!r}", field="--context")
     w, act = _fixed(spec, budget, weights, batch, chunk, activations, quant_group)
     kvpt = spec.kv_bytes_per_token(kv)
+    if kvpt == 0:   # a pure state-space model (Mamba-2): a fixed state per sequence, no KV to grow
+        raise CapacityError(f"{spec.name} keeps no KV cache (a fixed state of {spec.state_bytes(kv)} B per sequence): "
+                            "its memory does not grow with the context", field="MODEL")
     left = budget.total_bytes - w - act
     mem_ctx = max(left, 0) // (kvpt * batch)
     pad = _padding(spec, weights, kv, activations, batch, chunk, quant_group, max(mem_ctx, 1))
