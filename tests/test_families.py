@@ -419,3 +419,12 @@ def test_llama4_global_layers_have_no_rotary(tmp_path):
     ops = t.op_arrays()
     layers = {int(layer) for name, layer in zip(ops["name"], ops["layer"]) if name == "rotary"}
     assert layers == {0, 1, 2}
+
+
+def test_an_unknown_wrapper_is_read_by_its_language_models_family():
+    """Mistral-Small-3.1's Mistral3ForConditionalGeneration: the text model is a Mistral."""
+    text = json.loads((configs_dir("models") / "mistral-small-24b.json").read_text())
+    cfg = {"architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+           "text_config": {**text, "architectures": None}, "vision_config": {"model_type": "pixtral"}}
+    s = spec_from_config(cfg)
+    assert s.family == "mistral" and s.param_count() == load_model("mistral-small-24b").param_count()

@@ -188,12 +188,15 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
     name = ARCHITECTURES.get(arch) if arch else None
     if name is None and isinstance(mt, str):
         name = MODEL_TYPES.get(mt)
+    text = config.get("text_config")
+    if name is None and isinstance(text, dict):   # another wrapper (Mistral-Small-3.1): its language model's family
+        tmt = text.get("model_type")
+        name = MODEL_TYPES.get(tmt) if isinstance(tmt, str) else None
     if name is None:
         what = archs[0] if isinstance(archs, list) and archs else mt
         raise ConfigError(f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}",
                           file=file, field="architectures")
     defaults = FAMILIES[name].defaults
-    text = config.get("text_config")
     if text is not None:
         if not isinstance(text, dict):
             raise ConfigError(f"expected a JSON object, got {type(text).__name__}", file=file, field="text_config")
