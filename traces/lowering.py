@@ -22,7 +22,7 @@ from common.errors import UsageError
 from traces.routing import Router
 from traces.run import RunConfig
 from traces.segments import COPY_ACTIONS, Segment
-from traces.spec import ModelSpec
+from traces.spec import ModelSpec, WeightShape
 from traces.writer import TraceWriter
 
 
@@ -83,7 +83,8 @@ class Lowering:
                         for suffix, d, nb in t.aux)
             self.weights[s.name] = (ten, aux[0] if len(aux) == 1 else (aux or None))
             self.wdtype[s.name] = t.dtype
-        embed = self.spec.weight_shapes()[0]        # a sharded device may not hold it; its dtype all the same
+        embed = WeightShape("embed_tokens", -1, -1, self.spec.vocab_size, self.spec.hidden_size)   # a sharded
+        # device may not hold it; its dtype all the same
         d = weight_tensors(self.spec, run.weights, run.quant_group, shapes=[embed])[0].dtype
         self.embed_row_bytes = nbytes_of(self.spec.hidden_size, d)
         self.embed_scale_row_bytes = scale_bytes(1, self.spec.hidden_size, d, run.quant_group)

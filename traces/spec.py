@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
@@ -177,8 +178,12 @@ class ModelSpec:
         return total
 
     def weight_shapes(self) -> list[WeightShape]:
-        """Every weight tensor in execution order (see :mod:`traces.shapes`)."""
-        return weight_shapes(self)
+        """Every weight tensor in execution order (see :mod:`traces.shapes`); computed once per spec."""
+        return list(self._shapes)
+
+    @cached_property
+    def _shapes(self) -> tuple[WeightShape, ...]:
+        return tuple(weight_shapes(self))
 
     def to_dict(self) -> dict:
         """Plain-JSON dimensions (without the raw config), plus ``params`` and ``kv_bytes_per_token``."""
