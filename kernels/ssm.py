@@ -35,12 +35,14 @@ def conv(name: str, xz: Ten, out: Ten, weights: list[Ten | None], state: Ten, *,
     return op
 
 
-def gated_norm(name: str, y: Ten, xz: Ten, gain: Ten, *, m: int, width: int, act_bytes: int, z_stride: int) -> Op:
-    """Mamba-2's gated RMSNorm: ``norm(y * silu(z))`` with ``z`` the first ``width`` of each in_proj row."""
+def gated_norm(name: str, y: Ten, xz: Ten, gain: Ten, *, m: int, width: int, act_bytes: int, z_stride: int,
+               z_offset: int = 0) -> Op:
+    """Gated RMSNorm (Mamba-2, Gated DeltaNet): ``norm(y) * silu(z)`` with ``z`` the ``width``
+    elements at ``z_offset`` bytes of each in_proj row."""
     op = Op(name, "norm", m, 9 * m * width)
     row = width * act_bytes
     op.read(y, 0, m * row)
-    op.read(xz, 0, row, count=m, stride=z_stride) if m > 1 else op.read(xz, 0, row)
+    op.read(xz, z_offset, row, count=m, stride=z_stride) if m > 1 else op.read(xz, z_offset, row)
     op.read_all(gain)
     op.write(y, 0, m * row)
     return op

@@ -90,6 +90,13 @@ def closed_form(name: str) -> int:
     if name == "llama-4-scout-17b-16e":   # text model: every layer MoE (16 experts, top 1) + a shared expert
         h = 5120
         return 48 * (attn(h, 40, 8, 128) + 16 * h + 17 * 3 * h * 8192 + 2 * h) + 2 * 202048 * h + h
+    if name == "qwen3-next-80b-a3b":   # 36 Gated DeltaNet layers, 12 gated-attention layers (q_proj x 2)
+        h, hk, hv, dk, dv, k = 2048, 16, 32, 128, 128, 4
+        c, d = 2 * hk * dk + hv * dv, hv * dv
+        delta = h * (c + d) + h * 2 * hv + c * k + 2 * hv + dv + d * h
+        gated = h * 2 * 16 * 256 + 2 * h * 2 * 256 + 16 * 256 * h + 2 * 256
+        moe = 512 * h + 512 * 3 * h * 512 + 3 * h * 512 + h          # router, experts, shared expert and its gate
+        return 36 * delta + 12 * gated + 48 * (moe + 2 * h) + 2 * 151936 * h + h
     if name == "mamba-codestral-7b":   # Mamba-2: in_proj to [z, x, B, C, dt], conv over x B C, no MLP
         h, d, g, n, H, k = 4096, 8192, 8, 128, 128, 4
         c = d + 2 * g * n
@@ -128,7 +135,8 @@ PUBLISHED = {   # name: (total, 0 = exact, else the relative tolerance of the pu
     "qwen1.5-moe-a2.7b": (14.3e9, 0.005),   # Qwen1.5-MoE blog (qwenlm.github.io): 14.3B total
     "llama-4-scout-17b-16e": (109e9, 0.02),  # Meta Llama 4 card: 109B total incl. the vision encoder (not modelled)
     "jamba-v0.1": (51.6e9, 0.001),          # huggingface.co/ai21labs/Jamba-v0.1: 51.6B params ("52B")
-    "mamba-codestral-7b": (7.29e9, 0.001),  # huggingface.co/mistralai/Mamba-Codestral-7B-v0.1: 7.29B params
+    "mamba-codestral-7b": (7.29e9, 0.001),
+    "qwen3-next-80b-a3b": (80e9, 0.01),     # huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct: "80B in total"  # huggingface.co/mistralai/Mamba-Codestral-7B-v0.1: 7.29B params
 }
 # Published active parameters (per token), and which embedding tables the publisher leaves out.
 ACTIVE = {
@@ -142,6 +150,7 @@ ACTIVE = {
     "qwen1.5-moe-a2.7b": (2.7e9, 0.005, ""),     # Qwen1.5-MoE blog: 2.7B activated
     "llama-4-scout-17b-16e": (17e9, 0.015, ""),  # Meta Llama 4 card: 17B active
     "jamba-v0.1": (12e9, 0.01, ""),              # Jamba card: 12B active
+    "qwen3-next-80b-a3b": (3e9, 0.1, "both"),     # Qwen3-Next card: "3B activated" (one digit: 3.25B here)
 }
 
 
@@ -187,6 +196,8 @@ def test_active_params_match_published(name):
     ("deepseek-v2-lite", 1000, 27 * 1000 * (512 + 64) * 2),
     # multi-query Falcon: one KV head of 64
     ("falcon-7b", 2048, 32 * 2048 * 2 * 64 * 2),
+    # Qwen3-Next: KV on its 12 full-attention layers only (2 KV heads of 256)
+    ("qwen3-next-80b-a3b", 4096, 12 * 4096 * 2 * 2 * 256 * 2),
     # Jamba: KV on its 4 attention layers only
     ("jamba-v0.1", 5000, 4 * 5000 * 2 * 8 * 128 * 2),
 ])
@@ -207,6 +218,22 @@ def test_mamba2_state_per_sequence_closed_form(tmp_path):
     for step in range(2):
         assert t.kind_bytes("decode", step, "state") == t.kind_bytes("decode", step, "state", write=True) == 2 * per_seq
         assert t.kind_bytes("decode", step, "weight") == (tiny.param_count() - 100 * 64 + 2 * 64) * 2   # 2 rows
+
+
+def test_qwen3_next_delta_net_state(tmp_path):
+    s = load_model("qwen3-next-80b-a3b")
+    # 36 linear layers x (conv over q, k, v: (2 x 16 x 128 + 32 x 128) x 4 + 32 value heads x 128 x 128) x 2 B
+    assert s.state_bytes("bf16") == 36 * ((2 * 16 * 128 + 32 * 128) * 4 + 32 * 128 * 128) * 2
+    cfg = shrunk("qwen3-next-80b-a3b", hidden_size=64, intermediate_size=64, moe_intermediate_size=16,
+                 shared_expert_intermediate_size=16, num_experts=8, num_experts_per_tok=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                 linear_key_head_dim=8, linear_value_head_dim=8, num_hidden_layers=4, vocab_size=100)
+    tiny = spec_from_config(cfg, name="tiny-qwen3-next")
+    t = Tally(trace_of(tmp_path, tiny, context=20, generate=2))
+    per_seq = 3 * ((2 * 2 * 8 + 4 * 8) * 4 + 4 * 8 * 8) * 2
+    for step in range(2):
+        assert t.kind_bytes("decode", step, "state") == t.kind_bytes("decode", step, "state", write=True) == per_seq
+        assert t.kind_bytes("decode", step, "kv") == (20 + step + 1) * 2 * 2 * 16 * 2   # the one full layer
 
 
 def test_jamba_state_is_fixed_per_sequence():

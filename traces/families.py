@@ -105,9 +105,11 @@ FAMILIES: dict[str, Family] = {
                      _keys(num_kv_heads="num_kv_heads", intermediate_size="ffn_hidden_size", head_dim=""),
                      norm="layer", norm_layout="parallel", qkv_bias="bias", o_bias="bias", mlp_bias="bias",
                      mlp_gated=False, tied_default=True, layers="full", defaults={"max_position_embeddings": 2048}),
+    "qwen3_next": Family(("Qwen3NextForCausalLM",), ("qwen3_next",), _keys(), qk_norm="head", moe="qwen_moe",
+                         layers="qwen3_next"),
     "jamba": Family(("JambaForCausalLM",), ("jamba",), _keys(), moe="jamba", mamba=True, layers="jamba"),
     "mamba2": Family(("Mamba2ForCausalLM",), ("mamba2",), {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers"},
-                     mamba=True, layers="full"),
+                     mamba=True, layers="mamba2"),
 }
 
 ARCHITECTURES = {a: name for name, f in FAMILIES.items() for a in f.architectures}
@@ -253,6 +255,16 @@ def _llama4(r: Reader, n: int) -> list:
     return [("chunked", c) if c and rope[i] else ("full", 0) for i in range(n)]
 
 
+def _qwen3_next(r: Reader, n: int) -> list:
+    """Gated DeltaNet (``linear_attention``) layers with full attention every ``full_attention_interval``."""
+    if r.config.get("layer_types") is not None:
+        types = r.int_list("layer_types", n, ("linear_attention", "full_attention"))
+    else:
+        k = r.pos("full_attention_interval", 4)
+        types = ["full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(n)]
+    return [("linear", 0) if t == "linear_attention" else ("full", 0) for t in types]
+
+
 def _jamba(r: Reader, n: int) -> list:
     period, offset = r.pos("attn_layer_period"), r.int("attn_layer_offset")
     w = r.pos("sliding_window", None)
@@ -264,8 +276,19 @@ def _full(r: Reader, n: int) -> list:
     return [("full", 0)] * n
 
 
-LAYER_READERS = {"full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
-                 "gemma2": _layer_types, "gemma3": _gemma3, "llama4": _llama4, "jamba": _jamba}
+def _mamba_only(r: Reader, n: int) -> list:
+    return [("mamba", 0)] * n
+
+
+# what each pattern reader reads, in a few words (``tierlab models --families``)
+LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
+                  "qwen_window": "sliding window if enabled", "layer_types": "sliding / full per layer_types",
+                  "gemma2": "alternating sliding / global", "gemma3": "5 sliding : 1 global",
+                  "llama4": "chunked + global (NoPE)", "jamba": "Mamba + attention every attn_layer_period",
+                  "qwen3_next": "Gated DeltaNet + gated attention every full_attention_interval",
+                  "mamba2": "Mamba-2 mixers only"}
+LAYER_READERS = {"mamba2": _mamba_only, "full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
+                 "gemma2": _layer_types, "gemma3": _gemma3, "qwen3_next": _qwen3_next, "llama4": _llama4, "jamba": _jamba}
 
 
 # ---- MoE layouts: -> spec fields (num_experts, k, sizes, shared experts, which layers) --------------

@@ -97,7 +97,7 @@ class Lowering:
         self.caches: dict[int, list[attn.Cache]] = {}
         self.states: dict[int, tuple[Ten, Ten]] = {}
         for i in self.layers:
-            if spec.layer_kind(i) == "mamba":
+            if spec.keeps_state(i):
                 conv, ssm = (nbytes_of(e, run.kv) for e in spec.state_elements())
                 self.states[i] = tuple(Ten(self.w.add_tensor(f"layers.{i}.state.{p}", "state", self.B * n, run.kv, i,
                                                              device=self.device), self.B * n)
@@ -139,10 +139,11 @@ class Lowering:
         a["norm"] = self._act("norm", m, h)
         if s.norm_layout == "parallel2":
             a["norm_mlp"] = self._act("norm_mlp", m, h)
-        if any(s.layer_kind(i) == "mamba" for i in self.layers):
+        if any(s.keeps_state(i) for i in self.layers):
             d, r, n, c = s.ssm_inner, s.ssm_dt_rank, s.ssm_state, s.ssm_conv_channels
-            widths = (("ssm_xz", 2 * d), ("ssm_x", d), ("ssm_dbc", r + 2 * n), ("ssm_dt", d), ("ssm_y", d)) \
-                if s.ssm_version == 1 else (("ssm_xz", d + c + s.ssm_heads), ("ssm_x", c), ("ssm_y", d))
+            widths = {1: (("ssm_xz", 2 * d), ("ssm_x", d), ("ssm_dbc", r + 2 * n), ("ssm_dt", d), ("ssm_y", d)),
+                      2: (("ssm_xz", d + c + s.ssm_heads), ("ssm_x", c), ("ssm_y", d)),
+                      3: (("ssm_xz", c + d), ("ssm_ba", 2 * s.ssm_heads), ("ssm_x", c), ("ssm_y", d))}[s.ssm_version]
             for name, width in widths:
                 a[name] = self._act(name, m, width)
         if s.attention == "mla":
@@ -155,7 +156,7 @@ class Lowering:
             self.q_width = self.o_width = s.num_heads * s.head_dim
             a["k"] = self._act("k", m, s.num_kv_heads * s.head_dim)
             a["v"] = self._act("v", m, s.num_kv_heads * s.head_dim)
-        a["q"] = self._act("q", m, self.q_width)
+        a["q"] = self._act("q", m, 2 * self.q_width if s.attn_output_gate else self.q_width)
         a["attn"] = self._act("attn", m, self.o_width)
         a["attn_out"] = self._act("attn_out", m, h)
         dense_f = [s.intermediate_size for i in self.layers if not s.is_moe(i)]
@@ -174,7 +175,7 @@ class Lowering:
         a["logits"] = self._act("logits", B, s.vocab_size)
         if self.run.attention == "naive":
             rect = 0
-            spans = {s.layer_span(i) for i in self.layers if s.layer_kind(i) != "mamba"}
+            spans = {s.layer_span(i) for i in self.layers if not s.keeps_state(i)}
             for seg, (kind, span) in ((g, x) for g in segments for x in spans):
                 lo = attn.key_range(seg.start, span if kind == "sliding" else None,
                                     span if kind == "chunked" else None)[0]
@@ -262,7 +263,7 @@ class Lowering:
             return norm_k.elementwise("residual_add", [a["hidden"], a[x]], a["hidden"], m=m, width=h, act_bytes=ab)
 
         ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
-        ops += self._mamba_block(i, p, m, seg) if s.layer_kind(i) == "mamba" else self._attention_block(i, p, m, seg)
+        ops += self._mamba_block(i, p, m, seg) if s.keeps_state(i) else self._attention_block(i, p, m, seg)
         if s.norm_layout == "mixer":                        # Mamba-2: no MLP
             ops.append(add("attn_out"))
             return ops
@@ -299,6 +300,26 @@ class Lowering:
                          hidden=self.spec.hidden_size, ffn=ffn, act_bytes=self.ab, phase=seg.phase,
                          tile_m=self.run.tile_m, tile_n=self.run.tile_n, gated=self.spec.mlp_gated, biases=biases)
 
+    def _delta_net_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
+        """Gated DeltaNet (Qwen3-Next's linear attention): in_proj_qkvz and in_proj_ba, the causal
+        convolution over q, k, v, the delta-rule recurrence over a state of ``value heads x key dim x
+        value dim`` per sequence (read and written once per segment), the gated norm, out_proj."""
+        s, a, ab, X, w = self.spec, self.act, self.ab, p + "linear_attn.", self.weights
+        d, c, H = s.ssm_inner, s.ssm_conv_channels, s.ssm_heads
+        conv, state = self.states[i]
+        rowb = (c + d) * ab
+        ops = [self._lin("in_proj_qkvz", X + "in_proj_qkvz", "norm", "ssm_xz", m, seg),
+               self._lin("in_proj_ba", X + "in_proj_ba", "norm", "ssm_ba", m, seg)]
+        ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0]], conv, m=m, channels=c,
+                              width=s.ssm_conv, act_bytes=ab, row_stride=rowb))
+        ops.append(ssm_k.scan(X + "delta_rule", [(a["ssm_x"], c * ab), (a["ssm_ba"], 2 * H * ab)], None, a["ssm_y"],
+                              [w[X + "dt_bias"][0], w[X + "A_log"][0]], state, m=m, channels=d,
+                              state_size=s.ssm_state, act_bytes=ab, pim=seg.phase == "decode"))
+        ops.append(ssm_k.gated_norm(X + "norm", a["ssm_y"], a["ssm_xz"], w[X + "norm"][0], m=m, width=d,
+                                    act_bytes=ab, z_stride=rowb, z_offset=c * ab))
+        ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
+        return ops
+
     def _mamba_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
         """A Mamba mixer: in_proj, the causal convolution and the selective scan over the layer's
         recurrent state (read once and written once per sequence per segment), out_proj."""
@@ -306,6 +327,8 @@ class Lowering:
         d, r, n = s.ssm_inner, s.ssm_dt_rank, s.ssm_state
         conv, ssm = self.states[i]
         w = self.weights
+        if s.ssm_version == 3:
+            return self._delta_net_block(i, p, m, seg)
         ops = [self._lin("in_proj", X + "in_proj", "norm", "ssm_xz", m, seg)]
         if s.ssm_version == 2:      # in_proj rows are [z, x B C, dt]: conv over x B C, scan, gated norm
             c, H = s.ssm_conv_channels, s.ssm_heads
@@ -387,6 +410,9 @@ class Lowering:
                                        scores=a.get("scores"), attn_tile=run.attn_tile, **common)
         att[0].flops += absorb
         ops += att
+        if s.attn_output_gate:      # Qwen3-Next: attention output times sigmoid(gate), the gate from q_proj
+            ops.append(norm_k.elementwise("attn_gate", [a["attn"], a["q"]], a["attn"], m=m, width=self.o_width,
+                                          act_bytes=ab, flops_per_element=5))
         ops.append(self._lin("o_proj", A + "o_proj", "attn", "attn_out", m, seg))
         return ops
 

@@ -44,6 +44,8 @@ def weight_shapes(s) -> list[WeightShape]:
         out += _norm(s, p + "input_layernorm", i, h)
         if s.layer_kind(i) == "mamba":
             out += _mamba_shapes(s, i, p + "mamba.")
+        elif s.layer_kind(i) == "linear":
+            out += _delta_net_shapes(s, i, p + "linear_attn.")
         else:
             out += _attention_shapes(s, i, p + "self_attn.")
         if s.norm_layout == "sandwich":
@@ -93,7 +95,8 @@ def _attention_shapes(s, i: int, a: str) -> list[WeightShape]:
                 WeightShape(a + "o_proj", i, -1, h, s.num_heads * s.v_head_dim)]
         return out
     q, kv = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
-    out = [WeightShape(a + "q_proj", i, -1, q, h), WeightShape(a + "k_proj", i, -1, kv, h),
+    out = [WeightShape(a + "q_proj", i, -1, 2 * q if s.attn_output_gate else q, h),
+           WeightShape(a + "k_proj", i, -1, kv, h),
            WeightShape(a + "v_proj", i, -1, kv, h)]
     if s.qkv_bias:
         out += [WeightShape(a + "q_proj.bias", i, -1, q, 1), WeightShape(a + "k_proj.bias", i, -1, kv, 1),
@@ -128,6 +131,16 @@ def _mlp_shapes(s, i: int, m: str) -> list[WeightShape]:
         if s.shared_expert_gate:
             out.append(WeightShape(m + "shared_expert_gate", i, -1, 1, h))
     return out
+
+
+def _delta_net_shapes(s, i: int, x: str) -> list[WeightShape]:
+    """A Gated DeltaNet mixer as Qwen3-Next's checkpoints hold it: in_proj_qkvz, in_proj_ba, a causal
+    convolution over q, k, v (no bias), dt_bias and A_log per value head, a gated RMSNorm of one head."""
+    h, d, H, c = s.hidden_size, s.ssm_inner, s.ssm_heads, s.ssm_conv_channels
+    return [WeightShape(x + "in_proj_qkvz", i, -1, c + d, h), WeightShape(x + "in_proj_ba", i, -1, 2 * H, h),
+            WeightShape(x + "conv1d", i, -1, c * s.ssm_conv, 1), WeightShape(x + "dt_bias", i, -1, H, 1),
+            WeightShape(x + "A_log", i, -1, H, 1), WeightShape(x + "norm", i, -1, d // H, 1),
+            WeightShape(x + "out_proj", i, -1, h, d)]
 
 
 def _mamba2_shapes(s, i: int, x: str) -> list[WeightShape]:

@@ -26,6 +26,9 @@ from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MODEL_TYPES
                              UNMODELLED_EQUALS, Reader, family_of)
 from traces.shapes import WeightShape, weight_shapes  # noqa: F401  (WeightShape is part of this module's API)
 
+STATE_KINDS = ("mamba", "linear")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Dimensions of a decoder-only transformer, in elements (not bytes).
@@ -82,7 +85,8 @@ class ModelSpec:
     ssm_proj_bias: bool = False
     ssm_inner_norms: bool = False
     nope_full_layers: bool = False
-    ssm_version: int = 0          # 1: Mamba (Jamba), 2: Mamba-2 (heads, groups of B and C)
+    ssm_version: int = 0          # 1: Mamba (Jamba), 2: Mamba-2 (heads, groups of B and C), 3: Gated DeltaNet
+    attn_output_gate: bool = False  # Qwen3-Next: q_proj also gives a sigmoid gate of the attention output
     ssm_groups: int = 0
     ssm_heads: int = 0
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
@@ -93,7 +97,8 @@ class ModelSpec:
 
     def layer_span(self, layer: int) -> tuple[str, int]:
         """Layer ``layer``'s mixer: ``("full", 0)``, ``("sliding", W)`` (keys ``[p - W + 1, p]``),
-        ``("chunked", C)`` (keys from the start of p's chunk of C) or ``("mamba", 0)``."""
+        ``("chunked", C)`` (keys from the start of p's chunk of C), ``("mamba", 0)`` (a Mamba mixer)
+        or ``("linear", 0)`` (Gated DeltaNet linear attention): the last two keep a fixed state."""
         if self.layer_attention:
             return self.layer_attention[layer]
         return ("sliding", self.sliding_window) if self.sliding_window else ("full", 0)
@@ -101,9 +106,13 @@ class ModelSpec:
     def layer_kind(self, layer: int) -> str:
         return self.layer_span(layer)[0]
 
+    def keeps_state(self, layer: int) -> bool:
+        """Whether layer ``layer`` keeps a fixed recurrent state (Mamba, Gated DeltaNet) instead of KV."""
+        return self.layer_kind(layer) in STATE_KINDS
+
     @property
     def attention_layers(self) -> list[int]:
-        return [i for i in range(self.num_layers) if self.layer_kind(i) != "mamba"]
+        return [i for i in range(self.num_layers) if not self.keeps_state(i)]
 
     def attention_summary(self) -> str:
         """The layers' mixers in a few words, e.g. ``sliding 128 x12, full x12``."""
@@ -131,7 +140,7 @@ class ModelSpec:
         """KV rows layer ``layer`` keeps per sequence when ``positions`` positions have been seen: all
         of them on a full layer, at most the window (sliding) or the chunk (chunked), none on a Mamba layer."""
         kind, span = self.layer_span(layer)
-        if kind == "mamba":
+        if kind in STATE_KINDS:
             return 0
         return positions if kind == "full" else min(positions, span)
 
@@ -151,7 +160,7 @@ class ModelSpec:
     @property
     def ssm_conv_channels(self) -> int:
         """Channels of the causal convolution: Mamba's x; Mamba-2's x, B and C."""
-        return self.ssm_inner + (2 * self.ssm_groups * self.ssm_state if self.ssm_version == 2 else 0)
+        return self.ssm_inner + (2 * self.ssm_groups * self.ssm_state if self.ssm_version >= 2 else 0)
 
     def state_elements(self) -> tuple[int, int]:
         """Elements of one Mamba layer's recurrent state per sequence: (convolution window, SSM state)."""
@@ -161,7 +170,7 @@ class ModelSpec:
         """Recurrent-state bytes of one sequence, summed over the Mamba layers; fixed, whatever the context."""
         check_dtype(dtype, KV_DTYPES, "kv_dtype")
         per = sum(nbytes_of(e, dtype) for e in self.state_elements())
-        return per * sum(1 for i in range(self.num_layers) if self.layer_kind(i) == "mamba")
+        return per * sum(1 for i in range(self.num_layers) if self.keeps_state(i))
 
     def param_count(self) -> int:
         """Parameters (elements) of every weight tensor; tied embeddings counted once."""
@@ -300,6 +309,13 @@ def spec_from_config(config: dict, *, name: str = "model", file: str | None = No
                   kv_lora_rank=r.pos("kv_lora_rank"), qk_nope_head_dim=r.int("qk_nope_head_dim"),
                   qk_rope_head_dim=r.pos("qk_rope_head_dim"), v_head_dim=r.pos("v_head_dim"))
         kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
+    if family == "qwen3_next":   # Gated DeltaNet on the linear layers, gated attention on the others
+        hk, hv = r.pos("linear_num_key_heads"), r.pos("linear_num_value_heads")
+        dk, dv = r.pos("linear_key_head_dim"), r.pos("linear_value_head_dim")
+        if hv % hk:
+            raise r.err(f"{hk} key heads do not divide the {hv} value heads", "linear_num_key_heads")
+        kw.update(ssm_version=3, ssm_inner=hv * dv, ssm_state=dk, ssm_groups=hk, ssm_heads=hv,
+                  ssm_conv=r.pos("linear_conv_kernel_dim"), attn_output_gate=True)
     if fam.mamba:
         d = r.pos("mamba_expand") * h
         dt = cfg.get("mamba_dt_rank", "auto")

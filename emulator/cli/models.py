@@ -13,17 +13,14 @@ from emulator.present.format import format_number, table
 
 def _traits(f) -> str:
     """A family's traits in a few words (what its table row says)."""
+    from traces.families import LAYER_PATTERNS
+
     out = ["LayerNorm" if f.norm == "layer" else "RMSNorm"]
     if f.norm_layout != "pre":
         out.append({"sandwich": "4 norms/layer", "parallel": "parallel attn+MLP"}[f.norm_layout])
     if f.mla:
         out.append("MLA")
-    if f.mamba:
-        out.append("Mamba+attention")
-    out.append({"full": "full attention", "window": "sliding window if set", "qwen_window": "sliding window if enabled",
-                "layer_types": "layer_types", "gemma2": "alternating sliding/global",
-                "gemma3": "5 sliding : 1 global", "llama4": "chunked + global (NoPE)",
-                "jamba": "attention every attn_layer_period"}[f.layers])
+    out.append(LAYER_PATTERNS[f.layers])
     if f.qk_norm:
         out.append("q/k norms" if f.qk_norm in ("head", "full") else f"q/k norms if {f.qk_norm}")
     if f.qkv_bias is True:
