@@ -48,7 +48,8 @@ def _quant_config(spec) -> dict | None:
 
 
 def native_rule(spec):
-    """``shape -> dtype`` of the matrices as the model's checkpoint ships them (see the module docstring)."""
+    """(``shape -> dtype`` of the matrices, dtype of the vectors) as the model's checkpoint ships them
+    (see the module docstring)."""
     cfg = spec.config or {}
     base = TORCH_DTYPES.get(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16", "bf16")
     q = _quant_config(spec)
