@@ -53,9 +53,9 @@ class Op:
 
     def read_all(self, t: "Ten | tuple[Ten, ...] | None") -> "Op":
         """Read the whole of ``t`` (a tensor, or each of a tuple: a weight's scales and zero points)."""
-        if isinstance(t, tuple) and not isinstance(t, Ten):
+        if type(t) is Ten:
+            self.read(t, 0, t.nbytes)
+        elif t is not None:
             for x in t:
                 self.read_all(x)
-        elif t is not None:
-            self.read(t, 0, t.nbytes)
         return self
