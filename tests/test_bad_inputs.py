@@ -686,8 +686,8 @@ CASES = [
          {"m.json": json.dumps(_nested("llama-4-scout-17b-16e", num_local_experts=0))}),
     Case("config-unknown-quant-method", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1", "--weights",
                                          "native"],
-         "quantization_config.quant_method: quant_method 'bitsandbytes' is not modelled; expected mxfp4, fp8, awq "
-         "or gptq", {"m.json": json.dumps(_preset("gpt2", quantization_config={"quant_method": "bitsandbytes"}))}),
+         "{tmp}/m.json: quantization_config.quant_method: quant_method 'bitsandbytes' is not modelled; expected "
+         "mxfp4, fp8, awq or gptq", {"m.json": json.dumps(_preset("gpt2", quantization_config={"quant_method": "bitsandbytes"}))}),
     Case("capacity-state-space-model", ["capacity", "mamba-codestral-7b", "--memory", "24GB"],
          "MODEL: mamba-codestral-7b keeps no KV cache (a fixed state of 139460608 B per sequence): its memory does "
          "not grow with the context"),

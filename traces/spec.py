@@ -90,6 +90,7 @@ class ModelSpec:
     ssm_groups: int = 0
     ssm_heads: int = 0
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+    source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
 
     # ---- derived quantities -------------------------------------------------------------------
     def is_moe(self, layer: int) -> bool:
@@ -198,6 +199,7 @@ class ModelSpec:
         """Plain-JSON dimensions (without the raw config), plus ``params`` and ``kv_bytes_per_token``."""
         d = asdict(self)
         d.pop("config")
+        d.pop("source")
         d["moe_layers"] = [i for i, m in enumerate(self.moe_layers) if m]
         d["params"] = self.param_count()
         d["active_params"] = self.active_param_count()
@@ -242,7 +244,13 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
 
 def spec_from_config(config: dict, *, name: str = "model", file: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a parsed Hugging Face config dict (its family from
-    :mod:`traces.families`)."""
+    :mod:`traces.families`); ``file`` names the config in errors, then and later."""
+    spec = _spec_from_config(config, name, file)
+    object.__setattr__(spec, "source", file)     # frozen: set once, here
+    return spec
+
+
+def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     if not isinstance(config, dict):
         raise ConfigError("expected a JSON object", file=file)
     archs = config.get("architectures") or []

@@ -55,25 +55,26 @@ def native_rule(spec):
     q = _quant_config(spec)
     if q is None:
         return lambda s: base, base
+    f = getattr(spec, "source", None)
     if not isinstance(q, dict):
-        raise ConfigError(f"expected a JSON object, got {q!r}", field="quantization_config")
+        raise ConfigError(f"expected a JSON object, got {q!r}", file=f, field="quantization_config")
     method = q.get("quant_method")
     if method == "mxfp4":
         return (lambda s: "mxfp4" if s.expert >= 0 else "bf16"), "bf16"
     if method == "fp8":
         if list(q.get("weight_block_size") or []) != [128, 128]:
             raise ConfigError(f"FP8 blocks {q.get('weight_block_size')!r} are not modelled (only [128, 128])",
-                              field="quantization_config.weight_block_size")
+                              file=f, field="quantization_config.weight_block_size")
         fmt = "fp8-block"
     elif method in ("awq", "gptq"):
         bits, group = q.get("bits", q.get("w_bit")), q.get("group_size", q.get("q_group_size"))
         if bits != 4 or group != 128:
             raise ConfigError(f"{method} with {bits} bits in groups of {group} is not modelled (only 4 bits, 128)",
-                              field="quantization_config.group_size")
+                              file=f, field="quantization_config.group_size")
         fmt = "int4-g128"
     else:
         raise ConfigError(f"quant_method {method!r} is not modelled; expected mxfp4, fp8, awq or gptq",
-                          field="quantization_config.quant_method")
+                          file=f, field="quantization_config.quant_method")
     return (lambda s: "bf16" if s.name in UNQUANTISED or is_router(s.name) else fmt), "bf16"
 
 
