@@ -455,3 +455,30 @@ def test_an_unknown_wrapper_is_read_by_its_language_models_family():
            "text_config": {**text, "architectures": None}, "vision_config": {"model_type": "pixtral"}}
     s = spec_from_config(cfg)
     assert s.family == "mistral" and s.param_count() == load_model("mistral-small-24b").param_count()
+
+
+SMALL = {
+    "gpt-oss-20b": GPT_OSS_TINY,
+    "gpt2": dict(n_embd=64, n_head=4, n_layer=2, vocab_size=100, n_positions=64),
+    "falcon-7b": dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=100),
+    "gemma-3-4b": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       num_hidden_layers=6, vocab_size=100, sliding_window=8),
+    "jamba-v0.1": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                       num_hidden_layers=8, attn_layer_period=4, attn_layer_offset=2, num_experts=4, mamba_d_state=8,
+                       mamba_dt_rank=8, vocab_size=128),
+    "mamba-codestral-7b": dict(hidden_size=64, num_heads=8, head_dim=16, n_groups=2, state_size=8, num_hidden_layers=3,
+                               vocab_size=100),
+    "deepseek-v2-lite": dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8,
+                             num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16,
+                             qk_rope_head_dim=8, v_head_dim=16, num_hidden_layers=3, vocab_size=100),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_traced_weight_tensors_hold_the_parameter_count(tmp_path, name):
+    """The lowering declares every weight once, in bf16 (vectors too), nothing else of kind weight:
+    the trace's weight bytes are twice the closed-form-checked parameter count."""
+    spec = spec_from_config(shrunk(name, **SMALL[name]), name="tiny")
+    t = Tally(trace_of(tmp_path, spec, generate=1))
+    held = sum(n for name_, n in t.nbytes.items() if t.kind[t.names.index(name_)] == "weight")
+    assert held == 2 * spec.param_count()
