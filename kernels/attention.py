@@ -2,8 +2,12 @@
 
 Each cache tensor (K and V for MHA/GQA/MQA; the single latent cache for MLA) holds ``batch``
 sequences of ``max_positions`` rows, ``seq_stride`` bytes apart. A query at absolute position p
-attends to keys ``[max(0, p - window + 1), p]`` (``window`` None: ``[0, p]``). Both kernels read
-the K and V of every position in context for each sequence — for a sliding window, only the window.
+attends to keys ``[max(0, p - window + 1), p]`` (``window`` None: ``[0, p]``; ``chunk``: from the
+start of p's chunk, ``[p - p mod chunk, p]``). Both kernels read the K and V of every position in
+context for each sequence — for a sliding window or a chunk, only those. A windowed or chunked
+layer's cache is a ring of at most window (chunk) rows (:class:`Cache`, ``ring``): position p is row
+``p mod ring``, so a read that wraps is two descriptors, and a prefill tile whose keys span more than
+the ring reads the whole ring once (the rest of its keys are the tile's own, fresh in registers).
 
 - ``flash``: per sequence and tile of ``attn_tile`` queries, read the query tile, read the K and V
   rows the tile needs (causal), write the output tile. Scores never leave the chip.
@@ -23,52 +27,82 @@ from kernels.base import Op, Ten
 
 
 class Cache(NamedTuple):
-    """One KV-cache tensor: handle, bytes per position row, bytes between sequences."""
+    """One KV-cache tensor: handle, bytes per position row, bytes between sequences, and ``ring``:
+    0 for a cache holding every position, else the rows of a ring buffer (a sliding-window or chunked
+    layer keeps at most its window or chunk; position p lives in row ``p mod ring``)."""
 
     ten: Ten
     row_bytes: int
     seq_stride: int
+    ring: int = 0
 
 
-def key_range(p: int, window: int | None) -> tuple[int, int]:
-    """Keys ``[lo, hi)`` the query at position ``p`` reads."""
+def key_range(p: int, window: int | None, chunk: int | None = None) -> tuple[int, int]:
+    """Keys ``[lo, hi)`` the query at position ``p`` reads (``chunk``: from the start of p's chunk)."""
+    if chunk:
+        return p - p % chunk, p + 1
     return (0 if window is None else max(0, p - window + 1)), p + 1
 
 
-def causal_pairs(start: int, t: int, window: int | None) -> int:
+def causal_pairs(start: int, t: int, window: int | None, chunk: int | None = None) -> int:
     """Number of (query, key) pairs for queries at positions ``start .. start+t-1``."""
-    if window is None:
+    if window is None and not chunk:
         return t * start + t * (t + 1) // 2
+    if chunk:
+        return sum(p % chunk + 1 for p in range(start, start + t))
     return sum(min(p + 1, window) for p in range(start, start + t))
+
+
+def cache_spans(c: Cache, lo: int, hi: int) -> list[tuple[int, int]]:
+    """(first row, rows) of positions ``[lo, hi)`` in cache ``c``: one span, or two where a ring wraps.
+    A ring holds at most ``ring`` positions, so only the last ``ring`` of the range are there."""
+    if not c.ring:
+        return [(lo, hi - lo)] if hi > lo else []
+    n = min(hi - lo, c.ring)
+    a = (hi - n) % c.ring
+    first = min(n, c.ring - a)
+    return [x for x in ((a, first), (0, n - first)) if x[1] > 0]
+
+
+def read_positions(op: Op, c: Cache, base: int, lo: int, hi: int, *, count: int = 1, write: bool = False,
+                   stride: int | None = None) -> None:
+    """Read (or write) positions ``[lo, hi)`` of ``count`` sequences from the sequence at byte ``base``
+    (sequences ``stride`` bytes apart, by default the cache's). A read of a ring gets the last ``ring``
+    positions of the range; a write writes every position, going round the ring as often as needed."""
+    step = c.ring if (write and c.ring) else max(1, hi - lo)   # writes wrap the ring as often as they go round
+    for a in range(lo, hi, step):
+        for row, n in cache_spans(c, a, min(hi, a + step)):
+            (op.write if write else op.read)(c.ten, base + row * c.row_bytes, n * c.row_bytes, count=count,
+                                             stride=c.seq_stride if stride is None else stride)
 
 
 def flash_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_caches: list[Cache], *,
                     batch: int, start: int, t: int, window: int | None, heads: int, score_dim: int, value_dim: int,
                     q_row_bytes: int, o_row_bytes: int, act_bytes: int, attn_tile: int, phase: str,
-                    scores: Ten | None = None, extra_reads: tuple[Ten, ...] = ()) -> list[Op]:
+                    scores: Ten | None = None, extra_reads: tuple[Ten, ...] = (), chunk: int | None = None) -> list[Op]:
     """Tiled attention for ``t`` new queries per sequence starting at position ``start``.
     A cache that is both key and value (MLA's latent) is read once per tile."""
     caches = list(dict.fromkeys([*key_caches, *value_caches]))
-    pairs = causal_pairs(start, t, window) * batch
+    pairs = causal_pairs(start, t, window, chunk) * batch
     op = Op(name, "attention", batch * t, 2 * heads * pairs * (score_dim + value_dim),
             pim_eligible=(phase == "decode"))
     for w in extra_reads:
         op.read_all(w)
     if t == 1:
-        lo, hi = key_range(start, window)
+        lo, hi = key_range(start, window, chunk)
         op.read(q, 0, batch * q_row_bytes)
         for c in caches:
-            op.read(c.ten, lo * c.row_bytes, (hi - lo) * c.row_bytes, count=batch, stride=c.seq_stride)
+            read_positions(op, c, 0, lo, hi, count=batch)
         op.write(o, 0, batch * o_row_bytes)
         return [op]
     for b in range(batch):
         for q0 in range(0, t, attn_tile):
             q1 = min(t, q0 + attn_tile)
-            lo = key_range(start + q0, window)[0]
+            lo = key_range(start + q0, window, chunk)[0]
             hi = start + q1
             op.read(q, (b * t + q0) * q_row_bytes, (q1 - q0) * q_row_bytes)
             for c in caches:
-                op.read(c.ten, b * c.seq_stride + lo * c.row_bytes, (hi - lo) * c.row_bytes)
+                read_positions(op, c, b * c.seq_stride, lo, hi, stride=0)
             op.write(o, (b * t + q0) * o_row_bytes, (q1 - q0) * o_row_bytes)
     return [op]
 
@@ -76,7 +110,8 @@ def flash_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_ca
 def naive_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_caches: list[Cache], *,
                     batch: int, start: int, t: int, window: int | None, heads: int, score_dim: int,
                     value_dim: int, q_row_bytes: int, o_row_bytes: int, act_bytes: int, phase: str,
-                    scores: Ten | None = None, attn_tile: int = 0, extra_reads: tuple[Ten, ...] = ()) -> list[Op]:
+                    scores: Ten | None = None, attn_tile: int = 0, extra_reads: tuple[Ten, ...] = (),
+                    chunk: int | None = None) -> list[Op]:
     """Unfused attention: scores, softmax, and score-times-V, with the score matrix in memory.
 
     In decode all sequences go together (scores ``batch x heads x keys``); in prefill one sequence
@@ -84,7 +119,7 @@ def naive_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_ca
     if scores is None:
         raise ValueError("naive attention needs a scores buffer")   # a lowering bug, not bad input
     pim = phase == "decode"
-    lo, _ = key_range(start, window)
+    lo, _ = key_range(start, window, chunk)
     hi = start + t
     keys = hi - lo
     groups = [(0, batch)] if t == 1 else [(b, 1) for b in range(batch)]
@@ -97,14 +132,14 @@ def naive_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_ca
             sc.read_all(w)
         sc.read(q, b * t * q_row_bytes, nseq * t * q_row_bytes)
         for c in key_caches:
-            sc.read(c.ten, b * c.seq_stride + lo * c.row_bytes, keys * c.row_bytes, count=nseq, stride=c.seq_stride)
+            read_positions(sc, c, b * c.seq_stride, lo, hi, count=nseq)
         sc.write(scores, 0, s_bytes)
         sm = Op(f"{name}.softmax", "attention", nseq * t, 5 * rect, pim_eligible=pim)
         sm.read(scores, 0, s_bytes).write(scores, 0, s_bytes)
         pv = Op(f"{name}.pv", "attention", nseq * t, 2 * rect * value_dim, pim_eligible=pim)
         pv.read(scores, 0, s_bytes)
         for c in value_caches:
-            pv.read(c.ten, b * c.seq_stride + lo * c.row_bytes, keys * c.row_bytes, count=nseq, stride=c.seq_stride)
+            read_positions(pv, c, b * c.seq_stride, lo, hi, count=nseq)
         pv.write(o, b * t * o_row_bytes, nseq * t * o_row_bytes)
         ops += [sc, sm, pv]
     return ops
@@ -118,5 +153,5 @@ def kv_append(name: str, sources: list[tuple[Ten, int]], caches: list[Cache], *,
     for src, row in sources:
         op.read(src, 0, batch * t * row)
     for c in caches:
-        op.write(c.ten, start * c.row_bytes, t * c.row_bytes, count=batch, stride=c.seq_stride)
+        read_positions(op, c, 0, start, start + t, count=batch, write=True)
     return op

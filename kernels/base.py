@@ -51,7 +51,11 @@ class Op:
             self.accesses.append(Access(t.id, offset, nbytes, count, stride, True))
         return self
 
-    def read_all(self, t: Ten | None) -> "Op":
-        if t is not None:
+    def read_all(self, t: "Ten | tuple[Ten, ...] | None") -> "Op":
+        """Read the whole of ``t`` (a tensor, or each of a tuple: a weight's scales and zero points)."""
+        if type(t) is Ten:
             self.read(t, 0, t.nbytes)
+        elif t is not None:
+            for x in t:
+                self.read_all(x)
         return self

@@ -40,24 +40,26 @@ def combine(name: str, buf: Ten, y: Ten, *, m: int, k: int, row_bytes: int, hidd
 
 def expert_mlp(name: str, expert: int, weights: list[Ten], scales: list[Ten | None], disp: Ten, inter: Ten,
                out: Ten, *, first_row: int, rows: int, hidden: int, ffn: int, act_bytes: int, phase: str,
-               tile_m: int) -> Op:
+               tile_m: int, biases: list[Ten] | None = None) -> Op:
     """Gated MLP of one expert over its ``rows`` tokens (dispatch rows ``first_row..``).
 
-    ``weights`` = [gate, up, down]. Reads the token tile, the gate and up weights, writes and
-    re-reads the gated intermediate, reads the down weight, writes the output tile."""
-    op = Op(name, "linear", rows, 2 * rows * 3 * hidden * ffn + 5 * rows * ffn,
-            pim_eligible=(phase == "decode"), expert=expert)
+    ``weights`` = [gate, up, down] (``biases`` the same, gpt-oss). Reads the token tile, the gate
+    and up weights (and biases), writes and re-reads the gated intermediate, reads the down weight
+    (and bias), writes the output tile."""
+    flops = 2 * rows * 3 * hidden * ffn + 5 * rows * ffn + (rows * (2 * ffn + hidden) if biases else 0)
+    op = Op(name, "linear", rows, flops, pim_eligible=(phase == "decode"), expert=expert)
+    b = biases or [None, None, None]
     h_row, f_row = hidden * act_bytes, ffn * act_bytes
     tile = rows if phase == "decode" else tile_m
     for r0 in range(0, rows, tile):
         r = min(tile, rows - r0)
         row = first_row + r0
         op.read(disp, row * h_row, r * h_row)
-        for w, s in zip(weights[:2], scales[:2]):
-            op.read_all(w).read_all(s)
+        for w, s, bb in zip(weights[:2], scales[:2], b[:2]):
+            op.read_all(w).read_all(s).read_all(bb)
         op.write(inter, row * f_row, r * f_row)
         op.read(inter, row * f_row, r * f_row)
-        op.read_all(weights[2]).read_all(scales[2])
+        op.read_all(weights[2]).read_all(scales[2]).read_all(b[2])
         op.write(out, row * h_row, r * h_row)
     return op
 

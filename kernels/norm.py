@@ -1,6 +1,7 @@
 """Norms and element-wise ops: one pass over their operands.
 
-RMSNorm/LayerNorm read ``m`` rows and the gain vector and write ``m`` rows (4 FLOPs per element).
+RMSNorm/LayerNorm read ``m`` rows and the gain vector (LayerNorm: and its bias) and write ``m`` rows
+(4 FLOPs per element; LayerNorm 5).
 Element-wise ops (residual add, SiLU-gated product) read each input once and write the output once
 (1 FLOP per output element per input beyond the first; SiLU-and-multiply counted as 5).
 """
@@ -11,17 +12,19 @@ from kernels.base import Op, Ten
 
 
 def rmsnorm(name: str, x: Ten, y: Ten, gain: Ten, *, m: int, width: int, act_bytes: int,
-            x_offset: int = 0, y_offset: int = 0, row_stride: int = 0) -> Op:
-    """Normalise ``m`` rows of ``width`` elements (rows ``row_stride`` bytes apart if given)."""
-    op = Op(name, "norm", m, 4 * m * width)
+            x_offset: int = 0, y_offset: int = 0, row_stride: int = 0, bias: Ten | None = None) -> Op:
+    """Normalise ``m`` rows of ``width`` elements (rows ``row_stride`` bytes apart if given). With a
+    ``bias`` it is a LayerNorm (mean subtracted, bias added: 1 FLOP per element more), reading the
+    bias after the gain."""
+    op = Op(name, "norm", m, (5 if bias is not None else 4) * m * width)
     row = width * act_bytes
     if row_stride and m > 1 and row_stride != row:
         op.read(x, x_offset, row, count=m, stride=row_stride)
-        op.read_all(gain)
+        op.read_all(gain).read_all(bias)
         op.write(y, y_offset, row, count=m, stride=row_stride)
     else:
         op.read(x, x_offset, m * row)
-        op.read_all(gain)
+        op.read_all(gain).read_all(bias)
         op.write(y, y_offset, m * row)
     return op
 

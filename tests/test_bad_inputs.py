@@ -227,6 +227,19 @@ def _nine_devices(tmp: Path) -> None:
 SWEEP_OUT = ["-o", "{tmp}/r.parquet"]
 
 
+def _preset(name: str, **over) -> dict:
+    """A shipped preset's config.json with some top-level fields changed."""
+    from common.paths import configs_dir
+
+    return {**json.loads((configs_dir("models") / f"{name}.json").read_text()), **over}
+
+
+def _nested(name: str, **over) -> dict:
+    cfg = _preset(name)
+    cfg["text_config"] = {**cfg["text_config"], **over}
+    return cfg
+
+
 def _other_sweep(tmp: Path) -> None:
     """A sweep file of another grid's columns."""
     import pyarrow.parquet as pq
@@ -342,9 +355,9 @@ CASES = [
          "{tmp}/m.json: num_key_value_heads: num_attention_heads 4 is not a multiple of num_key_value_heads 3",
          config(LLAMA, num_key_value_heads=3)),
     Case("config-unknown-family", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
-         "{tmp}/m.json: architectures: unsupported model family 'GPT2LMHeadModel'; supported: "
+         "{tmp}/m.json: architectures: unsupported model family 'BertForMaskedLM'; supported: "
          + ", ".join(sorted(ARCHITECTURES)),
-         config(LLAMA, architectures=["GPT2LMHeadModel"], model_type="gpt2")),
+         config(LLAMA, architectures=["BertForMaskedLM"], model_type="bert")),
     Case("config-zero-experts", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: num_local_experts: expected a positive integer, got 0",
          config(MIXTRAL, num_local_experts=0)),
@@ -480,7 +493,8 @@ CASES = [
     Case("arg-nothing-to-trace", ["trace", str(TINY), *TRACE_OUT, "--context", "8"],
          "prompt: nothing to trace: give a prompt length and/or tokens to generate"),
     Case("arg-unknown-weights-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--weights", "int3"],
-         "weights: unknown dtype 'int3'; expected one of bf16, fp16, fp32, fp8, int8, int4"),
+         "weights: unknown dtype 'int3'; expected one of bf16, fp16, fp32, fp8, int8, int4, mxfp4, fp8-block, "
+         "int4-g128, native"),
     Case("arg-unknown-kv-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--kv", "int4"],
          "kv: unknown dtype 'int4'; expected one of bf16, fp16, fp32, fp8, int8"),
     Case("arg-unknown-activations-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--activations", "int8"],
@@ -747,6 +761,29 @@ CASES = [
          "{tmp}/no/r.html: parent directory {tmp}/no does not exist"),
     Case("compare-html-exists", ["compare", str(TINY), "--chips", "h100", "--html", "{tmp}/c.html"],
          "{tmp}/c.html: output exists; pass --force to replace it", {"c.html": "old\n"}),
+    # -- families (issue 14): fields a family reads but tierlab does not model, named ---------------
+    Case("config-unknown-layer-type", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: layer_types: unknown entry 'linear_attention'; expected one of sliding_attention, "
+         "full_attention", {"m.json": json.dumps(_preset("gpt-oss-20b", layer_types=["linear_attention"] * 24))}),
+    Case("config-falcon-alibi", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: alibi: alibi = True is not modelled for falcon (only False)",
+         {"m.json": json.dumps(_preset("falcon-7b", alibi=True))}),
+    Case("config-text-config-not-object", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: text_config: expected a JSON object, got list",
+         {"m.json": json.dumps(_preset("llama-4-scout-17b-16e", text_config=[1]))}),
+    Case("config-nested-field", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: text_config.num_local_experts: expected a positive integer, got 0",
+         {"m.json": json.dumps(_nested("llama-4-scout-17b-16e", num_local_experts=0))}),
+    Case("config-unknown-quant-method", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1", "--weights",
+                                         "native"],
+         "{tmp}/m.json: quantization_config.quant_method: quant_method 'bitsandbytes' is not modelled; expected "
+         "mxfp4, fp8, awq or gptq", {"m.json": json.dumps(_preset("gpt2", quantization_config={"quant_method": "bitsandbytes"}))}),
+    Case("capacity-state-space-model", ["capacity", "mamba-codestral-7b", "--memory", "24GB"],
+         "MODEL: mamba-codestral-7b keeps no KV cache (a fixed state of 139460608 B per sequence): its memory does "
+         "not grow with the context"),
+    Case("arg-tp-unsplit-family", ["trace", "gpt2", *TRACE_OUT, "--generate", "1", "--tp", "2"],
+         "--tp: gpt2 (learned positions) is lowered on one device only; drop --tp/--pp/--ep/--dp and "
+         "--pp-microbatches"),
 ]
 
 
@@ -795,5 +832,5 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 178   # with issue 14's (calibrated latency, capture), 15's (interoperability), 16's cases
+    assert len(CASES) >= 185   # with issue 14's (families, calibrated latency, capture), 15's and 16's cases
     assert len({c.id for c in CASES}) == len(CASES)

@@ -113,7 +113,8 @@ COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", 
 
 # Tensor kinds the generator writes. Readers accept any string; the emulator maps unknown kinds
 # to "other" in its breakdowns.
-TENSOR_KINDS = ("weight", "kv", "activation", "kv_offload", "other")   # kv_offload: multi-turn KV copies
+# kv_offload: multi-turn KV copies; state: a state-space layer's fixed recurrent state per sequence
+TENSOR_KINDS = ("weight", "kv", "activation", "kv_offload", "state", "other")
 PHASES = ("prefill", "decode")
 
 # Default alignment of tensor base addresses (bytes). Every tier's block size must divide every

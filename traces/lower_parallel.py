@@ -31,8 +31,7 @@ from kernels import embedding as emb
 from kernels import moe as moe_k
 from kernels import norm as norm_k
 from kernels.base import Op, Ten
-from traces.dtypes import nbytes_of, scale_bytes
-from traces.lowering import Lowering
+from traces.lowering import Lowering, check_shardable
 from traces.routing import Router
 from traces.segments import COPY_ACTIONS, Segment, conversation_table
 from traces.shard import Shard, ShardPlan
@@ -169,9 +168,8 @@ class _DeviceLowering(Lowering):
             lo = sh.tp_rank * s.vocab_size
             mine = ids[(ids >= lo) & (ids < lo + s.vocab_size)] - lo
             table, tsc = self.weights["embed_tokens"]
-            op = emb.embedding("embed_tokens", table, self.act["hidden"], mine, row_bytes=nbytes_of(h, run.weights),
-                               act_row_bytes=h * ab, scales=tsc,
-                               scale_row_bytes=scale_bytes(1, h, run.weights, run.quant_group))
+            op = emb.embedding("embed_tokens", table, self.act["hidden"], mine, row_bytes=self.embed_row_bytes,
+                               act_row_bytes=h * ab, scales=tsc, scale_row_bytes=self.embed_scale_row_bytes)
             if len(mine):
                 op.accesses.pop()
             op.tokens = m
@@ -288,6 +286,7 @@ def _shift(ops: list[Op], by: dict[int, int]) -> list[Op]:
 def lower_parallel(spec, run, segments: list[Segment], out_dir, *, force: bool = False, progress=None,
                    record_routing: bool = False):
     """Write the sharded trace of ``segments`` (see the module docstring)."""
+    check_shardable(spec)
     plan = ShardPlan(spec, run)
     if record_routing:
         raise UsageError("--record-routing records one device's routing; not with --tp/--pp/--ep/--dp",

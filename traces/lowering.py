@@ -14,14 +14,30 @@ from kernels import linear as lin
 from kernels import mlp as mlp_k
 from kernels import moe as moe_k
 from kernels import norm as norm_k
+from kernels import ssm as ssm_k
 from kernels.base import Op, Ten
-from traces.dtypes import DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, nbytes_of, scale_bytes, vector_dtype
+from traces.dtypes import DTYPE_BITS, nbytes_of, scale_bytes
+from traces.weightfmt import weight_tensors
 from common.errors import UsageError
 from traces.routing import Router
 from traces.run import RunConfig
 from traces.segments import COPY_ACTIONS, Segment
-from traces.spec import ModelSpec
+from traces.spec import ModelSpec, WeightShape
 from traces.writer import TraceWriter
+
+
+def check_shardable(spec: ModelSpec) -> None:
+    """Refuse, naming the trait, a model whose layers the sharded lowering does not split (it lowers
+    the pre-norm decoder layer of Llama, Mistral, Qwen, Phi-3, DeepSeek, GLM-4.5 and Llama 4)."""
+    traits = [("norm_layout", spec.norm_layout != "pre"), ("Mamba layers", bool(spec.ssm_inner)),
+              ("learned positions", bool(spec.learned_positions)), ("attention sinks", spec.sinks),
+              ("expert biases", spec.expert_bias or spec.gate_bias), ("q/k norms over all heads", spec.qk_norm == "full"),
+              ("shared-expert gate", spec.shared_expert_gate), ("o_proj / MLP biases", spec.o_bias or spec.mlp_bias),
+              ("LayerNorm", spec.norm != "rms")]
+    for what, has in traits:
+        if has:
+            raise UsageError(f"{spec.family} ({what}) is lowered on one device only; drop --tp/--pp/--ep/--dp "
+                             "and --pp-microbatches", field="--tp")
 
 
 class Lowering:
@@ -56,36 +72,47 @@ class Lowering:
 
     # ---- tensors ------------------------------------------------------------------------------
     def _declare_weights(self) -> None:
-        wd, run, dev = self.run.weights, self.run, self.device
-        for s in self._weight_shapes():
-            if s.is_vector:
-                vd = vector_dtype(wd)
-                nb = nbytes_of(s.rows, vd)
-                self.weights[s.name] = (Ten(self.w.add_tensor(s.name, "weight", nb, vd, s.layer, s.expert,
-                                                              device=dev), nb), None)
-                continue
-            nb = nbytes_of(s.elements, wd)
-            t = Ten(self.w.add_tensor(s.name, "weight", nb, wd, s.layer, s.expert, device=dev), nb)
-            sc = None
-            if wd in GROUP_QUANTISED:
-                sb = scale_bytes(s.rows, s.cols, wd, run.quant_group)
-                sc = Ten(self.w.add_tensor(s.name + ".scales", "weight", sb, SCALE_DTYPE, s.layer, s.expert,
-                                           device=dev), sb)
-            self.weights[s.name] = (t, sc)
+        """Each weight tensor (:func:`traces.weightfmt.weight_tensors`) and, after it, its scale and
+        zero-point tensors; ``weights[name]`` = (tensor, None | its one aux tensor | a tuple of them)."""
+        run, dev = self.run, self.device
+        self.wdtype: dict[str, str] = {}
+        for t in weight_tensors(self.spec, run.weights, run.quant_group, shapes=self._weight_shapes()):
+            s = t.shape
+            ten = Ten(self.w.add_tensor(s.name, "weight", t.nbytes, t.dtype, s.layer, s.expert, device=dev), t.nbytes)
+            aux = tuple(Ten(self.w.add_tensor(s.name + suffix, "weight", nb, d, s.layer, s.expert, device=dev), nb)
+                        for suffix, d, nb in t.aux)
+            self.weights[s.name] = (ten, aux[0] if len(aux) == 1 else (aux or None))
+            self.wdtype[s.name] = t.dtype
+        embed = WeightShape("embed_tokens", -1, -1, self.spec.vocab_size, self.spec.hidden_size)   # a sharded
+        # device may not hold it; its dtype all the same
+        d = weight_tensors(self.spec, run.weights, run.quant_group, shapes=[embed])[0].dtype
+        self.embed_row_bytes = nbytes_of(self.spec.hidden_size, d)
+        self.embed_scale_row_bytes = scale_bytes(1, self.spec.hidden_size, d, run.quant_group)
 
     def _declare_kv(self) -> None:
+        """KV caches of the attention layers (a ring of at most window / chunk rows on sliding and
+        chunked layers) and the recurrent state of the Mamba layers (kind ``state``)."""
         spec, run = self.spec, self.run
         self.kv_row = nbytes_of(spec.kv_row_elements, run.kv)
         self.caches: dict[int, list[attn.Cache]] = {}
+        self.states: dict[int, tuple[Ten, Ten]] = {}
         for i in self.layers:
+            if spec.keeps_state(i):
+                conv, ssm = (nbytes_of(e, run.kv) for e in spec.state_elements())
+                self.states[i] = tuple(Ten(self.w.add_tensor(f"layers.{i}.state.{p}", "state", self.B * n, run.kv, i,
+                                                             device=self.device), self.B * n)
+                                       for p, n in (("conv", conv), ("ssm", ssm)))
+                continue
             parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
             row = self.kv_row // len(parts)
-            stride = self.positions * row
+            rows = spec.kv_rows(i, self.positions)
+            stride = rows * row
             layer = []
             for p in parts:
                 nb = self.B * stride
                 layer.append(attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{p}", "kv", nb, run.kv, i,
-                                                              device=self.device), nb), row, stride))
+                                                              device=self.device), nb), row, stride,
+                                        rows if rows < self.positions else 0))
             self.caches[i] = layer
 
     def _declare_kv_offload(self) -> None:
@@ -110,6 +137,15 @@ class Lowering:
         a = {}
         a["hidden"] = self._act("hidden", m, h)
         a["norm"] = self._act("norm", m, h)
+        if s.norm_layout == "parallel2":
+            a["norm_mlp"] = self._act("norm_mlp", m, h)
+        if any(s.keeps_state(i) for i in self.layers):
+            d, r, n, c = s.ssm_inner, s.ssm_dt_rank, s.ssm_state, s.ssm_conv_channels
+            widths = {1: (("ssm_xz", 2 * d), ("ssm_x", d), ("ssm_dbc", r + 2 * n), ("ssm_dt", d), ("ssm_y", d)),
+                      2: (("ssm_xz", d + c + s.ssm_heads), ("ssm_x", c), ("ssm_y", d)),
+                      3: (("ssm_xz", c + d), ("ssm_ba", 2 * s.ssm_heads), ("ssm_x", c), ("ssm_y", d))}[s.ssm_version]
+            for name, width in widths:
+                a[name] = self._act(name, m, width)
         if s.attention == "mla":
             self.q_width = s.num_heads * (s.qk_nope_head_dim + s.qk_rope_head_dim)
             self.o_width = s.num_heads * s.v_head_dim
@@ -120,7 +156,7 @@ class Lowering:
             self.q_width = self.o_width = s.num_heads * s.head_dim
             a["k"] = self._act("k", m, s.num_kv_heads * s.head_dim)
             a["v"] = self._act("v", m, s.num_kv_heads * s.head_dim)
-        a["q"] = self._act("q", m, self.q_width)
+        a["q"] = self._act("q", m, 2 * self.q_width if s.attn_output_gate else self.q_width)
         a["attn"] = self._act("attn", m, self.o_width)
         a["attn_out"] = self._act("attn_out", m, h)
         dense_f = [s.intermediate_size for i in self.layers if not s.is_moe(i)]
@@ -139,8 +175,10 @@ class Lowering:
         a["logits"] = self._act("logits", B, s.vocab_size)
         if self.run.attention == "naive":
             rect = 0
-            for seg in segments:
-                lo = attn.key_range(seg.start, s.sliding_window)[0]
+            spans = {s.layer_span(i) for i in self.layers if not s.keeps_state(i)}
+            for seg, (kind, span) in ((g, x) for g in segments for x in spans):
+                lo = attn.key_range(seg.start, span if kind == "sliding" else None,
+                                    span if kind == "chunked" else None)[0]
                 keys = seg.start + seg.tokens - lo
                 rect = max(rect, (B if seg.tokens == 1 else 1) * s.num_heads * seg.tokens * keys)
             a["scores"] = self._act("scores", rect, 1)
@@ -170,8 +208,10 @@ class Lowering:
         return self._shapes
 
     def _norm(self, name: str, gain: str, x: str, y: str, m: int, width: int, **kw) -> Op:
+        """RMSNorm, or LayerNorm when the model's norms carry a bias (``<gain>.bias``)."""
+        bias = self.weights.get(gain + ".bias", (None,))[0]
         return norm_k.rmsnorm(name, self.act[x], self.act[y], self.weights[gain][0], m=m, width=width,
-                              act_bytes=self.ab, **kw)
+                              act_bytes=self.ab, bias=bias, **kw)
 
     def _kv_copy(self, seg: Segment) -> None:
         """One op per layer copying positions ``start .. start+tokens-1`` of every sequence between
@@ -181,10 +221,8 @@ class Lowering:
             op = Op(f"kv_{seg.action}", f"kv_{seg.action}", 0, 0)
             for c, o in zip(layer, twins):
                 src, dst = (c, o) if seg.action == "offload" else (o, c)
-                op.read(src.ten, seg.start * c.row_bytes, seg.tokens * c.row_bytes, count=self.B,
-                        stride=c.seq_stride)
-                op.write(dst.ten, seg.start * c.row_bytes, seg.tokens * c.row_bytes, count=self.B,
-                         stride=c.seq_stride)
+                attn.read_positions(op, src, 0, seg.start, seg.start + seg.tokens, count=self.B)
+                attn.read_positions(op, dst, 0, seg.start, seg.start + seg.tokens, count=self.B, write=True)
             self._emit(op, i, seg)
 
     def segment(self, seg: Segment) -> None:
@@ -197,23 +235,18 @@ class Lowering:
         h = s.hidden_size
         ids = np.random.default_rng([run.seed, 7, seg.step + 1]).integers(0, s.vocab_size, m)
         table, tsc = self.weights["embed_tokens"]
-        row_sc = scale_bytes(1, h, run.weights, run.quant_group)
-        self._emit(emb.embedding("embed_tokens", table, self.act["hidden"], ids, row_bytes=nbytes_of(h, run.weights),
-                                 act_row_bytes=h * self.ab, scales=tsc, scale_row_bytes=row_sc), -1, seg)
+        op = emb.embedding("embed_tokens", table, self.act["hidden"], ids, row_bytes=self.embed_row_bytes,
+                           act_row_bytes=h * self.ab, scales=tsc, scale_row_bytes=self.embed_scale_row_bytes)
+        if s.learned_positions:   # the position rows of the segment, once per sequence, added in
+            row = nbytes_of(h, self.wdtype["embed_positions"])
+            first = seg.start + s.learned_positions - s.max_position_embeddings   # OPT's offset of 2
+            op.accesses.insert(len(op.accesses) - 1, op.accesses[0]._replace(
+                tensor=self.weights["embed_positions"][0].id, offset=first * row, nbytes=seg.tokens * row,
+                count=B, stride=0))
+            op.flops += m * h
+        self._emit(op, -1, seg)
         for i in range(s.num_layers):
-            p = f"layers.{i}."
-            ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
-            ops += self._attention_block(i, p, m, seg)
-            ops.append(norm_k.elementwise("residual_add", [self.act["hidden"], self.act["attn_out"]],
-                                          self.act["hidden"], m=m, width=h, act_bytes=self.ab))
-            ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h))
-            if s.is_moe(i):
-                ops += self._moe_block(i, p, m, seg)
-            else:
-                ops += self._mlp(p + "mlp.", s.intermediate_size, m, seg)
-            ops.append(norm_k.elementwise("residual_add", [self.act["hidden"], self.act["mlp_out"]],
-                                          self.act["hidden"], m=m, width=h, act_bytes=self.ab))
-            self._emit(ops, i, seg)
+            self._emit(self._layer(i, f"layers.{i}.", m, seg), i, seg)
         t = seg.tokens
         ops = [self._norm("norm", "norm", "hidden", "norm", m, h)]
         head = "embed_tokens" if s.tie_word_embeddings else "lm_head"
@@ -221,12 +254,110 @@ class Lowering:
         ops.append(self._lin("lm_head", head, "norm", "logits", B, seg, **last))
         self._emit(ops, -1, seg)
 
-    def _mlp(self, prefix: str, ffn: int, m: int, seg: Segment, name: str = "mlp.") -> list[Op]:
+    def _layer(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
+        """One decoder layer: its norms in the model's layout, the mixer (attention or Mamba), the MLP
+        or MoE block, and the residual adds."""
+        s, a, h, ab = self.spec, self.act, self.spec.hidden_size, self.ab
+
+        def add(x: str) -> Op:
+            return norm_k.elementwise("residual_add", [a["hidden"], a[x]], a["hidden"], m=m, width=h, act_bytes=ab)
+
+        ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
+        ops += self._mamba_block(i, p, m, seg) if s.keeps_state(i) else self._attention_block(i, p, m, seg)
+        if s.norm_layout == "mixer":                        # Mamba-2: no MLP
+            ops.append(add("attn_out"))
+            return ops
+        if s.norm_layout in ("parallel", "parallel2"):     # Falcon: attention and MLP of the same input
+            x = "norm"
+            if s.norm_layout == "parallel2":
+                ops.append(self._norm("ln_mlp", p + "ln_mlp", "hidden", "norm_mlp", m, h))
+                x = "norm_mlp"
+            ops += self._mlp(p + "mlp.", s.intermediate_size, m, seg, x=x)
+            ops.append(norm_k.elementwise("residual_add", [a["hidden"], a["attn_out"], a["mlp_out"]], a["hidden"],
+                                          m=m, width=h, act_bytes=ab))
+            return ops
+        if s.norm_layout == "sandwich":                     # Gemma: norms after each block too
+            ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out",
+                                  m, h))
+            ops.append(add("attn_out"))
+            ops.append(self._norm("pre_feedforward_layernorm", p + "pre_feedforward_layernorm", "hidden", "norm", m, h))
+        else:
+            ops.append(add("attn_out"))
+            ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h))
+        ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size, m, seg)
+        if s.norm_layout == "sandwich":
+            ops.append(self._norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out", "mlp_out",
+                                  m, h))
+        ops.append(add("mlp_out"))
+        return ops
+
+    def _mlp(self, prefix: str, ffn: int, m: int, seg: Segment, name: str = "mlp.", x: str = "norm") -> list[Op]:
         a = self.act
-        weights = {k: self.weights[prefix + k] for k in ("gate_proj", "up_proj", "down_proj")}
-        return mlp_k.mlp(name, a["norm"], a["mlp_out"], a["mlp_gate"], a["mlp_up"], a["mlp_act"], weights, m=m,
+        names = ("gate_proj", "up_proj", "down_proj") if self.spec.mlp_gated else ("up_proj", "down_proj")
+        weights = {k: self.weights[prefix + k] for k in names}
+        biases = {k: self.weights[prefix + k + ".bias"][0] for k in names if prefix + k + ".bias" in self.weights}
+        return mlp_k.mlp(name, a[x], a["mlp_out"], a.get("mlp_gate"), a["mlp_up"], a["mlp_act"], weights, m=m,
                          hidden=self.spec.hidden_size, ffn=ffn, act_bytes=self.ab, phase=seg.phase,
-                         tile_m=self.run.tile_m, tile_n=self.run.tile_n)
+                         tile_m=self.run.tile_m, tile_n=self.run.tile_n, gated=self.spec.mlp_gated, biases=biases)
+
+    def _delta_net_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
+        """Gated DeltaNet (Qwen3-Next's linear attention): in_proj_qkvz and in_proj_ba, the causal
+        convolution over q, k, v, the delta-rule recurrence over a state of ``value heads x key dim x
+        value dim`` per sequence (read and written once per segment), the gated norm, out_proj."""
+        s, a, ab, X, w = self.spec, self.act, self.ab, p + "linear_attn.", self.weights
+        d, c, H = s.ssm_inner, s.ssm_conv_channels, s.ssm_heads
+        conv, state = self.states[i]
+        rowb = (c + d) * ab
+        ops = [self._lin("in_proj_qkvz", X + "in_proj_qkvz", "norm", "ssm_xz", m, seg),
+               self._lin("in_proj_ba", X + "in_proj_ba", "norm", "ssm_ba", m, seg)]
+        ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0]], conv, m=m, channels=c,
+                              width=s.ssm_conv, act_bytes=ab, row_stride=rowb))
+        ops.append(ssm_k.scan(X + "delta_rule", [(a["ssm_x"], c * ab), (a["ssm_ba"], 2 * H * ab)], None, a["ssm_y"],
+                              [w[X + "dt_bias"][0], w[X + "A_log"][0]], state, m=m, channels=d,
+                              state_size=s.ssm_state, act_bytes=ab, pim=seg.phase == "decode"))
+        ops.append(ssm_k.gated_norm(X + "norm", a["ssm_y"], a["ssm_xz"], w[X + "norm"][0], m=m, width=d,
+                                    act_bytes=ab, z_stride=rowb, z_offset=c * ab))
+        ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
+        return ops
+
+    def _mamba_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
+        """A Mamba mixer: in_proj, the causal convolution and the selective scan over the layer's
+        recurrent state (read once and written once per sequence per segment), out_proj."""
+        s, a, ab, X = self.spec, self.act, self.ab, p + "mamba."
+        d, r, n = s.ssm_inner, s.ssm_dt_rank, s.ssm_state
+        conv, ssm = self.states[i]
+        w = self.weights
+        if s.ssm_version == 3:
+            return self._delta_net_block(i, p, m, seg)
+        ops = [self._lin("in_proj", X + "in_proj", "norm", "ssm_xz", m, seg)]
+        if s.ssm_version == 2:      # in_proj rows are [z, x B C, dt]: conv over x B C, scan, gated norm
+            c, H = s.ssm_conv_channels, s.ssm_heads
+            rowb = (d + c + H) * ab
+            ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0], w.get(
+                X + "conv1d.bias", (None,))[0]], conv, m=m, channels=c, width=s.ssm_conv, act_bytes=ab,
+                x_offset=d * ab, row_stride=rowb))
+            sc = ssm_k.scan(X + "scan", [(a["ssm_x"], c * ab)], None, a["ssm_y"],
+                            [w[X + k][0] for k in ("dt_bias", "A_log", "D")], ssm, m=m, channels=d, state_size=n,
+                            act_bytes=ab, pim=seg.phase == "decode")
+            sc.accesses.insert(1, sc.accesses[0]._replace(tensor=a["ssm_xz"].id, offset=(d + c) * ab, nbytes=H * ab,
+                                                          count=m, stride=rowb))   # dt, one per head
+            ops.append(sc)
+            ops.append(ssm_k.gated_norm(X + "norm", a["ssm_y"], a["ssm_xz"], w[X + "norm"][0], m=m, width=d,
+                                        act_bytes=ab, z_stride=rowb))
+            ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
+            return ops
+        ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0], w.get(X + "conv1d.bias",
+                              (None,))[0]], conv, m=m, channels=d, width=s.ssm_conv, act_bytes=ab))
+        ops.append(self._lin("x_proj", X + "x_proj", "ssm_x", "ssm_dbc", m, seg))
+        if s.ssm_inner_norms:
+            gains = [w[X + k][0] for k in ("dt_layernorm", "b_layernorm", "c_layernorm")]
+            ops.append(ssm_k.inner_norms(X + "norms", a["ssm_dbc"], gains, m=m, width=r + 2 * n, act_bytes=ab))
+        ops.append(self._lin("dt_proj", X + "dt_proj", "ssm_dbc", "ssm_dt", m, seg, x_stride=(r + 2 * n) * ab))
+        ops.append(ssm_k.scan(X + "scan", [(a["ssm_x"], d * ab), (a["ssm_dt"], d * ab), (a["ssm_dbc"], (r + 2 * n) * ab)], a["ssm_xz"], a["ssm_y"],
+                              [w[X + "A_log"][0], w[X + "D"][0]], ssm, m=m, channels=d, state_size=n,
+                              act_bytes=ab, pim=seg.phase == "decode"))
+        ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
+        return ops
 
     def _attention_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
         s, run, a, ab = self.spec, self.run, self.act, self.ab
@@ -256,16 +387,22 @@ class Lowering:
             ops.append(self._lin("q_proj", A + "q_proj", "norm", "q", m, seg))
             ops.append(self._lin("k_proj", A + "k_proj", "norm", "k", m, seg))
             ops.append(self._lin("v_proj", A + "v_proj", "norm", "v", m, seg))
-            if s.qk_norm:
+            if s.qk_norm == "head":
                 ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m * s.num_heads, s.head_dim))
                 ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m * s.num_kv_heads, s.head_dim))
-            ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [self.q_width, kvw], m=m, act_bytes=ab))
+            elif s.qk_norm == "full":         # OLMoE: over all heads of the token
+                ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m, self.q_width))
+                ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m, kvw))
+            if not s.learned_positions and not (s.nope_full_layers and s.layer_kind(i) == "full"):
+                ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [self.q_width, kvw], m=m, act_bytes=ab))
             ops.append(attn.kv_append("kv_append", [(a["k"], kvw * ab), (a["v"], kvw * ab)], caches,
                                       batch=self.mb, start=seg.start, t=seg.tokens))
-            extra = ()
+            extra = (self.weights[A + "sinks"][0],) if s.sinks else ()
             dims = dict(score_dim=s.head_dim, value_dim=s.head_dim)
             absorb = 0
-        common = dict(batch=self.mb, start=seg.start, t=seg.tokens, window=s.sliding_window, heads=s.num_heads,
+        kind, span = s.layer_span(i)
+        common = dict(batch=self.mb, start=seg.start, t=seg.tokens, window=span if kind == "sliding" else None,
+                      chunk=span if kind == "chunked" else None, heads=s.num_heads,
                       q_row_bytes=self.q_width * ab, o_row_bytes=self.o_width * ab, phase=seg.phase,
                       extra_reads=extra, **dims)
         keys, values = (caches, caches) if s.attention == "mla" else ([caches[0]], [caches[1]])
@@ -273,6 +410,9 @@ class Lowering:
                                        scores=a.get("scores"), attn_tile=run.attn_tile, **common)
         att[0].flops += absorb
         ops += att
+        if s.attn_output_gate:      # Qwen3-Next: attention output times sigmoid(gate), the gate from q_proj
+            ops.append(norm_k.elementwise("attn_gate", [a["attn"], a["q"]], a["attn"], m=m, width=self.o_width,
+                                          act_bytes=ab, flops_per_element=5))
         ops.append(self._lin("o_proj", A + "o_proj", "attn", "attn_out", m, seg))
         return ops
 
@@ -299,15 +439,20 @@ class Lowering:
         if s.num_shared_experts:
             ops += self._mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, m, seg,
                              name="mlp.shared_experts.")
+            if s.shared_expert_gate:   # Qwen2-MoE: a sigmoid gate (one output) on the shared expert
+                ops.append(self._lin("mlp.shared_expert_gate", M + "shared_expert_gate", "norm", "router_logits",
+                                     m, seg))
         ops.append(moe_k.dispatch("mlp.dispatch", a["norm"], a["moe_dispatch"], m=m, k=k, row_bytes=h * ab))
         first = 0
         for e in np.flatnonzero(counts).tolist():
             x = f"{M}experts.{e}."
             ws = [self.weights[x + n] for n in ("gate_proj", "up_proj", "down_proj")]
+            bs = [self.weights[x + n + ".bias"][0] for n in ("gate_proj", "up_proj", "down_proj")] \
+                if s.expert_bias else None
             ops.append(moe_k.expert_mlp("mlp.experts", e, [t for t, _ in ws], [c for _, c in ws], a["moe_dispatch"],
                                         a["moe_inter"], a["moe_out"], first_row=first, rows=int(counts[e]), hidden=h,
                                         ffn=s.moe_intermediate_size, act_bytes=ab, phase=seg.phase,
-                                        tile_m=self.run.tile_m))
+                                        tile_m=self.run.tile_m, biases=bs))
             first += int(counts[e])
         comb = moe_k.combine("mlp.combine", a["moe_out"], a["mlp_out"], m=m, k=k, row_bytes=h * ab, hidden=h)
         if s.num_shared_experts:   # the shared experts' output, already in mlp_out, is added in

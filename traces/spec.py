@@ -1,11 +1,12 @@
 """Model specs: a Hugging Face ``config.json`` (or a preset name) read into a frozen :class:`ModelSpec`.
 
-Supported families (``architectures[0]`` or ``model_type``): Llama, Mistral (sliding window), Qwen2
-(q/k/v bias), Mixtral, Qwen3-MoE (q/k norms), DeepSeek-V3 (MLA, shared experts, first dense layers)
-and GLM (``model_type: chatglm``). The list of weight matrices and vectors of a model lives in one
-place, :meth:`ModelSpec.weight_shapes`; the parameter count and the trace's weight tensors both
-derive from it. Not modelled: DeepSeek's multi-token-prediction layers (``num_nextn_predict_layers``),
-which inference without speculative decoding does not run.
+The families and their dialects are data in :mod:`traces.families` (Llama, Mistral, Qwen2/3, Qwen2-
+and Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V2/V3, GLM-4.5, Gemma 2/3, Phi-3/4, gpt-oss, Llama 4, GPT-2,
+OPT, Falcon, Jamba, Mamba-2) plus GLM/ChatGLM (``model_type: chatglm``) read here. The list of weight
+matrices and vectors of a model lives in one place, :mod:`traces.shapes`; the parameter count and the
+trace's weight tensors both derive from it. Not modelled: DeepSeek's and GLM-4.5's
+multi-token-prediction layers (``num_nextn_predict_layers``), which inference without speculative
+decoding does not run, and the vision towers of multimodal wrappers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,40 +22,11 @@ from traces.dtypes import KV_DTYPES, check_dtype, nbytes_of
 from common.errors import ConfigError
 from common.suggest import closest
 from common.paths import configs_dir
+from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MODEL_TYPES, MOE_READERS, UNMODELLED,  # noqa: F401
+                             UNMODELLED_EQUALS, Reader, family_of)
+from traces.shapes import WeightShape, weight_shapes  # noqa: F401  (WeightShape is part of this module's API)
 
-# architectures[0] -> family; model_type is the fallback key.
-ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "mistral",
-    "Qwen2ForCausalLM": "qwen2",
-    "MixtralForCausalLM": "mixtral",
-    "Qwen3MoeForCausalLM": "qwen3_moe",
-    "DeepseekV3ForCausalLM": "deepseek_v3",
-    "ChatGLMModel": "chatglm",
-    "ChatGLMForConditionalGeneration": "chatglm",
-    "GlmForCausalLM": "chatglm",
-}
-MODEL_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "mixtral": "mixtral",
-               "qwen3_moe": "qwen3_moe", "deepseek_v3": "deepseek_v3", "chatglm": "chatglm"}
-
-
-class WeightShape(NamedTuple):
-    """One weight tensor: a matrix ``rows x cols`` (out x in, as Hugging Face stores it) or a
-    vector (``cols == 1``). ``layer``/``expert`` are -1 when not applicable."""
-
-    name: str
-    layer: int
-    expert: int
-    rows: int
-    cols: int
-
-    @property
-    def elements(self) -> int:
-        return self.rows * self.cols
-
-    @property
-    def is_vector(self) -> bool:
-        return self.cols == 1
+STATE_KINDS = ("mamba", "linear")
 
 
 @dataclass(frozen=True)
@@ -80,7 +53,7 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     sliding_window: int | None = None
     qkv_bias: bool = False
-    qk_norm: bool = False
+    qk_norm: str = ""
     attention: str = "gqa"
     q_lora_rank: int | None = None
     kv_lora_rank: int = 0
@@ -93,23 +66,112 @@ class ModelSpec:
     num_shared_experts: int = 0
     router_bias: bool = False
     moe_layers: tuple[bool, ...] = ()
+    norm: str = "rms"
+    norm_layout: str = "pre"
+    o_bias: bool = False
+    mlp_bias: bool = False
+    mlp_gated: bool = True
+    sinks: bool = False
+    learned_positions: int = 0
+    layer_attention: tuple = ()
+    gate_bias: bool = False
+    expert_bias: bool = False
+    shared_expert_gate: bool = False
+    ssm_inner: int = 0
+    ssm_state: int = 0
+    ssm_conv: int = 0
+    ssm_dt_rank: int = 0
+    ssm_conv_bias: bool = False
+    ssm_proj_bias: bool = False
+    ssm_inner_norms: bool = False
+    nope_full_layers: bool = False
+    ssm_version: int = 0          # 1: Mamba (Jamba), 2: Mamba-2 (heads, groups of B and C), 3: Gated DeltaNet
+    attn_output_gate: bool = False  # Qwen3-Next: q_proj also gives a sigmoid gate of the attention output
+    ssm_groups: int = 0
+    ssm_heads: int = 0
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+    source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
 
     # ---- derived quantities -------------------------------------------------------------------
     def is_moe(self, layer: int) -> bool:
         return bool(self.moe_layers) and self.moe_layers[layer]
 
+    def layer_span(self, layer: int) -> tuple[str, int]:
+        """Layer ``layer``'s mixer: ``("full", 0)``, ``("sliding", W)`` (keys ``[p - W + 1, p]``),
+        ``("chunked", C)`` (keys from the start of p's chunk of C), ``("mamba", 0)`` (a Mamba mixer)
+        or ``("linear", 0)`` (Gated DeltaNet linear attention): the last two keep a fixed state."""
+        if self.layer_attention:
+            return self.layer_attention[layer]
+        return ("sliding", self.sliding_window) if self.sliding_window else ("full", 0)
+
+    def layer_kind(self, layer: int) -> str:
+        return self.layer_span(layer)[0]
+
+    def keeps_state(self, layer: int) -> bool:
+        """Whether layer ``layer`` keeps a fixed recurrent state (Mamba, Gated DeltaNet) instead of KV."""
+        return self.layer_kind(layer) in STATE_KINDS
+
+    @property
+    def attention_layers(self) -> list[int]:
+        return [i for i in range(self.num_layers) if not self.keeps_state(i)]
+
+    def attention_summary(self) -> str:
+        """The layers' mixers in a few words, e.g. ``sliding 128 x12, full x12``."""
+        counts: dict[tuple, int] = {}
+        for i in range(self.num_layers):
+            counts[self.layer_span(i)] = counts.get(self.layer_span(i), 0) + 1
+        if len(counts) == 1:
+            (kind, span), = counts
+            return kind + (f" {span}" if span else "")
+        return ", ".join(f"{k}{f' {w}' if w else ''} x{n}" for (k, w), n in counts.items())
+
+    @property
+    def shared_expert_size(self) -> int:
+        """Intermediate width of the shared (always-on) experts of a MoE layer, together."""
+        return self.moe_intermediate_size * self.num_shared_experts
+
     @property
     def kv_row_elements(self) -> int:
-        """Elements cached per token per layer (K and V together; MLA: the latent and rope key)."""
+        """Elements cached per token per attention layer (K and V together; MLA: the latent and rope key)."""
         if self.attention == "mla":
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.num_kv_heads * self.head_dim
 
+    def kv_rows(self, layer: int, positions: int) -> int:
+        """KV rows layer ``layer`` keeps per sequence when ``positions`` positions have been seen: all
+        of them on a full layer, at most the window (sliding) or the chunk (chunked), none on a Mamba layer."""
+        kind, span = self.layer_span(layer)
+        if kind in STATE_KINDS:
+            return 0
+        return positions if kind == "full" else min(positions, span)
+
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> int:
-        """KV-cache bytes one token of one sequence occupies, summed over all layers."""
+        """KV-cache bytes one token of one sequence adds, summed over the attention layers, while the
+        context is within every window (:meth:`kv_bytes` gives the bytes at any context)."""
         check_dtype(kv_dtype, KV_DTYPES, "kv_dtype")
-        return self.num_layers * nbytes_of(self.kv_row_elements, kv_dtype)
+        return len(self.attention_layers) * nbytes_of(self.kv_row_elements, kv_dtype)
+
+    def kv_bytes(self, positions: int, kv_dtype: str = "bf16") -> int:
+        """KV-cache bytes of one sequence after ``positions`` positions: sliding and chunked layers keep
+        at most their window or chunk (a ring of that many rows)."""
+        check_dtype(kv_dtype, KV_DTYPES, "kv_dtype")
+        row = nbytes_of(self.kv_row_elements, kv_dtype)
+        return sum(self.kv_rows(i, positions) * row for i in range(self.num_layers))
+
+    @property
+    def ssm_conv_channels(self) -> int:
+        """Channels of the causal convolution: Mamba's x; Mamba-2's x, B and C."""
+        return self.ssm_inner + (2 * self.ssm_groups * self.ssm_state if self.ssm_version >= 2 else 0)
+
+    def state_elements(self) -> tuple[int, int]:
+        """Elements of one Mamba layer's recurrent state per sequence: (convolution window, SSM state)."""
+        return self.ssm_conv_channels * self.ssm_conv, self.ssm_inner * self.ssm_state
+
+    def state_bytes(self, dtype: str = "bf16") -> int:
+        """Recurrent-state bytes of one sequence, summed over the Mamba layers; fixed, whatever the context."""
+        check_dtype(dtype, KV_DTYPES, "kv_dtype")
+        per = sum(nbytes_of(e, dtype) for e in self.state_elements())
+        return per * sum(1 for i in range(self.num_layers) if self.keeps_state(i))
 
     def param_count(self) -> int:
         """Parameters (elements) of every weight tensor; tied embeddings counted once."""
@@ -126,78 +188,25 @@ class ModelSpec:
         return total
 
     def weight_shapes(self) -> list[WeightShape]:
-        """Every weight tensor in execution order (embedding, layers, final norm, LM head)."""
-        h = self.hidden_size
-        out = [WeightShape("embed_tokens", -1, -1, self.vocab_size, h)]
-        for i in range(self.num_layers):
-            p = f"layers.{i}."
-            out.append(WeightShape(p + "input_layernorm", i, -1, h, 1))
-            out.extend(self._attention_shapes(i, p))
-            out.append(WeightShape(p + "post_attention_layernorm", i, -1, h, 1))
-            out.extend(self._mlp_shapes(i, p))
-        out.append(WeightShape("norm", -1, -1, h, 1))
-        if not self.tie_word_embeddings:
-            out.append(WeightShape("lm_head", -1, -1, self.vocab_size, h))
-        return out
+        """Every weight tensor in execution order (see :mod:`traces.shapes`); computed once per spec."""
+        return list(self._shapes)
 
-    def _attention_shapes(self, i: int, p: str) -> list[WeightShape]:
-        h, a = self.hidden_size, p + "self_attn."
-        if self.attention == "mla":
-            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-            s = []
-            if self.q_lora_rank:
-                s += [WeightShape(a + "q_a_proj", i, -1, self.q_lora_rank, h),
-                      WeightShape(a + "q_a_layernorm", i, -1, self.q_lora_rank, 1),
-                      WeightShape(a + "q_b_proj", i, -1, self.num_heads * qk, self.q_lora_rank)]
-            else:
-                s += [WeightShape(a + "q_proj", i, -1, self.num_heads * qk, h)]
-            s += [WeightShape(a + "kv_a_proj_with_mqa", i, -1, self.kv_lora_rank + self.qk_rope_head_dim, h),
-                  WeightShape(a + "kv_a_layernorm", i, -1, self.kv_lora_rank, 1),
-                  WeightShape(a + "kv_b_proj", i, -1,
-                              self.num_heads * (self.qk_nope_head_dim + self.v_head_dim), self.kv_lora_rank),
-                  WeightShape(a + "o_proj", i, -1, h, self.num_heads * self.v_head_dim)]
-            return s
-        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        s = [WeightShape(a + "q_proj", i, -1, q, h), WeightShape(a + "k_proj", i, -1, kv, h),
-             WeightShape(a + "v_proj", i, -1, kv, h)]
-        if self.qkv_bias:
-            s += [WeightShape(a + "q_proj.bias", i, -1, q, 1), WeightShape(a + "k_proj.bias", i, -1, kv, 1),
-                  WeightShape(a + "v_proj.bias", i, -1, kv, 1)]
-        if self.qk_norm:
-            s += [WeightShape(a + "q_norm", i, -1, self.head_dim, 1),
-                  WeightShape(a + "k_norm", i, -1, self.head_dim, 1)]
-        s.append(WeightShape(a + "o_proj", i, -1, h, q))
-        return s
-
-    def _mlp_shapes(self, i: int, p: str) -> list[WeightShape]:
-        h, m = self.hidden_size, p + "mlp."
-        if not self.is_moe(i):
-            f = self.intermediate_size
-            return [WeightShape(m + "gate_proj", i, -1, f, h), WeightShape(m + "up_proj", i, -1, f, h),
-                    WeightShape(m + "down_proj", i, -1, h, f)]
-        f = self.moe_intermediate_size
-        s = [WeightShape(m + "gate", i, -1, self.num_experts, h)]
-        if self.router_bias:
-            s.append(WeightShape(m + "gate.e_score_correction_bias", i, -1, self.num_experts, 1))
-        for e in range(self.num_experts):
-            x = f"{m}experts.{e}."
-            s += [WeightShape(x + "gate_proj", i, e, f, h), WeightShape(x + "up_proj", i, e, f, h),
-                  WeightShape(x + "down_proj", i, e, h, f)]
-        if self.num_shared_experts:
-            fs = f * self.num_shared_experts
-            x = m + "shared_experts."
-            s += [WeightShape(x + "gate_proj", i, -1, fs, h), WeightShape(x + "up_proj", i, -1, fs, h),
-                  WeightShape(x + "down_proj", i, -1, h, fs)]
-        return s
+    @cached_property
+    def _shapes(self) -> tuple[WeightShape, ...]:
+        return tuple(weight_shapes(self))
 
     def to_dict(self) -> dict:
         """Plain-JSON dimensions (without the raw config), plus ``params`` and ``kv_bytes_per_token``."""
         d = asdict(self)
         d.pop("config")
+        d.pop("source")
         d["moe_layers"] = [i for i, m in enumerate(self.moe_layers) if m]
         d["params"] = self.param_count()
         d["active_params"] = self.active_param_count()
         d["kv_bytes_per_token_bf16"] = self.kv_bytes_per_token("bf16")
+        d["layer_attention"] = [list(x) for x in (self.layer_attention or [self.layer_span(i) for i in range(self.num_layers)])]
+        if self.ssm_inner:
+            d["state_bytes_per_sequence_bf16"] = self.state_bytes("bf16")
         return d
 
 
@@ -234,81 +243,104 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
 
 
 def spec_from_config(config: dict, *, name: str = "model", file: str | None = None) -> ModelSpec:
-    """Build a :class:`ModelSpec` from a parsed Hugging Face config dict."""
+    """Build a :class:`ModelSpec` from a parsed Hugging Face config dict (its family from
+    :mod:`traces.families`); ``file`` names the config in errors, then and later."""
+    spec = _spec_from_config(config, name, file)
+    object.__setattr__(spec, "source", file)     # frozen: set once, here
+    return spec
+
+
+def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     if not isinstance(config, dict):
         raise ConfigError("expected a JSON object", file=file)
-    r = _Reader(config, file)
     archs = config.get("architectures") or []
-    family = None
-    model_type = config.get("model_type")
-    if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in ARCHITECTURES:
-        family = ARCHITECTURES[archs[0]]
-    elif isinstance(model_type, str) and model_type in MODEL_TYPES:
-        family = MODEL_TYPES[model_type]
-    if family is None:
-        what = archs[0] if isinstance(archs, list) and archs else config.get("model_type")
-        raise ConfigError(f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}",
-                          file=file, field="architectures")
-    if family == "chatglm":
-        return _check_scale(_glm_spec(r, name, config), file, "num_layers")
-    h = r.pos("hidden_size")
-    layers = r.pos("num_hidden_layers")
-    heads = r.pos("num_attention_heads")
+    if (isinstance(archs, list) and archs and archs[0] in ("ChatGLMModel", "ChatGLMForConditionalGeneration",
+                                                            "GlmForCausalLM")) or config.get("model_type") == "chatglm":
+        return _check_scale(_glm_spec(Reader(config, file), name, config), file, "num_layers")
+    family, cfg, prefix = family_of(config, file)
+    fam = FAMILIES[family]
+    r = Reader(cfg, file, prefix)
+    for key, want in UNMODELLED.get(family, {}).items():
+        if cfg.get(key, want) != want:
+            raise r.err(f"{key} = {cfg[key]!r} is not modelled for {family} (only {want!r})", key)
+    for key, other in UNMODELLED_EQUALS.get(family, []):
+        if key in cfg and cfg[key] != cfg.get(other):
+            raise r.err(f"{key} {cfg[key]!r} differs from {other} {cfg.get(other)!r} (projections not modelled)", key)
+    k = fam.keys
+    if family == "mamba2":
+        return _check_scale(_mamba2_spec(r, name, config, fam), file, prefix + k["num_layers"])
+    h = r.pos(k["hidden_size"])
+    layers = r.pos(k["num_layers"])
+    heads = r.pos(k["num_heads"])
+    kv_heads = r.pos(k["num_kv_heads"], heads) if k.get("num_kv_heads") else heads
+    if family == "falcon" and not cfg.get("new_decoder_architecture"):
+        kv_heads = 1 if r.flag("multi_query", True) else heads
+    head_dim = (r.pos(k["head_dim"], None) if k.get("head_dim") else None) or _div(h, heads, r, k["hidden_size"])
+    ffn = r.pos(k["intermediate_size"], None)
+    if ffn is None:
+        if fam.mlp_gated:
+            ffn = r.pos(k["intermediate_size"])      # required: names the missing field
+        ffn = 4 * h                                  # GPT-2's n_inner / Falcon's ffn_hidden_size default
+    max_pos = r.pos(k["max_position_embeddings"])
+    spans = tuple(LAYER_READERS[fam.layers](r, layers))
+    windows = [w for kind, w in spans if kind == "sliding"]
     kw: dict = dict(
-        name=name, family=family, hidden_size=h, num_layers=layers, num_heads=heads,
-        num_kv_heads=r.pos("num_key_value_heads", heads),
-        head_dim=r.pos("head_dim", None) or _div(h, heads, r, "hidden_size"),
-        intermediate_size=r.pos("intermediate_size"),
-        vocab_size=r.pos("vocab_size"),
-        max_position_embeddings=r.pos("max_position_embeddings"),
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        config=config,
+        name=name, family=family, hidden_size=h, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
+        head_dim=head_dim, intermediate_size=ffn, vocab_size=r.pos("vocab_size"), max_position_embeddings=max_pos,
+        tie_word_embeddings=r.flag("tie_word_embeddings", fam.tied_default), config=config,
+        sliding_window=max(windows) if windows else None, layer_attention=spans,
+        qkv_bias=r.flag(fam.qkv_bias), o_bias=r.flag(fam.o_bias), mlp_bias=r.flag(fam.mlp_bias),
+        qk_norm=fam.qk_norm if fam.qk_norm in ("head", "full", "") else ("head" if r.flag(fam.qk_norm) else ""),
+        norm=fam.norm, norm_layout=fam.norm_layout, mlp_gated=fam.mlp_gated, sinks=fam.sinks,
+        nope_full_layers=fam.nope_full_layers,
+        learned_positions=max_pos + fam.learned_positions if fam.learned_positions >= 0 else 0,
     )
-    if family == "mistral" or (family == "qwen2" and config.get("use_sliding_window")):
-        sw = config.get("sliding_window")
-        kw["sliding_window"] = r.pos("sliding_window") if sw is not None else None
-    if family == "qwen2":
-        kw["qkv_bias"] = True
-    if family == "llama":
-        kw["qkv_bias"] = bool(config.get("attention_bias", False))
-    if family == "mixtral":
-        kw.update(num_experts=r.pos("num_local_experts"), num_experts_per_tok=r.pos("num_experts_per_tok"),
-                  moe_intermediate_size=kw["intermediate_size"], moe_layers=(True,) * layers)
-    if family == "qwen3_moe":
-        n = r.int("num_experts")
-        step = r.pos("decoder_sparse_step", 1)
-        only = config.get("mlp_only_layers") or []
-        if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
-            raise ConfigError(f"expected a list of layer numbers, got {only!r}", file=file, field="mlp_only_layers")
-        only = set(only)
-        kw.update(qk_norm=True, num_experts=n, num_experts_per_tok=r.int("num_experts_per_tok"),
-                  moe_intermediate_size=r.pos("moe_intermediate_size") if n else r.int("moe_intermediate_size", 0),
-                  moe_layers=tuple(i not in only and n > 0 and (i + 1) % step == 0 for i in range(layers)))
-    if family == "deepseek_v3":
-        n = r.int("n_routed_experts")
-        k_dense = r.int("first_k_dense_replace", 0)
-        freq = r.pos("moe_layer_freq", 1)
-        q_lora = config.get("q_lora_rank")
+    if fam.qk_norm is False:
+        kw["qk_norm"] = ""
+    if family == "falcon" and cfg.get("new_decoder_architecture") and r.int("num_ln_in_parallel_attn", 2) == 2:
+        kw["norm_layout"] = "parallel2"
+    if family == "falcon" and not r.flag("parallel_attn", True):
+        kw["norm_layout"] = "pre"
+    if fam.moe:
+        kw.update(MOE_READERS[fam.moe](r, layers, ffn))
+        if kw.get("shared_expert_size"):
+            size = kw.pop("shared_expert_size")
+            if size % kw["moe_intermediate_size"]:
+                raise r.err(f"shared expert size {size} is not a multiple of the expert size "
+                            f"{kw['moe_intermediate_size']}", "shared_expert_intermediate_size")
+            kw["num_shared_experts"] = size // kw["moe_intermediate_size"]
+        else:
+            kw.pop("shared_expert_size", None)
+    if fam.mla:
+        q_lora = cfg.get("q_lora_rank")
         kw.update(attention="mla", q_lora_rank=r.pos("q_lora_rank") if q_lora is not None else None,
                   kv_lora_rank=r.pos("kv_lora_rank"), qk_nope_head_dim=r.int("qk_nope_head_dim"),
-                  qk_rope_head_dim=r.pos("qk_rope_head_dim"), v_head_dim=r.pos("v_head_dim"),
-                  num_experts=n, num_experts_per_tok=r.int("num_experts_per_tok"),
-                  moe_intermediate_size=r.pos("moe_intermediate_size") if n else r.int("moe_intermediate_size", 0),
-                  num_shared_experts=r.int("n_shared_experts", 0),
-                  router_bias=config.get("topk_method") == "noaux_tc",
-                  moe_layers=tuple(n > 0 and i >= k_dense and i % freq == 0 for i in range(layers)))
+                  qk_rope_head_dim=r.pos("qk_rope_head_dim"), v_head_dim=r.pos("v_head_dim"))
         kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
+    if family == "qwen3_next":   # Gated DeltaNet on the linear layers, gated attention on the others
+        hk, hv = r.pos("linear_num_key_heads"), r.pos("linear_num_value_heads")
+        dk, dv = r.pos("linear_key_head_dim"), r.pos("linear_value_head_dim")
+        if hv % hk:
+            raise r.err(f"{hk} key heads do not divide the {hv} value heads", "linear_num_key_heads")
+        kw.update(ssm_version=3, ssm_inner=hv * dv, ssm_state=dk, ssm_groups=hk, ssm_heads=hv,
+                  ssm_conv=r.pos("linear_conv_kernel_dim"), attn_output_gate=True)
+    if fam.mamba:
+        d = r.pos("mamba_expand") * h
+        dt = cfg.get("mamba_dt_rank", "auto")
+        kw.update(ssm_inner=d, ssm_state=r.pos("mamba_d_state"), ssm_conv=r.pos("mamba_d_conv"),
+                  ssm_dt_rank=-(-h // 16) if dt == "auto" else r.pos("mamba_dt_rank"),
+                  ssm_conv_bias=r.flag("mamba_conv_bias", True), ssm_proj_bias=r.flag("mamba_proj_bias"),
+                  ssm_inner_norms=True, ssm_version=1)
     spec = ModelSpec(**kw)
     if spec.num_experts and spec.num_experts_per_tok < 1:
-        raise ConfigError(f"expected at least 1 expert per token, got {spec.num_experts_per_tok}", file=file,
-                          field="num_experts_per_tok")
+        raise r.err(f"expected at least 1 expert per token, got {spec.num_experts_per_tok}", "num_experts_per_tok")
     if spec.num_experts and spec.num_experts_per_tok > spec.num_experts:
-        raise ConfigError(f"num_experts_per_tok {spec.num_experts_per_tok} exceeds the {spec.num_experts} experts",
-                          file=file, field="num_experts_per_tok")
+        raise r.err(f"num_experts_per_tok {spec.num_experts_per_tok} exceeds the {spec.num_experts} experts",
+                    "num_experts_per_tok")
     if spec.attention == "gqa" and heads % spec.num_kv_heads:
-        raise ConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads "
-                          f"{spec.num_kv_heads}", file=file, field="num_key_value_heads")
-    return _check_scale(spec, file, "num_hidden_layers")
+        raise r.err(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {spec.num_kv_heads}",
+                    k.get("num_kv_heads") or "num_key_value_heads")
+    return _check_scale(spec, file, prefix + k["num_layers"])
 
 
 # Bounds that keep a config within what a trace can describe (int32 layer/expert columns, uint64
@@ -325,7 +357,9 @@ def _check_scale(spec: ModelSpec, file: str | None, layers_key: str) -> ModelSpe
                           file=file, field=layers_key)
     experts = spec.num_layers * spec.num_experts
     if experts > MAX_EXPERT_INSTANCES:
-        key = {"mixtral": "num_local_experts", "deepseek_v3": "n_routed_experts"}.get(spec.family, "num_experts")
+        key = {"mixtral": "num_local_experts", "deepseek_v3": "n_routed_experts", "deepseek_v2": "n_routed_experts",
+               "glm4_moe": "n_routed_experts", "gpt_oss": "num_local_experts",
+               "llama4": "num_local_experts"}.get(spec.family, "num_experts")
         raise ConfigError(f"{spec.num_experts} experts in each of {spec.num_layers} layers is beyond what tierlab "
                           f"models (at most {MAX_EXPERT_INSTANCES} layer-experts)", file=file, field=key)
     params = spec.param_count()
@@ -335,7 +369,7 @@ def _check_scale(spec: ModelSpec, file: str | None, layers_key: str) -> ModelSpe
     return spec
 
 
-def _glm_spec(r: "_Reader", name: str, config: dict) -> ModelSpec:
+def _glm_spec(r: Reader, name: str, config: dict) -> ModelSpec:
     """GLM / ChatGLM configs: fused query_key_value and dense_h_to_4h are lowered as separate
     q/k/v and gate/up tensors of the same total size."""
     h = r.pos("hidden_size")
@@ -353,40 +387,30 @@ def _glm_spec(r: "_Reader", name: str, config: dict) -> ModelSpec:
     )
 
 
-def _div(a: int, b: int, r: "_Reader", fieldname: str) -> int:
+def _mamba2_spec(r: Reader, name: str, config: dict, fam) -> ModelSpec:
+    """Mamba-2 (``Mamba2ForCausalLM``): every layer a norm and a Mamba-2 mixer, no attention, no MLP."""
+    h, layers = r.pos("hidden_size"), r.pos("num_hidden_layers")
+    d = r.pos("expand", 2) * h
+    heads, hd = r.pos("num_heads"), r.pos("head_dim")
+    if heads * hd != d:
+        raise r.err(f"num_heads {heads} x head_dim {hd} is not expand x hidden_size = {d}", "num_heads")
+    groups = r.pos("n_groups", 1)
+    if heads % groups:
+        raise r.err(f"{groups} groups do not divide the {heads} heads", "n_groups")
+    return ModelSpec(
+        name=name, family="mamba2", hidden_size=h, num_layers=layers, num_heads=heads, num_kv_heads=heads,
+        head_dim=hd, intermediate_size=0, vocab_size=r.pos("vocab_size"),
+        max_position_embeddings=r.pos("max_position_embeddings", MAX_DIMENSION),
+        tie_word_embeddings=r.flag("tie_word_embeddings", fam.tied_default), config=config,
+        layer_attention=(("mamba", 0),) * layers, norm_layout="mixer", ssm_version=2, ssm_inner=d,
+        ssm_state=r.pos("state_size"), ssm_conv=r.pos("conv_kernel", 4), ssm_groups=groups, ssm_heads=heads,
+        ssm_conv_bias=r.flag("use_conv_bias", True), ssm_proj_bias=r.flag("use_bias", False))
+
+
+def _div(a: int, b: int, r: Reader, fieldname: str) -> int:
     if b <= 0 or a % b:
-        raise ConfigError(f"{a} is not divisible by num_attention_heads {b}", file=r.file, field=fieldname)
+        raise r.err(f"{a} is not divisible by num_attention_heads {b}", fieldname)
     return a // b
-
-
-class _Reader:
-    """Typed field access that names the file and field on error."""
-
-    _MISSING = object()
-
-    def __init__(self, config: dict, file: str | None):
-        self.config, self.file = config, file
-
-    def int(self, key: str, default=_MISSING):
-        if key not in self.config or self.config[key] is None:
-            if default is self._MISSING:
-                raise ConfigError("missing required field", file=self.file, field=key)
-            return default
-        v = self.config[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"expected a non-negative integer, got {v!r}", file=self.file, field=key)
-        if v > MAX_DIMENSION:
-            raise ConfigError(f"expected at most {MAX_DIMENSION}, got {v}", file=self.file, field=key)
-        return v
-
-    def pos(self, key: str, default=_MISSING):
-        """A dimension: an integer of at least 1 (a zero-sized model is a broken config)."""
-        if key not in self.config or self.config[key] is None:
-            return self.int(key, default)
-        v = self.config[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"expected a positive integer, got {v!r}", file=self.file, field=key)
-        return self.int(key)
 
 
 def human_count(n: float) -> str:

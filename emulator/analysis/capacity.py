@@ -28,26 +28,23 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from emulator.chip.hierarchy import Chip
-from traces.dtypes import (ACTIVATION_DTYPES, DTYPE_BITS, GROUP_QUANTISED, KV_DTYPES, WEIGHT_DTYPES, check_dtype,
-                           nbytes_of, scale_bytes, vector_dtype)
+from traces.dtypes import ACTIVATION_DTYPES, DTYPE_BITS, KV_DTYPES, WEIGHT_DTYPES, check_dtype, nbytes_of
 from common.errors import CapacityError, UsageError
 from traces.format import DEFAULT_ALIGNMENT
 from traces.spec import ModelSpec
+from traces.weightfmt import weight_tensors
 
 HOME_MANAGED = ("memory", "scratchpad")
 
 
 def weight_tensor_bytes(spec: ModelSpec, weights: str = "bf16", quant_group: int = 128) -> list[int]:
-    """Bytes of every weight tensor the trace declares (matrices, then their scales), in order."""
+    """Bytes of every weight tensor the trace declares (each matrix, then its scales and zero points),
+    in order (:func:`traces.weightfmt.weight_tensors`)."""
     check_dtype(weights, WEIGHT_DTYPES, "weights")
     out = []
-    for s in spec.weight_shapes():
-        if s.is_vector:
-            out.append(nbytes_of(s.rows, vector_dtype(weights)))
-            continue
-        out.append(nbytes_of(s.elements, weights))
-        if weights in GROUP_QUANTISED:
-            out.append(scale_bytes(s.rows, s.cols, weights, quant_group))
+    for t in weight_tensors(spec, weights, quant_group):
+        out.append(t.nbytes)
+        out += [nb for _, _, nb in t.aux]
     return out
 
 
@@ -200,6 +197,9 @@ def capacity(spec: ModelSpec, budget: Budget, *, weights: str = "bf16", kv: str 
         raise UsageError(f"expected a positive integer, got {context!r}", field="--context")
     w, act = _fixed(spec, budget, weights, batch, chunk, activations, quant_group)
     kvpt = spec.kv_bytes_per_token(kv)
+    if kvpt == 0:   # a pure state-space model (Mamba-2): a fixed state per sequence, no KV to grow
+        raise CapacityError(f"{spec.name} keeps no KV cache (a fixed state of {spec.state_bytes(kv)} B per sequence): "
+                            "its memory does not grow with the context", field="MODEL")
     left = budget.total_bytes - w - act
     mem_ctx = max(left, 0) // (kvpt * batch)
     pad = _padding(spec, weights, kv, activations, batch, chunk, quant_group, max(mem_ctx, 1))

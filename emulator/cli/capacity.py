@@ -24,7 +24,8 @@ def _int(value, name):
 @click.option("--chip", "chip_name", help="Budget: the chip's memory and scratchpad tiers (a preset or FILE.toml).")
 @click.option("--tier", "tiers", multiple=True, help="With --chip: only this tier (repeatable).")
 @click.option("--memory", help="Budget: a size, e.g. 24GB or 16GiB.")
-@click.option("--weights", default="bf16", show_default=True, help=f"Weights dtype: {', '.join(WEIGHT_DTYPES)}.")
+@click.option("--weights", default=None, help=f"Weights dtype: {', '.join(WEIGHT_DTYPES)} (default bf16; native "
+              "for a model released in MXFP4, gpt-oss).")
 @click.option("--kv", default="bf16", show_default=True, help=f"KV-cache dtype: {', '.join(KV_DTYPES)}.")
 @click.option("--activations", default="bf16", show_default=True,
               help=f"Activations dtype: {', '.join(ACTIVATION_DTYPES)}.")
@@ -53,6 +54,10 @@ def command(model, chip_name, tiers, memory, weights, kv, activations, batch, co
         from emulator.chip.units import parse_quantity
 
         budget = Budget.of_size(parse_quantity(memory, "size", field="--memory"))
+    if weights is None:
+        from traces.weightfmt import default_weights
+
+        weights = default_weights(spec)
     plan = capacity(spec, budget, weights=weights, kv=kv, activations=activations, batch=_int(batch, "--batch"),
                     context=None if context is None else _int(context, "--context"), chunk=_int(chunk, "--chunk"),
                     quant_group=_int(quant_group, "--quant-group"))

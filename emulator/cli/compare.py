@@ -133,7 +133,7 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
     from traces.spec import load_model
 
     spec = load_model(model)
-    run_cfg = run_config_from_options(kw)
+    run_cfg = run_config_from_options(kw, spec)
     if keep_trace:
         check_output(keep_trace, force=force, directory=True)
         run(generate_trace(spec, run_cfg, keep_trace, force=force))

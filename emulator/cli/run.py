@@ -112,7 +112,7 @@ def command(model, keep_trace, force, as_json, **kw):
         system = load_system(kw["system"])     # a bad system fails before the (long) tracing
         check_algorithm(system, kw.get("collective_algo", "auto"))
     spec = load_model(model)
-    run = run_config_from_options(kw)
+    run = run_config_from_options(kw, spec)
     if system is not None:
         n = getattr(run, "devices", 1)
         if n > system.n_chips:

@@ -58,7 +58,9 @@ def run_options(f):
                      help="Tokens already in the KV cache per sequence (not traced)."),
         click.option("--generate", type=INT, default=0, show_default=True, help="Decode steps (tokens generated per sequence)."),
         click.option("--batch", type=INT, default=1, show_default=True, help="Sequences processed together."),
-        click.option("--weights", default="bf16", show_default=True, help=f"Weights dtype: {', '.join(WEIGHT_DTYPES)}."),
+        click.option("--weights", default=None,
+                     help=f"Weights dtype: {', '.join(WEIGHT_DTYPES)} (default bf16; native for a model released "
+                          "in MXFP4, gpt-oss)."),
         click.option("--kv", default="bf16", show_default=True, help=f"KV-cache dtype: {', '.join(KV_DTYPES)}."),
         click.option("--activations", default="bf16", show_default=True,
                      help=f"Activations dtype: {', '.join(ACTIVATION_DTYPES)}."),
@@ -104,15 +106,19 @@ def run_options(f):
     return f
 
 
-def run_config_from_options(options: dict):
-    """Build a RunConfig from the values of :data:`run_options` (extra keys are ignored)."""
+def run_config_from_options(options: dict, spec=None):
+    """Build a RunConfig from the values of :data:`run_options` (extra keys are ignored); without
+    ``--weights``, the model's default (:func:`traces.weightfmt.default_weights`)."""
     from traces.run import RunConfig, conversation
+    from traces.weightfmt import default_weights
+
+    weights = options.get("weights") or (default_weights(spec) if spec is not None else "bf16")
 
     turns = conversation(options.get("turns"), options.get("turn_prompt"), options.get("turn_answer"),
                          options.get("turn_lengths"))
     return RunConfig(turns=turns, kv_reuse=options.get("kv_reuse", True), kv_offload=options.get("kv_offload", False),
                      prompt=options["prompt"], context=options["context"], generate=options["generate"],
-                     batch=options["batch"], weights=options["weights"], kv=options["kv"],
+                     batch=options["batch"], weights=weights, kv=options["kv"],
                      activations=options["activations"], router=options["router"], seed=options["seed"],
                      attention=options["attention"], tile_m=options["tile_m"], tile_n=options["tile_n"],
                      attn_tile=options["attn_tile"], alignment=parse_size(options["align"], "align"),
@@ -138,8 +144,8 @@ def command(model, output, force, as_json, record_routing, capture, **options):
     """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
     from common.atomic import check_output
 
-    run = run_config_from_options(options)
     if capture:
+        run = run_config_from_options(options)
         from traces.capture import capture_trace, read_config
 
         if record_routing:
@@ -154,6 +160,7 @@ def command(model, output, force, as_json, record_routing, capture, **options):
         from traces.spec import load_model
 
         spec = load_model(model)
+        run = run_config_from_options(options, spec)
         name = spec.name
         check_output(output, force=force, directory=True)
         with fraction_bar(unit="seg", desc="trace") as progress:

@@ -1,0 +1,356 @@
+"""The family table: how each model family's Hugging Face ``config.json`` reads into a model spec.
+
+A family is one :class:`Family` row of data: the ``architectures`` / ``model_type`` names that select
+it, the config keys of its dialect (``keys``: GPT-2's ``n_embd`` is Llama's ``hidden_size``), its
+traits (norm kind and layout, which projections carry biases, gated or plain MLP, learned positions,
+q/k norms, attention sinks, tied embeddings by default) and, by name, the reader of its attention
+pattern (``layers``: full, sliding-window, chunked or state-space per layer) and of its MoE layout
+(``moe``). Adding a family that shares a dialect and a layout is a few lines here and one test.
+
+A multimodal wrapper (``...ForConditionalGeneration``) nests its language model in ``text_config``:
+the text model is read from there (the vision tower is not modelled). An unknown family, or a value
+of a known field the family does not understand, is a :class:`~common.errors.ConfigError` naming the
+field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.errors import ConfigError
+
+MAX_DIMENSION = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family's dialect and traits (see the module docstring)."""
+
+    architectures: tuple[str, ...]
+    model_types: tuple[str, ...] = ()
+    keys: dict = field(default_factory=dict)       # canonical name -> this dialect's config key
+    norm: str = "rms"              # "rms" (gain) | "layer" (gain and bias)
+    norm_layout: str = "pre"       # "pre" (2 per layer) | "sandwich" (4) | "parallel" (1, attn || mlp) | "mixer"
+    qkv_bias: object = False       # bool, or the config key saying so
+    o_bias: object = False
+    mlp_bias: object = False
+    mlp_gated: bool = True
+    qk_norm: object = False        # False | "head" (per head_dim) | "full" (over all heads) | a config key
+    sinks: bool = False            # learned per-head attention-sink logits
+    learned_positions: int = -1    # -1: rotary; else the table's extra rows beyond max positions (OPT: 2)
+    tied_default: bool = False
+    layers: str = "window"         # attention pattern reader (LAYER_READERS)
+    moe: str | None = None         # MoE layout reader (MOE_READERS)
+    mla: bool = False
+    mamba: bool = False            # Jamba-style hybrid: attention on some layers, Mamba mixers on the rest
+    defaults: dict = field(default_factory=dict)   # the Transformers config class's defaults a config may omit
+    nope_full_layers: bool = False # Llama 4: the global (full-attention) layers use no rotary embedding
+
+
+LLAMA_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+              "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim",
+              "intermediate_size": "intermediate_size", "vocab_size": "vocab_size",
+              "max_position_embeddings": "max_position_embeddings"}
+
+
+def _keys(**over) -> dict:
+    return {**LLAMA_KEYS, **over}
+
+
+# transformers' Gemma3TextConfig defaults (the multimodal Gemma 3 configs give only what differs)
+GEMMA3_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                   "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                   "max_position_embeddings": 131072, "sliding_window": 4096, "sliding_window_pattern": 6}
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(("LlamaForCausalLM",), ("llama",), _keys(), layers="full", qkv_bias="attention_bias", o_bias="attention_bias",
+                    mlp_bias="mlp_bias"),
+    "mistral": Family(("MistralForCausalLM",), ("mistral",), _keys()),
+    "qwen2": Family(("Qwen2ForCausalLM",), ("qwen2",), _keys(), qkv_bias=True, layers="qwen_window"),
+    "qwen3": Family(("Qwen3ForCausalLM",), ("qwen3",), _keys(), qkv_bias="attention_bias", qk_norm="head",
+                    layers="qwen_window"),
+    "mixtral": Family(("MixtralForCausalLM",), ("mixtral",), _keys(), moe="mixtral"),
+    "qwen2_moe": Family(("Qwen2MoeForCausalLM",), ("qwen2_moe",), _keys(), qkv_bias=True, moe="qwen_moe",
+                        layers="qwen_window"),
+    "qwen3_moe": Family(("Qwen3MoeForCausalLM",), ("qwen3_moe",), _keys(), qk_norm="head", moe="qwen_moe",
+                        layers="qwen_window"),
+    "olmoe": Family(("OlmoeForCausalLM",), ("olmoe",), _keys(), layers="full", qk_norm="full", moe="olmoe"),
+    "deepseek_v2": Family(("DeepseekV2ForCausalLM",), ("deepseek_v2",), _keys(), layers="full", moe="deepseek", mla=True),
+    "deepseek_v3": Family(("DeepseekV3ForCausalLM",), ("deepseek_v3",), _keys(), layers="full", moe="deepseek", mla=True),
+    "glm4_moe": Family(("Glm4MoeForCausalLM",), ("glm4_moe",), _keys(), layers="full", qkv_bias="attention_bias",
+                       qk_norm="use_qk_norm", moe="deepseek"),
+    "gemma2": Family(("Gemma2ForCausalLM",), ("gemma2",), _keys(), norm_layout="sandwich", tied_default=True,
+                     layers="gemma2"),
+    "gemma3": Family(("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), ("gemma3_text", "gemma3"), _keys(),
+                     norm_layout="sandwich", qk_norm="head", tied_default=True, layers="gemma3",
+                     defaults=GEMMA3_DEFAULTS),
+    "phi3": Family(("Phi3ForCausalLM",), ("phi3",), _keys()),
+    "gpt_oss": Family(("GptOssForCausalLM",), ("gpt_oss",), _keys(), qkv_bias=True, o_bias=True, sinks=True,
+                      layers="layer_types", moe="gpt_oss"),
+    "llama4": Family(("Llama4ForCausalLM", "Llama4ForConditionalGeneration"), ("llama4_text", "llama4"),
+                     _keys(intermediate_size="intermediate_size_mlp"), layers="llama4", moe="llama4",
+                     nope_full_layers=True),
+    "gpt2": Family(("GPT2LMHeadModel", "GPT2Model"), ("gpt2",),
+                   {"hidden_size": "n_embd", "num_layers": "n_layer", "num_heads": "n_head",
+                    "intermediate_size": "n_inner", "vocab_size": "vocab_size", "max_position_embeddings": "n_positions"},
+                   norm="layer", qkv_bias=True, o_bias=True, mlp_bias=True, mlp_gated=False, learned_positions=0,
+                   tied_default=True, layers="full",
+                   defaults={"n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}),
+    "opt": Family(("OPTForCausalLM", "OPTModel"), ("opt",),
+                  _keys(intermediate_size="ffn_dim", num_kv_heads="", head_dim=""), norm="layer",
+                  qkv_bias=("enable_bias", True), o_bias=("enable_bias", True), mlp_bias=("enable_bias", True),
+                  mlp_gated=False,
+                  learned_positions=2, tied_default=True),
+    "falcon": Family(("FalconForCausalLM", "RWForCausalLM"), ("falcon", "RefinedWebModel"),
+                     _keys(num_kv_heads="num_kv_heads", intermediate_size="ffn_hidden_size", head_dim=""),
+                     norm="layer", norm_layout="parallel", qkv_bias="bias", o_bias="bias", mlp_bias="bias",
+                     mlp_gated=False, tied_default=True, layers="full", defaults={"max_position_embeddings": 2048}),
+    "qwen3_next": Family(("Qwen3NextForCausalLM",), ("qwen3_next",), _keys(), qk_norm="head", moe="qwen_moe",
+                         layers="qwen3_next"),
+    "jamba": Family(("JambaForCausalLM",), ("jamba",), _keys(), moe="jamba", mamba=True, layers="jamba"),
+    "mamba2": Family(("Mamba2ForCausalLM",), ("mamba2",), {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers"},
+                     mamba=True, layers="mamba2"),
+}
+
+ARCHITECTURES = {a: name for name, f in FAMILIES.items() for a in f.architectures}
+MODEL_TYPES = {t: name for name, f in FAMILIES.items() for t in f.model_types}
+# Fields a family reads whose values tierlab does not model unless they take the value given here.
+UNMODELLED = {
+    "falcon": {"alibi": False},
+    "opt": {"do_layer_norm_before": True},
+    "gpt2": {"add_cross_attention": False},
+}
+UNMODELLED_EQUALS = {"opt": [("word_embed_proj_dim", "hidden_size")]}
+
+
+class Reader:
+    """Typed field access that names the file and field on error."""
+
+    _MISSING = object()
+
+    def __init__(self, config: dict, file: str | None, prefix: str = ""):
+        self.config, self.file, self.prefix = config, file, prefix
+
+    def err(self, msg: str, key: str) -> ConfigError:
+        return ConfigError(msg, file=self.file, field=self.prefix + key)
+
+    def int(self, key: str, default=_MISSING):
+        if key not in self.config or self.config[key] is None:
+            if default is self._MISSING:
+                raise self.err("missing required field", key)
+            return default
+        v = self.config[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise self.err(f"expected a non-negative integer, got {v!r}", key)
+        if v > MAX_DIMENSION:
+            raise self.err(f"expected at most {MAX_DIMENSION}, got {v}", key)
+        return v
+
+    def pos(self, key: str, default=_MISSING):
+        """A dimension: an integer of at least 1 (a zero-sized model is a broken config)."""
+        if key not in self.config or self.config[key] is None:
+            return self.int(key, default)
+        v = self.config[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise self.err(f"expected a positive integer, got {v!r}", key)
+        return self.int(key)
+
+    def flag(self, key, default: bool = False) -> bool:
+        """``key`` a bool (the trait itself), a config key holding true/false, or (key, default)."""
+        if isinstance(key, bool):
+            return key
+        if isinstance(key, tuple):
+            key, default = key
+        v = self.config.get(key, default)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self.err(f"expected true or false, got {v!r}", key)
+        return v
+
+    def int_list(self, key: str, n: int | None = None, allowed=None) -> list:
+        v = self.config.get(key)
+        if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, (int, str)) for x in v):
+            raise self.err(f"expected a list, got {v!r}", key)
+        if n is not None and len(v) != n:
+            raise self.err(f"expected {n} entries (one per layer), got {len(v)}", key)
+        if allowed is not None:
+            for x in v:
+                if x not in allowed:
+                    raise self.err(f"unknown entry {x!r}; expected one of {', '.join(map(str, allowed))}", key)
+        return v
+
+
+def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
+    """(family name, the text model's config, field prefix) of a config; a wrapper's ``text_config``
+    is where its language model lives."""
+    archs = config.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    mt = config.get("model_type")
+    name = ARCHITECTURES.get(arch) if arch else None
+    if name is None and isinstance(mt, str):
+        name = MODEL_TYPES.get(mt)
+    text = config.get("text_config")
+    if name is None and isinstance(text, dict):   # another wrapper (Mistral-Small-3.1): its language model's family
+        tmt = text.get("model_type")
+        name = MODEL_TYPES.get(tmt) if isinstance(tmt, str) else None
+    if name is None:
+        what = archs[0] if isinstance(archs, list) and archs else mt
+        raise ConfigError(f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}",
+                          file=file, field="architectures")
+    defaults = FAMILIES[name].defaults
+    if text is not None:
+        if not isinstance(text, dict):
+            raise ConfigError(f"expected a JSON object, got {type(text).__name__}", file=file, field="text_config")
+        merged = {**defaults, **{k: v for k, v in config.items() if k not in ("text_config", "vision_config")}}
+        merged.update(text)
+        return name, merged, "text_config."
+    return name, {**defaults, **config}, ""
+
+
+# ---- attention patterns: per layer ("full", 0) | ("sliding", W) | ("chunked", C) | ("mamba", 0) ----
+
+def _window(r: Reader, n: int, key: str = "sliding_window") -> list:
+    w = r.pos(key, None)
+    return [("sliding", w) if w else ("full", 0)] * n
+
+
+def _qwen_window(r: Reader, n: int) -> list:
+    if r.config.get("layer_types") is not None:
+        return _layer_types(r, n)
+    if not r.flag("use_sliding_window"):
+        return [("full", 0)] * n
+    w = r.pos("sliding_window")
+    top = r.int("max_window_layers", n)
+    return [("sliding", w) if i >= top else ("full", 0) for i in range(n)]
+
+
+def _layer_types(r: Reader, n: int, sliding_every: int = 0) -> list:
+    """``layer_types`` when given (Transformers >= 4.53 writes it), else the family's pattern:
+    layer i slides unless (i + 1) is a multiple of ``sliding_every`` (Gemma 3) or, with 0,
+    unless i is odd (Gemma 2)."""
+    if "layer_types" in r.config and r.config["layer_types"] is not None:
+        types = r.int_list("layer_types", n, ("sliding_attention", "full_attention"))
+        w = r.pos("sliding_window") if "sliding_attention" in types else 0
+        return [("sliding", w) if t == "sliding_attention" else ("full", 0) for t in types]
+    w = r.pos("sliding_window")
+    if sliding_every:
+        return [("full", 0) if (i + 1) % sliding_every == 0 else ("sliding", w) for i in range(n)]
+    return [("sliding", w) if i % 2 == 0 else ("full", 0) for i in range(n)]
+
+
+def _gemma3(r: Reader, n: int) -> list:
+    return _layer_types(r, n, r.pos("sliding_window_pattern", 6))
+
+
+def _llama4(r: Reader, n: int) -> list:
+    """Chunked attention (``attention_chunk_size``) on the rotary layers, global attention on the
+    NoPE layers: ``no_rope_layers[i]`` is 1 where layer i uses rotary (default: every 4th layer NoPE)."""
+    c = r.pos("attention_chunk_size", None)
+    if "no_rope_layers" in r.config and r.config["no_rope_layers"]:
+        rope = r.int_list("no_rope_layers", n, (0, 1))
+    else:
+        step = r.pos("no_rope_layer_interval", 4)
+        rope = [int((i + 1) % step != 0) for i in range(n)]
+    return [("chunked", c) if c and rope[i] else ("full", 0) for i in range(n)]
+
+
+def _qwen3_next(r: Reader, n: int) -> list:
+    """Gated DeltaNet (``linear_attention``) layers with full attention every ``full_attention_interval``."""
+    if r.config.get("layer_types") is not None:
+        types = r.int_list("layer_types", n, ("linear_attention", "full_attention"))
+    else:
+        k = r.pos("full_attention_interval", 4)
+        types = ["full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(n)]
+    return [("linear", 0) if t == "linear_attention" else ("full", 0) for t in types]
+
+
+def _jamba(r: Reader, n: int) -> list:
+    period, offset = r.pos("attn_layer_period"), r.int("attn_layer_offset")
+    w = r.pos("sliding_window", None)
+    att = ("sliding", w) if w else ("full", 0)
+    return [att if i % period == offset else ("mamba", 0) for i in range(n)]
+
+
+def _full(r: Reader, n: int) -> list:
+    return [("full", 0)] * n
+
+
+def _mamba_only(r: Reader, n: int) -> list:
+    return [("mamba", 0)] * n
+
+
+# what each pattern reader reads, in a few words (``tierlab models --families``)
+LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
+                  "qwen_window": "sliding window if enabled", "layer_types": "sliding / full per layer_types",
+                  "gemma2": "alternating sliding / global", "gemma3": "5 sliding : 1 global",
+                  "llama4": "chunked + global (NoPE)", "jamba": "Mamba + attention every attn_layer_period",
+                  "qwen3_next": "Gated DeltaNet + gated attention every full_attention_interval",
+                  "mamba2": "Mamba-2 mixers only"}
+LAYER_READERS = {"mamba2": _mamba_only, "full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
+                 "gemma2": _layer_types, "gemma3": _gemma3, "qwen3_next": _qwen3_next, "llama4": _llama4, "jamba": _jamba}
+
+
+# ---- MoE layouts: -> spec fields (num_experts, k, sizes, shared experts, which layers) --------------
+
+def _mixtral(r: Reader, n: int, f: int) -> dict:
+    return dict(num_experts=r.pos("num_local_experts"), num_experts_per_tok=r.pos("num_experts_per_tok"),
+                moe_intermediate_size=f, moe_layers=(True,) * n)
+
+
+def _qwen_moe(r: Reader, n: int, f: int) -> dict:
+    e = r.int("num_experts")
+    step = r.pos("decoder_sparse_step", 1)
+    only = r.config.get("mlp_only_layers") or []
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise r.err(f"expected a list of layer numbers, got {only!r}", "mlp_only_layers")
+    shared = r.int("shared_expert_intermediate_size", 0)
+    return dict(num_experts=e, num_experts_per_tok=r.int("num_experts_per_tok"),
+                moe_intermediate_size=r.pos("moe_intermediate_size") if e else r.int("moe_intermediate_size", 0),
+                shared_expert_size=shared, shared_expert_gate=bool(shared),
+                moe_layers=tuple(i not in set(only) and e > 0 and (i + 1) % step == 0 for i in range(n)))
+
+
+def _olmoe(r: Reader, n: int, f: int) -> dict:
+    return dict(num_experts=r.pos("num_experts"), num_experts_per_tok=r.pos("num_experts_per_tok"),
+                moe_intermediate_size=f, moe_layers=(True,) * n)
+
+
+def _deepseek(r: Reader, n: int, f: int) -> dict:
+    e = r.int("n_routed_experts")
+    dense = r.int("first_k_dense_replace", 0)
+    freq = r.pos("moe_layer_freq", 1)
+    mf = r.pos("moe_intermediate_size") if e else r.int("moe_intermediate_size", 0)
+    shared = r.int("n_shared_experts", 0)
+    method = r.config.get("topk_method")
+    return dict(num_experts=e, num_experts_per_tok=r.int("num_experts_per_tok"), moe_intermediate_size=mf,
+                num_shared_experts=shared, shared_expert_size=shared * mf,
+                router_bias=method == "noaux_tc" or r.config.get("model_type") == "glm4_moe",
+                moe_layers=tuple(e > 0 and i >= dense and i % freq == 0 for i in range(n)))
+
+
+def _gpt_oss(r: Reader, n: int, f: int) -> dict:
+    k = r.pos("num_experts_per_tok", None) or r.pos("experts_per_token")
+    return dict(num_experts=r.pos("num_local_experts"), num_experts_per_tok=k, moe_intermediate_size=f,
+                gate_bias=True, expert_bias=True, moe_layers=(True,) * n)
+
+
+def _llama4_moe(r: Reader, n: int, f: int) -> dict:
+    step = r.pos("interleave_moe_layer_step", 1)
+    listed = r.config.get("moe_layers")
+    moe = set(r.int_list("moe_layers")) if listed is not None else {i for i in range(n) if (i + 1) % step == 0}
+    ef = r.pos("intermediate_size")
+    return dict(num_experts=r.pos("num_local_experts"), num_experts_per_tok=r.pos("num_experts_per_tok"),
+                moe_intermediate_size=ef, shared_expert_size=ef, moe_layers=tuple(i in moe for i in range(n)))
+
+
+def _jamba_moe(r: Reader, n: int, f: int) -> dict:
+    e = r.int("num_experts", 1)
+    period, offset = r.pos("expert_layer_period", 1), r.int("expert_layer_offset", 0)
+    return dict(num_experts=e if e > 1 else 0, num_experts_per_tok=r.pos("num_experts_per_tok") if e > 1 else 0,
+                moe_intermediate_size=f if e > 1 else 0,
+                moe_layers=tuple(e > 1 and i % period == offset for i in range(n)))
+
+
+MOE_READERS = {"mixtral": _mixtral, "qwen_moe": _qwen_moe, "olmoe": _olmoe, "deepseek": _deepseek,
+               "gpt_oss": _gpt_oss, "llama4": _llama4_moe, "jamba": _jamba_moe}
