@@ -7,10 +7,10 @@ Top-level keys:
   manifest's run, 1 when absent), ``n_devices`` (devices of the trace);
 * ``per_token`` (decode only, else null): ``steps``, ``batch``, ``tokens_per_step`` (dp x batch),
   ``latency_s`` (a decode step's critical path, :mod:`emulator.cost.system_cost`), ``tokens_per_s``
-  (tokens per step / step latency: one batch in flight), ``steady_tokens_per_s`` (tokens per step
-  / the busiest device's busy time in the step, :attr:`emulator.cost.system_cost.Path.busy_s`: the
-  pipeline kept full by ``pp`` batches in flight, as a server keeps it; an upper bound, equal to
-  ``tokens_per_s`` when no device waits for another), ``energy_j`` (J per token: devices' tier, link, compute and PIM
+  (tokens per step / step latency: the step's fill and drain included), ``steady_tokens_per_s``
+  (continuous decoding, the microbatches cycling through the pipeline: :func:`steady_rate`, from the
+  busiest device's busy time :attr:`emulator.cost.system_cost.Path.busy_s`; equal to
+  ``tokens_per_s`` with one microbatch), ``energy_j`` (J per token: devices' tier, link, compute and PIM
   energy plus the network's), ``energy_split_j`` (``tiers``, ``links``, ``compute``, ``pim``,
   ``network``), ``bytes_by_link`` (chip links summed over devices, and the network fabrics
   ``scale_up`` / ``scale_out``: link-bytes carried), ``bound`` and ``time_by_resource_s`` (critical-
@@ -68,6 +68,20 @@ def fabrics(system) -> list[str]:
 
 def _step_collectives(sc: SystemCost, s: int) -> list[int]:
     return [i for i, c in enumerate(sc.table) if c["phase"] == "decode" and c["step"] == s]
+
+
+def steady_rate(tokens: int, latency_s: float, busy_s: float, microbatches: int) -> float:
+    """Tokens/s of continuous decoding: the step's ``microbatches`` cycle through the pipeline, a
+    microbatch's next token entering the first stage once its last one leaves the last stage. A
+    round (every microbatch one token on) takes the longer of the busiest device's work
+    (``busy_s``) and one microbatch's way through every stage, ``latency_s`` less the ``m - 1``
+    stage times (``busy_s / m`` each, stages balanced) by which the last microbatch trails the
+    first. One microbatch: the one-batch rate ``tokens / latency_s``; ``m >= pp``: the busiest
+    device bounds."""
+    m = max(1, microbatches)
+    way = latency_s - (m - 1) * busy_s / m
+    period = max(busy_s, way)
+    return tokens / period if period > 0 else float("inf")
 
 
 def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
@@ -129,7 +143,8 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
         "energy_split_j": split,
         "latency_s": step_latency,
         "tokens_per_s": tokens / step_latency if step_latency > 0 else float("inf"),
-        "steady_tokens_per_s": tokens / float(np.mean(busy)) if np.mean(busy) > 0 else float("inf"),
+        "steady_tokens_per_s": steady_rate(tokens, step_latency, float(np.mean(busy)),
+                                           int(run.get("pp_microbatches") or 1)),
         "bound": max(by_res, key=lambda r: by_res[r]) if by_res else None,
         "time_by_resource_s": by_res,
         "latency_model": LATENCY_MODEL,
