@@ -29,6 +29,7 @@ from emulator.engine.policies import POLICY_NAMES
 from emulator.engine.state import Descriptors, Tensors
 from emulator.engine.stream import NARROW_LIMIT
 from emulator.engine.stream_driver import StreamReplayer
+from emulator.engine.tally import fold_batch
 from emulator.engine.walker import WalkReplayer, check_inclusive, opt_prepass
 
 __all__ = ["kernel_for", "replay_arrays", "replay_blocks"]
@@ -187,8 +188,7 @@ def _replay_prepared(geo: Geometry, tensors: Tensors, batches, n_ops: int, optio
     by_kind = np.zeros((len(KINDS), n_tiers, N_COUNTERS), np.int64)
 
     def on_batch(lo, cnt, n):
-        per_op[lo:lo + n] += cnt.sum(axis=1)
-        by_kind[...] += cnt.sum(axis=0)
+        fold_batch(cnt[:n], lo, per_op, by_kind)
 
     out = run_replay(geo, tensors, batches, n_ops, options, choice, on_batch, progress)
     flush = out["flush"]
