@@ -46,6 +46,7 @@ from emulator.engine.state import TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT
 from emulator.engine.jit import njit
 from emulator.engine.lazy import count_in
 from emulator.engine.simd import set_lookup, set_put
+from emulator.engine.unowned import unowned
 
 EMPTY = -1
 # ``st`` (int64): groups, rows on the free stack, requests served, growths of the row pool, the
@@ -415,7 +416,9 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
     W = n_ways[0]
     lru = policy[0] == LRU
     b0 = blk[0]
-    cf, s_row, s_kind, s_tier = _flat(cnt)
+    cf, s_row, s_kind, s_tier = _flat(cnt)    # and views owning nothing (emulator.engine.unowned)
+    cf, vh, vk, vb = unowned(cf), unowned(t_home), unowned(t_kind), unowned(blk)
+    vlo, vrow, vst, vent, vfree = unowned(grp_lo), unowned(grp_row), unowned(st), unowned(ent), unowned(free)
     n_blocks = 0
     for a in range(acc_row.shape[0]):
         if st[ST_K] > max_groups:
@@ -441,8 +444,9 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
                 continue
             if st[ST_FREE] < 8:
                 ent, free = _grow(ent, free, st, W)
-            _chunk(first, last, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, grp_row,
-                   ent, free, st, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+                vent, vfree = unowned(ent), unowned(free)
+            _chunk(first, last, rw, tid, row, S, W, lru, store_recency, fetch_write, vlo, vrow,
+                   vent, vfree, vst, cf, s_row, s_kind, s_tier, vh, vk, vb)
             st[ST_REQUESTS] += nb
     return n_blocks, ent, free, acc_row.shape[0]
 
