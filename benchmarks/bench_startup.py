@@ -1,7 +1,6 @@
 """Start-up: a tiny ``tierlab replay`` and the README's quick start, from process start, cold and warm.
 
-Each command runs as a fresh process (``python -m emulator.cli ...``, what the ``tierlab`` script
-runs) with Numba's cache in a temporary directory (``NUMBA_CACHE_DIR``), so the checkout's own
+Each command runs as a fresh process (the ``tierlab`` script beside the running Python) with Numba's cache in a temporary directory (``NUMBA_CACHE_DIR``), so the checkout's own
 caches are neither used nor touched: the first run of each command is **cold** (nothing compiled:
 it compiles what the request needs and stores it), the next ``--repeat`` are **warm** (loaded from
 that cache; best and median reported). Commands:
@@ -45,7 +44,7 @@ def cold_and_warm(name: str, cmd: list[str], repeat: int) -> dict:
         cold = timed(cmd, env)
         warm = [timed(cmd, env) for _ in range(repeat)]
     log(f"{name}: cold {cold:.2f} s, warm best {min(warm):.2f} s")
-    return {"command": " ".join(cmd[2:] if cmd[1] == "-m" else cmd), "cold_s": cold,
+    return {"command": " ".join([Path(cmd[0]).name, *cmd[1:]]), "cold_s": cold,
             "warm_best_s": min(warm), "warm_median_s": statistics.median(warm), "warm_s": warm}
 
 
@@ -69,15 +68,16 @@ def main() -> None:
     ap.add_argument("--skip-quick-start", action="store_true", help="only the tiny replay and the imports")
     args = ap.parse_args()
     py = sys.executable
+    tl = str(Path(py).parent / "tierlab")
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="tierlab-bench-") as tmp:
         tiny = Path(tmp) / "tiny.trace"
-        subprocess.run([py, "-m", "emulator.cli", "trace", "qwen2-0.5b", "--context", "16", "--generate", "1",
+        subprocess.run([tl, "trace", "qwen2-0.5b", "--context", "16", "--generate", "1",
                         "-o", str(tiny)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-        out["replay_tiny"] = cold_and_warm("replay_tiny", [py, "-m", "emulator.cli", "replay", str(tiny),
+        out["replay_tiny"] = cold_and_warm("replay_tiny", [tl, "replay", str(tiny),
                                                            "--chip", "h100"], args.repeat)
         if not args.skip_quick_start:
-            out["quick_start"] = cold_and_warm("quick_start", [py, "-m", "emulator.cli", "run", "llama-3.1-8b",
+            out["quick_start"] = cold_and_warm("quick_start", [tl, "run", "llama-3.1-8b",
                                                                "--chip", "sn40l", "--context", "1024",
                                                                "--generate", "4"], args.repeat)
     out["import_cli"] = cold_and_warm("import_cli", [py, "-c", "import emulator.cli"], args.repeat)

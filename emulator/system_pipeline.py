@@ -50,18 +50,18 @@ class SliceTrace(Trace):
     slice's ops and renumbered; an access of a slice op to another device's tensor is a TraceError.
     """
 
-    def __init__(self, parent: Trace, device: int):
+    def __init__(self, parent: Trace, device: int, op_device: np.ndarray | None = None,
+                 tensor_device: np.ndarray | None = None):
         self.parent = parent
         self.device = device
-        self.op_ids = np.nonzero(parent.op_device == device)[0]
-        self.tensor_ids = np.nonzero(parent.tensor_device == device)[0]
+        self.op_ids = np.nonzero((parent.op_device if op_device is None else op_device) == device)[0]
+        self.tensor_ids = np.nonzero((parent.tensor_device if tensor_device is None else tensor_device) == device)[0]
         self._op_local = np.full(parent.n_ops, -1, np.int64)
         self._op_local[self.op_ids] = np.arange(len(self.op_ids))
         self._tensor_local = np.full(parent.n_tensors, -1, np.int64)
         self._tensor_local[self.tensor_ids] = np.arange(len(self.tensor_ids))
-        tensors = _renumber(parent.tensors.take(pa.array(self.tensor_ids, pa.int64())), "tensor_id",
-                            fmt.TENSORS_SCHEMA)
-        ops = _renumber(parent.ops.take(pa.array(self.op_ids, pa.int64())), "op_id", fmt.OPS_SCHEMA)
+        tensors = _renumber(_rows(parent.tensors, self.tensor_ids), "tensor_id", fmt.TENSORS_SCHEMA)
+        ops = _renumber(_rows(parent.ops, self.op_ids), "op_id", fmt.OPS_SCHEMA)
         manifest = dict(parent.manifest)
         manifest.pop("devices", None)
         manifest["version"] = 1
@@ -110,6 +110,13 @@ class SliceTrace(Trace):
             yield pa.RecordBatch.from_arrays(cols, schema=fmt.ACCESSES_SCHEMA)
 
 
+def _rows(table: pa.Table, ids: np.ndarray) -> pa.Table:
+    """Rows ``ids`` (increasing) of ``table``: a zero-copy slice when they are consecutive."""
+    if len(ids) and int(ids[-1]) - int(ids[0]) == len(ids) - 1:
+        return table.slice(int(ids[0]), len(ids))
+    return table.take(pa.array(ids, pa.int64()))
+
+
 def _renumber(table: pa.Table, id_col: str, schema: pa.Schema) -> pa.Table:
     """``table`` with ``id_col`` set to 0..n-1 and only the version-1 columns of ``schema``."""
     cols = [pa.array(np.arange(table.num_rows), pa.uint32()) if f.name == id_col else table.column(f.name)
@@ -143,7 +150,8 @@ def slices(trace: Trace) -> list[Trace]:
     """Each device's slice (a version-1 trace is its own one slice)."""
     if trace.n_devices == 1:
         return [trace]
-    return [SliceTrace(trace, d) for d in range(trace.n_devices)]
+    op_device, tensor_device = trace.op_device, trace.tensor_device
+    return [SliceTrace(trace, d, op_device, tensor_device) for d in range(trace.n_devices)]
 
 
 def check_fits(trace: Trace, system: System) -> None:
