@@ -75,16 +75,20 @@ def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_b
     """Feed every batch to the walk-type driver ``r``; return (flush counters, blocks, descriptors)."""
     n_kinds, n_tiers = len(KINDS), len(r.geo.names)
     n_blocks = n_acc = 0
+    buf = np.zeros((0, n_kinds, n_tiers, N_COUNTERS), np.int64)   # reused: its pages stay mapped
     for b in batches:
         row = b[0]
         if len(row) == 0:
             continue
         lo, hi = int(row[0]), int(row[-1])
-        cnt = np.zeros((hi - lo + 1, n_kinds, n_tiers, N_COUNTERS), np.int64)
+        if len(buf) <= hi - lo:
+            buf = np.zeros((hi - lo + 1, n_kinds, n_tiers, N_COUNTERS), np.int64)
+        cnt = buf[:hi - lo + 1]
         n_blocks += r.run(Descriptors(row - lo, *b[1:]), cnt)
         n_acc += len(row)
         if on_batch is not None:
             on_batch(lo, cnt, hi - lo + 1)
+        cnt.fill(0)
         if progress is not None:
             progress(len(row))
     fl = np.zeros((1, n_kinds, n_tiers, N_COUNTERS), np.int64)
