@@ -46,12 +46,13 @@ class SliceTrace(Trace):
     """Device ``device``'s slice of a version-2 trace, as a one-device (version-1) trace.
 
     ``op_ids`` / ``tensor_ids``: the global ids of the slice's ops and tensors, in order (local id
-    ``i`` is global ``op_ids[i]``). Accesses are streamed from the parent's file, filtered to the
+    ``i`` is global ``op_ids[i]``); ``op_rows``: the parent's rows ``op_ids`` of its op table, when
+    already cut. Accesses are streamed from the parent's file, filtered to the
     slice's ops and renumbered; an access of a slice op to another device's tensor is a TraceError.
     """
 
     def __init__(self, parent: Trace, device: int, op_device: np.ndarray | None = None,
-                 tensor_device: np.ndarray | None = None):
+                 tensor_device: np.ndarray | None = None, op_rows: pa.Table | None = None):
         self.parent = parent
         self.device = device
         self.op_ids = np.nonzero((parent.op_device if op_device is None else op_device) == device)[0]
@@ -61,7 +62,7 @@ class SliceTrace(Trace):
         self._tensor_local = np.full(parent.n_tensors, -1, np.int64)
         self._tensor_local[self.tensor_ids] = np.arange(len(self.tensor_ids))
         tensors = _renumber(_rows(parent.tensors, self.tensor_ids), "tensor_id", fmt.TENSORS_SCHEMA)
-        ops = _renumber(_rows(parent.ops, self.op_ids), "op_id", fmt.OPS_SCHEMA)
+        ops = _renumber(_rows(parent.ops, self.op_ids) if op_rows is None else op_rows, "op_id", fmt.OPS_SCHEMA)
         manifest = dict(parent.manifest)
         manifest.pop("devices", None)
         manifest["version"] = 1
@@ -151,7 +152,11 @@ def slices(trace: Trace) -> list[Trace]:
     if trace.n_devices == 1:
         return [trace]
     op_device, tensor_device = trace.op_device, trace.tensor_device
-    return [SliceTrace(trace, d, op_device, tensor_device) for d in range(trace.n_devices)]
+    order = np.argsort(op_device, kind="stable")          # every device's op rows in one take
+    bounds = np.searchsorted(op_device[order], np.arange(trace.n_devices + 1))
+    by_device = trace.ops.take(pa.array(order, pa.int64()))
+    return [SliceTrace(trace, d, op_device, tensor_device, by_device.slice(int(bounds[d]), int(bounds[d + 1] - bounds[d])))
+            for d in range(trace.n_devices)]
 
 
 def check_fits(trace: Trace, system: System) -> None:

@@ -18,6 +18,7 @@ def test_fold_equals_the_numpy_sums():
         want_op[lo:lo + n] += cnt.sum(axis=1)
         want_kind += cnt.sum(axis=0)
         fold_batch(cnt, lo, per_op, by_kind)
+        assert not cnt.any()                    # cleared for the next batch
         np.testing.assert_array_equal(per_op, want_op)
         np.testing.assert_array_equal(by_kind, want_kind)
 

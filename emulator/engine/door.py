@@ -72,7 +72,9 @@ def kernel_for(geo: Geometry, home, kinds, n_ops: int, options: ReplayOptions, *
 
 def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_batch, progress
            ) -> tuple[np.ndarray, int, int]:
-    """Feed every batch to the walk-type driver ``r``; return (flush counters, blocks, descriptors)."""
+    """Feed every batch to the walk-type driver ``r``; return (flush counters, blocks, descriptors).
+    The batches share one counter buffer: ``on_batch(lo, cnt, n)`` takes a batch's counts and
+    leaves ``cnt`` all zero (:func:`emulator.engine.tally.fold_batch` does)."""
     n_kinds, n_tiers = len(KINDS), len(r.geo.names)
     n_blocks = n_acc = 0
     buf = np.zeros((0, n_kinds, n_tiers, N_COUNTERS), np.int64)   # reused: its pages stay mapped
@@ -87,8 +89,9 @@ def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_b
         n_blocks += r.run(Descriptors(row - lo, *b[1:]), cnt)
         n_acc += len(row)
         if on_batch is not None:
-            on_batch(lo, cnt, hi - lo + 1)
-        cnt.fill(0)
+            on_batch(lo, cnt, hi - lo + 1)     # folds the counts and clears cnt
+        else:
+            cnt.fill(0)
         if progress is not None:
             progress(len(row))
     fl = np.zeros((1, n_kinds, n_tiers, N_COUNTERS), np.int64)
