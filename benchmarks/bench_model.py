@@ -12,6 +12,15 @@ and its counts compared.
 
     python benchmarks/bench_model.py [--model NAME] [--chip NAME] [--context N] [--generate N]
                                      [--prompt N] [--batch N] [--repeat N]
+
+``--presets``: every chip preset instead, each model of ``--models`` (default Llama-3.1-8B,
+Mixtral-8x7B, Llama-3.1-70B) on every preset that holds it (a CapacityError is reported as
+``holds: false``), decode only (``--context``, ``--generate``), one trace per model replayed on
+each chip: the first replay apart, the best of ``--repeat``, host against chip time per decode
+token, the kernel the dispatch chose, the counts of the first and best replays compared; no
+reference engine. One JSON row per (model, chip) under ``rows``, plus which presets miss.
+
+    python benchmarks/bench_model.py --presets [--models a,b] [--context N] [--generate N] [--repeat N]
 """
 
 from __future__ import annotations
@@ -40,6 +49,74 @@ def chip_seconds_per_token(tr, ops) -> tuple[dict, str]:
             "emulator.cost.model: per op max(compute, tier and link bytes / bandwidth), summed per step")
 
 
+def host_and_chip_per_token(tr, trace, t_replay: float) -> tuple[float | None, float | None]:
+    """Host seconds per decode token (the replay's time split over decode steps by tier-0 requests)
+    and the chip's seconds per decode token (the cost model's), means over the decode steps."""
+    res = tr.result
+    ops = trace.op_arrays()
+    requests = res.per_op[:, 0, HITS] + res.per_op[:, 0, MISSES] + res.per_op[:, 0, BYPASSES]
+    steps = np.where(np.asarray(ops["phase"] == "decode"), np.asarray(ops["step"], np.int64), -1)
+    total = max(int(requests.sum()), 1)
+    host = [t_replay * float(requests[steps == s].sum()) / total for s in np.unique(steps[steps >= 0])]
+    chip = list(chip_seconds_per_token(tr, ops)[0].values())
+    return (float(np.mean(host)) if host else None), (float(np.mean(chip)) if chip else None)
+
+
+def presets(args) -> None:
+    """Every model of ``--models`` on every chip preset that holds it (see the module doc)."""
+    from common.errors import CapacityError
+    from emulator.chip.chipfile import list_presets
+    from emulator.pipeline import replay_trace
+    from traces.lower import generate_trace
+    from traces.reader import open_trace
+    from traces.run import RunConfig
+    from traces.spec import load_model
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tierlab-bench-") as tmp:
+        for model in args.models.split(","):
+            path = generate_trace(load_model(model), RunConfig(context=args.context, generate=args.generate),
+                                  Path(tmp) / f"{model}.trace")
+            trace = open_trace(path)
+            for chip in list_presets():
+                row = {"model": model, "chip": chip}
+                try:
+                    t0 = time.perf_counter()
+                    first = replay_trace(trace, chip)
+                    row["first_replay_s"] = time.perf_counter() - t0
+                except CapacityError as err:
+                    rows.append({**row, "holds": False, "why": str(err)[:200]})
+                    log(f"{model} on {chip}: does not hold it")
+                    continue
+                best, t_replay = first, float("inf")
+                for _ in range(args.repeat):
+                    t0 = time.perf_counter()
+                    tr = replay_trace(trace, chip)
+                    if time.perf_counter() - t0 < t_replay:
+                        t_replay, best = time.perf_counter() - t0, tr
+                host, chip_s = host_and_chip_per_token(best, trace, t_replay)
+                res = best.result
+                row.update({
+                    "holds": True, "replay_s": t_replay, "host_s_per_decode_token": host,
+                    "chip_s_per_decode_token": chip_s,
+                    "host_over_chip": host / chip_s if host and chip_s else None,
+                    "kernel": res.meta["kernel"]["name"], "tier0_block_bytes": int(res.block_bytes[0]),
+                    "counts_equal": bool(np.array_equal(res.per_op, first.result.per_op)
+                                         and np.array_equal(res.flush, first.result.flush)),
+                })
+                rows.append(row)
+                log(f"{model} on {chip}: host {host * 1e3:.2f} ms vs chip {chip_s * 1e3:.2f} ms per token "
+                    f"({row['kernel']})")
+    held = [r for r in rows if r["holds"]]
+    emit("bench_model", {"mode": "presets",
+        "context": args.context, "generate": args.generate, "repeat": args.repeat, "rows": rows,
+        "faster_than_chip": [f"{r['model']} on {r['chip']}" for r in held if (r["host_over_chip"] or 9) < 1],
+        "slower_than_chip": [f"{r['model']} on {r['chip']}" for r in held if (r["host_over_chip"] or 9) >= 1],
+        "not_held": [f"{r['model']} on {r['chip']}" for r in rows if not r["holds"]],
+        "counts_equal": all(r["counts_equal"] for r in held),
+    })
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama-3.1-8b")
@@ -49,7 +126,12 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=0, help="tokens prefilled before decoding (default 0)")
     ap.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
     ap.add_argument("--repeat", type=int, default=3, help="replays timed after the first (best kept; default 3)")
+    ap.add_argument("--presets", action="store_true", help="every chip preset, every model of --models")
+    ap.add_argument("--models", default="llama-3.1-8b,mixtral-8x7b,llama-3.1-70b")
     args = ap.parse_args()
+    if args.presets:
+        presets(args)
+        return
 
     from emulator.engine.options import ReplayOptions
 

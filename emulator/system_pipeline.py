@@ -10,10 +10,11 @@ itself. Costing the collectives and the critical path is :mod:`emulator.cost.sys
 
 Two speed-ups, neither changing a count. **Identical slices are replayed once**: in tensor
 parallelism most devices' slices are the same one-chip trace (each device has its own address
-space from 0); :func:`slice_digests` hashes every slice's content (its tensor and op tables without
-the device and collective columns, and its access rows with op and tensor ids renumbered locally,
-all in one pass over the accesses) and one device per digest class is replayed, the others sharing
-its counts (``dedupe=False`` replays every device). **Distinct slices replay on threads**
+space from 0); a slice's content is its tensor and op tables without the device and collective
+columns, and its access rows with op and tensor ids renumbered locally, all cut in one pass over the
+accesses. Slices held in memory are compared exactly (:func:`slice_classes`); longer traces stream,
+and :func:`slice_digests` hashes each slice's content. One device per class is replayed, the others
+sharing its counts (``dedupe=False`` replays every device). **Distinct slices replay on threads**
 (``threads``, default ``os.cpu_count()``): the engine's kernels release the GIL.
 """
 
@@ -45,22 +46,23 @@ class SliceTrace(Trace):
     """Device ``device``'s slice of a version-2 trace, as a one-device (version-1) trace.
 
     ``op_ids`` / ``tensor_ids``: the global ids of the slice's ops and tensors, in order (local id
-    ``i`` is global ``op_ids[i]``). Accesses are streamed from the parent's file, filtered to the
+    ``i`` is global ``op_ids[i]``); ``op_rows``: the parent's rows ``op_ids`` of its op table, when
+    already cut. Accesses are streamed from the parent's file, filtered to the
     slice's ops and renumbered; an access of a slice op to another device's tensor is a TraceError.
     """
 
-    def __init__(self, parent: Trace, device: int):
+    def __init__(self, parent: Trace, device: int, op_device: np.ndarray | None = None,
+                 tensor_device: np.ndarray | None = None, op_rows: pa.Table | None = None):
         self.parent = parent
         self.device = device
-        self.op_ids = np.nonzero(parent.op_device == device)[0]
-        self.tensor_ids = np.nonzero(parent.tensor_device == device)[0]
+        self.op_ids = np.nonzero((parent.op_device if op_device is None else op_device) == device)[0]
+        self.tensor_ids = np.nonzero((parent.tensor_device if tensor_device is None else tensor_device) == device)[0]
         self._op_local = np.full(parent.n_ops, -1, np.int64)
         self._op_local[self.op_ids] = np.arange(len(self.op_ids))
         self._tensor_local = np.full(parent.n_tensors, -1, np.int64)
         self._tensor_local[self.tensor_ids] = np.arange(len(self.tensor_ids))
-        tensors = _renumber(parent.tensors.take(pa.array(self.tensor_ids, pa.int64())), "tensor_id",
-                            fmt.TENSORS_SCHEMA)
-        ops = _renumber(parent.ops.take(pa.array(self.op_ids, pa.int64())), "op_id", fmt.OPS_SCHEMA)
+        tensors = _renumber(_rows(parent.tensors, self.tensor_ids), "tensor_id", fmt.TENSORS_SCHEMA)
+        ops = _renumber(_rows(parent.ops, self.op_ids) if op_rows is None else op_rows, "op_id", fmt.OPS_SCHEMA)
         manifest = dict(parent.manifest)
         manifest.pop("devices", None)
         manifest["version"] = 1
@@ -109,6 +111,13 @@ class SliceTrace(Trace):
             yield pa.RecordBatch.from_arrays(cols, schema=fmt.ACCESSES_SCHEMA)
 
 
+def _rows(table: pa.Table, ids: np.ndarray) -> pa.Table:
+    """Rows ``ids`` (increasing) of ``table``: a zero-copy slice when they are consecutive."""
+    if len(ids) and int(ids[-1]) - int(ids[0]) == len(ids) - 1:
+        return table.slice(int(ids[0]), len(ids))
+    return table.take(pa.array(ids, pa.int64()))
+
+
 def _renumber(table: pa.Table, id_col: str, schema: pa.Schema) -> pa.Table:
     """``table`` with ``id_col`` set to 0..n-1 and only the version-1 columns of ``schema``."""
     cols = [pa.array(np.arange(table.num_rows), pa.uint32()) if f.name == id_col else table.column(f.name)
@@ -142,7 +151,12 @@ def slices(trace: Trace) -> list[Trace]:
     """Each device's slice (a version-1 trace is its own one slice)."""
     if trace.n_devices == 1:
         return [trace]
-    return [SliceTrace(trace, d) for d in range(trace.n_devices)]
+    op_device, tensor_device = trace.op_device, trace.tensor_device
+    order = np.argsort(op_device, kind="stable")          # every device's op rows in one take
+    bounds = np.searchsorted(op_device[order], np.arange(trace.n_devices + 1))
+    by_device = trace.ops.take(pa.array(order, pa.int64()))
+    return [SliceTrace(trace, d, op_device, tensor_device, by_device.slice(int(bounds[d]), int(bounds[d + 1] - bounds[d])))
+            for d in range(trace.n_devices)]
 
 
 def check_fits(trace: Trace, system: System) -> None:
@@ -174,6 +188,40 @@ def _table_digest(h, table: pa.Table, skip: tuple[str, ...]) -> None:
 HOLD_ROWS = 1 << 22    # traces of at most this many access rows (~170 MB) keep the slices' batches in memory
 
 
+def _split_accesses(trace: Trace, sls: list[Trace], batch_rows: int, on_part) -> np.ndarray:
+    """One pass over the parent's accesses: ``on_part(d, arrays)`` with each run of device ``d``'s
+    rows (op and tensor ids local to the device, then the other five columns), in order. Returns
+    which devices' accesses reach another device's tensor."""
+    n = len(sls)
+    op_dev = trace.op_device
+    t_dev = trace.tensor_device
+    op_local = np.zeros(trace.n_ops, np.int64)
+    t_local = np.zeros(trace.n_tensors, np.int64)
+    for sl in sls:
+        op_local[sl.op_ids] = np.arange(len(sl.op_ids))
+        t_local[sl.tensor_ids] = np.arange(len(sl.tensor_ids))
+    foreign = np.zeros(n, bool)
+    small = np.uint8 if n <= 255 else np.uint16 if n <= 65535 else np.int64    # a radix sort below
+    for rb in trace.iter_accesses(batch_rows):
+        op = rb.column(0).to_numpy().astype(np.int64)
+        tid = rb.column(1).to_numpy().astype(np.int64)
+        dev = op_dev[op]
+        foreign |= np.bincount(dev[t_dev[tid] != dev], minlength=n).astype(bool)
+        order = np.argsort(dev.astype(small), kind="stable")
+        bounds = np.searchsorted(dev[order], np.arange(n + 1))
+        arrays = [op_local[op], t_local[tid]] + [rb.column(i).to_numpy(zero_copy_only=False) for i in range(2, 7)]
+        arrays = [a[order] for a in arrays]
+        for d in np.flatnonzero(bounds[1:] > bounds[:-1]):
+            lo, hi = bounds[d], bounds[d + 1]
+            on_part(d, [np.ascontiguousarray(a[lo:hi]) for a in arrays], foreign[d])
+    return foreign
+
+
+def _hold_part(held: list[list[pa.RecordBatch]], d: int, part: list[np.ndarray]) -> None:
+    part[0], part[1] = part[0].astype(np.uint32), part[1].astype(np.uint32)
+    held[d].append(pa.RecordBatch.from_arrays([pa.array(a) for a in part], schema=fmt.ACCESSES_SCHEMA))
+
+
 def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20,
                   held: list[list[pa.RecordBatch]] | None = None) -> list[bytes | None]:
     """A content digest of each slice: equal digests mean the slices are the same one-chip trace
@@ -186,37 +234,20 @@ def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20,
     heads = []
     for sl in sls:
         h = hashlib.blake2b(digest_size=32)
-        _table_digest(h, sl.tensors, ("tensor_id", "device"))
-        _table_digest(h, sl.ops, ("op_id", "device", "collective"))
+        _table_digest(h, sl.tensors, TENSOR_SKIP)
+        _table_digest(h, sl.ops, OP_SKIP)
         heads.append(h)
-    op_dev = trace.op_device
-    t_dev = trace.tensor_device
-    op_local = np.zeros(trace.n_ops, np.int64)
-    t_local = np.zeros(trace.n_tensors, np.int64)
-    for sl in sls:
-        op_local[sl.op_ids] = np.arange(len(sl.op_ids))
-        t_local[sl.tensor_ids] = np.arange(len(sl.tensor_ids))
     cols = [[hashlib.blake2b(digest_size=32) for _ in range(7)] for _ in range(n)]
     rows = np.zeros(n, np.int64)
-    foreign = np.zeros(n, bool)
-    for rb in trace.iter_accesses(batch_rows):
-        op = rb.column(0).to_numpy().astype(np.int64)
-        tid = rb.column(1).to_numpy().astype(np.int64)
-        dev = op_dev[op]
-        foreign |= np.bincount(dev[t_dev[tid] != dev], minlength=n).astype(bool)
-        order = np.argsort(dev, kind="stable")
-        bounds = np.searchsorted(dev[order], np.arange(n + 1))
-        arrays = [op_local[op], t_local[tid]] + [rb.column(i).to_numpy(zero_copy_only=False) for i in range(2, 7)]
-        arrays = [a[order] for a in arrays]
-        for d in np.flatnonzero(bounds[1:] > bounds[:-1]):
-            lo, hi = bounds[d], bounds[d + 1]
-            rows[d] += hi - lo
-            part = [np.ascontiguousarray(a[lo:hi]) for a in arrays]
-            for h, a in zip(cols[d], part):
-                h.update(a.tobytes())
-            if held is not None and not foreign[d]:
-                part[0], part[1] = part[0].astype(np.uint32), part[1].astype(np.uint32)
-                held[d].append(pa.RecordBatch.from_arrays([pa.array(a) for a in part], schema=fmt.ACCESSES_SCHEMA))
+
+    def on_part(d, part, foreign):
+        rows[d] += len(part[0])
+        for h, a in zip(cols[d], part):
+            h.update(a.tobytes())
+        if held is not None and not foreign:
+            _hold_part(held, d, part)
+
+    foreign = _split_accesses(trace, sls, batch_rows, on_part)
     out: list[bytes | None] = []
     for d in range(n):
         if foreign[d]:
@@ -227,6 +258,43 @@ def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20,
         for c in cols[d]:
             h.update(c.digest())
         out.append(h.digest())
+    return out
+
+
+TENSOR_SKIP = ("tensor_id", "device")
+OP_SKIP = ("op_id", "device", "collective")
+
+
+def _content(sl: Trace, batches: list[pa.RecordBatch]) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """What :func:`slice_digests` hashes of a slice, as tables (compared with ``equals``)."""
+    def strip(t, skip):
+        return t.drop_columns([c for c in skip if c in t.column_names])
+    return (strip(sl.tensors, TENSOR_SKIP), strip(sl.ops, OP_SKIP),
+            pa.Table.from_batches(batches, schema=fmt.ACCESSES_SCHEMA))
+
+
+def slice_classes(trace: Trace, sls: list[Trace], batch_rows: int,
+                  held: list[list[pa.RecordBatch]]) -> list[int]:
+    """``replayed_as`` by exact comparison instead of digests (for slices held in memory, which
+    ``held`` is filled with as :func:`slice_digests` fills it): each slice is compared with the
+    first slice of each class so far (the same content :func:`slice_digests` hashes); a slice whose
+    accesses reach another device's tensor stands for itself."""
+    foreign = _split_accesses(trace, sls, batch_rows,
+                              lambda d, part, f: None if f else _hold_part(held, d, part))
+    reps: list[tuple[int, tuple]] = []
+    out = []
+    for d, sl in enumerate(sls):
+        if foreign[d]:
+            held[d].clear()
+            out.append(d)
+            continue
+        c = _content(sl, held[d])
+        r = next((r for r, rc in reps if all(x.num_rows == y.num_rows for x, y in zip(c, rc))
+                  and all(x.equals(y) for x, y in zip(c, rc))), None)
+        if r is None:
+            reps.append((d, c))
+            r = d
+        out.append(r)
     return out
 
 
@@ -253,15 +321,17 @@ def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOp
     sls = slices(trace)
     n = len(sls)
     if dedupe and n > 1:
-        held = [[] for _ in sls] if trace.n_accesses <= HOLD_ROWS else None
-        digests = slice_digests(trace, sls, options.batch_rows, held)
-        first: dict[bytes, int] = {}
-        replayed_as = [d if g is None else first.setdefault(g, d) for d, g in enumerate(digests)]
-        if held is not None:      # the slices replayed read their checked batches from memory
+        if trace.n_accesses <= HOLD_ROWS:   # compared exactly; the slices replayed read their batches from memory
+            held = [[] for _ in sls]
+            replayed_as = slice_classes(trace, sls, options.batch_rows, held)
             for d in set(replayed_as):
-                if digests[d] is not None:
+                if held[d]:
                     sls[d].hold(options.batch_rows, held[d])
             del held
+        else:
+            digests = slice_digests(trace, sls, options.batch_rows)
+            first: dict[bytes, int] = {}
+            replayed_as = [d if g is None else first.setdefault(g, d) for d, g in enumerate(digests)]
     else:
         replayed_as = list(range(n))
     reps = sorted(set(replayed_as))

@@ -230,3 +230,48 @@ def test_model_decode_on_h100_equals_the_lazy_engine(tmp_path):
     lazy = replay_trace(tr, "h100", ReplayOptions(flush=True, set_groups=False)).result
     _assert_same(seg, lazy)
     assert seg.meta["fast_requests"][0] > 0.99 * seg.n_blocks
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_sweeps_of_whole_tier_runs_count_as_the_walk(policy):
+    # runs of at least sets x ways blocks (every set takes >= ways blocks: a sweep, emulator/engine/
+    # setgroups._sweep) between short reads and writes that cut the tier into many groups (dirty
+    # entries of several kinds and homes), over adjacent tensors; each sweep sometimes re-reads
+    # blocks still held at an interval's edge (then it is served group by group), and ends mid-set
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        sets, ways, b0 = int(rng.integers(3, 40)), int(rng.integers(1, 9)), 32
+        tiers = [Tier("c", sets * ways * b0, b0, ways, policy, "cache", 1.0, 0.0, 0.0),
+                 Tier("m", 1 << 20, b0, None, "lru", "memory", 1.0, 0.0, 0.0),
+                 Tier("mem", 1 << 40, 128, None, "lru", "memory", 1.0, 0.0, 0.0)]
+        tier_bytes = sets * ways * b0
+        size = 6 * tier_bytes
+        n_t = 4
+        pitch = -(-size // 128) * 128      # adjacent tensors, aligned to the farthest tier's block
+        tensors = [(t * pitch, int(rng.integers(1, 3)), int(rng.integers(0, len(KINDS))), size) for t in range(n_t)]
+        acc = []
+        op = 0
+        for _ in range(60):
+            tid = int(rng.integers(0, n_t))
+            if rng.random() < 0.4:      # a sweep: one to three times the tier, from any block
+                nb = int(rng.integers(tier_bytes, 3 * tier_bytes + 1)) // b0 * b0
+                off = int(rng.integers(0, size - nb + 1)) // b0 * b0
+                acc.append((op, tid, off, nb, 1, 0, bool(rng.random() < 0.3), 0))
+            else:                       # short, strided, possibly unaligned reads and writes
+                cnt_ = int(rng.integers(1, 6))
+                stride = int(rng.integers(1, 4 * sets)) * b0
+                nb = int(rng.integers(1, 3 * b0))
+                off = int(rng.integers(0, max(1, size - nb - cnt_ * stride)))
+                acc.append((op, tid, off, nb, cnt_, stride, bool(rng.random() < 0.5), 0))
+            op += int(rng.random() < 0.3)
+        n_ops = op + 1
+        for recency, fetch in ((True, True), (False, False)):
+            opts = ReplayOptions(flush=True, store_hit_recency=recency, fetch_on_write_miss=fetch)
+            cuts = sorted(set(int(c) for c in rng.integers(1, len(acc), 3)))
+            seg = _engine(tiers, [0, 0, 0], tensors, n_ops, acc, opts, cuts)
+            walk = _engine(tiers, [0, 0, 0], tensors, n_ops, acc, dataclasses.replace(opts, fast_path=False), cuts)
+            _assert_same(seg, walk)
+            assert seg.meta["set_groups_sweeps"] > 0
+            per_op, by_kind, flush = _expected(tiers, [0, 0, 0], tensors, n_ops, acc, opts)
+            np.testing.assert_array_equal(seg.per_op, per_op)
+            np.testing.assert_array_equal(seg.flush, flush)

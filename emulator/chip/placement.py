@@ -131,14 +131,24 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False)
 
 
-def _matches(rule: PlacementRule, name: str, kind: str, layer: int) -> bool:
-    if rule.kind is not None and rule.kind != kind:
-        return False
-    if rule.name is not None and not fnmatch.fnmatchcase(name, rule.name):
-        return False
-    if rule.layers is not None and not (rule.layers[0] <= layer <= rule.layers[1]):
-        return False
-    return True
+def _first_rule(rules, names: list[str], kinds: list[str], layers: np.ndarray) -> np.ndarray:
+    """For each tensor, the index of the first rule it matches (-1: none): a rule matches when
+    each of its kind, name pattern (``fnmatch``, case-sensitive) and layer range that is given does."""
+    which = np.full(len(names), -1, np.int64)
+    if not rules or not len(names):
+        return which
+    kind_arr = np.asarray(kinds, dtype=object)
+    for k, r in enumerate(rules):
+        m = which < 0
+        if r.kind is not None:
+            m &= kind_arr == r.kind
+        if r.layers is not None:
+            m &= (layers >= r.layers[0]) & (layers <= r.layers[1])
+        idx = np.flatnonzero(m)
+        if r.name is not None:
+            idx = idx[np.array([fnmatch.fnmatchcase(names[i], r.name) for i in idx.tolist()], bool)]
+        which[idx] = k
+    return which
 
 
 def place(chip: Chip, tensors: pa.Table, extra_rules=(), *, align_bytes: int = 1) -> Placement:
@@ -190,12 +200,9 @@ def place(chip: Chip, tensors: pa.Table, extra_rules=(), *, align_bytes: int = 1
                             f"{why}; free: {free}", field="placement")
 
     pinned = 0
-    rest = []
-    for tid in range(n):
-        rule = next((r for r in rules if _matches(r, names[tid], kinds[tid], int(layers[tid]))), None)
-        if rule is None:
-            rest.append(tid)
-            continue
+    which = _first_rule(rules, names, kinds, layers)
+    for tid in np.flatnonzero(which >= 0).tolist():
+        rule = rules[which[tid]]
         t = names_t.index(rule.tier)
         if used[t] + sizes[tid] <= capacity[t]:
             put(tid, t)
@@ -206,8 +213,19 @@ def place(chip: Chip, tensors: pa.Table, extra_rules=(), *, align_bytes: int = 1
             raise CapacityError(f"tensor {names[tid]!r} ({kinds[tid]}, {format_size(int(sizes[tid]))}) is pinned "
                                 f"to {rule.tier!r} by a rule, but only {format_size(int(capacity[t] - used[t]))} "
                                 f"of {format_size(int(capacity[t]))} is free", field="placement")
-    for tid in rest:
-        first_fit(tid, homes, "home tier")
+    rest = np.flatnonzero(which < 0)
+    if len(rest) and homes and used[homes[0]] + int(sizes[rest].sum()) <= capacity[homes[0]]:
+        h = homes[0]                    # first fit puts every one in the first home: at once
+        home[rest] = h
+        used[h] += int(sizes[rest].sum())
+        count[h] += len(rest)
+        d = by_kind.setdefault(names_t[h], {})
+        kind_arr = np.asarray(kinds, dtype=object)[rest]
+        for k in dict.fromkeys(kind_arr.tolist()):
+            d[k] = d.get(k, 0) + int(sizes[rest][kind_arr == k].sum())
+    else:
+        for tid in rest.tolist():
+            first_fit(tid, homes, "home tier")
 
     lent = np.zeros(len(chip.tiers), dtype=np.int64)
     for i, t in enumerate(chip.tiers):

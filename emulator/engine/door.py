@@ -29,6 +29,7 @@ from emulator.engine.policies import POLICY_NAMES
 from emulator.engine.state import Descriptors, Tensors
 from emulator.engine.stream import NARROW_LIMIT
 from emulator.engine.stream_driver import StreamReplayer
+from emulator.engine.tally import fold_batch
 from emulator.engine.walker import WalkReplayer, check_inclusive, opt_prepass
 
 __all__ = ["kernel_for", "replay_arrays", "replay_blocks"]
@@ -71,19 +72,26 @@ def kernel_for(geo: Geometry, home, kinds, n_ops: int, options: ReplayOptions, *
 
 def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_batch, progress
            ) -> tuple[np.ndarray, int, int]:
-    """Feed every batch to the walk-type driver ``r``; return (flush counters, blocks, descriptors)."""
+    """Feed every batch to the walk-type driver ``r``; return (flush counters, blocks, descriptors).
+    The batches share one counter buffer: ``on_batch(lo, cnt, n)`` takes a batch's counts and
+    leaves ``cnt`` all zero (:func:`emulator.engine.tally.fold_batch` does)."""
     n_kinds, n_tiers = len(KINDS), len(r.geo.names)
     n_blocks = n_acc = 0
+    buf = np.zeros((0, n_kinds, n_tiers, N_COUNTERS), np.int64)   # reused: its pages stay mapped
     for b in batches:
         row = b[0]
         if len(row) == 0:
             continue
         lo, hi = int(row[0]), int(row[-1])
-        cnt = np.zeros((hi - lo + 1, n_kinds, n_tiers, N_COUNTERS), np.int64)
+        if len(buf) <= hi - lo:
+            buf = np.zeros((hi - lo + 1, n_kinds, n_tiers, N_COUNTERS), np.int64)
+        cnt = buf[:hi - lo + 1]
         n_blocks += r.run(Descriptors(row - lo, *b[1:]), cnt)
         n_acc += len(row)
         if on_batch is not None:
-            on_batch(lo, cnt, hi - lo + 1)
+            on_batch(lo, cnt, hi - lo + 1)     # folds the counts and clears cnt
+        else:
+            cnt.fill(0)
         if progress is not None:
             progress(len(row))
     fl = np.zeros((1, n_kinds, n_tiers, N_COUNTERS), np.int64)
@@ -187,8 +195,7 @@ def _replay_prepared(geo: Geometry, tensors: Tensors, batches, n_ops: int, optio
     by_kind = np.zeros((len(KINDS), n_tiers, N_COUNTERS), np.int64)
 
     def on_batch(lo, cnt, n):
-        per_op[lo:lo + n] += cnt.sum(axis=1)
-        by_kind[...] += cnt.sum(axis=0)
+        fold_batch(cnt[:n], lo, per_op, by_kind)
 
     out = run_replay(geo, tensors, batches, n_ops, options, choice, on_batch, progress)
     flush = out["flush"]

@@ -24,8 +24,9 @@ KINDS = TENSOR_KINDS  # breakdown order; unknown kinds count as "other"
 
 def kind_index(kinds: Iterable[str]) -> np.ndarray:
     """Index into :data:`KINDS` of each tensor kind (unknown kinds -> "other")."""
-    other = KINDS.index("other")
-    return np.array([KINDS.index(k) if k in KINDS else other for k in kinds], np.int64)
+    index = {k: i for i, k in enumerate(KINDS)}
+    other = index["other"]
+    return np.array([index.get(k, other) for k in kinds], np.int64)
 
 
 @dataclass

@@ -65,4 +65,5 @@ class SetGroupReplayer:
         if self.walk is not None:
             fast = [a + b for a, b in zip(fast, self.walk.stats()["fast_requests"])]
         return {"fast_requests": fast, "set_groups_max": int(self.st[setgroups.ST_K_MAX]),
+                "set_groups_sweeps": int(self.st[setgroups.ST_SWEEPS]),
                 "set_groups_written_out": self.walk is not None}

@@ -46,12 +46,13 @@ from emulator.engine.state import TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT
 from emulator.engine.jit import njit
 from emulator.engine.lazy import count_in
 from emulator.engine.simd import set_lookup, set_put
+from emulator.engine.unowned import unowned
 
 EMPTY = -1
 # ``st`` (int64): groups, rows on the free stack, requests served, growths of the row pool, the
-# most groups held at once
-ST_K, ST_FREE, ST_REQUESTS, ST_GROWN, ST_K_MAX = range(5)
-N_ST = 5
+# most groups held at once, chunks served as sweeps (:func:`_sweep`)
+ST_K, ST_FREE, ST_REQUESTS, ST_GROWN, ST_K_MAX, ST_SWEEPS = range(6)
+N_ST = 6
 
 
 def new_state(n_sets: int, n_ways: int, rows: int = 64):
@@ -276,6 +277,84 @@ def _grow(ent, free, st, W):
 
 
 @njit(nogil=True)
+def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_row, ent, free, st,
+           cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
+    """A chunk giving every set at least ``W`` blocks (``q >= W``) that holds none of them: every
+    entry of every group leaves and each interval of sets ends holding its own newest ``W``
+    blocks, so the groups are rebuilt as at most three, one per interval. Counted as
+    :func:`_misses` counts each group, summed (each held entry once, weighted by its group's sets;
+    the chunk's own counts once per interval). Returns False, changing nothing, when some entry
+    holds a block of the chunk (the caller then serves it group by group)."""
+    K = st[ST_K]
+    for x in range(3):                  # a block of the chunk held in its set: not a sweep
+        a = 0 if x == 0 else (c1 if x == 1 else c2)
+        e = c1 if x == 0 else (c2 if x == 1 else S)
+        if a == e:
+            continue
+        a0 = F - f + (S if a < f else 0)
+        a_last = a0 + (count_in(q, rem, f, a, S) - 1) * S
+        k = _find(grp_lo, K, a)
+        while k < K and grp_lo[k] < e:
+            rb = grp_row[k] * W
+            for p in range(W):
+                v = ent[0, rb + p]
+                if v >= a0 and v <= a_last:
+                    return False
+            k += 1
+    for k in range(K):                  # every held entry leaves
+        n = grp_lo[k + 1] - grp_lo[k]
+        rb = grp_row[k] * W
+        for e in range(W):
+            if ent[0, rb + e] != EMPTY:
+                vt = ent[1, rb + e]
+                cf[row * s_row + t_kind[vt] * s_kind + EVICTIONS] += n
+                if ent[2, rb + e]:
+                    _writeback(vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+    b0 = blk[0]
+    ci = row * s_row + t_kind[tid] * s_kind
+    fetch = fetch_write if rw else True
+    rows = ent.shape[1] // W
+    K2 = 0
+    for x in range(3):      # the intervals [0, c1), [c1, c2), [c2, S), as in _chunk
+        a = 0 if x == 0 else (c1 if x == 1 else c2)
+        e = c1 if x == 0 else (c2 if x == 1 else S)
+        if a == e:
+            continue
+        m = count_in(q, rem, f, a, S)
+        a0 = F - f + (S if a < f else 0)
+        n = e - a
+        n_own = (m - W) * n
+        cf[ci + EVICTIONS] += n_own
+        if rw and n_own > 0:
+            _writeback(tid, n_own, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+        nr = m * n
+        cf[ci + MISSES] += nr
+        cf[ci + FILLS] += nr
+        if fetch:
+            cf[ci + BYTES_WRITTEN] += nr * b0
+            _down(0, tid, nr, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+        else:
+            cf[ci + UNFETCHED] += nr
+        cf[ci + (BYTES_WRITTEN if rw else BYTES_READ)] += nr * b0
+        rb = K2 * W                     # group K2 takes row K2
+        for p in range(W):              # youngest first: the interval's last block, ...
+            ent[0, rb + p] = a0 + (m - 1 - p) * S
+            ent[1, rb + p] = tid
+            ent[2, rb + p] = rw
+        grp_lo[K2] = a
+        grp_row[K2] = K2
+        K2 += 1
+    grp_lo[K2] = S
+    for r in range(K2, rows):           # every other row on the free stack (a row taken is overwritten)
+        free[rows - 1 - r] = r
+    st[ST_FREE] = rows - K2
+    st[ST_K] = K2
+    st[ST_SWEEPS] += 1
+    _merge(0, K2, grp_lo, grp_row, ent, free, st, W)
+    return True
+
+
+@njit(nogil=True)
 def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, grp_row, ent, free, st,
            cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     """Serve tier-0 blocks ``F..L`` (one chunk, in order) on the groups."""
@@ -288,6 +367,9 @@ def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, gr
         g -= S
     c1 = min(f, g)
     c2 = max(f, g)
+    if q >= W and _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_row, ent, free,
+                         st, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
+        return
     words = ent.ctypes.data
     k_first = st[ST_K]
     k_last = 0
@@ -334,7 +416,9 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
     W = n_ways[0]
     lru = policy[0] == LRU
     b0 = blk[0]
-    cf, s_row, s_kind, s_tier = _flat(cnt)
+    cf, s_row, s_kind, s_tier = _flat(cnt)    # and views owning nothing (emulator.engine.unowned)
+    cf, vh, vk, vb = unowned(cf), unowned(t_home), unowned(t_kind), unowned(blk)
+    vlo, vrow, vst, vent, vfree = unowned(grp_lo), unowned(grp_row), unowned(st), unowned(ent), unowned(free)
     n_blocks = 0
     for a in range(acc_row.shape[0]):
         if st[ST_K] > max_groups:
@@ -360,8 +444,9 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
                 continue
             if st[ST_FREE] < 8:
                 ent, free = _grow(ent, free, st, W)
-            _chunk(first, last, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, grp_row,
-                   ent, free, st, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+                vent, vfree = unowned(ent), unowned(free)
+            _chunk(first, last, rw, tid, row, S, W, lru, store_recency, fetch_write, vlo, vrow,
+                   vent, vfree, vst, cf, s_row, s_kind, s_tier, vh, vk, vb)
             st[ST_REQUESTS] += nb
     return n_blocks, ent, free, acc_row.shape[0]
 

@@ -1,0 +1,94 @@
+"""Start-up: a tiny ``tierlab replay`` and the README's quick start, from process start, cold and warm.
+
+Each command runs as a fresh process (the ``tierlab`` script beside the running Python) with Numba's cache in a temporary directory (``NUMBA_CACHE_DIR``), so the checkout's own
+caches are neither used nor touched: the first run of each command is **cold** (nothing compiled:
+it compiles what the request needs and stores it), the next ``--repeat`` are **warm** (loaded from
+that cache; best and median reported). Commands:
+
+- ``replay_tiny``: ``tierlab replay TINY --chip h100`` of a tiny trace (Qwen2-0.5B, ``--context 16
+  --generate 1``: 350 tensors, 1,232 access rows), written once before timing;
+- ``quick_start``: ``tierlab run llama-3.1-8b --chip sn40l --context 1024 --generate 4``;
+- ``import_cli``: ``python -c "import emulator.cli"`` (the floor every command pays).
+
+Also reported: ``python -X importtime -c "import emulator.cli"`` (its total and the five slowest
+modules, cumulative), and a reference in the same run: ``python -c "import numpy, pyarrow"`` and
+``python -c "import numba"`` (what no lazy import of ours can avoid once a replay compiles or loads
+kernels).
+
+    python benchmarks/bench_startup.py [--repeat N] [--skip-quick-start]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import REPO, emit, log
+
+
+def timed(cmd: list[str], env: dict) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def cold_and_warm(name: str, cmd: list[str], repeat: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="tierlab-numba-") as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        cold = timed(cmd, env)
+        warm = [timed(cmd, env) for _ in range(repeat)]
+    log(f"{name}: cold {cold:.2f} s, warm best {min(warm):.2f} s")
+    return {"command": " ".join([Path(cmd[0]).name, *cmd[1:]]), "cold_s": cold,
+            "warm_best_s": min(warm), "warm_median_s": statistics.median(warm), "warm_s": warm}
+
+
+def import_profile() -> dict:
+    """``-X importtime`` of ``import emulator.cli``: total (us) and the slowest modules (cumulative)."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import emulator.cli"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stderr
+    rows = []
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            rows.append((int(parts[1]), parts[2].rstrip()))
+    top = next((r for r in rows if r[1].strip() == "emulator.cli"), (0, ""))
+    slow = sorted((r for r in rows if r[1].startswith("   ") or r[1].startswith("  ")), reverse=True)[:5]
+    return {"emulator_cli_us": top[0], "slowest_cumulative_us": {m.strip(): us for us, m in slow}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3, help="warm runs after the cold one (default 3)")
+    ap.add_argument("--skip-quick-start", action="store_true", help="only the tiny replay and the imports")
+    args = ap.parse_args()
+    py = sys.executable
+    tl = str(Path(py).parent / "tierlab")
+    out: dict = {}
+    with tempfile.TemporaryDirectory(prefix="tierlab-bench-") as tmp:
+        tiny = Path(tmp) / "tiny.trace"
+        subprocess.run([tl, "trace", "qwen2-0.5b", "--context", "16", "--generate", "1",
+                        "-o", str(tiny)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+        out["replay_tiny"] = cold_and_warm("replay_tiny", [tl, "replay", str(tiny),
+                                                           "--chip", "h100"], args.repeat)
+        if not args.skip_quick_start:
+            out["quick_start"] = cold_and_warm("quick_start", [tl, "run", "llama-3.1-8b",
+                                                               "--chip", "sn40l", "--context", "1024",
+                                                               "--generate", "4"], args.repeat)
+    out["import_cli"] = cold_and_warm("import_cli", [py, "-c", "import emulator.cli"], args.repeat)
+    out["reference"] = {
+        "import_numpy_pyarrow": cold_and_warm("numpy+pyarrow", [py, "-c", "import numpy, pyarrow"], args.repeat),
+        "import_numba": cold_and_warm("numba", [py, "-c", "import numba"], args.repeat),
+    }
+    out["importtime"] = import_profile()
+    out["targets"] = {"replay_tiny_warm_s": 0.5, "quick_start_cold_compile_s": 10.0}
+    emit("bench_startup", out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""A batch's counters folded into a replay's totals in one pass.
+
+The kernels count each batch into ``cnt[op - lo, kind, tier, counter]``; the replay keeps totals per
+op (``per_op[op, tier, counter]``, summed over kinds) and per kind (``by_kind[kind, tier, counter]``,
+summed over ops). Summing the batch with numpy (two reductions over different axes of a 4-d array)
+costs more than the set-group kernel itself on a model trace; one compiled loop reads each counter
+once, adds the nonzero ones and clears them, so the replay reuses one buffer for every batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.engine.jit import njit
+
+
+@njit(nogil=True)
+def fold(cnt, lo, per_op, by_kind):
+    """``per_op[lo + r] += cnt[r].sum(axis=0)`` and ``by_kind += cnt.sum(axis=0)``, exactly; ``cnt``
+    is left all zero (ready for the next batch)."""
+    n_rows, n_kinds, n_tiers, n_c = cnt.shape
+    m = n_tiers * n_c
+    c = cnt.reshape(n_rows, n_kinds, m)
+    p = per_op.reshape(per_op.shape[0], m)
+    b = by_kind.reshape(n_kinds, m)
+    for r in range(n_rows):
+        for k in range(n_kinds):
+            row = c[r, k]
+            for i in range(m):
+                v = row[i]
+                if v != 0:
+                    p[lo + r, i] += v
+                    b[k, i] += v
+                    row[i] = 0
+
+
+def fold_batch(cnt: np.ndarray, lo: int, per_op: np.ndarray, by_kind: np.ndarray) -> None:
+    """:func:`fold` on int64 arrays (``cnt`` of ``n`` ops from op ``lo``, C-contiguous: it is
+    cleared in place)."""
+    if not cnt.flags.c_contiguous:
+        raise ValueError("the batch counters must be C-contiguous (they are cleared in place)")
+    if lo < 0 or lo + cnt.shape[0] > per_op.shape[0] or cnt.shape[1:] != (by_kind.shape[0],) + per_op.shape[1:]:
+        raise ValueError(f"a batch of ops {lo}..{lo + cnt.shape[0] - 1} does not fit totals of shape {per_op.shape}")
+    fold(cnt, int(lo), per_op, by_kind)
