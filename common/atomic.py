@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -33,6 +35,21 @@ def check_output(path: str | os.PathLike, *, force: bool = False, directory: boo
         if not directory and p.is_dir():
             raise UsageError("output exists as a directory, expected a file", file=str(p))
     return p
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait while the block runs (a short write and rename) and are delivered
+    after it: an interrupt lands before a temporary exists or after the rename, never between them,
+    whatever the machine's load. Outside the main thread (or without ``pthread_sigmask``) a no-op."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _can_create_in(parent: Path) -> bool:

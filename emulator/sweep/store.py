@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.atomic import signals_held
 from common.errors import UsageError
 
 MARK = b"tierlab-sweep"
@@ -45,17 +46,19 @@ def _table_of(rows: list[dict], grid_columns: list[str]):
 
 
 def _write_atomically(table, final: Path, prefix: str) -> None:
+    """``table`` to a temporary sibling, renamed over ``final``; SIGINT/SIGTERM held meanwhile."""
     import pyarrow.parquet as pq
 
-    fd, name = tempfile.mkstemp(prefix=prefix, dir=final.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, name)
-        commit(name, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)
-        raise
+    with signals_held():
+        fd, name = tempfile.mkstemp(prefix=prefix, dir=final.parent)
+        os.close(fd)
+        try:
+            pq.write_table(table, name)
+            commit(name, final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+            raise
 
 
 class SweepStore:
