@@ -21,7 +21,7 @@ from emulator.sweep.runner import DEFAULT_CONNECT_TIMEOUT_S
 
 def axis_options(f):
     for name in reversed(AXES):
-        f = click.option(f"--{name}", default=None, metavar="V1,V2,...",
+        f = click.option(f"--{name.replace('_', '-')}", default=None, metavar="V1,V2,...",
                          help=f"Axis {name}: a comma-separated list of values.")(f)
     return f
 

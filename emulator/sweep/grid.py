@@ -29,8 +29,11 @@ from common.errors import TierlabError, UsageError
 from common.suggest import did_you_mean
 
 RUN_AXES = ("batch", "context", "prompt", "generate", "weights", "kv", "tp", "pp", "ep", "dp")
-INT_AXES = ("batch", "context", "prompt", "generate", "tp", "pp", "ep", "dp")
-AXES = ("model", "chip", "system", *RUN_AXES)
+# run axes that are a grid's columns (and part of its points' hashes) only when the grid names them,
+# so the files and hashes of sweeps made before they existed stay as they were
+OPTIONAL_AXES = ("pp_microbatches", "activations")
+INT_AXES = ("batch", "context", "prompt", "generate", "tp", "pp", "ep", "dp", "pp_microbatches")
+AXES = ("model", "chip", "system", *RUN_AXES, *OPTIONAL_AXES)
 # the grid's columns, in order, before any override column
 BASE_COLUMNS = ("model", "chip", "system", *RUN_AXES)
 DEFAULTS = {"batch": 1, "context": 0, "prompt": 0, "generate": 0, "weights": "bf16", "kv": "bf16",
@@ -89,8 +92,12 @@ class Grid:
         return sorted(self.overrides)
 
     @property
+    def optional_axes(self) -> list[str]:
+        return [a for a in OPTIONAL_AXES if a in self.axes]
+
+    @property
     def columns(self) -> list[str]:
-        return [*BASE_COLUMNS, *self.override_keys]
+        return [*BASE_COLUMNS, *self.optional_axes, *self.override_keys]
 
     def size(self) -> int:
         n = 1
@@ -104,7 +111,7 @@ class Grid:
             raise UsageError(f"the grid has {n:,} points, more than the limit of {max_points:,}; raise it with "
                              f"--max-points {n} or sweep fewer values", field="grid")
         target = "chip" if "chip" in self.axes else "system"
-        run_axes = [a for a in RUN_AXES if a in self.axes]
+        run_axes = [a for a in (*RUN_AXES, *OPTIONAL_AXES) if a in self.axes]
         keys = self.override_keys
         econ = {k: v for k, v in self.economics.items() if v != ECONOMICS[k]}
         out = []
