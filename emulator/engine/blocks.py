@@ -91,6 +91,23 @@ def expand_rows(tensor_addr, tensor_id, offset, nbytes, count, stride, is_write,
     k = state[1]
     blk = state[2]
     while row < n_rows:
+        if blk < 0 and k == 0:
+            # rows of one chunk that fit the buffer whole: no resume state to keep
+            while row < n_rows and np.int64(count[row]) == 1:
+                start = tensor_addr[np.int64(tensor_id[row])] + np.int64(offset[row])
+                first = start >> shift
+                last = (start + np.int64(nbytes[row]) - 1) >> shift
+                if last - first >= cap - n:
+                    break
+                w = is_write[row]
+                for b in range(first, last + 1):
+                    out_block[n] = b
+                    out_write[n] = w
+                    n += 1
+                wrote |= w
+                row += 1
+            if row == n_rows:
+                break
         base = tensor_addr[np.int64(tensor_id[row])] + np.int64(offset[row])
         w = is_write[row]
         cnt = np.int64(count[row])
@@ -106,7 +123,8 @@ def expand_rows(tensor_addr, tensor_id, offset, nbytes, count, stride, is_write,
                 out_block[n] = b
                 out_write[n] = w
                 n += 1
-            wrote |= w and stop > blk
+            if stop > blk:
+                wrote |= w
             blk = stop
             if blk <= last:            # the buffer is full
                 state[0] = row
