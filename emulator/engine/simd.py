@@ -159,7 +159,14 @@ def _intrinsics(elt: ir.IntType):
                 # the lane before them. Lane masks only: a select on the scalar ``move`` would
                 # become a branch
                 ptr = _vector_ptr(builder, data, base_v, n)
-                old = builder.load(ptr, align=elt.width // 8)
+                # the lanes kept are ANDed with an all-ones word the optimiser cannot see through
+                # (an empty asm; hoisted out of the loop): a blend of the loaded words stored back
+                # to where they came from would otherwise become a masked store where the set spans
+                # several host vectors (AVX2: a 16-way int32 or an 8-way int64 set), which is slow
+                # on AMD CPUs before Zen 4; a plain store on every host
+                ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
+                                    [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
+                old = builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
                 shifted = builder.shuffle_vector(old, old, ir.Constant(ir.VectorType(_I32, n), [0] + list(range(n - 1))))
                 lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
                 keep_way = builder.sub(ir.Constant(_I64, 0), builder.zext(builder.not_(move_v), _I64))

@@ -228,8 +228,8 @@ def _chain_tier(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets, narrow):
     """Look ``b`` up in one clean tier of a chain (see :func:`_build_chain`) and update it; return 1
     on a miss. ``narrow`` (a build constant): the words are int32 (blocks below ``2**30``)."""
     base = off + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
-    key = (b << 1) | 1
-    r = set_lookup32(words, base, ways, key, 1) if narrow else set_lookup(words, base, ways, key, 1)
+    key = b << 1                    # every word of a chain is clean: compared as it is
+    r = set_lookup32(words, base, ways, key, 0) if narrow else set_lookup(words, base, ways, key, 0)
     miss = 1 if r == ways else 0
     if narrow:
         set_put32(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
