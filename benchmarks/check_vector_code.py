@@ -48,13 +48,14 @@ def main() -> None:
                tag, np.empty(2 * n, np.int64), np.empty(2 * n, bool), np.zeros(16, np.int64), np.zeros(1, np.uint64))
             out[f"tier_pass_{ways}way{'_clean' if clean else ''}"] = _asm(fn).count("maskmov")
     geo = [[0, 64, 63, 8, 0], [512, 1024, 1023, 16, 0], [512 + 16384, 8192, 8191, 16, 0]]
-    for levels in (2, 3):
-        spec = ((8, True, False),) + ((16, True, False),) * (levels - 1)
+    for levels, fifo in ((2, False), (3, False), (2, True), (3, True)):
+        spec = ((8, True, fifo),) + ((16, True, fifo),) * (levels - 1)
         for narrow in (True, False):
             fn = stream._build_chain(spec, narrow)
             tag = stream.new_state(512 + 16384 + 131072, np.int32 if narrow else np.int64)
             fn(np.arange(100, dtype=np.int64), 100, 0, np.array(geo[:levels], np.int64), tag, np.zeros((3, 2), np.int64))
-            out[f"chain_{levels}_levels_{'int32' if narrow else 'int64'}"] = _asm(fn).count("maskmov")
+            out[f"chain_{levels}_levels_{'fifo' if fifo else 'lru'}_{'int32' if narrow else 'int64'}"] = \
+                _asm(fn).count("maskmov")
     import numba
     print(json.dumps({"check": "masked_stores", "cpu_name": numba.config.CPU_NAME or "host",
                       "counts": out, "total": sum(out.values())}, indent=1))
