@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from emulator.engine.jit import njit
-from emulator.engine.simd import set_lookup, set_push, set_push32, set_put
+from emulator.engine.simd import set_front, set_front32, set_lookup, set_push, set_push32, set_put
 
 WAYS = list(range(1, 67))
 
@@ -146,3 +146,49 @@ def test_push_is_a_move_of_the_last_way_to_the_front_or_nothing(ways):
                 got = a.copy()
                 fn(got)
                 assert np.array_equal(got, w), (ways, wide, push)
+
+
+@njit
+def _front(arr, base, ways, way, word):
+    set_front(arr.ctypes.data, base, ways, way, word)
+
+
+@njit
+def _front32(arr, base, ways, way, word):
+    set_front32(arr.ctypes.data, base, ways, way, word)
+
+
+def _literal_front(ways):
+    @njit(cache=False)
+    def front(arr, base, way, word):
+        set_front(arr.ctypes.data, base, ways, way, word)
+
+    @njit(cache=False)
+    def front32(arr, base, way, word):
+        set_front32(arr.ctypes.data, base, ways, way, word)
+
+    return front, front32
+
+
+@pytest.mark.parametrize("ways", WAYS)
+def test_front_is_put_with_a_move(ways):
+    """set_front(way, word) is set_put(way, word, move=True), on int64 and int32 words, with
+    run-time and (for some) literal way counts."""
+    rng = np.random.default_rng(3000 + ways)
+    lit = _literal_front(ways) if ways in (1, 3, 8, 16, 24, 64) else None
+    for _ in range(20):
+        base = int(rng.integers(0, 5))
+        arr = rng.integers(-1, 1 << 30, size=base + ways + 3).astype(np.int64)
+        way = int(rng.integers(0, ways))
+        word = int(rng.integers(-1, 1 << 30))
+        want = _ref_put(arr, base, ways, way, word, True)
+        for wide in (True, False):
+            a = arr if wide else arr.astype(np.int32)
+            w = want if wide else want.astype(np.int32)
+            fns = [lambda g: (_front if wide else _front32)(g, base, ways, way, word)]
+            if lit is not None:
+                fns.append(lambda g: lit[0 if wide else 1](g, base, way, word))
+            for fn in fns:
+                got = a.copy()
+                fn(got)
+                assert np.array_equal(got, w), (ways, wide, way)

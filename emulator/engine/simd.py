@@ -224,11 +224,46 @@ def _intrinsics(elt: ir.IntType):
 
         return types.void(words, base, ways, word, push), codegen
 
-    return set_lookup, set_put, set_push
+    @intrinsic
+    def set_front(typingctx, words, base, ways, way, word):
+        if not _typed(words, base, ways, way, word):
+            return None
+        n = _vector_ways(ways)
+
+        def codegen(context, builder, sig, args):
+            data = _data(context, builder, sig, args, elt)
+            base_v, ways_v, way_v, word_v = _scalars(context, builder, sig, args)
+            word_v = _narrow(builder, word_v, elt)
+
+            def vector(n):
+                # lanes 0..way take the words pushed one down with the word in lane 0 (one
+                # two-source shuffle), the others keep theirs: one compare and one blend
+                ptr = _vector_ptr(builder, data, base_v, n)
+                ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
+                                    [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
+                old = builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
+                pushed = builder.shuffle_vector(old, _splat(builder, word_v, n),
+                                                ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
+                lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
+                take = builder.icmp_signed("<=", lane, _splat(builder, _narrow(builder, way_v, elt), n))
+                builder.store(builder.select(take, pushed, old), ptr, align=elt.width // 8)
+
+            def loop():
+                _shift_loop(builder, data, base_v, way_v, word_v)
+
+            _by_ways(builder, ways_v, n, vector, loop)
+            return context.get_dummy_value()
+
+        return types.void(words, base, ways, way, word), codegen
+
+    return set_lookup, set_put, set_push, set_front
 
 
-set_lookup, set_put, set_push = _intrinsics(_I64)
-set_lookup32, set_put32, set_push32 = _intrinsics(_I32)
+set_lookup, set_put, set_push, set_front = _intrinsics(_I64)
+set_lookup32, set_put32, set_push32, set_front32 = _intrinsics(_I32)
+set_front.__doc__ = set_front32.__doc__ = """``set_front(words, base, ways, way, word)``: ``set_put(words,
+base, ways, way, word, True)`` (the word to way 0, ways ``0..way-1`` one down) as one two-source
+shuffle, one compare and one blend."""
 set_push.__doc__ = set_push32.__doc__ = """``set_push(words, base, ways, word, push)``: with ``push``, write
 ``word`` to way 0 of the set at ``words[base]`` and every way one down (the last dropped: a FIFO
 fill, or an LRU miss); without, leave the set as it is. The same as ``set_put(..., ways - 1, word,

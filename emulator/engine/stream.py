@@ -39,7 +39,16 @@ from emulator.engine.counters import (
 )
 from emulator.engine.jit import njit
 from emulator.engine.policies import xorshift64
-from emulator.engine.simd import VECTOR_WAYS, set_lookup, set_lookup32, set_push, set_push32, set_put, set_put32
+from emulator.engine.simd import (
+    VECTOR_WAYS,
+    set_front,
+    set_front32,
+    set_lookup,
+    set_lookup32,
+    set_push,
+    set_push32,
+    set_put,
+)
 
 
 @njit(nogil=True, inline="always")
@@ -79,7 +88,7 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
             if fifo:        # a hit leaves the set as it is; a miss pushes the block in front
                 set_push(words, base, ways, b << 1, miss == 1)
             else:
-                set_put(words, base, ways, r - miss, b << 1, True)   # clean: word = block
+                set_front(words, base, ways, r - miss, b << 1)   # clean: word = block
             served += 1
             misses += miss
             out_blk[n_out] = b >> shift_next
@@ -239,9 +248,9 @@ def _chain_tier(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets, narrow):
         else:
             set_push(words, base, ways, b << 1, miss == 1)
     elif narrow:
-        set_put32(words, base, ways, r - miss, b << 1, True)
+        set_front32(words, base, ways, r - miss, b << 1)
     else:
-        set_put(words, base, ways, r - miss, b << 1, True)
+        set_front(words, base, ways, r - miss, b << 1)
     return miss
 
 
