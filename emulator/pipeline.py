@@ -59,15 +59,15 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
     pim = plan_for_trace(chip, trace, home, enabled=options.pim, batch_rows=options.batch_rows)
 
     def batches():
+        # the columns as read (uint32/uint64, zero-copy): the door takes any integer type, and the
+        # stream kernels expand them without a copy to int64 first
         for rb in trace.iter_accesses(options.batch_rows):
-            op = rb.column(0).to_numpy().astype(np.int64)
-            tid = rb.column(1).to_numpy().astype(np.int64)
+            op, tid = rb.column(0).to_numpy(), rb.column(1).to_numpy()
             write = rb.column(6).to_numpy(zero_copy_only=False)
-            flag = np.zeros(len(op), np.int64) if pim is None else pim.flags(op, tid, write)
-            yield (op, tid,
-                   rb.column(2).to_numpy().astype(np.int64), rb.column(3).to_numpy().astype(np.int64),
-                   rb.column(4).to_numpy().astype(np.int64), rb.column(5).to_numpy().astype(np.int64),
-                   write, flag)
+            flag = np.zeros(len(op), np.int64) if pim is None else \
+                pim.flags(op, tid, write)
+            yield (op, tid, rb.column(2).to_numpy(), rb.column(3).to_numpy(), rb.column(4).to_numpy(),
+                   rb.column(5).to_numpy(), write, flag)
 
     try:
         result = replay_arrays(chip.tiers, tensor_address=addr, tensor_nbytes=nbytes, tensor_home=home,

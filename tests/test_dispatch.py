@@ -30,7 +30,8 @@ def _req(**kw) -> Request:
 @pytest.mark.parametrize("req, kernel", [
     (_req(), "cache_stream_chain"),                                          # clean caches over a memory
     (_req(writes=True), "cache_stream_passes"),                              # writes: tier passes
-    (_req(writes=None), "cache_stream_passes"),                              # writes not known yet
+    (_req(writes=None), "cache_stream_chain"),                               # writes not known yet: the chain,
+                                                                             # handing over at the first write
     (_req(policies=("lru", "random")), "cache_stream_passes"),               # random: passes only
     (_req(policies=("lru",) * 4, caching=(0, 1, 2, 3)), "cache_stream_passes"),   # > 3 tiers
     (_req(policies=("lru",), lone_cache=True, ops=5, kinds=2, caching=(0,)), "set_groups"),
@@ -137,9 +138,14 @@ def test_a_trace_of_fine_descriptors_reaches_the_stream_kernels(tmp_path, write_
     trace = _fine_trace(tmp_path / "fine.trace", write_every=write_every)
     chip = _two_level_chip()
     auto = replay_trace(trace, chip).result
-    # whether a trace writes is not known before it is read: the tier passes serve it
-    assert auto.meta["kernel"]["name"] == "cache_stream_passes"
-    assert "cache_stream_chain: no writes (not known" in auto.meta["kernel"]["why"]
+    # whether a trace writes is not known before it is read: the chain serves it and hands its
+    # state over to the tier passes at the first write (block 0 here when it writes at all)
+    assert auto.meta["kernel"]["name"] == "cache_stream_chain"
+    assert "hands over to cache_stream_passes at the first write" in auto.meta["kernel"]["why"]
+    if write_every:
+        assert (auto.meta["kernel"]["then"], auto.meta["kernel"]["at_block"]) == ("cache_stream_passes", 0)
+    else:
+        assert "then" not in auto.meta["kernel"]
     walk = replay_trace(trace, chip, ReplayOptions(kernel="walk")).result
     fast = replay_trace(trace, chip, ReplayOptions(kernel="walk_fast")).result
     for other in (walk, fast):
@@ -203,11 +209,16 @@ energy = "1 pJ/bit"
         d = json.loads(res.output)
         got[kernel] = d
         assert d["provenance"]["options"]["kernel"] == kernel
-    assert got["auto"]["provenance"]["kernel"]["name"] == "cache_stream_passes"
+    assert got["auto"]["provenance"]["kernel"]["name"] == "cache_stream_chain"
     assert got["walk"]["provenance"]["kernel"] == {"name": "walk", "why": "asked for"}
     assert got["set_groups"]["provenance"]["kernel"]["name"] == "set_groups"
     assert got["auto"]["tiers"] == got["walk"]["tiers"] == got["set_groups"]["tiers"]
-    res = runner.invoke(main, ["replay", str(trace), "--chip", str(chip_file), "--kernel", "cache_stream_chain"])
+    res = runner.invoke(main, ["replay", str(trace), "--chip", str(chip_file), "--kernel", "cache_stream_passes",
+                               "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["tiers"] == got["auto"]["tiers"]
+    res = runner.invoke(main, ["replay", str(trace), "--chip", str(chip_file), "--kernel", "cache_stream_chain",
+                               "--flush"])
     assert res.exit_code == 2
     assert res.output.strip().splitlines()[-1].startswith("tierlab: error: ")
-    assert "cannot serve this replay: no writes" in res.output
+    assert "cannot serve this replay: no flush" in res.output

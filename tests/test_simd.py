@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from emulator.engine.jit import njit
-from emulator.engine.simd import set_lookup, set_put
+from emulator.engine.simd import set_front, set_front32, set_lookup, set_push, set_push32, set_put
 
 WAYS = list(range(1, 67))
 
@@ -100,3 +100,95 @@ def test_put_matches_a_list_move_or_store(ways):
             got = arr.copy()
             lit_put(got, base, way, word, move)
             assert np.array_equal(got, want)
+
+
+@njit
+def _push(arr, base, ways, word, push):
+    set_push(arr.ctypes.data, base, ways, word, push)
+
+
+@njit
+def _push32(arr, base, ways, word, push):
+    set_push32(arr.ctypes.data, base, ways, word, push)
+
+
+def _literal_push(ways):
+    @njit(cache=False)
+    def push(arr, base, word, flag):
+        set_push(arr.ctypes.data, base, ways, word, flag)
+
+    @njit(cache=False)
+    def push32(arr, base, word, flag):
+        set_push32(arr.ctypes.data, base, ways, word, flag)
+
+    return push, push32
+
+
+@pytest.mark.parametrize("ways", WAYS)
+def test_push_is_a_move_of_the_last_way_to_the_front_or_nothing(ways):
+    """set_push(word, True) is set_put(ways - 1, word, move=True); set_push(word, False) changes
+    nothing; on int64 and int32 words, with run-time and (for some) literal way counts."""
+    rng = np.random.default_rng(2000 + ways)
+    lit = _literal_push(ways) if ways in (1, 3, 8, 16, 24, 64) else None
+    for trial in range(20):
+        base = int(rng.integers(0, 5))
+        arr = rng.integers(-1, 1 << 30, size=base + ways + 3).astype(np.int64)
+        word = int(rng.integers(-1, 1 << 30))
+        push = trial % 2 == 0
+        want = _ref_put(arr, base, ways, ways - 1, word, True) if push else arr.copy()
+        for wide in (True, False):
+            a = arr if wide else arr.astype(np.int32)
+            w = want if wide else want.astype(np.int32)
+            fns = [lambda g: (_push if wide else _push32)(g, base, ways, word, push)]
+            if lit is not None:
+                fns.append(lambda g: lit[0 if wide else 1](g, base, word, push))
+            for fn in fns:
+                got = a.copy()
+                fn(got)
+                assert np.array_equal(got, w), (ways, wide, push)
+
+
+@njit
+def _front(arr, base, ways, way, word):
+    set_front(arr.ctypes.data, base, ways, way, word)
+
+
+@njit
+def _front32(arr, base, ways, way, word):
+    set_front32(arr.ctypes.data, base, ways, way, word)
+
+
+def _literal_front(ways):
+    @njit(cache=False)
+    def front(arr, base, way, word):
+        set_front(arr.ctypes.data, base, ways, way, word)
+
+    @njit(cache=False)
+    def front32(arr, base, way, word):
+        set_front32(arr.ctypes.data, base, ways, way, word)
+
+    return front, front32
+
+
+@pytest.mark.parametrize("ways", WAYS)
+def test_front_is_put_with_a_move(ways):
+    """set_front(way, word) is set_put(way, word, move=True), on int64 and int32 words, with
+    run-time and (for some) literal way counts."""
+    rng = np.random.default_rng(3000 + ways)
+    lit = _literal_front(ways) if ways in (1, 3, 8, 16, 24, 64) else None
+    for _ in range(20):
+        base = int(rng.integers(0, 5))
+        arr = rng.integers(-1, 1 << 30, size=base + ways + 3).astype(np.int64)
+        way = int(rng.integers(0, ways))
+        word = int(rng.integers(-1, 1 << 30))
+        want = _ref_put(arr, base, ways, way, word, True)
+        for wide in (True, False):
+            a = arr if wide else arr.astype(np.int32)
+            w = want if wide else want.astype(np.int32)
+            fns = [lambda g: (_front if wide else _front32)(g, base, ways, way, word)]
+            if lit is not None:
+                fns.append(lambda g: lit[0 if wide else 1](g, base, way, word))
+            for fn in fns:
+                got = a.copy()
+                fn(got)
+                assert np.array_equal(got, w), (ways, wide, way)

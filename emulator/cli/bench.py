@@ -25,6 +25,7 @@ QUICK_ARGS = {
     "memory": ["--lines", "50000"],
     "model": ["--model", "tests/data/models/tiny-llama.json", "--context", "64", "--generate", "2"],
     "sweep": ["--lines", "200000"],
+    "trace_path": ["--lines", "200000", "--levels", "2", "--repeat", "1"],
 }
 
 

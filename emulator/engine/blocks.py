@@ -74,6 +74,73 @@ def _expand(tensor_addr, tensor_id, offset, nbytes, count, stride, is_write, inc
     return n
 
 
+@njit(nogil=True)
+def expand_rows(tensor_addr, tensor_id, offset, nbytes, count, stride, is_write, shift, state,
+                out_block, out_write):
+    """The rows' tier-0 block numbers (blocks of ``1 << shift`` bytes) into ``out_block`` (their
+    write flags into ``out_write``), resuming at row ``state[0]``, chunk ``state[1]``, block
+    ``state[2]`` (``< 0``: the chunk has not started) as :func:`_expand` does; returns (blocks
+    written, whether any of them is a write). The columns may be of any integer type (a trace's
+    uint32 and uint64 columns as they are read: no copy to int64 first); every value is taken as
+    int64 (the reader keeps every access inside its tensor, below ``2**62``)."""
+    n_rows = tensor_id.shape[0]
+    cap = out_block.shape[0]
+    n = 0
+    wrote = False
+    row = state[0]
+    k = state[1]
+    blk = state[2]
+    while row < n_rows:
+        if blk < 0 and k == 0:
+            # rows of one chunk that fit the buffer whole: no resume state to keep
+            while row < n_rows and np.int64(count[row]) == 1:
+                start = tensor_addr[np.int64(tensor_id[row])] + np.int64(offset[row])
+                first = start >> shift
+                last = (start + np.int64(nbytes[row]) - 1) >> shift
+                if last - first >= cap - n:
+                    break
+                w = is_write[row]
+                for b in range(first, last + 1):
+                    out_block[n] = b
+                    out_write[n] = w
+                    n += 1
+                wrote |= w
+                row += 1
+            if row == n_rows:
+                break
+        base = tensor_addr[np.int64(tensor_id[row])] + np.int64(offset[row])
+        w = is_write[row]
+        cnt = np.int64(count[row])
+        nb = np.int64(nbytes[row])
+        st = np.int64(stride[row])
+        while k < cnt:
+            start = base + k * st
+            last = (start + nb - 1) >> shift
+            if blk < 0:
+                blk = start >> shift
+            stop = min(last + 1, blk + cap - n)
+            for b in range(blk, stop):
+                out_block[n] = b
+                out_write[n] = w
+                n += 1
+            if stop > blk:
+                wrote |= w
+            blk = stop
+            if blk <= last:            # the buffer is full
+                state[0] = row
+                state[1] = k
+                state[2] = blk
+                return n, wrote
+            k += 1
+            blk = -1
+        row += 1
+        k = 0
+    state[0] = row
+    state[1] = 0
+    state[2] = -1
+    return n, wrote
+
+
 @njit
 def _count(tensor_addr, tensor_id, offset, nbytes, count, stride, include, block_bytes):
     """Number of blocks the rows expand to (same rule as :func:`_expand`, nothing written)."""

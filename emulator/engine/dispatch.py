@@ -54,7 +54,9 @@ class Request:
 class Kernel:
     """A kernel's declared support. ``layout``: ``"any"``, ``"caches_over_home"`` or
     ``"lone_cache"`` (see :class:`Request`); ``split``: counts per op and tensor kind (else one op
-    of one kind only)."""
+    of one kind only); ``hands_over``: for a kernel without writes, the kernel it hands its state
+    over to at the first write of a stream whose writes are not known before it is read (None: such
+    a stream is refused)."""
 
     name: str
     summary: str
@@ -67,6 +69,7 @@ class Kernel:
     pim: bool = True
     split: bool = True
     sources: frozenset = field(default=frozenset({"blocks", "descriptors"}))
+    hands_over: str | None = None
 
     def refusal(self, req: Request) -> str | None:
         """Why this kernel cannot serve ``req`` (None: it can)."""
@@ -81,7 +84,7 @@ class Kernel:
             return f"needs tier 0 as the only caching tier (caching here: tier {', '.join(map(str, req.caching)) or 'none'})"
         if self.max_caching is not ANY and req.n_caching > self.max_caching:
             return f"at most {self.max_caching} caching tiers ({req.n_caching} here)"
-        if not self.writes and req.writes is not False:
+        if not self.writes and req.writes is not False and not (req.writes is None and self.hands_over):
             return "no writes" if req.writes else "no writes (not known before the trace is read)"
         if not self.flush and req.flush:
             return "no flush"
@@ -99,7 +102,7 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("cache_stream_chain", "each block followed down at most three clean LRU/FIFO caches in one "
            "loop (emulator.engine.stream.chain_pass)",
            policies=frozenset({"lru", "fifo"}), layout="caches_over_home", max_caching=3, writes=False,
-           flush=False, inclusive=False, pim=False, split=False),
+           flush=False, inclusive=False, pim=False, split=False, hands_over="cache_stream_passes"),
     Kernel("cache_stream_passes", "chunk by chunk, each chunk one cache at a time "
            "(emulator.engine.stream.tier_pass)",
            policies=frozenset({"lru", "fifo", "random"}), layout="caches_over_home", flush=False,
@@ -138,11 +141,18 @@ def choose(req: Request, requested: str = "auto", *, exclude: frozenset = frozen
         why = k.refusal(req)
         if why is not None:
             raise UsageError(f"{requested!r} cannot serve this replay: {why}", field="kernel")
-        return Choice(k, "asked for")
+        return Choice(k, "asked for" + _handing_over(k, req))
     passed = []
     for k in KERNELS:
         why = "turned off" if k.name in exclude else k.refusal(req)
         if why is None:
-            return Choice(k, "fastest that serves" + (f" (passed over: {'; '.join(passed)})" if passed else ""))
+            return Choice(k, "fastest that serves" + (f" (passed over: {'; '.join(passed)})" if passed else "")
+                          + _handing_over(k, req))
         passed.append(f"{k.name}: {why}")
     raise AssertionError("the walk serves every request")   # pragma: no cover - 'walk' refuses nothing
+
+
+def _handing_over(k: Kernel, req: Request) -> str:
+    if req.writes is None and not k.writes and k.hands_over:
+        return f"; writes not known before the stream is read: hands over to {k.hands_over} at the first write"
+    return ""

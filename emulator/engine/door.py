@@ -18,7 +18,7 @@ import numpy as np
 
 from common.errors import TraceError, UsageError
 from emulator.chip.hierarchy import Tier
-from emulator.engine.blocks import BlockExpander
+from emulator.engine.blocks import expand_rows
 from emulator.engine.counters import N_COUNTERS, ReplayResult
 from emulator.engine.dispatch import BY_NAME, Choice, Request, choose
 from emulator.engine.geometry import KINDS, Geometry, build_geometry, partition_bit
@@ -34,8 +34,10 @@ from emulator.engine.walker import WalkReplayer, check_inclusive, opt_prepass
 
 __all__ = ["kernel_for", "replay_arrays", "replay_blocks"]
 
-Batch = tuple  # (row, tid, offset, nbytes, count, stride, write, pim) int64/bool arrays
+Batch = tuple  # (row, tid, offset, nbytes, count, stride, write, pim): integer arrays (any integer type,
+               # e.g. a trace's uint32/uint64 columns as read) and a bool array
 STREAM_KERNELS = ("cache_stream_chain", "cache_stream_passes")
+STREAM_BUFFER_BLOCKS = 1 << 15     # tier-0 blocks expanded per kernel call (fits the host's L2 with the state)
 
 
 def describe(geo: Geometry, home: np.ndarray, kinds: np.ndarray, n_ops: int, options: ReplayOptions, *,
@@ -86,7 +88,9 @@ def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_b
         if len(buf) <= hi - lo:
             buf = np.zeros((hi - lo + 1, n_kinds, n_tiers, N_COUNTERS), np.int64)
         cnt = buf[:hi - lo + 1]
-        n_blocks += r.run(Descriptors(row - lo, *b[1:]), cnt)
+        cols = [np.ascontiguousarray(c, np.int64) for c in b[1:6]]
+        n_blocks += r.run(Descriptors(np.asarray(row, np.int64) - lo, *cols, np.ascontiguousarray(b[6], np.bool_),
+                                      np.ascontiguousarray(b[7], np.int64)), cnt)
         n_acc += len(row)
         if on_batch is not None:
             on_batch(lo, cnt, hi - lo + 1)     # folds the counts and clears cnt
@@ -101,27 +105,39 @@ def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_b
 
 
 def _stream_descriptors(geo: Geometry, tensors: Tensors, choice: Choice, batches, options, progress,
-                        n_caches: int) -> tuple[np.ndarray, int, int, dict]:
-    """A descriptor stream on the stream kernels: each batch expanded to its tier-0 blocks."""
-    narrow = (int(geo.space_bytes) >> (int(geo.block_bytes[0]).bit_length() - 1)) < NARROW_LIMIT
+                        n_caches: int, writes: bool | None) -> tuple[np.ndarray, int, int, dict]:
+    """A descriptor stream on the stream kernels: each batch expanded, in compiled code and from
+    its columns as they come (any integer type), to its tier-0 blocks, fed buffer by buffer. The
+    chain, asked to serve a stream whose writes are not known, hands over to the tier passes at the
+    first buffer holding a write."""
+    sh0 = int(geo.block_bytes[0]).bit_length() - 1
+    narrow = (int(geo.space_bytes) >> sh0) < NARROW_LIMIT
     chain = choice.kernel.name == "cache_stream_chain"
-    r = StreamReplayer(geo, n_caches, options, chain=chain, dtype=np.int32 if chain and narrow else np.int64)
-    expander = BlockExpander(tensors.address, int(geo.block_bytes[0]))
+    r = StreamReplayer(geo, n_caches, options, chain=chain, dtype=np.int32 if chain and narrow else np.int64,
+                       hand_over=chain and writes is None)
+    cap = STREAM_BUFFER_BLOCKS
+    out_block, out_write = np.empty(cap, np.int64), np.empty(cap, np.bool_)
+    state = np.zeros(3, np.int64)
     n_blocks = n_acc = 0
     for b in batches:
-        if len(b[0]) == 0:
+        n_rows = len(b[0])
+        if n_rows == 0:
             continue
-        for blocks, writes in expander.expand(b[1], b[2], b[3], b[4], b[5], b[6]):
-            r.feed(blocks, 0, writes)
-            n_blocks += len(blocks)
-        n_acc += len(b[0])
+        state[:] = (0, 0, -1)
+        cols = [np.ascontiguousarray(c) for c in b[1:6]] + [np.ascontiguousarray(b[6], np.bool_)]
+        while state[0] < n_rows:
+            n, wrote = expand_rows(tensors.address, *cols, sh0, state, out_block, out_write)
+            if n:
+                r.feed(out_block[:n], 0, out_write[:n] if wrote else None, wrote)
+                n_blocks += n
+        n_acc += n_rows
         if progress is not None:
-            progress(len(b[0]))
+            progress(n_rows)
     return r.counts(), n_blocks, n_acc, r.stats()
 
 
 def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[Batch]], n_rows: int,
-               options: ReplayOptions, choice: Choice, on_batch, progress=None) -> dict:
+               options: ReplayOptions, choice: Choice, on_batch, progress=None, writes: bool | None = None) -> dict:
     """Replay every batch from ``batches()`` (called again for each opt pre-pass) with the chosen
     kernel. Returns ``flush`` (counters ``[kind, tier, counter]``), ``blocks``, ``descriptors``,
     ``stats`` and, for the stream kernels, ``counts`` (``[tier, counter]``, one op of one kind)."""
@@ -129,7 +145,7 @@ def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[B
     if name in STREAM_KERNELS:
         n_caches = int(np.count_nonzero(geo.caching))
         counts, n_blocks, n_acc, stats = _stream_descriptors(geo, tensors, choice, batches(), options,
-                                                             progress, n_caches)
+                                                             progress, n_caches, writes)
         return {"counts": counts, "flush": None, "blocks": n_blocks, "descriptors": n_acc, "stats": stats}
     if options.inclusive:
         check_inclusive(geo, options)
@@ -161,7 +177,7 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
     """
     geo, tensors = prepare(tiers, tensor_address, tensor_nbytes, tensor_home, tensor_kind, lent_bytes, options)
     req = describe(geo, tensors.home, tensors.kind, n_ops, options, source="descriptors", writes=writes, pim=pim)
-    return _replay_prepared(geo, tensors, batches, n_ops, options, pick(req, options), progress)
+    return _replay_prepared(geo, tensors, batches, n_ops, options, pick(req, options), progress, writes)
 
 
 def prepare(tiers: Sequence[Tier], tensor_address, tensor_nbytes, tensor_home, tensor_kind, lent_bytes,
@@ -189,7 +205,7 @@ def prepare(tiers: Sequence[Tier], tensor_address, tensor_nbytes, tensor_home, t
 
 
 def _replay_prepared(geo: Geometry, tensors: Tensors, batches, n_ops: int, options: ReplayOptions,
-                     choice: Choice, progress) -> ReplayResult:
+                     choice: Choice, progress, writes: bool | None = None) -> ReplayResult:
     n_tiers = len(geo.names)
     per_op = np.zeros((max(n_ops, 1), n_tiers, N_COUNTERS), np.int64)
     by_kind = np.zeros((len(KINDS), n_tiers, N_COUNTERS), np.int64)
@@ -197,7 +213,7 @@ def _replay_prepared(geo: Geometry, tensors: Tensors, batches, n_ops: int, optio
     def on_batch(lo, cnt, n):
         fold_batch(cnt[:n], lo, per_op, by_kind)
 
-    out = run_replay(geo, tensors, batches, n_ops, options, choice, on_batch, progress)
+    out = run_replay(geo, tensors, batches, n_ops, options, choice, on_batch, progress, writes)
     flush = out["flush"]
     if out["counts"] is not None:           # one op of one kind: the stream kernels' totals
         k = int(tensors.kind[0]) if len(tensors.kind) else KINDS.index("other")
@@ -210,12 +226,15 @@ def _replay_prepared(geo: Geometry, tensors: Tensors, batches, n_ops: int, optio
 
 def _result(geo: Geometry, per_op, by_kind, flush, n_acc, n_blocks, choice: Choice, stats: dict,
             options: ReplayOptions) -> ReplayResult:
+    kernel = choice.to_dict()
+    if "handed_over_at_block" in stats:     # the chain met the stream's first write there
+        kernel.update(then=choice.kernel.hands_over, at_block=stats["handed_over_at_block"])
     result = ReplayResult(tier_names=geo.names, block_bytes=geo.block_bytes.copy(), kinds=KINDS,
                           tiers=per_op.sum(axis=0) if len(per_op) else by_kind.sum(axis=0), by_kind=by_kind,
                           per_op=per_op, flush=flush, n_accesses=n_acc, n_blocks=n_blocks,
                           meta={"geometry": {"n_sets": geo.n_sets.tolist(), "n_ways": geo.n_ways.tolist(),
                                              "caching": geo.caching.tolist()},
-                                "kernel": choice.to_dict(), **stats})
+                                "kernel": kernel, **stats})
     if options.debug or debug_from_env():
         check_result(result)
     return result

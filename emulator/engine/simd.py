@@ -159,7 +159,14 @@ def _intrinsics(elt: ir.IntType):
                 # the lane before them. Lane masks only: a select on the scalar ``move`` would
                 # become a branch
                 ptr = _vector_ptr(builder, data, base_v, n)
-                old = builder.load(ptr, align=elt.width // 8)
+                # the lanes kept are ANDed with an all-ones word the optimiser cannot see through
+                # (an empty asm; hoisted out of the loop): a blend of the loaded words stored back
+                # to where they came from would otherwise become a masked store where the set spans
+                # several host vectors (AVX2: a 16-way int32 or an 8-way int64 set), which is slow
+                # on AMD CPUs before Zen 4; a plain store on every host
+                ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
+                                    [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
+                old = builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
                 shifted = builder.shuffle_vector(old, old, ir.Constant(ir.VectorType(_I32, n), [0] + list(range(n - 1))))
                 lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
                 keep_way = builder.sub(ir.Constant(_I64, 0), builder.zext(builder.not_(move_v), _I64))
@@ -182,11 +189,85 @@ def _intrinsics(elt: ir.IntType):
 
         return types.void(words, base, ways, way, word, move), codegen
 
-    return set_lookup, set_put
+    @intrinsic
+    def set_push(typingctx, words, base, ways, word, push):
+        if not _typed(words, base, ways, word) or not isinstance(push, types.Boolean):
+            return None
+        n = _vector_ways(ways)
+
+        def codegen(context, builder, sig, args):
+            data = _data(context, builder, sig, args, elt)
+            base_v, ways_v, word_v = _scalars(context, builder, sig, args[:-1])
+            word_v = _narrow(builder, word_v, elt)
+            push_v = args[-1]
+
+            def vector(n):
+                # one two-source shuffle puts the word in lane 0 and every way one down; one blend
+                # on the (data) flag keeps or takes it. The loaded words are ANDed with the opaque
+                # all-ones word for the reason given in set_put
+                ptr = _vector_ptr(builder, data, base_v, n)
+                ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
+                                    [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
+                old = builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
+                pushed = builder.shuffle_vector(old, _splat(builder, word_v, n),
+                                                ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
+                flag = builder.icmp_signed("!=", _splat(builder, builder.zext(push_v, elt), n),
+                                           ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, 0)] * n))
+                builder.store(builder.select(flag, pushed, old), ptr, align=elt.width // 8)
+
+            def loop():
+                with builder.if_then(push_v):
+                    _shift_loop(builder, data, base_v, builder.sub(ways_v, ir.Constant(_I64, 1)), word_v)
+
+            _by_ways(builder, ways_v, n, vector, loop)
+            return context.get_dummy_value()
+
+        return types.void(words, base, ways, word, push), codegen
+
+    @intrinsic
+    def set_front(typingctx, words, base, ways, way, word):
+        if not _typed(words, base, ways, way, word):
+            return None
+        n = _vector_ways(ways)
+
+        def codegen(context, builder, sig, args):
+            data = _data(context, builder, sig, args, elt)
+            base_v, ways_v, way_v, word_v = _scalars(context, builder, sig, args)
+            word_v = _narrow(builder, word_v, elt)
+
+            def vector(n):
+                # lanes 0..way take the words pushed one down with the word in lane 0 (one
+                # two-source shuffle), the others keep theirs: one compare and one blend
+                ptr = _vector_ptr(builder, data, base_v, n)
+                ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
+                                    [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
+                old = builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
+                pushed = builder.shuffle_vector(old, _splat(builder, word_v, n),
+                                                ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
+                lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
+                take = builder.icmp_signed("<=", lane, _splat(builder, _narrow(builder, way_v, elt), n))
+                builder.store(builder.select(take, pushed, old), ptr, align=elt.width // 8)
+
+            def loop():
+                _shift_loop(builder, data, base_v, way_v, word_v)
+
+            _by_ways(builder, ways_v, n, vector, loop)
+            return context.get_dummy_value()
+
+        return types.void(words, base, ways, way, word), codegen
+
+    return set_lookup, set_put, set_push, set_front
 
 
-set_lookup, set_put = _intrinsics(_I64)
-set_lookup32, set_put32 = _intrinsics(_I32)
+set_lookup, set_put, set_push, set_front = _intrinsics(_I64)
+set_lookup32, set_put32, set_push32, set_front32 = _intrinsics(_I32)
+set_front.__doc__ = set_front32.__doc__ = """``set_front(words, base, ways, way, word)``: ``set_put(words,
+base, ways, way, word, True)`` (the word to way 0, ways ``0..way-1`` one down) as one two-source
+shuffle, one compare and one blend."""
+set_push.__doc__ = set_push32.__doc__ = """``set_push(words, base, ways, word, push)``: with ``push``, write
+``word`` to way 0 of the set at ``words[base]`` and every way one down (the last dropped: a FIFO
+fill, or an LRU miss); without, leave the set as it is. The same as ``set_put(..., ways - 1, word,
+True)`` or nothing, in one shuffle and one blend, no branch."""
 set_lookup.__doc__ = set_lookup32.__doc__ = """``set_lookup(words, base, ways, key, low)``: the first way
 ``x`` < ``ways`` with ``words[base + x] | low == key``, else ``ways`` (``words``: the address of the
 int64 words, or int32 words for the ``32`` form, whose key must fit in them).

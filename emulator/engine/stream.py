@@ -39,7 +39,16 @@ from emulator.engine.counters import (
 )
 from emulator.engine.jit import njit
 from emulator.engine.policies import xorshift64
-from emulator.engine.simd import VECTOR_WAYS, set_lookup, set_lookup32, set_put, set_put32
+from emulator.engine.simd import (
+    VECTOR_WAYS,
+    set_front,
+    set_front32,
+    set_lookup,
+    set_lookup32,
+    set_push,
+    set_push32,
+    set_put,
+)
 
 
 @njit(nogil=True, inline="always")
@@ -76,8 +85,10 @@ def _serve(blk, n, in_shift, wr, slot_base, n_sets, set_mask, ways, fifo,
             base = slot_base + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
             r = set_lookup(words, base, ways, (b << 1) | 1, 1)
             miss = 1 if r == ways else 0
-            way = r - miss                        # the hit way, else the last (the victim)
-            set_put(words, base, ways, way, b << 1, not fifo or miss == 1)   # clean: word = block
+            if fifo:        # a hit leaves the set as it is; a miss pushes the block in front
+                set_push(words, base, ways, b << 1, miss == 1)
+            else:
+                set_front(words, base, ways, r - miss, b << 1)   # clean: word = block
             served += 1
             misses += miss
             out_blk[n_out] = b >> shift_next
@@ -228,13 +239,18 @@ def _chain_tier(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets, narrow):
     """Look ``b`` up in one clean tier of a chain (see :func:`_build_chain`) and update it; return 1
     on a miss. ``narrow`` (a build constant): the words are int32 (blocks below ``2**30``)."""
     base = off + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
-    key = (b << 1) | 1
-    r = set_lookup32(words, base, ways, key, 1) if narrow else set_lookup(words, base, ways, key, 1)
+    key = b << 1                    # every word of a chain is clean: compared as it is
+    r = set_lookup32(words, base, ways, key, 0) if narrow else set_lookup(words, base, ways, key, 0)
     miss = 1 if r == ways else 0
-    if narrow:
-        set_put32(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
+    if fifo:            # a hit leaves the set as it is; a miss pushes the block in front
+        if narrow:
+            set_push32(words, base, ways, b << 1, miss == 1)
+        else:
+            set_push(words, base, ways, b << 1, miss == 1)
+    elif narrow:
+        set_front32(words, base, ways, r - miss, b << 1)
     else:
-        set_put(words, base, ways, r - miss, b << 1, not fifo or miss == 1)
+        set_front(words, base, ways, r - miss, b << 1)
     return miss
 
 

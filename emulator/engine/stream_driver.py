@@ -43,8 +43,9 @@ class StreamReplayer:
     partition bit for two threads, or None."""
 
     def __init__(self, geo: Geometry, n_caches: int, options: ReplayOptions, *, chain: bool,
-                 dtype=np.int64, bit: int | None = None):
+                 dtype=np.int64, bit: int | None = None, hand_over: bool = False):
         self.geo, self.n_t, self.chain, self.dtype = geo, n_caches, chain, dtype
+        self.options, self.hand_over, self.handed_over_at = options, hand_over, None
         self.step = options.batch_rows
         n_t = n_caches
         sh = [int(b).bit_length() - 1 for b in geo.block_bytes[:n_t + 1]]
@@ -64,23 +65,52 @@ class StreamReplayer:
         self.states = [(stream.new_state(n_slots, dtype if chain else np.int64),
                         np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in self.parts]
         self.seen = 0
+        self.blocks_fed = 0
+        self.reqs = None            # the chain's requests and misses per tier
         if chain:
             self.spec = tuple((a[3] if a[3] in stream.VECTOR_WAYS else 0, a[2] >= 0, bool(a[4])) for a in self.args)
             self.par = np.array([[a[0], a[1], a[2], a[3], a[9]] for a in self.args], np.int64)
-            self.reqs = np.zeros((len(self.parts), n_t, 2), np.int64)   # requests and misses per tier
+            self.reqs = np.zeros((len(self.parts), n_t, 2), np.int64)
         else:
-            self.rngs = [np.array([random_seed_state(options.seed, i)], np.uint64)
-                         if int(geo.policy[i]) == RANDOM else None for i in range(n_t)]
-            self.dirty = [[False] * n_t for _ in self.parts]   # a tier ever sent a write may hold dirty blocks
-            self.bufs = [[(np.empty(2 * self.step, np.int64), np.empty(2 * self.step, np.bool_))]
-                         for _ in self.parts]
-            self.halves = [(np.empty(self.step, np.int64), np.empty(self.step, np.bool_)) if b >= 0 else None
-                           for b, _ in self.parts]
+            self._init_passes()
 
-    def feed(self, blocks: np.ndarray, shift: int, writes: np.ndarray | None = None) -> None:
-        """Replay ``blocks >> shift`` (tier-0 block numbers; int64) in order, with their write flags."""
+    def _init_passes(self) -> None:
+        n_t, options, geo = self.n_t, self.options, self.geo
+        self.rngs = [np.array([random_seed_state(options.seed, i)], np.uint64)
+                     if int(geo.policy[i]) == RANDOM else None for i in range(n_t)]
+        self.dirty = [[False] * n_t for _ in self.parts]   # a tier ever sent a write may hold dirty blocks
+        self.bufs = [[(np.empty(2 * self.step, np.int64), np.empty(2 * self.step, np.bool_))]
+                     for _ in self.parts]
+        self.halves = [(np.empty(self.step, np.int64), np.empty(self.step, np.bool_)) if b >= 0 else None
+                       for b, _ in self.parts]
+
+    def _to_passes(self) -> None:
+        """Hand the chain's state over to the tier passes (at the first write of a stream whose
+        writes were not known before). Exact: both keep a set's blocks as ``block << 1`` words in
+        replacement order (the chain's are all clean), so the passes go on from the same state;
+        the chain's counts so far stay in :attr:`reqs`."""
+        states = []
+        for tag, cnt in self.states:
+            wide = stream.new_state(self.n_slots, np.int64)
+            wide[:] = tag
+            states.append((wide, cnt))
+        self.states, self.chain, self.handed_over_at = states, False, self.blocks_fed
+        self._init_passes()
+
+    def feed(self, blocks: np.ndarray, shift: int, writes: np.ndarray | None = None,
+             any_write: bool | None = None) -> None:
+        """Replay ``blocks >> shift`` (tier-0 block numbers; int64) in order, with their write flags
+        (``any_write``: whether any is set, when the caller knows). A chain made with
+        ``hand_over`` hands over to the tier passes at the first write; any other chain must be
+        fed no write."""
         if len(blocks) == 0:
             return
+        if self.chain and writes is not None and self.hand_over:
+            if any_write is None:
+                any_write = bool(writes.any())
+            if any_write:
+                self._to_passes()
+        self.blocks_fed += len(blocks)
         if self.chain:
             self._chain(blocks, shift)
         else:
@@ -154,7 +184,7 @@ class StreamReplayer:
         out = np.zeros((len(self.geo.names), N_COUNTERS), np.int64)
         for k, (tag, cnt) in enumerate(self.states):
             c = cnt.copy()
-            if self.chain:
+            if self.reqs is not None:
                 for i in range(n_t):
                     q, miss = int(self.reqs[k, i, 0]), int(self.reqs[k, i, 1])
                     c[i, HITS] += q - miss
@@ -172,4 +202,7 @@ class StreamReplayer:
         return out
 
     def stats(self) -> dict:
-        return {"fast_requests": [0] * len(self.geo.names), "partitions": len(self.parts)}
+        out = {"fast_requests": [0] * len(self.geo.names), "partitions": len(self.parts)}
+        if self.handed_over_at is not None:
+            out["handed_over_at_block"] = self.handed_over_at
+        return out

@@ -1,0 +1,189 @@
+"""The trace path end to end: ``tierlab replay TRACE --chip FILE`` against pycachesim, same addresses.
+
+The issue-4 stream (``_common.issue_blocks``: 10 M loads of 64-byte lines) written as a v1 trace,
+one row per load (one tensor, one op, ``nbytes`` 64, ``count`` 1), replayed by ``tierlab replay
+TRACE --chip FILE --json`` in a subprocess (read, check, replay, cost, report) on 1-, 2- and
+3-level LRU and FIFO hierarchies (L1 32 KiB 8-way, L2 1 MiB 16-way, L3 8 MiB 16-way, 64 B lines,
+over a memory tier that homes the tensor). Process start-up is measured apart: the same command on
+a trace of one row (same chip, so the same kernels are loaded). ``replay_s`` = end-to-end seconds
+less that start-up. pycachesim replays the same addresses in the same run (its C ``iterload``;
+the list conversion it needs is timed separately), and its per-level misses must equal the
+replay's. Timings are the best of ``--repeat`` runs (the machine may be shared). An in-process
+split (read and check the trace alone; the whole replay in process) says where the time goes.
+
+    python benchmarks/bench_trace_path.py [--lines N] [--levels 1,2,3] [--policies lru,fifo]
+                                          [--repeat N] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _common import LINE_BYTES, REPO, emit, issue_blocks, log, timed, timed_cpu
+from bench_replay import GEOMETRY, pycachesim_replay
+
+CHIP_HEAD = """\
+name = "bench-{levels}-{policy}"
+description = "bench_trace_path: {levels} cache level(s) over a memory"
+[compute]
+flops = {{ bf16 = "1 TFLOP/s" }}
+energy = {{ bf16 = "1 pJ" }}
+"""
+CACHE = """\
+[[tier]]
+name = "{name}"
+capacity = "{kib} KiB"
+block = "64 B"
+ways = {ways}
+policy = "{policy}"
+managed = "cache"
+bandwidth = "1 TB/s"
+read_energy = "0.1 pJ/bit"
+write_energy = "0.1 pJ/bit"
+"""
+MEMORY = """\
+[[tier]]
+name = "mem"
+capacity = "64 GiB"
+block = "64 B"
+policy = "lru"
+managed = "memory"
+bandwidth = "100 GB/s"
+read_energy = "10 pJ/bit"
+write_energy = "10 pJ/bit"
+"""
+LINK = """\
+[[link]]
+from = "{a}"
+to = "{b}"
+bandwidth = "100 GB/s"
+energy = "1 pJ/bit"
+"""
+
+
+def chip_toml(levels: int, policy: str) -> str:
+    """A chip file: ``levels`` caches of :data:`bench_replay.GEOMETRY` over one memory tier."""
+    names = [g[0] for g in GEOMETRY[:levels]] + ["mem"]
+    text = CHIP_HEAD.format(levels=levels, policy=policy)
+    text += "".join(CACHE.format(name=n, kib=c >> 10, ways=w, policy=policy) for n, c, w in GEOMETRY[:levels])
+    text += MEMORY + "".join(LINK.format(a=a, b=b) for a, b in zip(names, names[1:]))
+    return text
+
+
+def write_trace(path: Path, blocks: np.ndarray) -> None:
+    """``blocks`` (64-byte line numbers) as a v1 trace: one tensor covering them, one op, one row
+    per load (offset = line * 64, 64 bytes, count 1)."""
+    from traces.writer import TraceWriter
+
+    with TraceWriter(path, force=True, alignment=LINE_BYTES, batch_rows=1 << 20) as w:
+        tid = w.add_tensor("lines", "weight", (int(blocks.max()) + 1) * LINE_BYTES, "bf16")
+        op = w.add_op("loads", "matmul", 0, "decode", 0, 1, 0)
+        step = 1 << 20
+        for lo in range(0, len(blocks), step):
+            b = blocks[lo:lo + step]
+            w.add_accesses(np.full(len(b), op), np.full(len(b), tid), b * LINE_BYTES,
+                           np.full(len(b), LINE_BYTES))
+
+
+def tierlab_replay(trace: Path, chip: Path, repeat: int) -> tuple[float, float, dict]:
+    """(best wall seconds, best CPU seconds (user + system) of ``tierlab replay TRACE --chip CHIP
+    --json`` in a fresh process, its JSON). CPU time is the fairer figure on a shared machine."""
+    exe = Path(sys.executable).with_name("tierlab")
+    cmd = [str(exe) if exe.exists() else (shutil.which("tierlab") or "tierlab"), "replay", str(trace),
+           "--chip", str(chip), "--json"]
+    best, best_cpu, out = float("inf"), float("inf"), None
+    for _ in range(repeat):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True,
+                              env=dict(os.environ, TIERLAB_DEBUG="0"))
+        best = min(best, time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best_cpu = min(best_cpu, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+        out = json.loads(proc.stdout)
+    return best, best_cpu, out
+
+
+def in_process(trace: Path, chip: Path, repeat: int) -> dict:
+    """Where the time goes, in this process (warm; CPU seconds, best of ``repeat``): reading and
+    checking the trace alone, and the whole replay (read, check, place, replay) through
+    ``emulator.pipeline.replay_trace``; ``engine_cpu_s`` is the difference."""
+    from emulator.pipeline import replay_trace
+    from traces.reader import open_trace
+
+    def read():
+        return sum(b.num_rows for b in open_trace(trace).iter_accesses())
+
+    replay_trace(trace, str(chip))
+    _, c_read, _ = timed_cpu(read, repeat=repeat)
+    _, c_replay, tr = timed_cpu(replay_trace, trace, str(chip), repeat=repeat)
+    return {"read_check_cpu_s": c_read, "pipeline_cpu_s": c_replay, "engine_cpu_s": c_replay - c_read,
+            "kernel": tr.result.meta["kernel"]["name"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=10_000_000, help="rows (loads) in the trace (default 10 M)")
+    ap.add_argument("--levels", default="1,2,3", help="hierarchy depths (default 1,2,3)")
+    ap.add_argument("--policies", default="lru,fifo", help="policies (default lru,fifo)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N of each timing (default 3)")
+    ap.add_argument("--keep", help="write the traces and chip files here and keep them")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    policies = [p.strip() for p in args.policies.split(",")]
+
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-trace-path-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        blocks = issue_blocks(args.lines)
+        t_write, _ = timed(write_trace, tmp / "issue.trace", blocks)
+        write_trace(tmp / "one.trace", blocks[:1])
+        addrs = blocks * LINE_BYTES
+        t_list, addr_list = timed(lambda: addrs.tolist())
+        disk = sum(f.stat().st_size for f in (tmp / "issue.trace").iterdir())
+        runs = []
+        for policy in policies:
+            for lv in levels:
+                chip = tmp / f"chip-{lv}-{policy}.toml"
+                chip.write_text(chip_toml(lv, policy))
+                tierlab_replay(tmp / "one.trace", chip, 1)                       # warm the cache
+                t_start, c_start, _ = tierlab_replay(tmp / "one.trace", chip, args.repeat)
+                t_e2e, c_e2e, d = tierlab_replay(tmp / "issue.trace", chip, args.repeat)
+                tl_misses = [int(t["misses"]) for t in d["tiers"][:lv]]
+                t_pc, c_pc, pc_misses = timed_cpu(pycachesim_replay, addr_list, lv, policy, repeat=args.repeat)
+                replay_s = max(t_e2e - t_start, 1e-9)
+                replay_cpu = max(c_e2e - c_start, 1e-9)
+                row = {"levels": lv, "policy": policy, "end_to_end_s": t_e2e, "startup_s": t_start,
+                       "replay_s": replay_s, "rows_per_s": len(blocks) / replay_s,
+                       "end_to_end_cpu_s": c_e2e, "startup_cpu_s": c_start, "replay_cpu_s": replay_cpu,
+                       "kernel": d["provenance"]["kernel"]["name"],
+                       "pycachesim_s": t_pc, "pycachesim_cpu_s": c_pc, "ratio": t_pc / replay_s,
+                       "ratio_cpu": c_pc / replay_cpu, "ratio_with_startup": t_pc / t_e2e,
+                       "tierlab_misses": tl_misses, "pycachesim_misses": pc_misses,
+                       "counts_equal": tl_misses == pc_misses,
+                       "in_process": in_process(tmp / "issue.trace", chip, args.repeat)}
+                runs.append(row)
+                log(json.dumps(row))
+        emit("bench_trace_path", {"lines": len(blocks), "line_bytes": LINE_BYTES,
+                                  "trace_bytes_on_disk": disk, "trace_write_s": t_write,
+                                  "pycachesim_list_conversion_s": t_list,
+                                  "hierarchy": [{"name": n, "capacity_bytes": c, "ways": w} for n, c, w in GEOMETRY],
+                                  "runs": runs})
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
