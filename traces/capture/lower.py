@@ -92,13 +92,16 @@ class CaptureLowering:
                     rows[e.info["layer"]] = (k[1] * k[3], v[1] * v[3])
         self.caches: dict[int, list[attn.Cache]] = {}
         kvd = self.run.kv
+        spans = self.cap.info.get("layers") or []
         for i in sorted(rows):
+            kind, span = spans[i] if i < len(spans) else ("full", 0)
+            keep = positions if kind == "full" else min(positions, span)   # a ring of window / chunk rows
             layer = []
             for part, width in zip("kv", rows[i]):
                 row = nbytes_of(width, kvd)
-                nb = self.B * positions * row
+                nb = self.B * keep * row
                 layer.append(attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{part}", "kv", nb, kvd, i), nb),
-                                        row, positions * row))
+                                        row, keep * row, keep if keep < positions else 0))
             self.caches[i] = layer
 
     def _declare_activations(self) -> None:
@@ -272,11 +275,15 @@ class CaptureLowering:
                                                     (self._buf(vs[1] * vs[3]), vs[1] * vs[3] * ab)], caches,
                                       batch=b, start=seg.start, t=t))
         window = e.info["window"]
+        spans = self.cap.info.get("layers") or []
+        kind, span = spans[i] if i < len(spans) else ("full", 0)
+        chunk = span if kind == "chunked" else None      # Llama 4: the chunk is in the mask, not the call
         ops += attn.flash_attention("attention", self._buf(h * d), self._buf(h * vshape[3]), [caches[0]], [caches[1]],
                                     batch=b, start=seg.start, t=t, window=window, heads=h, score_dim=d,
                                     value_dim=vshape[3], q_row_bytes=h * d * ab, o_row_bytes=h * vshape[3] * ab,
                                     act_bytes=ab, attn_tile=self.run.attn_tile, phase=seg.phase,
-                                    extra_reads=tuple(self.weights[n][0] for n in e.info.get("params", ())))
+                                    extra_reads=tuple(self.weights[n][0] for n in e.info.get("params", ())),
+                                    chunk=chunk)
         return ops
 
     def _router(self, e, layer, seg, short) -> None:
