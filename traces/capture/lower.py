@@ -209,8 +209,17 @@ class CaptureLowering:
             self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
 
     def _is_layer_scope(self, scope: str) -> bool:
+        """A decoder layer itself (``model.layers.3``, GPT-2's ``transformer.h.3``), where the residual
+        adds are; not a block inside it (Qwen2-MoE's ``SparseMoeBlock`` adds its shared expert's output,
+        which the combine reads, as in the hand lowering)."""
         mod = self._module_classes.get(scope, "")
-        return is_decoder_layer(mod)
+        return is_decoder_layer(mod) and scope.rsplit(".", 1)[-1].isdigit()
+
+    def _has_shared_expert(self, experts_scope: str) -> bool:
+        """Whether the MoE block holding ``experts_scope`` has an always-on shared expert beside it
+        (``shared_expert``, ``shared_experts``, ``shared_mlp``), whose output the combine adds in."""
+        parent = experts_scope.rsplit(".", 1)[0] + ".shared_"
+        return any(n.startswith(parent) for n in self._module_classes)
 
     @property
     def _module_classes(self) -> dict:
@@ -343,5 +352,7 @@ class CaptureLowering:
             ops.append(op)
             first += int(counts[x])
         comb = moe_k.combine("mlp.combine", out, self._buf(hidden), m=m, k=k, row_bytes=hidden * ab, hidden=hidden)
+        if self._has_shared_expert(e.scope):   # the shared expert's output is added in
+            comb.accesses.insert(1, comb.accesses[0]._replace(tensor=self._buf(hidden).id, nbytes=m * hidden * ab))
         ops.append(comb)
         return ops
