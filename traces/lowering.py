@@ -375,7 +375,9 @@ class Lowering:
             ops.append(self._lin("kv_a_proj_with_mqa", A + "kv_a_proj_with_mqa", "norm", "kv_latent", m, seg))
             ops.append(self._norm("kv_a_layernorm", A + "kv_a_layernorm", "kv_latent", "kv_latent", m, s.kv_lora_rank,
                                   row_stride=lat_w * ab))
-            ops.append(norm_k.rotary("rotary", [a["q"], a["kv_latent"]], [self.q_width, lat_w], m=m, act_bytes=ab))
+            # only the rope dimensions turn: rope of each query head, and the shared rope key
+            ops.append(norm_k.rotary("rotary", [a["q"], a["kv_latent"]], [s.num_heads * s.qk_rope_head_dim,
+                                     s.qk_rope_head_dim], m=m, act_bytes=ab))
             ops.append(attn.kv_append("kv_append", [(a["kv_latent"], lat_w * ab)], caches, batch=self.mb,
                                       start=seg.start, t=seg.tokens))
             kvb, kvb_sc = self.weights[A + "kv_b_proj"]
@@ -394,7 +396,9 @@ class Lowering:
                 ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m, self.q_width))
                 ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m, kvw))
             if not s.learned_positions and not (s.nope_full_layers and s.layer_kind(i) == "full"):
-                ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [self.q_width, kvw], m=m, act_bytes=ab))
+                rd = s.rotary_dim or s.head_dim        # partial rotary: the first rotary_dim of each head turn
+                ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [s.num_heads * rd, s.num_kv_heads * rd], m=m,
+                                         act_bytes=ab))
             ops.append(attn.kv_append("kv_append", [(a["k"], kvw * ab), (a["v"], kvw * ab)], caches,
                                       batch=self.mb, start=seg.start, t=seg.tokens))
             extra = (self.weights[A + "sinks"][0],) if s.sinks else ()
