@@ -144,7 +144,11 @@ class CaptureLowering:
         pending_act = None          # an activation waiting for its gated product
         rotary_scopes: dict[str, dict] = {}   # attention scope -> rotated tensor shape -> elements per token x 2
         held_kv: dict[str, object] = {}
+        pending_emb = None          # the token embedding, held while a position embedding may add into it
         for e in events:
+            if pending_emb is not None and e.kind not in ("aten", "embedding"):
+                self._emit(pending_emb, -1, seg)
+                pending_emb = None
             layer = layer_of(e.scope)
             short = e.scope.split(f"layers.{layer}.", 1)[-1] if layer >= 0 else e.scope.rsplit(".", 1)[-1]
             if pending_act is not None and not (e.kind == "aten" and e.name in ("aten.mul", "aten.mul_")
@@ -152,21 +156,22 @@ class CaptureLowering:
                 if e.kind != "linear":   # gate, act, up, mul: the up projection may run in between
                     self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
                     pending_act = None
-            if e.kind == "embedding":
+            if e.kind == "embedding" and pending_emb is not None:
+                self._add_positions(pending_emb, e, seg)    # GPT-2's wpe, OPT's embed_positions
+            elif e.kind == "embedding":
                 m = _numel(e.shapes[0])
                 table, sc = self._param(e.scope)
                 h = table_width = self._width_of(e.scope)
                 ids = np.random.default_rng([run.seed, 7, seg.step + 1]).integers(0, self._rows_of(e.scope), m)
                 row_sc = scale_bytes(1, h, run.weights, run.quant_group)
-                self._emit(emb.embedding(short, table, self._buf(table_width), ids,
-                                         row_bytes=nbytes_of(h, run.weights), act_row_bytes=h * ab, scales=sc,
-                                         scale_row_bytes=row_sc), layer, seg)
+                pending_emb = emb.embedding(short, table, self._buf(table_width), ids,
+                                            row_bytes=nbytes_of(h, run.weights), act_row_bytes=h * ab, scales=sc,
+                                            scale_row_bytes=row_sc)
             elif e.kind == "norm":
                 width = e.shapes[0][-1]
                 gain = self._param(e.scope)[0]
                 op = norm_k.rmsnorm(short, self._buf(width), self._buf(width), gain, m=_numel(e.shapes[0]) // width,
-                                    width=width, act_bytes=ab)
-                op.read_all(self._param(e.scope, "bias")[0])
+                                    width=width, act_bytes=ab, bias=self._param(e.scope, "bias")[0])   # LayerNorm
                 self._emit(op, layer, seg)
             elif e.kind == "linear":
                 wt, sc = self._param(e.scope)
@@ -207,6 +212,23 @@ class CaptureLowering:
                 self._emit(self._experts(e, layer, seg, short), layer, seg)
         if pending_act is not None:
             self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
+        if pending_emb is not None:
+            self._emit(pending_emb, -1, seg)
+
+    def _add_positions(self, op: Op, e, seg) -> None:
+        """A second embedding gathered right after the token embedding (a learned position table) is
+        added into its output: its rows are read (the segment's positions, as many times as the module
+        gathered them: once for the batch in GPT-2, whose position ids are ``[1, t]``; once per sequence
+        in OPT) and one FLOP per element added, nothing written apart."""
+        width = e.out[-1]
+        rows = _numel(e.out[:-1])
+        t = seg.tokens
+        row = nbytes_of(width, self.run.weights)
+        table = self._param(e.scope)[0]
+        first = max(0, min(seg.start, self._rows_of(e.scope) - t))
+        op.accesses.insert(len(op.accesses) - 1, op.accesses[0]._replace(
+            tensor=table.id, offset=first * row, nbytes=t * row, count=max(1, rows // t), stride=0))
+        op.flops += op.tokens * width
 
     def _is_layer_scope(self, scope: str) -> bool:
         """A decoder layer itself (``model.layers.3``, GPT-2's ``transformer.h.3``), where the residual
