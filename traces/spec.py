@@ -89,6 +89,7 @@ class ModelSpec:
     attn_output_gate: bool = False  # Qwen3-Next: q_proj also gives a sigmoid gate of the attention output
     ssm_groups: int = 0
     ssm_heads: int = 0
+    fused: tuple = ()             # "qkv" / "gate_up": projections run as one GEMM (same weights, one input read)
     rotary_dim: int = 0           # dimensions of each head rotary turns (partial_rotary_factor); 0: all of head_dim
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
     source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
@@ -293,7 +294,7 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
         qkv_bias=r.flag(fam.qkv_bias), o_bias=r.flag(fam.o_bias), mlp_bias=r.flag(fam.mlp_bias),
         qk_norm=fam.qk_norm if fam.qk_norm in ("head", "full", "") else ("head" if r.flag(fam.qk_norm) else ""),
         norm=fam.norm, norm_layout=fam.norm_layout, mlp_gated=fam.mlp_gated, sinks=fam.sinks,
-        nope_full_layers=fam.nope_full_layers,
+        nope_full_layers=fam.nope_full_layers, fused=fam.fused,
         learned_positions=max_pos + fam.learned_positions if fam.learned_positions >= 0 else 0,
     )
     if fam.qk_norm is False:
