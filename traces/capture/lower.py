@@ -1,4 +1,4 @@
-"""Lower a recorded run (:class:`traces.capture.record.Capture`) through ``kernels/`` into a v1 trace.
+"""Lower a recorded run (:class:`traces.capture.record.Capture`) through ``kernels/`` into a trace.
 
 Tensors: every recorded weight (``named_parameters`` and persistent buffers, under their Hugging
 Face names; an experts tensor ``[expert, out, in]`` as one tensor per expert, ``NAME.E``) in the
