@@ -45,3 +45,25 @@ def _read_rows(op: Op, x: Ten, offset: int, rows: int, row_bytes: int, stride: i
             op.read(x, offset, row_bytes, count=rows, stride=stride)
     else:
         op.read(x, offset, rows * row_bytes, count=repeat, stride=0)
+
+
+def fused_linear(name: str, parts: list[tuple], x: Ten, *, m: int, in_features: int, act_bytes: int, phase: str,
+                 tile_m: int, tile_n: int, kind: str = "linear") -> Op:
+    """One GEMM over weights stored side by side in the checkpoint (Phi-3's ``qkv_proj`` and
+    ``gate_up_proj``, GPT-2's ``c_attn``, Falcon's ``query_key_value``): ``parts`` are ``(weight,
+    scales, bias, y, out_features)``. As :func:`linear` over the concatenated output, except that
+    each part's weight (scales, bias) is its own tensor and its output block lands in its own buffer:
+    the input is read once (in prefill once per tile of the whole output), not once per part."""
+    total = sum(p[4] for p in parts)
+    flops = sum(2 * m * in_features * o + (m * o if b is not None else 0) for _w, _s, b, _y, o in parts)
+    in_row = in_features * act_bytes
+    op = Op(name, kind, m, flops, pim_eligible=(phase == "decode"))
+    tiles = [(0, m)] if phase == "decode" else [(m0, min(tile_m, m - m0)) for m0 in range(0, m, tile_m)]
+    n_tiles = 1 if phase == "decode" else -(-total // tile_n)
+    for m0, rows in tiles:
+        _read_rows(op, x, m0 * in_row, rows, in_row, 0, n_tiles)
+        for w, s, b, _y, _o in parts:
+            op.read_all(w).read_all(s).read_all(b)
+        for _w, _s, _b, y, o in parts:
+            op.write(y, m0 * o * act_bytes, rows * o * act_bytes)
+    return op

@@ -784,6 +784,10 @@ CASES = [
     Case("arg-tp-unsplit-family", ["trace", "gpt2", *TRACE_OUT, "--generate", "1", "--tp", "2"],
          "--tp: gpt2 (learned positions) is lowered on one device only; drop --tp/--pp/--ep/--dp and "
          "--pp-microbatches"),
+    # -- crosscheck (issue 14): partial rotary ----------------------------------------------------
+    Case("config-partial-rotary-out-of-range", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: partial_rotary_factor: expected a fraction in (0, 1], got 1.5",
+         {"m.json": json.dumps(_preset("glm-4.5-air", partial_rotary_factor=1.5))}),
 ]
 
 
@@ -832,5 +836,5 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 185   # with issue 14's (families, calibrated latency, capture), 15's and 16's cases
+    assert len(CASES) >= 186   # with issue 14's (families, calibrated latency, capture), 15's and 16's cases
     assert len({c.id for c in CASES}) == len(CASES)

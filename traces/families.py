@@ -45,6 +45,10 @@ class Family:
     mamba: bool = False            # Jamba-style hybrid: attention on some layers, Mamba mixers on the rest
     defaults: dict = field(default_factory=dict)   # the Transformers config class's defaults a config may omit
     nope_full_layers: bool = False # Llama 4: the global (full-attention) layers use no rotary embedding
+    fused: tuple = ()              # projections the checkpoint stores side by side, run as one GEMM:
+    # "qkv" (Phi-3's qkv_proj, GPT-2's c_attn, Falcon's query_key_value), "gate_up" (Phi-3's gate_up_proj)
+    partial_rotary: float | None = None   # reads partial_rotary_factor (this default): rotary turns that
+    # fraction of each head's dimensions (GLM-4.5: 0.5, Qwen3-Next: 0.25, as Transformers' configs default)
 
 
 LLAMA_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -78,13 +82,13 @@ FAMILIES: dict[str, Family] = {
     "deepseek_v2": Family(("DeepseekV2ForCausalLM",), ("deepseek_v2",), _keys(), layers="full", moe="deepseek", mla=True),
     "deepseek_v3": Family(("DeepseekV3ForCausalLM",), ("deepseek_v3",), _keys(), layers="full", moe="deepseek", mla=True),
     "glm4_moe": Family(("Glm4MoeForCausalLM",), ("glm4_moe",), _keys(), layers="full", qkv_bias="attention_bias",
-                       qk_norm="use_qk_norm", moe="deepseek"),
+                       qk_norm="use_qk_norm", moe="deepseek", partial_rotary=0.5),
     "gemma2": Family(("Gemma2ForCausalLM",), ("gemma2",), _keys(), norm_layout="sandwich", tied_default=True,
                      layers="gemma2"),
     "gemma3": Family(("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), ("gemma3_text", "gemma3"), _keys(),
                      norm_layout="sandwich", qk_norm="head", tied_default=True, layers="gemma3",
                      defaults=GEMMA3_DEFAULTS),
-    "phi3": Family(("Phi3ForCausalLM",), ("phi3",), _keys()),
+    "phi3": Family(("Phi3ForCausalLM",), ("phi3",), _keys(), partial_rotary=1.0, fused=("qkv", "gate_up")),
     "gpt_oss": Family(("GptOssForCausalLM",), ("gpt_oss",), _keys(), qkv_bias=True, o_bias=True, sinks=True,
                       layers="layer_types", moe="gpt_oss"),
     "llama4": Family(("Llama4ForCausalLM", "Llama4ForConditionalGeneration"), ("llama4_text", "llama4"),
@@ -94,7 +98,7 @@ FAMILIES: dict[str, Family] = {
                    {"hidden_size": "n_embd", "num_layers": "n_layer", "num_heads": "n_head",
                     "intermediate_size": "n_inner", "vocab_size": "vocab_size", "max_position_embeddings": "n_positions"},
                    norm="layer", qkv_bias=True, o_bias=True, mlp_bias=True, mlp_gated=False, learned_positions=0,
-                   tied_default=True, layers="full",
+                   tied_default=True, layers="full", fused=("qkv",),
                    defaults={"n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}),
     "opt": Family(("OPTForCausalLM", "OPTModel"), ("opt",),
                   _keys(intermediate_size="ffn_dim", num_kv_heads="", head_dim=""), norm="layer",
@@ -104,9 +108,10 @@ FAMILIES: dict[str, Family] = {
     "falcon": Family(("FalconForCausalLM", "RWForCausalLM"), ("falcon", "RefinedWebModel"),
                      _keys(num_kv_heads="num_kv_heads", intermediate_size="ffn_hidden_size", head_dim=""),
                      norm="layer", norm_layout="parallel", qkv_bias="bias", o_bias="bias", mlp_bias="bias",
-                     mlp_gated=False, tied_default=True, layers="full", defaults={"max_position_embeddings": 2048}),
+                     mlp_gated=False, tied_default=True, layers="full", defaults={"max_position_embeddings": 2048},
+                     fused=("qkv",)),
     "qwen3_next": Family(("Qwen3NextForCausalLM",), ("qwen3_next",), _keys(), qk_norm="head", moe="qwen_moe",
-                         layers="qwen3_next"),
+                         layers="qwen3_next", partial_rotary=0.25),
     "jamba": Family(("JambaForCausalLM",), ("jamba",), _keys(), moe="jamba", mamba=True, layers="jamba"),
     "mamba2": Family(("Mamba2ForCausalLM",), ("mamba2",), {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers"},
                      mamba=True, layers="mamba2"),

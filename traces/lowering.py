@@ -201,6 +201,15 @@ class Lowering:
                           act_bytes=self.ab, phase=seg.phase, tile_m=self.run.tile_m, tile_n=self.run.tile_n,
                           scales=sc, bias=bias, **kw)
 
+    def _fused_lin(self, name: str, wnames: list[str], x: str, ys: list[str], m: int, seg: Segment) -> Op:
+        """Projections a checkpoint stores side by side (``spec.fused``), as one GEMM reading ``x`` once."""
+        parts = []
+        for wname, y in zip(wnames, ys):
+            wt, sc = self.weights[wname]
+            parts.append((wt, sc, self.weights.get(wname + ".bias", (None,))[0], self.act[y], self._shape[wname][0]))
+        return lin.fused_linear(name, parts, self.act[x], m=m, in_features=self._shape[wnames[0]][1],
+                                act_bytes=self.ab, phase=seg.phase, tile_m=self.run.tile_m, tile_n=self.run.tile_n)
+
     @property
     def _shape(self) -> dict[str, tuple[int, int]]:
         if not hasattr(self, "_shapes"):
@@ -296,9 +305,14 @@ class Lowering:
         names = ("gate_proj", "up_proj", "down_proj") if self.spec.mlp_gated else ("up_proj", "down_proj")
         weights = {k: self.weights[prefix + k] for k in names}
         biases = {k: self.weights[prefix + k + ".bias"][0] for k in names if prefix + k + ".bias" in self.weights}
-        return mlp_k.mlp(name, a[x], a["mlp_out"], a.get("mlp_gate"), a["mlp_up"], a["mlp_act"], weights, m=m,
-                         hidden=self.spec.hidden_size, ffn=ffn, act_bytes=self.ab, phase=seg.phase,
-                         tile_m=self.run.tile_m, tile_n=self.run.tile_n, gated=self.spec.mlp_gated, biases=biases)
+        ops = mlp_k.mlp(name, a[x], a["mlp_out"], a.get("mlp_gate"), a["mlp_up"], a["mlp_act"], weights, m=m,
+                        hidden=self.spec.hidden_size, ffn=ffn, act_bytes=self.ab, phase=seg.phase,
+                        tile_m=self.run.tile_m, tile_n=self.run.tile_n, gated=self.spec.mlp_gated, biases=biases)
+        if "gate_up" in self.spec.fused and self.spec.mlp_gated:
+            # Phi-3's gate_up_proj: gate and up as one GEMM (the ops were gate, up, act, down)
+            ops[:2] = [self._fused_lin(name + "gate_up_proj", [prefix + "gate_proj", prefix + "up_proj"], x,
+                                       ["mlp_gate", "mlp_up"], m, seg)]
+        return ops
 
     def _delta_net_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
         """Gated DeltaNet (Qwen3-Next's linear attention): in_proj_qkvz and in_proj_ba, the causal
@@ -375,7 +389,9 @@ class Lowering:
             ops.append(self._lin("kv_a_proj_with_mqa", A + "kv_a_proj_with_mqa", "norm", "kv_latent", m, seg))
             ops.append(self._norm("kv_a_layernorm", A + "kv_a_layernorm", "kv_latent", "kv_latent", m, s.kv_lora_rank,
                                   row_stride=lat_w * ab))
-            ops.append(norm_k.rotary("rotary", [a["q"], a["kv_latent"]], [self.q_width, lat_w], m=m, act_bytes=ab))
+            # only the rope dimensions turn: rope of each query head, and the shared rope key
+            ops.append(norm_k.rotary("rotary", [a["q"], a["kv_latent"]], [s.num_heads * s.qk_rope_head_dim,
+                                     s.qk_rope_head_dim], m=m, act_bytes=ab))
             ops.append(attn.kv_append("kv_append", [(a["kv_latent"], lat_w * ab)], caches, batch=self.mb,
                                       start=seg.start, t=seg.tokens))
             kvb, kvb_sc = self.weights[A + "kv_b_proj"]
@@ -384,9 +400,13 @@ class Lowering:
             absorb = 2 * m * s.num_heads * s.kv_lora_rank * (s.qk_nope_head_dim + s.v_head_dim)
         else:
             kvw = s.num_kv_heads * s.head_dim
-            ops.append(self._lin("q_proj", A + "q_proj", "norm", "q", m, seg))
-            ops.append(self._lin("k_proj", A + "k_proj", "norm", "k", m, seg))
-            ops.append(self._lin("v_proj", A + "v_proj", "norm", "v", m, seg))
+            if "qkv" in s.fused:
+                ops.append(self._fused_lin("qkv_proj", [A + "q_proj", A + "k_proj", A + "v_proj"], "norm",
+                                           ["q", "k", "v"], m, seg))
+            else:
+                ops.append(self._lin("q_proj", A + "q_proj", "norm", "q", m, seg))
+                ops.append(self._lin("k_proj", A + "k_proj", "norm", "k", m, seg))
+                ops.append(self._lin("v_proj", A + "v_proj", "norm", "v", m, seg))
             if s.qk_norm == "head":
                 ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m * s.num_heads, s.head_dim))
                 ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m * s.num_kv_heads, s.head_dim))
@@ -394,7 +414,9 @@ class Lowering:
                 ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m, self.q_width))
                 ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m, kvw))
             if not s.learned_positions and not (s.nope_full_layers and s.layer_kind(i) == "full"):
-                ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [self.q_width, kvw], m=m, act_bytes=ab))
+                rd = s.rotary_dim or s.head_dim        # partial rotary: the first rotary_dim of each head turn
+                ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [s.num_heads * rd, s.num_kv_heads * rd], m=m,
+                                         act_bytes=ab))
             ops.append(attn.kv_append("kv_append", [(a["k"], kvw * ab), (a["v"], kvw * ab)], caches,
                                       batch=self.mb, start=seg.start, t=seg.tokens))
             extra = (self.weights[A + "sinks"][0],) if s.sinks else ()

@@ -89,6 +89,8 @@ class ModelSpec:
     attn_output_gate: bool = False  # Qwen3-Next: q_proj also gives a sigmoid gate of the attention output
     ssm_groups: int = 0
     ssm_heads: int = 0
+    fused: tuple = ()             # "qkv" / "gate_up": projections run as one GEMM (same weights, one input read)
+    rotary_dim: int = 0           # dimensions of each head rotary turns (partial_rotary_factor); 0: all of head_dim
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
     source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
 
@@ -292,11 +294,13 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
         qkv_bias=r.flag(fam.qkv_bias), o_bias=r.flag(fam.o_bias), mlp_bias=r.flag(fam.mlp_bias),
         qk_norm=fam.qk_norm if fam.qk_norm in ("head", "full", "") else ("head" if r.flag(fam.qk_norm) else ""),
         norm=fam.norm, norm_layout=fam.norm_layout, mlp_gated=fam.mlp_gated, sinks=fam.sinks,
-        nope_full_layers=fam.nope_full_layers,
+        nope_full_layers=fam.nope_full_layers, fused=fam.fused,
         learned_positions=max_pos + fam.learned_positions if fam.learned_positions >= 0 else 0,
     )
     if fam.qk_norm is False:
         kw["qk_norm"] = ""
+    if fam.partial_rotary is not None:
+        kw["rotary_dim"] = _rotary_dim(r, head_dim, fam.partial_rotary)
     if family == "falcon" and cfg.get("new_decoder_architecture") and r.int("num_ln_in_parallel_attn", 2) == 2:
         kw["norm_layout"] = "parallel2"
     if family == "falcon" and not r.flag("parallel_attn", True):
@@ -405,6 +409,22 @@ def _mamba2_spec(r: Reader, name: str, config: dict, fam) -> ModelSpec:
         layer_attention=(("mamba", 0),) * layers, norm_layout="mixer", ssm_version=2, ssm_inner=d,
         ssm_state=r.pos("state_size"), ssm_conv=r.pos("conv_kernel", 4), ssm_groups=groups, ssm_heads=heads,
         ssm_conv_bias=r.flag("use_conv_bias", True), ssm_proj_bias=r.flag("use_bias", False))
+
+
+def _rotary_dim(r: Reader, head_dim: int, default: float) -> int:
+    """Dimensions of a head rotary turns: ``int(head_dim * partial_rotary_factor)``, the factor at the top
+    level or in ``rope_parameters`` / ``rope_scaling`` (Transformers reads it from either), else the
+    family's default; 0 when that is the whole head."""
+    key, f = "partial_rotary_factor", r.config.get("partial_rotary_factor")
+    for nest in ("rope_parameters", "rope_scaling"):
+        if f is None and isinstance(r.config.get(nest), dict) and "partial_rotary_factor" in r.config[nest]:
+            key, f = f"{nest}.partial_rotary_factor", r.config[nest]["partial_rotary_factor"]
+    if f is None:
+        f = default
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
+        raise r.err(f"expected a fraction in (0, 1], got {f!r}", key)
+    dim = int(head_dim * f)
+    return 0 if dim >= head_dim else dim
 
 
 def _div(a: int, b: int, r: Reader, fieldname: str) -> int:

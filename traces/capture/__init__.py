@@ -1,6 +1,6 @@
 """Capture of any Transformers model: build it from its config on PyTorch's meta device, record a
 run's operators (:mod:`traces.capture.record`), map them to tierlab's operator kinds
-(:mod:`traces.capture.opmap`) and lower them through ``kernels/`` into a v1 trace
+(:mod:`traces.capture.opmap`) and lower them through ``kernels/`` into a trace
 (:mod:`traces.capture.lower`; :func:`capture_trace` is the door). Needs the ``capture`` extra.
 """
 

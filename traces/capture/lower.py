@@ -1,4 +1,4 @@
-"""Lower a recorded run (:class:`traces.capture.record.Capture`) through ``kernels/`` into a v1 trace.
+"""Lower a recorded run (:class:`traces.capture.record.Capture`) through ``kernels/`` into a trace.
 
 Tensors: every recorded weight (``named_parameters`` and persistent buffers, under their Hugging
 Face names; an experts tensor ``[expert, out, in]`` as one tensor per expert, ``NAME.E``) in the
@@ -92,13 +92,16 @@ class CaptureLowering:
                     rows[e.info["layer"]] = (k[1] * k[3], v[1] * v[3])
         self.caches: dict[int, list[attn.Cache]] = {}
         kvd = self.run.kv
+        spans = self.cap.info.get("layers") or []
         for i in sorted(rows):
+            kind, span = spans[i] if i < len(spans) else ("full", 0)
+            keep = positions if kind == "full" else min(positions, span)   # a ring of window / chunk rows
             layer = []
             for part, width in zip("kv", rows[i]):
                 row = nbytes_of(width, kvd)
-                nb = self.B * positions * row
+                nb = self.B * keep * row
                 layer.append(attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{part}", "kv", nb, kvd, i), nb),
-                                        row, positions * row))
+                                        row, keep * row, keep if keep < positions else 0))
             self.caches[i] = layer
 
     def _declare_activations(self) -> None:
@@ -141,7 +144,11 @@ class CaptureLowering:
         pending_act = None          # an activation waiting for its gated product
         rotary_scopes: dict[str, dict] = {}   # attention scope -> rotated tensor shape -> elements per token x 2
         held_kv: dict[str, object] = {}
+        pending_emb = None          # the token embedding, held while a position embedding may add into it
         for e in events:
+            if pending_emb is not None and e.kind not in ("aten", "embedding"):
+                self._emit(pending_emb, -1, seg)
+                pending_emb = None
             layer = layer_of(e.scope)
             short = e.scope.split(f"layers.{layer}.", 1)[-1] if layer >= 0 else e.scope.rsplit(".", 1)[-1]
             if pending_act is not None and not (e.kind == "aten" and e.name in ("aten.mul", "aten.mul_")
@@ -149,21 +156,22 @@ class CaptureLowering:
                 if e.kind != "linear":   # gate, act, up, mul: the up projection may run in between
                     self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
                     pending_act = None
-            if e.kind == "embedding":
+            if e.kind == "embedding" and pending_emb is not None:
+                self._add_positions(pending_emb, e, seg)    # GPT-2's wpe, OPT's embed_positions
+            elif e.kind == "embedding":
                 m = _numel(e.shapes[0])
                 table, sc = self._param(e.scope)
                 h = table_width = self._width_of(e.scope)
                 ids = np.random.default_rng([run.seed, 7, seg.step + 1]).integers(0, self._rows_of(e.scope), m)
                 row_sc = scale_bytes(1, h, run.weights, run.quant_group)
-                self._emit(emb.embedding(short, table, self._buf(table_width), ids,
-                                         row_bytes=nbytes_of(h, run.weights), act_row_bytes=h * ab, scales=sc,
-                                         scale_row_bytes=row_sc), layer, seg)
+                pending_emb = emb.embedding(short, table, self._buf(table_width), ids,
+                                            row_bytes=nbytes_of(h, run.weights), act_row_bytes=h * ab, scales=sc,
+                                            scale_row_bytes=row_sc)
             elif e.kind == "norm":
                 width = e.shapes[0][-1]
                 gain = self._param(e.scope)[0]
                 op = norm_k.rmsnorm(short, self._buf(width), self._buf(width), gain, m=_numel(e.shapes[0]) // width,
-                                    width=width, act_bytes=ab)
-                op.read_all(self._param(e.scope, "bias")[0])
+                                    width=width, act_bytes=ab, bias=self._param(e.scope, "bias")[0])   # LayerNorm
                 self._emit(op, layer, seg)
             elif e.kind == "linear":
                 wt, sc = self._param(e.scope)
@@ -204,10 +212,36 @@ class CaptureLowering:
                 self._emit(self._experts(e, layer, seg, short), layer, seg)
         if pending_act is not None:
             self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
+        if pending_emb is not None:
+            self._emit(pending_emb, -1, seg)
+
+    def _add_positions(self, op: Op, e, seg) -> None:
+        """A second embedding gathered right after the token embedding (a learned position table) is
+        added into its output: its rows are read (the segment's positions, as many times as the module
+        gathered them: once for the batch in GPT-2, whose position ids are ``[1, t]``; once per sequence
+        in OPT) and one FLOP per element added, nothing written apart."""
+        width = e.out[-1]
+        rows = _numel(e.out[:-1])
+        t = seg.tokens
+        row = nbytes_of(width, self.run.weights)
+        table = self._param(e.scope)[0]
+        first = max(0, min(seg.start, self._rows_of(e.scope) - t))
+        op.accesses.insert(len(op.accesses) - 1, op.accesses[0]._replace(
+            tensor=table.id, offset=first * row, nbytes=t * row, count=max(1, rows // t), stride=0))
+        op.flops += op.tokens * width
 
     def _is_layer_scope(self, scope: str) -> bool:
+        """A decoder layer itself (``model.layers.3``, GPT-2's ``transformer.h.3``), where the residual
+        adds are; not a block inside it (Qwen2-MoE's ``SparseMoeBlock`` adds its shared expert's output,
+        which the combine reads, as in the hand lowering)."""
         mod = self._module_classes.get(scope, "")
-        return is_decoder_layer(mod)
+        return is_decoder_layer(mod) and scope.rsplit(".", 1)[-1].isdigit()
+
+    def _has_shared_expert(self, experts_scope: str) -> bool:
+        """Whether the MoE block holding ``experts_scope`` has an always-on shared expert beside it
+        (``shared_expert``, ``shared_experts``, ``shared_mlp``), whose output the combine adds in."""
+        parent = experts_scope.rsplit(".", 1)[0] + ".shared_"
+        return any(n.startswith(parent) for n in self._module_classes)
 
     @property
     def _module_classes(self) -> dict:
@@ -272,11 +306,15 @@ class CaptureLowering:
                                                     (self._buf(vs[1] * vs[3]), vs[1] * vs[3] * ab)], caches,
                                       batch=b, start=seg.start, t=t))
         window = e.info["window"]
+        spans = self.cap.info.get("layers") or []
+        kind, span = spans[i] if i < len(spans) else ("full", 0)
+        chunk = span if kind == "chunked" else None      # Llama 4: the chunk is in the mask, not the call
         ops += attn.flash_attention("attention", self._buf(h * d), self._buf(h * vshape[3]), [caches[0]], [caches[1]],
                                     batch=b, start=seg.start, t=t, window=window, heads=h, score_dim=d,
                                     value_dim=vshape[3], q_row_bytes=h * d * ab, o_row_bytes=h * vshape[3] * ab,
                                     act_bytes=ab, attn_tile=self.run.attn_tile, phase=seg.phase,
-                                    extra_reads=tuple(self.weights[n][0] for n in e.info.get("params", ())))
+                                    extra_reads=tuple(self.weights[n][0] for n in e.info.get("params", ())),
+                                    chunk=chunk)
         return ops
 
     def _router(self, e, layer, seg, short) -> None:
@@ -336,5 +374,7 @@ class CaptureLowering:
             ops.append(op)
             first += int(counts[x])
         comb = moe_k.combine("mlp.combine", out, self._buf(hidden), m=m, k=k, row_bytes=hidden * ab, hidden=hidden)
+        if self._has_shared_expert(e.scope):   # the shared expert's output is added in
+            comb.accesses.insert(1, comb.accesses[0]._replace(tensor=self._buf(hidden).id, nbytes=m * hidden * ab))
         ops.append(comb)
         return ops

@@ -28,6 +28,8 @@ ATTENTION_NAME = "tierlab_capture"
 EXTRA_HINT = "needs the optional extra 'capture' (PyTorch and Transformers): pip install -e '.[capture]'"
 # config.json keys that describe files or checkpoints, not the architecture (dropped before building)
 NON_ARCHITECTURE_KEYS = ("auto_map", "quantization_config", "architectures", "transformers_version", "_name_or_path")
+# Transformers' cache layer types that hold a recurrent state rather than per-position KV
+STATE_LAYER_TYPES = ("linear_attention", "conv", "hybrid", "hybrid_sliding")
 
 
 @dataclass
@@ -66,10 +68,42 @@ def require_extra():
     return torch, transformers
 
 
+def text_model_config(config: dict) -> dict:
+    """A multimodal wrapper's language model (its ``text_config``, over the wrapper's other keys, as
+    the hand lowering reads it): a text run never enters the vision tower, so it is neither built
+    nor traced. Any other config as it is."""
+    text = config.get("text_config")
+    if not isinstance(text, dict) or not isinstance(text.get("model_type"), str):
+        return dict(config)
+    outer = {k: v for k, v in config.items() if k not in ("text_config", "vision_config", "model_type")
+             and k not in NON_ARCHITECTURE_KEYS and not k.endswith("_token_index")}
+    return {**outer, **text}
+
+
+def layer_caches(hf, file: str | None = None) -> list[tuple[str, int]]:
+    """Each decoder layer's cache as Transformers lays it out: ``("full", 0)``, ``("sliding", W)`` or
+    ``("chunked", C)`` (a window or chunk of W / C positions, whatever the attention call is told:
+    Llama 4's chunk lives in its mask). A layer keeping a recurrent state (Mamba, Gated DeltaNet:
+    Transformers' linear-attention cache layers) is refused: --capture does not record it."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    types, kwargs = get_layer_types_and_kwargs(hf)
+    state = sorted({t for t in types if t in STATE_LAYER_TYPES})
+    if state:
+        raise ConfigError(f"the {hf.model_type} model keeps a recurrent state ({', '.join(state)} cache layers: "
+                          "Mamba or linear-attention mixers), which --capture does not record; trace it without "
+                          "--capture", file=file, field="model_type")
+    out = []
+    for t, kw in zip(types, kwargs):
+        kind = {"sliding_attention": "sliding", "chunked_attention": "chunked"}.get(t, "full")
+        out.append((kind, int(kw["sliding_window"]) if kind != "full" else 0))
+    return out
+
+
 def build_model(config: dict, file: str | None = None):
     """The causal-LM of ``config`` (a config.json dict) on the meta device, and its config object."""
     torch, transformers = require_extra()
-    cfg = dict(config)
+    cfg = text_model_config(config)
     model_type = cfg.pop("model_type", None)
     if not isinstance(model_type, str):
         raise ConfigError("missing model_type, which --capture needs to find the Transformers class",
@@ -258,6 +292,7 @@ def record(config: dict, segments, batch: int, context: int, file: str | None = 
 
 def _record(torch, transformers, config, segments, batch, context, file) -> Capture:
     model, hf = build_model(config, file)
+    caches = layer_caches(hf, file)
     rec = _Recorder(torch, model)
     _silence_experts(torch, model, rec.kinds)
     weights, modules = _weights(model, rec.kinds)
@@ -295,6 +330,6 @@ def _record(torch, transformers, config, segments, batch, context, file) -> Capt
     finally:
         rec.close()
     info = {"classes": {n: type(m).__name__ for n, m in model.named_modules()},
-            "top_k": getattr(hf, "num_experts_per_tok", None),
+            "top_k": getattr(hf, "num_experts_per_tok", None), "layers": caches,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
     return Capture(hf.model_type, weights, out_segments, modules, rec.ops, info)
