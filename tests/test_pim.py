@@ -196,8 +196,8 @@ def test_no_pim_equals_a_plain_replay_exactly(llama_trace, chip_name):
 def test_cli_no_pim_equals_the_same_gpu_without_pim(tmp_path, llama_trace):
     # h100-hbm-pim is h100 plus PIM units: with --no-pim the counts must be h100's
     h100, hp = load_chip("h100"), strip_pim(load_chip("h100-hbm-pim"))
-    if (h100.tiers, h100.links) != (hp.tiers, hp.links):
-        pytest.skip("presets differ beyond the PIM units")
+    assert (h100.tiers, h100.links, h100.compute) == (hp.tiers, hp.links, hp.compute), \
+        "h100-hbm-pim must be h100 plus PIM units"
     out = {}
     for chip, flag in (("h100", "--pim"), ("h100-hbm-pim", "--no-pim")):
         r = CliRunner().invoke(main, ["replay", str(llama_trace.path), "--chip", chip, flag, "--json"])
