@@ -377,7 +377,7 @@ def test_nested_text_config_and_unknown_fields():
 
 
 def test_sharding_refuses_what_it_does_not_split(tmp_path):
-    spec = spec_from_config(shrunk("gpt-oss-20b", **GPT_OSS_TINY), name="tiny-gpt-oss")
+    spec = spec_from_config(shrunk("jamba-v0.1", **SMALL["jamba-v0.1"]), name="tiny-jamba")
     with pytest.raises(UsageError, match="lowered on one device only"):
         trace_of(tmp_path, spec, generate=1, tp=2)
 
