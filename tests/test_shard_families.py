@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from common.errors import UsageError
+from test_capacity_families import QWEN3_NEXT_TINY
 from test_families import GPT_OSS_TINY, SMALL, shrunk
-from test_shard import _digest, trace
+from test_shard import _digest, accesses, trace
 from traces.lower import generate_trace
 from traces.run import RunConfig
 from traces.shard import ShardPlan
@@ -33,8 +34,12 @@ FAMILIES = {
                      word_embed_proj_dim=64, max_position_embeddings=64),
     "falcon-7b": dict(SMALL["falcon-7b"], vocab_size=128),
     "falcon-40b-style": None,     # new_decoder_architecture: two LayerNorms in parallel, 2 KV heads
+    "jamba-v0.1": SMALL["jamba-v0.1"],
+    "mamba-codestral-7b": SMALL["mamba-codestral-7b"],
+    "qwen3-next-80b-a3b": QWEN3_NEXT_TINY,
 }
-MOE = ("gpt-oss-20b", "qwen1.5-moe-a2.7b", "olmoe-1b-7b")
+MOE = ("gpt-oss-20b", "qwen1.5-moe-a2.7b", "olmoe-1b-7b", "jamba-v0.1", "qwen3-next-80b-a3b")
+STATE = ("jamba-v0.1", "mamba-codestral-7b", "qwen3-next-80b-a3b")
 
 
 def tiny(name):
@@ -46,7 +51,8 @@ def tiny(name):
 
 
 def plans(name):
-    out = [dict(tp=2), dict(tp=2, pp=2, dp=2), dict(tp=4)]
+    out = [dict(tp=2), dict(tp=2, pp=2, dp=2), dict(tp=4) if name not in STATE else dict(tp=2, pp=2, pp_microbatches=2,
+                                                                                         batch=4)]
     return out + ([dict(tp=2, ep=2), dict(ep=4, dp=4)] if name in MOE else [])
 
 
@@ -60,7 +66,7 @@ def _id(case):
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_weight_bytes_add_up_to_the_model(tmp_path, case):
     name, kw = case
-    spec, run, t = trace(tmp_path, tiny(name), generate=1, context=8, batch=2, **kw)
+    spec, run, t = trace(tmp_path, tiny(name), generate=1, context=8, **{"batch": 2, **kw})
     plan = ShardPlan(spec, run)
     tens = t.tensor_arrays()
     unique = sum(int(n) / plan.copies(str(nm), int(e)) for nm, kind, n, e in
@@ -108,22 +114,49 @@ def test_sinks_and_expert_biases_by_hand(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_tp_decode_step_collectives(tmp_path, name):
-    """2 all-reduces per layer of batch x hidden x 2 bytes, one for the embedding, one all-gather of
-    the logits; each all-reduce right after the op producing its buffer."""
+    """2 all-reduces per layer of batch x hidden x 2 bytes (Mamba-2, a mixer alone: 1), one for the
+    embedding, one all-gather of the logits; a Mamba layer (Jamba) also all-reduces its row-parallel
+    x_proj's output (batch x (dt_rank + 2 state) x 2); each right after the op producing its buffer."""
     B = 3
     spec, run, t = trace(tmp_path, tiny(name), generate=1, context=6, batch=B, tp=2)
     h, V = spec.hidden_size, spec.vocab_size
     dec = [r for r in t.collectives.to_pylist() if r["step"] == 0]
     kinds = Counter((r["kind"], r["size_bytes"]) for r in dec)
-    assert kinds == {("all_reduce", B * h * 2): 2 * spec.num_layers + 1, ("all_gather", B * V * 2): 1}
+    per_layer = 1 if spec.norm_layout == "mixer" else 2
+    want = {("all_reduce", B * h * 2): per_layer * spec.num_layers + 1, ("all_gather", B * V * 2): 1}
+    mamba1 = sum(1 for i in range(spec.num_layers) if spec.keeps_state(i) and spec.ssm_version == 1)
+    if mamba1:
+        want[("all_reduce", B * (spec.ssm_dt_rank + 2 * spec.ssm_state) * 2)] = mamba1
+    assert kinds == want
     ops = t.op_arrays()
+    before = {"self_attn.all_reduce": ("o_proj",), "mixer.all_reduce": ("out_proj",),
+              "mamba.x_proj.all_reduce": ("x_proj",), "mlp.all_reduce": ("mlp.down_proj", "mlp.combine")}
     for d in (0, 1):
         names = [str(n) for n, dv in zip(ops["name"], t.op_device) if dv == d]
         for i, n in enumerate(names):
-            if n == "self_attn.all_reduce":
-                assert names[i - 1] == "o_proj"
-            if n == "mlp.all_reduce":
-                assert names[i - 1] in ("mlp.down_proj", "mlp.combine")
+            if n in before:
+                assert names[i - 1] in before[n], (n, names[i - 1])
+
+
+@pytest.mark.parametrize("name", STATE)
+def test_state_split_by_heads_and_microbatches_touch_their_own(tmp_path, name):
+    """Each tp rank holds state_bytes / tp per sequence; with 2 microbatches each decode step still
+    reads and writes every sequence's state once (each microbatch its own sequences)."""
+    spec, run, t = trace(tmp_path, tiny(name), context=5, generate=1, batch=4, tp=2, pp=2, pp_microbatches=2)
+    tens, a, ops = t.tensor_arrays(), accesses(t), t.op_arrays()
+    state = Counter()
+    for d, k, n in zip(t.tensor_device, tens["kind"], tens["nbytes"]):
+        if k == "state":
+            state[int(d)] += int(n)
+    assert sum(state.values()) == 4 * spec.state_bytes() and len(set(state.values())) <= 2
+    is_state = tens["kind"][a["tensor_id"]] == "state"
+    dec = ops["step"][a["op_id"]] == 0
+    moved = (a["nbytes"] * a["count"])[is_state & dec]
+    w = a["is_write"][is_state & dec]
+    assert moved[w].sum() == moved[~w].sum() == 4 * spec.state_bytes()
+    for tid in set(a["tensor_id"][is_state & dec].tolist()):   # microbatch 0 at 0, 1 at two sequences' state
+        sel = is_state & dec & (a["tensor_id"] == tid)
+        assert set(a["offset"][sel].tolist()) == {0, int(tens["nbytes"][tid]) // 2}
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -158,10 +191,12 @@ def test_linear_and_attention_flops_equal_the_one_device_trace(tmp_path, case):
     each routes and runs the shared experts on its share of the tokens, the experts on what it receives)."""
     name, kw = case
     spec = tiny(name)
-    _, _, one = trace(tmp_path, spec, name="one", prompt=5, generate=2, batch=2)
-    _, run, many = trace(tmp_path, spec, name="many", prompt=5, generate=2, batch=2, **kw)
-    one_f = _flops(one, 1, spec, [0], ("linear", "attention"))
-    many_f = _flops(many, run.tp, spec, list(range(run.pp * run.tp)), ("linear", "attention"), run.ep)
+    kw = {"batch": 2, **kw}
+    _, _, one = trace(tmp_path, spec, name="one", prompt=5, generate=2, batch=kw["batch"])
+    _, run, many = trace(tmp_path, spec, name="many", prompt=5, generate=2, **kw)
+    kinds = ("linear", "attention", "ssm_conv", "ssm_scan")
+    one_f = _flops(one, 1, spec, [0], kinds)
+    many_f = _flops(many, run.tp, spec, list(range(run.pp * run.tp)), kinds, run.ep)
     assert many_f == one_f
 
 
@@ -190,9 +225,13 @@ def test_ring_kv_split_by_kv_heads(tmp_path, name):
     assert dict(kv) == {0: spec.kv_bytes(run.max_positions) * 2 // 2, 1: spec.kv_bytes(run.max_positions) * 2 // 2}
 
 
-@pytest.mark.parametrize("name", ["jamba-v0.1", "mamba-codestral-7b"])
-def test_state_space_families_keep_the_refusal(tmp_path, name):
-    spec = spec_from_config(shrunk(name, **SMALL[name]), name="tiny")
-    with pytest.raises(UsageError, match="lowered on one device only") as e:
-        trace(tmp_path, spec, generate=1, tp=2)
+def test_refusals_name_the_mixer_dimension():
+    spec = tiny("mamba-codestral-7b")            # 8 heads in 2 groups
+    with pytest.raises(UsageError, match="4 ranks do not divide the model's state-space groups") as e:
+        ShardPlan(spec, RunConfig(generate=1, tp=4))
     assert e.value.field == "--tp"
+    from dataclasses import replace
+
+    from traces.shard import check_shardable
+    with pytest.raises(UsageError, match="lowered on one device only"):
+        check_shardable(replace(spec, norm_layout="post"))

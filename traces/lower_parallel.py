@@ -94,6 +94,8 @@ class _DeviceLowering(Lowering):
             self.router = _SliceRouter(Router(run.router, run.seed + r * REPLICA_SEED_STRIDE, spec.num_experts,
                                               spec.num_experts_per_tok), 0)
         self._kv_stride = {c.ten.id: c.seq_stride for layer in self.caches.values() for c in layer}
+        # recurrent state: a microbatch reads and writes its own sequences' (the kernels touch it whole)
+        self._state_seq = {t.id: t.nbytes // self.B for pair in self.states.values() for t in pair}
         self.kv_shift = 0          # sequences before the current microbatch
 
     def _init_shard(self) -> None:
@@ -128,9 +130,12 @@ class _DeviceLowering(Lowering):
                            op.pim_eligible, device=self.device, collective=collective)
             for a in op.accesses:
                 off = a.offset
+                nb = a.nbytes
                 if self.kv_shift and a.tensor in self._kv_stride:
                     off += self.kv_shift * self._kv_stride[a.tensor]
-                w.add_access(oid, a.tensor, off, a.nbytes, a.count, a.stride, a.is_write)
+                elif a.tensor in self._state_seq and nb == self._state_seq[a.tensor] * self.B:
+                    off, nb = self.kv_shift * self._state_seq[a.tensor], self.mb * self._state_seq[a.tensor]
+                w.add_access(oid, a.tensor, off, nb, a.count, a.stride, a.is_write)
 
     def collective_op(self, sy: Sync, cid: int, writes, seg: Segment, tokens: int) -> None:
         """This device's op of collective ``cid`` (with staging copies if the run stages buffers)."""
@@ -232,11 +237,25 @@ class _DeviceLowering(Lowering):
                                       act_bytes=ab)
 
         ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
-        ops += self._attention_block(i, p, m, seg)
+        if s.keeps_state(i):
+            mix = self._mamba_block(i, p, m, seg)
+            if s.ssm_version == 1 and plan.tp > 1:    # Mamba: x_proj is row-parallel (d_inner split)
+                j = [op.name for op in mix].index("x_proj") + 1
+                self._emit(ops + mix[:j], i, seg)
+                yield self._tp_sync("all_reduce", "mamba.x_proj.all_reduce", "ssm_dbc", i,
+                                    m * (s.ssm_dt_rank + 2 * s.ssm_state) * ab)
+                ops, mix = [], mix[j:]
+            ops += mix
+        else:
+            ops += self._attention_block(i, p, m, seg)
         self._emit(ops, i, seg)
-        sy = self._tp_sync("all_reduce", "self_attn.all_reduce", "attn_out", i, m * h * ab)
+        sy = self._tp_sync("all_reduce", "mixer.all_reduce" if s.keeps_state(i) else "self_attn.all_reduce",
+                           "attn_out", i, m * h * ab)
         if sy:
             yield sy
+        if s.norm_layout == "mixer":                       # Mamba-2: a layer is its mixer alone
+            self._emit(add("attn_out"), i, seg)
+            return
         x = "norm"
         if s.norm_layout in ("parallel", "parallel2"):     # Falcon: attention and MLP of the same input
             ops = []

@@ -15,6 +15,8 @@ Megatron-style for every layer layout but the state-space mixers: biases of colu
 all-reduce, so they are added once; norms (LayerNorm biases too) are replicated, q/k norms over all
 heads (OLMoE) split with their heads (their cross-rank sum of squares is not traced); attention sinks are split with their heads; learned position
 embeddings are held by tp rank 0 of stage 0 and added once, before the embedding's all-reduce.
+Recurrent mixers: Mamba-2 and Gated DeltaNet split by heads and groups, Mamba (Jamba) by channels
+(its x_proj row-parallel); their state with them.
 """
 
 from __future__ import annotations
@@ -26,17 +28,18 @@ from traces.run import RunConfig
 from traces.spec import ModelSpec
 
 
-ROW_PARALLEL_BIASES = ("o_proj.bias", "down_proj.bias")
+ROW_PARALLEL_BIASES = ("o_proj.bias", "down_proj.bias", "out_proj.bias")
+# the recurrent mixers' tensors split with their channels / heads (the rest of a mixer is replicated)
+MIXER_SPLIT = {"in_proj", "in_proj_qkvz", "in_proj_ba", "conv1d", "dt_bias", "A_log", "D", "out_proj", "x_proj",
+               "dt_proj"}
 
 
 def check_shardable(spec: ModelSpec) -> None:
-    """Refuse, naming the trait, a model whose layers the sharded lowering does not split: the
-    recurrent mixers (Mamba, Mamba-2, Gated DeltaNet: Jamba, Mamba-Codestral, Qwen3-Next)."""
-    for what, has in [("Mamba / linear-attention layers", bool(spec.ssm_inner)),
-                      ("norm_layout", spec.norm_layout not in ("pre", "sandwich", "parallel", "parallel2"))]:
-        if has:
-            raise UsageError(f"{spec.family} ({what}) is lowered on one device only; drop --tp/--pp/--ep/--dp "
-                             "and --pp-microbatches", field="--tp")
+    """Refuse, naming the trait, a model whose layers the sharded lowering does not split (every
+    layout tierlab reads is split today; the check stays for a layout added later)."""
+    if spec.norm_layout not in ("pre", "sandwich", "parallel", "parallel2", "mixer"):
+        raise UsageError(f"{spec.family} (norm_layout {spec.norm_layout}) is lowered on one device only; drop "
+                         "--tp/--pp/--ep/--dp and --pp-microbatches", field="--tp")
 
 
 def stage_layers(spec: ModelSpec, run: RunConfig) -> tuple[int, ...]:
@@ -62,6 +65,12 @@ def check_plan(spec: ModelSpec, run: RunConfig) -> None:
         if (kvh >= tp and kvh % tp) or (kvh < tp and tp % kvh):
             raise UsageError(f"{tp} ranks neither divide the model's {kvh} KV heads nor are a multiple of them",
                              field="--tp")
+    if spec.ssm_inner:
+        mixer = [("Mamba inner size", spec.ssm_inner)] if spec.ssm_version == 1 else \
+            [("state-space heads", spec.ssm_heads), ("state-space groups (key heads)", spec.ssm_groups)]
+        for what, n in mixer:
+            if n % tp:
+                raise UsageError(f"{tp} ranks do not divide the model's {what} {n}", field="--tp")
     dense = [spec.intermediate_size] if any(not spec.is_moe(i) for i in range(spec.num_layers)) else []
     for what, n in [("MLP intermediate size", f) for f in dense] + \
                    ([("MoE intermediate size", spec.moe_intermediate_size)] if spec.num_experts and ep == 1 else []) + \
@@ -142,6 +151,10 @@ class ShardPlan:
             kw["num_kv_heads"] = max(1, s.num_kv_heads // tp)
         if s.num_experts and self.ep == 1:
             kw["moe_intermediate_size"] = s.moe_intermediate_size // tp
+        if s.ssm_inner:          # the mixer's channels, heads and groups (Mamba: channels only)
+            kw["ssm_inner"] = s.ssm_inner // tp
+            if s.ssm_version >= 2:
+                kw.update(ssm_heads=s.ssm_heads // tp, ssm_groups=s.ssm_groups // tp)
         return replace(s, **kw)
 
     def row_split_bias(self, name: str, expert: int) -> bool:
@@ -184,6 +197,10 @@ class ShardPlan:
             split |= {"q_norm", "k_norm"}        # over all heads: split with them
         if base in kv_split and s.attention != "mla" and s.num_kv_heads < tp:
             return n * tp // s.num_kv_heads      # one KV head per rank, shared by tp / kv_heads ranks
+        if ".mamba." in name or ".linear_attn." in name:
+            if base == "norm":                   # Mamba-2's gated norm over d_inner (per group) splits;
+                return n if s.ssm_version == 2 else n * tp    # Gated DeltaNet's, one head wide, is replicated
+            return n if base in MIXER_SPLIT else n * tp
         return n if base in split | {"sinks"} else n * tp
 
     def to_dict(self) -> dict:
