@@ -142,3 +142,19 @@ def test_state_space_model_cli_says_memory_sets_no_limit():
     act = lambda n: activation_bytes(load_model("mamba-codestral-7b"), n)
     assert w + b * 139460608 + act(b) <= 24 * 10**9 < w + (b + 1) * 139460608 + act(b + 1)
     assert d["breakdown"]["state_bytes"] == b * 139460608 and d["memory_context"] is None
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gemma-3-4b", "jamba-v0.1", "mistral-7b"])
+@pytest.mark.parametrize("context", [3, 8, 200])
+def test_largest_batch_at_a_context_matches_brute_force(name, context):
+    spec = tiny(name)
+    state = spec.state_bytes("bf16") if spec.ssm_inner else 0
+    budget = weight_bytes(spec) + 50000
+    plan = capacity(spec, Budget.of_size(budget), context=context)
+
+    def fits(b):
+        return weight_bytes(spec) + b * (kept(spec, context) + state) + activation_bytes(spec, b) <= budget
+
+    brute = max(b for b in range(0, 5000) if b == 0 or fits(b))
+    assert plan.max_batch == brute >= 1 and plan.kv_bytes == brute * kept(spec, context)
+    assert plan.to_dict()["breakdown"]["free_bytes"] >= 0
