@@ -149,7 +149,7 @@ def test_state_space_model_cli_says_memory_sets_no_limit():
 def test_largest_batch_at_a_context_matches_brute_force(name, context):
     spec = tiny(name)
     state = spec.state_bytes("bf16") if spec.ssm_inner else 0
-    budget = weight_bytes(spec) + 50000
+    budget = weight_bytes(spec) + 400000
     plan = capacity(spec, Budget.of_size(budget), context=context)
 
     def fits(b):
