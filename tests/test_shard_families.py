@@ -176,8 +176,15 @@ def _flops(t, tp, spec, devices, kinds, ep=1):
     moe_rep = tp if ep == 1 else 1    # with ep > 1 each rank routes only its share of the tokens
     rep = {"k_proj": max(1, tp // spec.num_kv_heads), "v_proj": max(1, tp // spec.num_kv_heads), "mlp.gate": moe_rep,
            "mlp.shared_expert_gate": moe_rep}
+    kv_rep = rep["k_proj"]
+    q = spec.num_heads // tp * spec.head_dim
+    kv = max(1, spec.num_kv_heads // tp) * spec.head_dim
     for n, k, f, d in zip(ops["name"].astype(str), ops["kind"].astype(str), ops["flops"], t.op_device):
         if d in devices and k in kinds:
+            if n == "qkv_proj" and kv_rep > 1:   # fused q, k, v (Falcon): only its k and v columns replicated
+                assert not spec.qkv_bias and int(f) % (q + 2 * kv) == 0 and (2 * kv) % kv_rep == 0
+                out[k] += int(f) // (q + 2 * kv) * (q + 2 * kv // kv_rep)
+                continue
             assert int(f) % rep.get(n, 1) == 0
             out[k] += int(f) // rep.get(n, 1)
     return out
