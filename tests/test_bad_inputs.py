@@ -778,12 +778,11 @@ CASES = [
                                          "native"],
          "{tmp}/m.json: quantization_config.quant_method: quant_method 'bitsandbytes' is not modelled; expected "
          "mxfp4, fp8, awq or gptq", {"m.json": json.dumps(_preset("gpt2", quantization_config={"quant_method": "bitsandbytes"}))}),
-    Case("capacity-state-space-model", ["capacity", "mamba-codestral-7b", "--memory", "24GB"],
-         "MODEL: mamba-codestral-7b keeps no KV cache (a fixed state of 139460608 B per sequence): its memory does "
-         "not grow with the context"),
-    Case("arg-tp-unsplit-family", ["trace", "gpt2", *TRACE_OUT, "--generate", "1", "--tp", "2"],
-         "--tp: gpt2 (learned positions) is lowered on one device only; drop --tp/--pp/--ep/--dp and "
-         "--pp-microbatches"),
+    Case("capacity-state-space-model", ["capacity", "mamba-codestral-7b", "--memory", "14.6GB"],
+         "--batch: weights (14570807296 B) and workspace (237824 B) of mamba-codestral-7b leave 28954880 B of the "
+         "14600000000 B budget, less than one token for 1 sequence(s) (139460608 B of KV and state)"),
+    Case("arg-tp-unsplit-family", ["trace", "mamba-codestral-7b", *TRACE_OUT, "--generate", "1", "--tp", "16"],
+         "--tp: 16 ranks do not divide the model's state-space groups (key heads) 8"),
     # -- crosscheck (issue 14): partial rotary ----------------------------------------------------
     Case("config-partial-rotary-out-of-range", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: partial_rotary_factor: expected a fraction in (0, 1], got 1.5",

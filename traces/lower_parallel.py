@@ -31,10 +31,11 @@ from kernels import embedding as emb
 from kernels import moe as moe_k
 from kernels import norm as norm_k
 from kernels.base import Op, Ten
-from traces.lowering import Lowering, check_shardable
+from traces.dtypes import nbytes_of
+from traces.lowering import Lowering
 from traces.routing import Router
 from traces.segments import COPY_ACTIONS, Segment, conversation_table
-from traces.shard import Shard, ShardPlan
+from traces.shard import Shard, ShardPlan, check_shardable
 from traces.writer import TraceWriter
 
 REPLICA_SEED_STRIDE = 1 << 32
@@ -93,6 +94,8 @@ class _DeviceLowering(Lowering):
             self.router = _SliceRouter(Router(run.router, run.seed + r * REPLICA_SEED_STRIDE, spec.num_experts,
                                               spec.num_experts_per_tok), 0)
         self._kv_stride = {c.ten.id: c.seq_stride for layer in self.caches.values() for c in layer}
+        # recurrent state: a microbatch reads and writes its own sequences' (the kernels touch it whole)
+        self._state_seq = {t.id: t.nbytes // self.B for pair in self.states.values() for t in pair}
         self.kv_shift = 0          # sequences before the current microbatch
 
     def _init_shard(self) -> None:
@@ -104,6 +107,22 @@ class _DeviceLowering(Lowering):
     def _weight_shapes(self):
         return [w for w in self.spec.weight_shapes() if self.plan.holds(self.shard, w.name, w.layer, w.expert)]
 
+    def _declare_weights(self) -> None:
+        """The weights this device holds; a row-parallel bias held by tp rank 0 only is ``(None, None)``
+        on the other ranks, so their ops add no bias (it is added once, before the all-reduce)."""
+        super()._declare_weights()
+        for w in self.spec.weight_shapes():
+            if w.layer in self.layers and w.name not in self.weights and self.plan.row_split_bias(w.name, w.expert):
+                self.weights[w.name] = (None, None)
+
+    def _moe_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
+        ops = super()._moe_block(i, p, m, seg)
+        if self.spec.expert_bias and self.plan.row_split_bias(".down_proj.bias", 0) and self.shard.tp_rank:
+            for op in ops:           # no down_proj bias on this rank: none of its adds either
+                if op.name == "mlp.experts":
+                    op.flops -= op.tokens * self.spec.hidden_size
+        return ops
+
     def _emit(self, ops, layer: int, seg: Segment, collective: int = -1) -> None:
         w = self.w
         for op in ops if isinstance(ops, list) else [ops]:
@@ -111,9 +130,12 @@ class _DeviceLowering(Lowering):
                            op.pim_eligible, device=self.device, collective=collective)
             for a in op.accesses:
                 off = a.offset
+                nb = a.nbytes
                 if self.kv_shift and a.tensor in self._kv_stride:
                     off += self.kv_shift * self._kv_stride[a.tensor]
-                w.add_access(oid, a.tensor, off, a.nbytes, a.count, a.stride, a.is_write)
+                elif a.tensor in self._state_seq and nb == self._state_seq[a.tensor] * self.B:
+                    off, nb = self.kv_shift * self._state_seq[a.tensor], self.mb * self._state_seq[a.tensor]
+                w.add_access(oid, a.tensor, off, nb, a.count, a.stride, a.is_write)
 
     def collective_op(self, sy: Sync, cid: int, writes, seg: Segment, tokens: int) -> None:
         """This device's op of collective ``cid`` (with staging copies if the run stages buffers)."""
@@ -172,6 +194,12 @@ class _DeviceLowering(Lowering):
                                act_row_bytes=h * ab, scales=tsc, scale_row_bytes=self.embed_scale_row_bytes)
             if len(mine):
                 op.accesses.pop()
+            if s.learned_positions and sh.tp_rank == 0:   # the segment's position rows, added once
+                pos = self.weights["embed_positions"][0]
+                row = nbytes_of(h, self.wdtype["embed_positions"])
+                first = seg.start + s.learned_positions - s.max_position_embeddings   # OPT's offset of 2
+                op.read(pos, first * row, seg.tokens * row, count=self.mb, stride=0)
+                op.flops += m * h
             op.tokens = m
             op.write(self.act["hidden"], 0, m * h * ab)   # rows of other ranks' vocabulary: zeros
             self._emit(op, -1, seg)
@@ -182,28 +210,7 @@ class _DeviceLowering(Lowering):
             yield Sync("send_recv", "pp.recv", (), sh.layers[0], m * h * ab, (), ((self.act["hidden"], 0, m * h * ab),),
                        role="recv")
         for i in self.layers:
-            p = f"layers.{i}."
-            ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
-            ops += self._attention_block(i, p, m, seg)
-            self._emit(ops, i, seg)
-            sy = self._tp_sync("all_reduce", "self_attn.all_reduce", "attn_out", i, m * h * ab)
-            if sy:
-                yield sy
-            ops = [norm_k.elementwise("residual_add", [self.act["hidden"], self.act["attn_out"]], self.act["hidden"],
-                                      m=m, width=h, act_bytes=ab),
-                   self._norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h)]
-            if s.is_moe(i) and plan.ep > 1:
-                self._emit(ops, i, seg)
-                yield from self._moe_ep(i, p, m, seg)
-            else:
-                ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size,
-                                                                                    m, seg)
-                self._emit(ops, i, seg)
-                sy = self._tp_sync("all_reduce", "mlp.all_reduce", "mlp_out", i, m * h * ab)
-                if sy:
-                    yield sy
-            self._emit(norm_k.elementwise("residual_add", [self.act["hidden"], self.act["mlp_out"]], self.act["hidden"],
-                                          m=m, width=h, act_bytes=ab), i, seg)
+            yield from self._layer_tp(i, f"layers.{i}.", m, seg)
         if sh.stage < plan.last_stage:
             yield Sync("send_recv", "pp.send", (sh.device, plan.device(sh.dp_rank, sh.stage + 1, sh.tp_rank)),
                        sh.layers[-1], m * h * ab, ((self.act["hidden"], 0, m * h * ab),), (), role="send")
@@ -219,6 +226,65 @@ class _DeviceLowering(Lowering):
             part = self.mb * s.vocab_size * ab
             yield Sync("all_gather", "lm_head.all_gather", sh.tp_group, -1, self.mb * V * ab,
                        ((self.act["logits"], 0, part),), ((self.act["logits_all"], 0, self.mb * V * ab),))
+
+    def _layer_tp(self, i: int, p: str, m: int, seg: Segment):
+        """One decoder layer in the model's norm layout, joining the tp ranks after o_proj and after
+        the MLP / MoE block (an all-reduce each; EP: the all-to-alls and an all-gather)."""
+        s, a, h, ab, plan = self.spec, self.act, self.spec.hidden_size, self.ab, self.plan
+
+        def add(*xs: str) -> Op:
+            return norm_k.elementwise("residual_add", [a["hidden"]] + [a[x] for x in xs], a["hidden"], m=m, width=h,
+                                      act_bytes=ab)
+
+        ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
+        if s.keeps_state(i):
+            mix = self._mamba_block(i, p, m, seg)
+            if s.ssm_version == 1 and plan.tp > 1:    # Mamba: x_proj is row-parallel (d_inner split)
+                j = [op.name for op in mix].index("x_proj") + 1
+                self._emit(ops + mix[:j], i, seg)
+                yield self._tp_sync("all_reduce", "mamba.x_proj.all_reduce", "ssm_dbc", i,
+                                    m * (s.ssm_dt_rank + 2 * s.ssm_state) * ab)
+                ops, mix = [], mix[j:]
+            ops += mix
+        else:
+            ops += self._attention_block(i, p, m, seg)
+        self._emit(ops, i, seg)
+        sy = self._tp_sync("all_reduce", "mixer.all_reduce" if s.keeps_state(i) else "self_attn.all_reduce",
+                           "attn_out", i, m * h * ab)
+        if sy:
+            yield sy
+        if s.norm_layout == "mixer":                       # Mamba-2: a layer is its mixer alone
+            self._emit(add("attn_out"), i, seg)
+            return
+        x = "norm"
+        if s.norm_layout in ("parallel", "parallel2"):     # Falcon: attention and MLP of the same input
+            ops = []
+            if s.norm_layout == "parallel2":
+                ops.append(self._norm("ln_mlp", p + "ln_mlp", "hidden", "norm_mlp", m, h))
+                x = "norm_mlp"
+        elif s.norm_layout == "sandwich":                  # Gemma: norms after each block too
+            ops = [self._norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out", m, h),
+                   add("attn_out"),
+                   self._norm("pre_feedforward_layernorm", p + "pre_feedforward_layernorm", "hidden", "norm", m, h)]
+        else:
+            ops = [add("attn_out"),
+                   self._norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h)]
+        if s.is_moe(i) and plan.ep > 1:
+            self._emit(ops, i, seg)
+            yield from self._moe_ep(i, p, m, seg)
+        else:
+            ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size, m,
+                                                                                seg, x=x)
+            self._emit(ops, i, seg)
+            sy = self._tp_sync("all_reduce", "mlp.all_reduce", "mlp_out", i, m * h * ab)
+            if sy:
+                yield sy
+        ops = []
+        if s.norm_layout == "sandwich":
+            ops.append(self._norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out", "mlp_out",
+                                  m, h))
+        ops.append(add("attn_out", "mlp_out") if s.norm_layout in ("parallel", "parallel2") else add("mlp_out"))
+        self._emit(ops, i, seg)
 
     def _moe_ep(self, i: int, p: str, m: int, seg: Segment):
         """Expert parallelism: this rank's share of the tokens is routed, dispatched to the ranks
@@ -241,6 +307,9 @@ class _DeviceLowering(Lowering):
                 sh_ops = self._mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, mr, seg,
                                    name="mlp.shared_experts.")
                 ops += _shift(sh_ops, {a["norm"].id: lo * row, a["mlp_out"].id: lo * row})
+                if s.shared_expert_gate:   # Qwen2-MoE: a sigmoid gate (one output) on the shared expert
+                    ops.append(self._lin("mlp.shared_expert_gate", M + "shared_expert_gate", "norm", "router_logits",
+                                         mr, seg, x_offset=lo * row))
             d = moe_k.dispatch("mlp.dispatch", a["norm"], a["moe_dispatch"], m=mr, k=k, row_bytes=row)
             ops += _shift([d], {a["norm"].id: lo * row})
             self._emit(ops, i, seg)
@@ -258,10 +327,12 @@ class _DeviceLowering(Lowering):
                 continue
             x = f"{M}experts.{e}."
             ws = [self.weights[x + n] for n in ("gate_proj", "up_proj", "down_proj")]
+            bs = [self.weights[x + n + ".bias"][0] for n in ("gate_proj", "up_proj", "down_proj")] \
+                if s.expert_bias else None
             ops.append(moe_k.expert_mlp("mlp.experts", e, [t for t, _ in ws], [c for _, c in ws], a["moe_recv"],
                                         a["moe_recv_inter"], a["moe_recv_out"], first_row=first, rows=rows, hidden=h,
                                         ffn=s.moe_intermediate_size, act_bytes=ab, phase=seg.phase,
-                                        tile_m=self.run.tile_m))
+                                        tile_m=self.run.tile_m, biases=bs))
             first += rows
         self._emit(ops, i, seg)
         yield Sync("all_to_all", "mlp.combine.all_to_all", sh.ep_group, i, 0, ((a["moe_recv_out"], 0, first * row),),

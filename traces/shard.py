@@ -8,6 +8,15 @@ head when there are fewer KV heads than ranks), ``intermediate_size / tp`` MLP c
 / tp`` expert columns. With ``ep > 1`` experts are whole and spread over the ``ep`` ranks of an EP
 group (``E / ep`` contiguous experts each); the EP groups are consecutive runs of ``ep`` devices
 among the ``dp x tp`` devices of one stage, in device order. See ``docs/trace-format.md``.
+
+Megatron-style for every layer layout but the state-space mixers: biases of column-parallel layers
+(q/k/v, gate/up, experts' gate/up) are split with their columns; biases of row-parallel layers
+(o_proj, down_proj, a TP-split expert's down_proj) are held and added by tp rank 0 only, before the
+all-reduce, so they are added once; norms (LayerNorm biases too) are replicated, q/k norms over all
+heads (OLMoE) split with their heads (their cross-rank sum of squares is not traced); attention sinks are split with their heads; learned position
+embeddings are held by tp rank 0 of stage 0 and added once, before the embedding's all-reduce.
+Recurrent mixers: Mamba-2 and Gated DeltaNet split by heads and groups, Mamba (Jamba) by channels
+(its x_proj row-parallel); their state with them.
 """
 
 from __future__ import annotations
@@ -17,6 +26,20 @@ from dataclasses import dataclass, replace
 from common.errors import UsageError
 from traces.run import RunConfig
 from traces.spec import ModelSpec
+
+
+ROW_PARALLEL_BIASES = ("o_proj.bias", "down_proj.bias", "out_proj.bias")
+# the recurrent mixers' tensors split with their channels / heads (the rest of a mixer is replicated)
+MIXER_SPLIT = {"in_proj", "in_proj_qkvz", "in_proj_ba", "conv1d", "dt_bias", "A_log", "D", "out_proj", "x_proj",
+               "dt_proj"}
+
+
+def check_shardable(spec: ModelSpec) -> None:
+    """Refuse, naming the trait, a model whose layers the sharded lowering does not split (every
+    layout tierlab reads is split today; the check stays for a layout added later)."""
+    if spec.norm_layout not in ("pre", "sandwich", "parallel", "parallel2", "mixer"):
+        raise UsageError(f"{spec.family} (norm_layout {spec.norm_layout}) is lowered on one device only; drop "
+                         "--tp/--pp/--ep/--dp and --pp-microbatches", field="--tp")
 
 
 def stage_layers(spec: ModelSpec, run: RunConfig) -> tuple[int, ...]:
@@ -42,6 +65,12 @@ def check_plan(spec: ModelSpec, run: RunConfig) -> None:
         if (kvh >= tp and kvh % tp) or (kvh < tp and tp % kvh):
             raise UsageError(f"{tp} ranks neither divide the model's {kvh} KV heads nor are a multiple of them",
                              field="--tp")
+    if spec.ssm_inner:
+        mixer = [("Mamba inner size", spec.ssm_inner)] if spec.ssm_version == 1 else \
+            [("state-space heads", spec.ssm_heads), ("state-space groups (key heads)", spec.ssm_groups)]
+        for what, n in mixer:
+            if n % tp:
+                raise UsageError(f"{tp} ranks do not divide the model's {what} {n}", field="--tp")
     dense = [spec.intermediate_size] if any(not spec.is_moe(i) for i in range(spec.num_layers)) else []
     for what, n in [("MLP intermediate size", f) for f in dense] + \
                    ([("MoE intermediate size", spec.moe_intermediate_size)] if spec.num_experts and ep == 1 else []) + \
@@ -122,12 +151,24 @@ class ShardPlan:
             kw["num_kv_heads"] = max(1, s.num_kv_heads // tp)
         if s.num_experts and self.ep == 1:
             kw["moe_intermediate_size"] = s.moe_intermediate_size // tp
+        if s.ssm_inner:          # the mixer's channels, heads and groups (Mamba: channels only)
+            kw["ssm_inner"] = s.ssm_inner // tp
+            if s.ssm_version >= 2:
+                kw.update(ssm_heads=s.ssm_heads // tp, ssm_groups=s.ssm_groups // tp)
         return replace(s, **kw)
+
+    def row_split_bias(self, name: str, expert: int) -> bool:
+        """Whether ``name`` is the bias of a row-parallel layer split over tp ranks (held by rank 0)."""
+        return self.tp > 1 and name.endswith(ROW_PARALLEL_BIASES) and (expert < 0 or self.ep == 1)
 
     def holds(self, shard: Shard, name: str, layer: int, expert: int) -> bool:
         """Whether the device of ``shard`` holds weight ``name``."""
         if layer >= 0:
+            if shard.tp_rank and self.row_split_bias(name, expert):
+                return False
             return layer in shard.layers and (expert < 0 or expert in shard.experts)
+        if name == "embed_positions":
+            return shard.stage == 0 and shard.tp_rank == 0
         if name == "embed_tokens":
             return shard.stage == 0 or (self.spec.tie_word_embeddings and shard.stage == self.last_stage)
         return shard.stage == self.last_stage     # final norm, lm_head
@@ -149,9 +190,18 @@ class ShardPlan:
                  "down_proj", "embed_tokens", "lm_head"}
         if name.endswith(".gate") or name.endswith("e_score_correction_bias"):
             return n * tp                        # router, replicated over tp
-        if base in ("k_proj", "v_proj") and s.attention != "mla" and s.num_kv_heads < tp:
+        if name == "embed_positions" or self.row_split_bias(name, expert):
+            return n                             # tp rank 0 only
+        kv_split = ("k_proj", "v_proj", "k_norm") if s.qk_norm == "full" else ("k_proj", "v_proj")
+        if s.qk_norm == "full":
+            split |= {"q_norm", "k_norm"}        # over all heads: split with them
+        if base in kv_split and s.attention != "mla" and s.num_kv_heads < tp:
             return n * tp // s.num_kv_heads      # one KV head per rank, shared by tp / kv_heads ranks
-        return n if base in split else n * tp
+        if ".mamba." in name or ".linear_attn." in name:
+            if base == "norm":                   # Mamba-2's gated norm over d_inner (per group) splits;
+                return n if s.ssm_version == 2 else n * tp    # Gated DeltaNet's, one head wide, is replicated
+            return n if base in MIXER_SPLIT else n * tp
+        return n if base in split | {"sinks"} else n * tp
 
     def to_dict(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp, "devices": self.devices,

@@ -5,10 +5,13 @@ The state of a decode run is, in bytes:
 * **weights** — every weight tensor exactly as the trace generator declares it (matrices in the
   weights dtype plus group-quantisation scales for int8/int4; 1-D gains and biases in
   :func:`traces.dtypes.vector_dtype`); tied embeddings counted once.
-* **KV** — ``kv_bytes_per_token x context x batch``, where ``kv_bytes_per_token`` is
-  :meth:`traces.spec.ModelSpec.kv_bytes_per_token`: what a trace of the model writes to its KV
-  tensors per token of one sequence (all layers, K and V, or the MLA latent). The trace keeps every
-  position (a sliding-window model is not given a ring buffer), so neither is capacity.
+* **KV** — ``batch x kv_bytes(context)``, where :meth:`traces.spec.ModelSpec.kv_bytes` is the
+  closed form the trace's KV tensors are sized by: full-attention layers keep every position,
+  sliding-window and chunked layers a ring of at most their window / chunk rows, Mamba and Gated
+  DeltaNet layers none. ``kv_bytes_per_token`` (:meth:`~traces.spec.ModelSpec.kv_bytes_per_token`)
+  is its growth while the context is within every window.
+* **state** — ``batch x state_bytes()``: the fixed recurrent state of the Mamba / Gated DeltaNet
+  layers (kind ``state`` in a trace), the same at any context.
 * **activation workspace** — the activation tensors the trace declares for a step of ``chunk``
   tokens per sequence (``chunk = 1``: a decode step; a larger ``chunk`` is the prefill of that many
   tokens at once), flash attention. It does not grow with the context.
@@ -20,7 +23,10 @@ tiers, so a real placement may fall short of a budget summed over several tiers 
 per tier plus the alignment padding; :func:`capacity` reports the padding the default alignment adds.
 
 The memory limit (what fits) is stated separately from the model's own position limit
-(``max_position_embeddings``); the usable context is the smaller of the two. Units: bytes, tokens.
+(``max_position_embeddings``); the usable context is the smaller of the two. A model none of whose
+layers keeps every position (all windowed, chunked or recurrent: Gemma-3-style all-local configs,
+Mamba-2) stops growing once the context passes its largest window: if that fits, memory sets no
+context limit (``memory_context`` is None, ``memory_bounds_context`` False). Units: bytes, tokens.
 """
 
 from __future__ import annotations
@@ -61,6 +67,12 @@ def activation_tensor_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, act
     m = batch * chunk
     h = spec.hidden_size
     widths = [h, h]  # hidden, norm
+    if spec.norm_layout == "parallel2":
+        widths.append(h)  # norm_mlp (Falcon's second LayerNorm)
+    if spec.ssm_inner and any(spec.keeps_state(i) for i in range(spec.num_layers)):
+        d, r, n, c = spec.ssm_inner, spec.ssm_dt_rank, spec.ssm_state, spec.ssm_conv_channels
+        widths += {1: [2 * d, d, r + 2 * n, d, d], 2: [d + c + spec.ssm_heads, c, d],
+                   3: [c + d, 2 * spec.ssm_heads, c, d]}[spec.ssm_version]
     if spec.attention == "mla":
         q_width = spec.num_heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim)
         o_width = spec.num_heads * spec.v_head_dim
@@ -70,7 +82,7 @@ def activation_tensor_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, act
     else:
         q_width = o_width = spec.num_heads * spec.head_dim
         widths += [spec.num_kv_heads * spec.head_dim] * 2  # k, v
-    widths += [q_width, o_width, h]  # q, attn, attn_out
+    widths += [2 * q_width if spec.attn_output_gate else q_width, o_width, h]  # q (+ gate), attn, attn_out
     dense_f = [spec.intermediate_size for i in range(spec.num_layers) if not spec.is_moe(i)]
     dense_f.append(spec.moe_intermediate_size * spec.num_shared_experts)
     f = max(dense_f)
@@ -140,33 +152,51 @@ class Plan:
     batch: int
     chunk: int
     weight_bytes: int
-    kv_bytes_per_token: int            # one sequence, all layers
+    kv_bytes_per_token: int            # one sequence, all layers, while within every window
     activation_bytes: int
     alignment_padding_bytes: int       # what aligning each tensor to the trace default would add
     position_limit: int                # the model's max_position_embeddings
-    memory_context: int                # longest context whose state fits the budget, at ``batch``
+    memory_context: int | None         # longest context whose state fits the budget, at ``batch``;
+    #                                    None: the KV stops growing (no full-attention layer) and fits
     context: int                       # the context the breakdown is for
     max_batch: int | None = None       # with a given context: the largest batch that fits
+    kv_bytes_per_sequence: int = 0     # ModelSpec.kv_bytes(context): one sequence at ``context``
+    state_bytes_per_sequence: int = 0  # fixed recurrent state of one sequence (Mamba, Gated DeltaNet)
+    kv_growth_ends_at: int | None = None   # positions past which the KV stops growing (None: it never does)
+    full_attention_layers: int = 0     # layers whose KV grows with every position
+    windowed_layers: int = 0           # sliding-window and chunked layers (a ring of window rows)
 
     @property
     def kv_bytes(self) -> int:
-        return self.kv_bytes_per_token * self.context * self.batch
+        return self.kv_bytes_per_sequence * self.batch
+
+    @property
+    def state_bytes(self) -> int:
+        return self.state_bytes_per_sequence * self.batch
 
     @property
     def used_bytes(self) -> int:
-        return self.weight_bytes + self.kv_bytes + self.activation_bytes
+        return self.weight_bytes + self.kv_bytes + self.state_bytes + self.activation_bytes
+
+    @property
+    def memory_bounds_context(self) -> bool:
+        return self.memory_context is not None
 
     @property
     def limited_by(self) -> str:
-        return "positions" if self.position_limit < self.memory_context else "memory"
+        if self.memory_context is None or self.position_limit < self.memory_context:
+            return "positions"
+        return "memory"
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["budget"] = asdict(self.budget)
-        d["usable_context"] = min(self.memory_context, self.position_limit)
+        d["usable_context"] = self.position_limit if self.memory_context is None else \
+            min(self.memory_context, self.position_limit)
         d["limited_by"] = self.limited_by
+        d["memory_bounds_context"] = self.memory_bounds_context
         d["breakdown"] = {"weights_bytes": self.weight_bytes, "kv_bytes": self.kv_bytes,
-                          "activation_bytes": self.activation_bytes,
+                          "state_bytes": self.state_bytes, "activation_bytes": self.activation_bytes,
                           "free_bytes": self.budget.total_bytes - self.used_bytes,
                           "total_bytes": self.budget.total_bytes}
         return d
@@ -181,13 +211,49 @@ def _fixed(spec: ModelSpec, budget: Budget, weights: str, batch: int, chunk: int
     return w, activation_bytes(spec, batch, chunk, activations)
 
 
+def kv_growth_end(spec: ModelSpec) -> int | None:
+    """Positions after which one sequence's KV stops growing: the largest window or chunk when no
+    layer keeps every position (0 with no attention layer at all); None when some layer does."""
+    spans = [spec.layer_span(i) for i in spec.attention_layers]
+    if any(kind == "full" for kind, _ in spans):
+        return None
+    return max((span for _, span in spans), default=0)
+
+
+def longest_context(spec: ModelSpec, room: int, batch: int, kv: str) -> int | None:
+    """Largest P with ``batch x kv_bytes(P) <= room`` (0 if not even P = 1 fits; None if every P
+    does, the KV having stopped growing). ``kv_bytes`` is non-decreasing in P: a binary search is exact."""
+    def fits(n):
+        return batch * spec.kv_bytes(n, kv) <= room
+
+    end = kv_growth_end(spec)
+    if end is not None:
+        return None if fits(max(end, 1)) else _last_true(fits, 0, end)
+    full = sum(1 for i in spec.attention_layers if spec.layer_kind(i) == "full")
+    per = batch * full * nbytes_of(spec.kv_row_elements, kv)          # bytes every position adds at least
+    return _last_true(fits, 0, room // per + 1)
+
+
+def _last_true(fits, lo: int, hi: int) -> int:
+    """Largest n in [lo, hi) with fits(n) (lo when none past lo), for fits monotone decreasing; not fits(hi)."""
+    while lo + 1 < hi:  # invariant: fits(lo) (or lo is the floor), not fits(hi)
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def capacity(spec: ModelSpec, budget: Budget, *, weights: str = "bf16", kv: str = "bf16",
              activations: str = "bf16", batch: int = 1, context: int | None = None, chunk: int = 1,
              quant_group: int = 128) -> Plan:
     """Longest context at ``batch`` (always), and with ``context`` the largest batch at that context.
 
-    Raises CapacityError when the weights alone exceed the budget, or when not even one token of KV
-    (at ``batch``, or at batch 1 for a given context) fits beside the weights and workspace.
+    The state a sequence holds is ``kv_bytes(P) + state_bytes()`` (:class:`traces.spec.ModelSpec`):
+    windowed layers stop growing at their window, recurrent layers hold a fixed state. Raises
+    CapacityError when the weights alone exceed the budget, or when not even one token (at
+    ``batch``, or at batch 1 for a given context) fits beside the weights and workspace.
     """
     check_dtype(kv, KV_DTYPES, "kv")
     for name, v in (("--batch", batch), ("--chunk", chunk)):
@@ -197,49 +263,50 @@ def capacity(spec: ModelSpec, budget: Budget, *, weights: str = "bf16", kv: str 
         raise UsageError(f"expected a positive integer, got {context!r}", field="--context")
     w, act = _fixed(spec, budget, weights, batch, chunk, activations, quant_group)
     kvpt = spec.kv_bytes_per_token(kv)
-    if kvpt == 0:   # a pure state-space model (Mamba-2): a fixed state per sequence, no KV to grow
-        raise CapacityError(f"{spec.name} keeps no KV cache (a fixed state of {spec.state_bytes(kv)} B per sequence): "
-                            "its memory does not grow with the context", field="MODEL")
-    left = budget.total_bytes - w - act
-    mem_ctx = max(left, 0) // (kvpt * batch)
-    pad = _padding(spec, weights, kv, activations, batch, chunk, quant_group, max(mem_ctx, 1))
+    state = spec.state_bytes(kv) if spec.ssm_inner else 0
+    end = kv_growth_end(spec)
     common = dict(model=spec.name, budget=budget, weights=weights, kv=kv, activations=activations, chunk=chunk,
-                  weight_bytes=w, kv_bytes_per_token=kvpt, alignment_padding_bytes=pad,
-                  position_limit=spec.max_position_embeddings)
+                  weight_bytes=w, kv_bytes_per_token=kvpt, position_limit=spec.max_position_embeddings,
+                  state_bytes_per_sequence=state, kv_growth_ends_at=end,
+                  full_attention_layers=sum(1 for i in spec.attention_layers if spec.layer_kind(i) == "full"),
+                  windowed_layers=sum(1 for i in spec.attention_layers if spec.layer_kind(i) != "full"))
+    left = budget.total_bytes - w - act
     if context is None:
-        if mem_ctx < 1:
+        room = left - batch * state
+        mem_ctx = longest_context(spec, room, batch, kv) if room >= 0 else 0
+        if mem_ctx is not None and mem_ctx < 1:
             raise CapacityError(f"weights ({w} B) and workspace ({act} B) of {spec.name} leave "
-                                f"{max(left, 0)} B of the {budget.total_bytes} B budget, less than one token of "
-                                f"KV for {batch} sequence(s) ({kvpt * batch} B)", field="--batch")
-        return Plan(batch=batch, activation_bytes=act, memory_context=mem_ctx,
-                    context=min(mem_ctx, spec.max_position_embeddings), **common)
-    best = _largest_batch(spec, budget, w, kvpt, context, chunk, activations)
+                                f"{max(left, 0)} B of the {budget.total_bytes} B budget, less than one token "
+                                f"for {batch} sequence(s) ({batch * (spec.kv_bytes(1, kv) + state)} B of KV "
+                                f"and state)", field="--batch")
+        ctx = spec.max_position_embeddings if mem_ctx is None else min(mem_ctx, spec.max_position_embeddings)
+        return Plan(batch=batch, activation_bytes=act, memory_context=mem_ctx, context=ctx,
+                    kv_bytes_per_sequence=spec.kv_bytes(ctx, kv),
+                    alignment_padding_bytes=_padding(spec, weights, kv, activations, batch, chunk, quant_group,
+                                                     max(ctx, 1)), **common)
+    seq = spec.kv_bytes(context, kv) + state
+    best = _largest_batch(spec, budget, w, seq, chunk, activations)
     if best < 1:
         act1 = activation_bytes(spec, 1, chunk, activations)
-        raise CapacityError(f"a context of {context} tokens needs {kvpt * context} B of KV per sequence; "
+        raise CapacityError(f"a context of {context} tokens needs {seq} B of KV and state per sequence; "
                             f"weights ({w} B) and workspace ({act1} B) leave "
                             f"{max(budget.total_bytes - w - act1, 0)} B of the {budget.total_bytes} B budget",
                             field="--context")
     act_b = activation_bytes(spec, best, chunk, activations)
     return Plan(batch=best, activation_bytes=act_b,
-                memory_context=(budget.total_bytes - w - act_b) // (kvpt * best),
-                context=context, max_batch=best, **common)
+                memory_context=longest_context(spec, budget.total_bytes - w - act_b - best * state, best, kv),
+                context=context, max_batch=best, kv_bytes_per_sequence=spec.kv_bytes(context, kv),
+                alignment_padding_bytes=_padding(spec, weights, kv, activations, best, chunk, quant_group, context),
+                **common)
 
 
-def _largest_batch(spec, budget, w, kvpt, context, chunk, activations) -> int:
-    """Largest batch b with weights + b*context*kvpt + workspace(b) <= budget (0 if none);
-    the state grows with b, so a binary search is exact."""
+def _largest_batch(spec, budget, w, seq, chunk, activations) -> int:
+    """Largest batch b with weights + b x seq + workspace(b) <= budget (0 if none), ``seq`` the KV
+    and state bytes of one sequence; the state grows with b, so a binary search is exact."""
     def fits(b):
-        return w + b * context * kvpt + activation_bytes(spec, b, chunk, activations) <= budget.total_bytes
+        return w + b * seq + activation_bytes(spec, b, chunk, activations) <= budget.total_bytes
 
-    lo, hi = 0, max(1, budget.total_bytes // max(1, context * kvpt)) + 1
-    while lo + 1 < hi:  # invariant: fits(lo) (or lo == 0), not fits(hi)
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _last_true(fits, 0, max(1, budget.total_bytes // max(1, seq)) + 1)
 
 
 def _padding(spec, weights, kv, activations, batch, chunk, quant_group, context) -> int:
@@ -247,5 +314,10 @@ def _padding(spec, weights, kv, activations, batch, chunk, quant_group, context)
     a = DEFAULT_ALIGNMENT
     sizes = weight_tensor_bytes(spec, weights, quant_group) + activation_tensor_bytes(spec, batch, chunk, activations)
     parts = 1 if spec.attention == "mla" else 2
-    sizes += [batch * context * (nbytes_of(spec.kv_row_elements, kv) // parts)] * (parts * spec.num_layers)
+    row = nbytes_of(spec.kv_row_elements, kv) // parts
+    for i in range(spec.num_layers):
+        if spec.keeps_state(i):
+            sizes += [batch * nbytes_of(e, kv) for e in spec.state_elements()]
+        else:
+            sizes += [batch * spec.kv_rows(i, context) * row] * parts
     return sum(-(-s // a) * a - s for s in sizes)
