@@ -86,7 +86,7 @@ def test_longest_context_equals_brute_force(name, batch, room):
     assert br["weights_bytes"] + br["kv_bytes"] + br["state_bytes"] + br["activation_bytes"] + br["free_bytes"] == budget
     assert br["free_bytes"] >= 0 and br["kv_bytes"] == batch * kept(spec, plan.context)
     if brute is None:   # every layer windowed or recurrent: memory sets no limit, and the output says so
-        assert d["memory_context"] is None and d["memory_bounds_context"] is False
+        assert d["memory_context"] == d["position_limit"] and d["memory_bounds_context"] is False
         assert d["usable_context"] == spec.max_position_embeddings and d["limited_by"] == "positions"
 
 
@@ -141,7 +141,8 @@ def test_state_space_model_cli_says_memory_sets_no_limit():
     b = d["max_batch"]        # fixed state per sequence: the batch is what the state allows
     act = lambda n: activation_bytes(load_model("mamba-codestral-7b"), n)
     assert w + b * 139460608 + act(b) <= 24 * 10**9 < w + (b + 1) * 139460608 + act(b + 1)
-    assert d["breakdown"]["state_bytes"] == b * 139460608 and d["memory_context"] is None
+    assert d["breakdown"]["state_bytes"] == b * 139460608 and not d["memory_bounds_context"]
+    assert d["memory_context"] == d["position_limit"]
 
 
 @pytest.mark.parametrize("name", ["gpt-oss-20b", "gemma-3-4b", "jamba-v0.1", "mistral-7b"])

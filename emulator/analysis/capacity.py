@@ -26,7 +26,8 @@ The memory limit (what fits) is stated separately from the model's own position 
 (``max_position_embeddings``); the usable context is the smaller of the two. A model none of whose
 layers keeps every position (all windowed, chunked or recurrent: Gemma-3-style all-local configs,
 Mamba-2) stops growing once the context passes its largest window: if that fits, memory sets no
-context limit (``memory_context`` is None, ``memory_bounds_context`` False). Units: bytes, tokens.
+context limit (``memory_context`` is None, ``memory_bounds_context`` False; in ``to_dict``, the
+``--json``, ``memory_context`` stays an integer, the model's position limit, all of which fits). Units: bytes, tokens.
 """
 
 from __future__ import annotations
@@ -195,6 +196,8 @@ class Plan:
             min(self.memory_context, self.position_limit)
         d["limited_by"] = self.limited_by
         d["memory_bounds_context"] = self.memory_bounds_context
+        if self.memory_context is None:     # --json keeps an integer: every position up to the limit fits
+            d["memory_context"] = self.position_limit
         d["breakdown"] = {"weights_bytes": self.weight_bytes, "kv_bytes": self.kv_bytes,
                           "state_bytes": self.state_bytes, "activation_bytes": self.activation_bytes,
                           "free_bytes": self.budget.total_bytes - self.used_bytes,

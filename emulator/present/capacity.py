@@ -21,7 +21,7 @@ def format_plan(d: dict) -> str:
         lines.append(f"largest batch at context {d['context']}: {d['max_batch']}")
         if d["context"] > d["position_limit"]:
             lines.append(f"note: context {d['context']} exceeds the model's position limit {d['position_limit']}")
-    if d["memory_context"] is None:
+    if not d["memory_bounds_context"]:
         end = d["kv_growth_ends_at"]
         mem = (f"memory limit: none at batch {d['batch']} (no layer keeps every position: "
                + (f"the KV stops growing at {end} tokens" if end else "no KV at all") + ", and that fits)")
