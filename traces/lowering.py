@@ -26,20 +26,6 @@ from traces.spec import ModelSpec, WeightShape
 from traces.writer import TraceWriter
 
 
-def check_shardable(spec: ModelSpec) -> None:
-    """Refuse, naming the trait, a model whose layers the sharded lowering does not split (it lowers
-    the pre-norm decoder layer of Llama, Mistral, Qwen, Phi-3, DeepSeek, GLM-4.5 and Llama 4)."""
-    traits = [("norm_layout", spec.norm_layout != "pre"), ("Mamba layers", bool(spec.ssm_inner)),
-              ("learned positions", bool(spec.learned_positions)), ("attention sinks", spec.sinks),
-              ("expert biases", spec.expert_bias or spec.gate_bias), ("q/k norms over all heads", spec.qk_norm == "full"),
-              ("shared-expert gate", spec.shared_expert_gate), ("o_proj / MLP biases", spec.o_bias or spec.mlp_bias),
-              ("LayerNorm", spec.norm != "rms")]
-    for what, has in traits:
-        if has:
-            raise UsageError(f"{spec.family} ({what}) is lowered on one device only; drop --tp/--pp/--ep/--dp "
-                             "and --pp-microbatches", field="--tp")
-
-
 class Lowering:
     def __init__(self, spec: ModelSpec, run: RunConfig, w: TraceWriter, segments: list[Segment]):
         self.spec, self.run, self.w = spec, run, w
