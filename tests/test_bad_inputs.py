@@ -783,11 +783,32 @@ CASES = [
          "14600000000 B budget, less than one token for 1 sequence(s) (139460608 B of KV and state)"),
     Case("arg-tp-unsplit-family", ["trace", "mamba-codestral-7b", *TRACE_OUT, "--generate", "1", "--tp", "16"],
          "--tp: 16 ranks do not divide the model's state-space groups (key heads) 8"),
+    # -- systems on the command line: a trace of several devices is replayed on a system ----------
+    Case("replay-devices-on-one-chip", ["replay", "{tmp}/t.trace", "--chip", "h100"],
+         "--chip: {tmp}/t.trace is a trace of 2 devices; replay it on a system (--system NAME) or trace it "
+         "for one device", lambda tmp: _tp2_trace(tmp / "t.trace")),
+    Case("run-devices-on-one-chip", ["run", str(TINY), "--chip", "h100", "--tp", "2", "--generate", "1"],
+         "--chip: --tp/--pp/--ep/--dp make 2 devices; replay them on a system (--system NAME), not one chip"),
+    Case("replay-system-and-chip", ["replay", str(GOLDEN), "--chip", "h100", "--system", "dgx-h100"],
+         "--chip: give exactly one of --chip and --system"),
+    Case("replay-system-too-small", ["replay", "{tmp}/t.trace", "--system", "{tmp}/s.toml"],
+         "--system or --tp: the trace needs 2 devices; one has 1 chips", lambda tmp: (_tp2_trace(tmp / "t.trace"),
+          (tmp / "s.toml").write_text((DATA.parent.parent / "configs" / "systems" / "dgx-h100.toml").read_text()
+                                      .replace('name = "dgx-h100"', 'name = "one"').replace("chips = 8", "chips = 1")
+                                      .replace("chips_per_node = 8", "chips_per_node = 1")))),
     # -- crosscheck (issue 14): partial rotary ----------------------------------------------------
     Case("config-partial-rotary-out-of-range", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: partial_rotary_factor: expected a fraction in (0, 1], got 1.5",
          {"m.json": json.dumps(_preset("glm-4.5-air", partial_rotary_factor=1.5))}),
 ]
+
+
+def _tp2_trace(out: Path) -> None:
+    from traces.lower import generate_trace
+    from traces.run import RunConfig
+    from traces.spec import load_model
+
+    generate_trace(load_model(str(TINY)), RunConfig(context=8, generate=1, tp=2), out)
 
 
 def _materialise(files, tmp: Path) -> None:

@@ -9,7 +9,11 @@ import json
 
 import click
 
+from common.errors import UsageError
+
 from emulator.cli.execution import apply_execution, execution_options
+from emulator.cli.on_system import (check_algorithm, check_system_run, check_target, chip_optional,
+                                    system_options, system_replay_and_report)
 from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
 from emulator.cli.progress import counting_bar
 from emulator.cli.views import check_views, view_options, write_chip_views
@@ -73,6 +77,9 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     from traces.reader import open_trace
 
     trace = open_trace(trace)
+    if trace.n_devices > 1:     # each device has its own address space: one chip cannot hold them as one
+        raise UsageError(f"{trace.path} is a trace of {trace.n_devices} devices; replay it on a system "
+                         "(--system NAME) or trace it for one device", field="--chip")
     with counting_bar(trace.n_accesses, unit="desc", desc="replay") as progress:
         tr = replay_trace(trace, chip, options_from(kw), extra_rules=placement_rules(kw.get("place")),
                           progress=progress)
@@ -88,12 +95,25 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     return d
 
 
+@chip_optional
 @click.command("replay")
 @click.argument("trace", type=click.Path())
 @replay_options
+@system_options
 @view_options
 @force_option
 @json_option
 def command(trace, force, as_json, **kw):
-    """Replay TRACE on a chip: bytes per tier and link, hits, energy and latency per token."""
+    """Replay TRACE on a chip, or a trace of several devices on a system: bytes per tier and link,
+    hits, energy and latency per token."""
+    check_target(kw)
+    if kw.get("system"):
+        from emulator.system.systemfile import load_system
+
+        check_algorithm(load_system(kw["system"]), kw.get("collective_algo", "auto"))
+        check_system_run(kw)
+        check_views(kw, force=force)
+        kw["force"] = force
+        system_replay_and_report(trace, kw, options_from(kw), as_json=as_json)
+        return
     replay_and_report(trace, kw, as_json=as_json, force=force)

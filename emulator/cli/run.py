@@ -14,77 +14,12 @@ from pathlib import Path
 import click
 
 from common.errors import UsageError
-from emulator.cli.options import force_option, json_option, placement_rules
+from emulator.cli.on_system import (check_algorithm, check_system_run, check_target, chip_optional,
+                                    system_options, system_replay_and_report)
+from emulator.cli.options import force_option, json_option
 from emulator.cli.replay import options_from, replay_and_report, replay_options
 from emulator.cli.trace import run_options, run_config_from_options
-from emulator.cli.views import check_views, view_options, write_system_views
-from emulator.network.collective import ALGORITHM_NAMES
-
-
-def chip_optional(cmd):
-    """``--chip`` of :func:`replay_options` made optional (``--system`` is its alternative)."""
-    for p in cmd.params:
-        if p.name == "chip":
-            p.required = False
-            p.help = "Chip preset name (see `tierlab chips`) or a chip .toml file (or --system)."
-    return cmd
-
-
-def system_options(f):
-    """``--system`` and ``--collective-algo``."""
-    f = click.option("--collective-algo", type=click.Choice(["auto", *ALGORITHM_NAMES]), default="auto",
-                     show_default=True,
-                     help="Collective algorithm where it serves the collective's kind (others: auto); one "
-                          "the fabric cannot run is an error.")(f)
-    return click.option("--system", default=None,
-                        help="System preset (see `tierlab systems`) or a system .toml file: replay every "
-                             "device of the trace on its chip and cost the collectives on its network.")(f)
-
-
-def check_target(kw: dict) -> None:
-    """Exactly one of ``--chip`` and ``--system``."""
-    if bool(kw.get("chip")) == bool(kw.get("system")):
-        raise UsageError("give exactly one of --chip and --system" if kw.get("chip") else
-                         "give --chip NAME or --system NAME", field="--chip")
-
-
-def check_algorithm(system, algo: str) -> None:
-    """An algorithm the system's scale-up fabric cannot run at all fails before any tracing."""
-    from emulator.network.collective import Group, refusal
-    from emulator.network.registry import ALGORITHMS
-
-    if algo == "auto" or system.n_chips < 2:
-        return
-    group = Group(tuple(range(min(2, system.chips_per_node))), system) if system.chips_per_node >= 2 else \
-        Group((0, system.chips_per_node), system)
-    kind = ALGORITHMS[algo].kinds[0]
-    why = refusal(algo, kind, group)
-    if why is not None:
-        raise UsageError(f"{algo!r} cannot run on {system.name}: {why}", field="--collective-algo")
-
-
-def system_replay_and_report(trace, kw: dict, *, as_json: bool) -> dict:
-    """Replay ``trace`` on ``kw["system"]``; print the tables or JSON."""
-    from emulator.analysis.system_result import to_json
-    from emulator.cli.progress import counting_bar
-    from emulator.cost.system_cost import cost_system
-    from emulator.present.system_report import format_system_text
-    from emulator.system.systemfile import load_system
-    from emulator.system_pipeline import check_fits, replay_system
-    from traces.reader import open_trace
-
-    system = load_system(kw["system"])
-    rules = placement_rules(kw.get("place"))
-    trace = open_trace(trace)
-    check_fits(trace, system)
-    with counting_bar(trace.n_accesses, unit="desc", desc="replay") as progress:
-        sr = replay_system(trace, system, options_from(kw), extra_rules=rules,
-                           collective_algo=kw.get("collective_algo", "auto"), progress=progress)
-    sc = cost_system(sr)
-    d = to_json(sr, sc)
-    write_system_views(kw, d, sr, sc, force=kw.get("force", False))
-    click.echo(json.dumps(d, indent=2) if as_json else format_system_text(d))
-    return d
+from emulator.cli.views import check_views, view_options
 
 
 @chip_optional
@@ -118,21 +53,18 @@ def command(model, keep_trace, force, as_json, **kw):
         if n > system.n_chips:
             raise UsageError(f"the trace needs {n} devices; {system.name} has {system.n_chips} chips",
                              field="--system or --tp")
-        if kw.get("output"):
-            raise UsageError("-o/--output (the per-op Parquet) applies to a --chip run", field="--output")
-        for name in ("fusion", "overlap", "kernel_overhead"):   # the calibrated latency is a one-chip figure
-            if kw.get(name) is not None:
-                raise UsageError("the calibrated latency applies to a --chip run, not --system",
-                                 field=f"--{name.replace('_', '-')}")
-        placement_rules(kw.get("place"))
+        check_system_run(kw)
 
         def report(path):
-            system_replay_and_report(path, kw, as_json=as_json)
+            system_replay_and_report(path, kw, options_from(kw), as_json=as_json)
     else:
         from emulator.chip.chipfile import load_chip
         from emulator.cli.execution import apply_execution
 
         apply_execution(load_chip(kw["chip"]), kw)  # a bad chip or --kernel-overhead fails before the (long) tracing
+        if getattr(run, "devices", 1) > 1:
+            raise UsageError(f"--tp/--pp/--ep/--dp make {run.devices} devices; replay them on a system "
+                             "(--system NAME), not one chip", field="--chip")
 
         def report(path):
             replay_and_report(path, kw, as_json=as_json, force=force)
