@@ -62,8 +62,13 @@ def write_requests(trace, chip: str, tier: str, fmt: str, out, *, force: bool = 
     from common.atomic import atomic_path
     from emulator.analysis.tier_requests import tier_requests
 
+    from emulator.cli.progress import counting_bar
+
     n = 0
-    with atomic_path(out, force=force) as tmp, open(tmp, "w") as f:
+    # the requests of a model's run are many (hundreds of millions for a few tokens of an 8 B model):
+    # a bar of requests written on stderr when it is a terminal
+    with atomic_path(out, force=force) as tmp, open(tmp, "w") as f, \
+            counting_bar(None, unit="req", desc=f"requests at {tier}") as advance:
         for addr, write in tier_requests(trace, chip, tier):
             if fmt == "ramulator":
                 f.writelines([f"ST 0x{a:x}\n" if w else f"LD 0x{a:x}\n"
@@ -72,6 +77,8 @@ def write_requests(trace, chip: str, tier: str, fmt: str, out, *, force: bool = 
                 f.writelines([f"0x{a:x} {'WRITE' if w else 'READ'} {n + k}\n"
                               for k, (a, w) in enumerate(zip(addr.tolist(), write.tolist()))])
             n += len(addr)
+            if advance is not None:
+                advance(len(addr))
     return n
 
 
