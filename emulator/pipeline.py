@@ -38,6 +38,50 @@ class TraceReplay:
     pim: object = None     # emulator.cost.pim.PimPlan: where each op ran (None: no op ran in memory)
 
 
+@dataclass
+class Placed:
+    """A trace on a chip before its replay: both opened, every tensor placed, the PIM plan made, and
+    the tensor table's columns as the engine takes them."""
+
+    trace: Trace
+    chip: Chip
+    placement: object      # emulator.chip.placement.Placement
+    pim: object            # emulator.cost.pim.PimPlan or None
+    address: np.ndarray
+    nbytes: np.ndarray
+    kinds: np.ndarray
+    home: np.ndarray
+
+
+def placed(trace, chip: Chip | str, options: ReplayOptions, extra_rules=()) -> Placed:
+    """Open ``trace`` and ``chip`` if given by name, place the tensors and plan PIM (what
+    :func:`replay_trace` and :func:`emulator.analysis.tier_requests.tier_requests` both start from)."""
+    if not isinstance(trace, Trace):
+        trace = open_trace(trace)
+    if not isinstance(chip, Chip):
+        chip = load_chip(chip)
+    placement = place(chip, trace.tensors, extra_rules, align_bytes=trace.alignment or 1)
+    t = trace.tensors
+    home = np.asarray(placement.home, np.int64)
+    return Placed(trace=trace, chip=chip, placement=placement,
+                  pim=plan_for_trace(chip, trace, home, enabled=options.pim, batch_rows=options.batch_rows),
+                  address=t.column("address").to_numpy().astype(np.int64),
+                  nbytes=t.column("nbytes").to_numpy().astype(np.int64),
+                  kinds=kind_index(t.column("kind").to_pylist()), home=home)
+
+
+def access_batches(trace: Trace, pim, batch_rows: int):
+    """The trace's access batches as the door takes them: the seven columns as read (uint32/uint64,
+    zero-copy: the door takes any integer type, and the stream kernels expand them without a copy to
+    int64 first) and each row's PIM flag (all 0 without a plan)."""
+    for rb in trace.iter_accesses(batch_rows):
+        op, tid = rb.column(0).to_numpy(), rb.column(1).to_numpy()
+        write = rb.column(6).to_numpy(zero_copy_only=False)
+        flag = np.zeros(len(op), np.int64) if pim is None else pim.flags(op, tid, write)
+        yield (op, tid, rb.column(2).to_numpy(), rb.column(3).to_numpy(), rb.column(4).to_numpy(),
+               rb.column(5).to_numpy(), write, flag)
+
+
 def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions(), *,
                  extra_rules=(), progress: Callable[[int], None] | None = None) -> TraceReplay:
     """Replay a trace (a path or an opened :class:`traces.reader.Trace`) on a chip (object or name).
@@ -46,36 +90,17 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
     below a tier's block raises TraceError. ``progress(n)``, if given, is called with the number of
     access descriptors of each batch replayed (the CLI draws a bar with it).
     """
-    if not isinstance(trace, Trace):
-        trace = open_trace(trace)
-    if not isinstance(chip, Chip):
-        chip = load_chip(chip)
-    placement = place(chip, trace.tensors, extra_rules, align_bytes=trace.alignment or 1)
-    t = trace.tensors
-    addr = t.column("address").to_numpy().astype(np.int64)
-    nbytes = t.column("nbytes").to_numpy().astype(np.int64)
-    kinds = kind_index(t.column("kind").to_pylist())
-    home = np.asarray(placement.home, np.int64)
-    pim = plan_for_trace(chip, trace, home, enabled=options.pim, batch_rows=options.batch_rows)
-
-    def batches():
-        # the columns as read (uint32/uint64, zero-copy): the door takes any integer type, and the
-        # stream kernels expand them without a copy to int64 first
-        for rb in trace.iter_accesses(options.batch_rows):
-            op, tid = rb.column(0).to_numpy(), rb.column(1).to_numpy()
-            write = rb.column(6).to_numpy(zero_copy_only=False)
-            flag = np.zeros(len(op), np.int64) if pim is None else \
-                pim.flags(op, tid, write)
-            yield (op, tid, rb.column(2).to_numpy(), rb.column(3).to_numpy(), rb.column(4).to_numpy(),
-                   rb.column(5).to_numpy(), write, flag)
+    p = placed(trace, chip, options, extra_rules)
+    trace, chip, pim = p.trace, p.chip, p.pim
 
     try:
-        result = replay_arrays(chip.tiers, tensor_address=addr, tensor_nbytes=nbytes, tensor_home=home,
-                               tensor_kind=kinds, batches=batches, n_ops=trace.n_ops,
-                               lent_bytes=placement.lent_bytes, options=options, progress=progress,
-                               pim=pim is not None)
+        result = replay_arrays(chip.tiers, tensor_address=p.address, tensor_nbytes=p.nbytes,
+                               tensor_home=p.home, tensor_kind=p.kinds,
+                               batches=lambda: access_batches(trace, pim, options.batch_rows),
+                               n_ops=trace.n_ops, lent_bytes=p.placement.lent_bytes, options=options,
+                               progress=progress, pim=pim is not None)
     except TraceError as err:
         if err.file is None:      # the tensor table's addresses do not suit this chip
             err.file = str(trace.path / "tensors.arrow")
         raise
-    return TraceReplay(chip=chip, trace=trace, placement=placement, options=options, result=result, pim=pim)
+    return TraceReplay(chip=chip, trace=trace, placement=p.placement, options=options, result=result, pim=pim)

@@ -15,12 +15,10 @@ import numpy as np
 from common.errors import TraceError, UsageError
 from emulator.chip.chipfile import load_chip
 from emulator.chip.hierarchy import Chip
-from emulator.chip.placement import place
-from emulator.cost.pim import plan_for_trace
 from emulator.engine.door import prepare
-from emulator.engine.geometry import kind_index
 from emulator.engine.options import ReplayOptions
 from emulator.engine.requests import RequestRecorder
+from emulator.pipeline import access_batches, placed
 from traces.reader import Trace, open_trace
 
 
@@ -41,25 +39,13 @@ def tier_requests(trace, chip, tier_name: str, options: ReplayOptions = ReplayOp
         raise UsageError(f"the trace has {trace.n_devices} devices; requests are exported for a one-device "
                          "trace on one chip", file=str(trace.path))
     target = names.index(tier_name)
-    placement = place(chip, trace.tensors, extra_rules, align_bytes=trace.alignment or 1)
-    t = trace.tensors
-    addr = t.column("address").to_numpy().astype(np.int64)
-    nbytes = t.column("nbytes").to_numpy().astype(np.int64)
-    kinds = kind_index(t.column("kind").to_pylist())
-    home = np.asarray(placement.home, np.int64)
-    pim = plan_for_trace(chip, trace, home, enabled=options.pim, batch_rows=options.batch_rows)
+    p = placed(trace, chip, options, extra_rules)
     try:
-        geo, tensors = prepare(chip.tiers, addr, nbytes, home, kinds, placement.lent_bytes, options)
+        geo, tensors = prepare(chip.tiers, p.address, p.nbytes, p.home, p.kinds, p.placement.lent_bytes, options)
     except TraceError as err:
         if err.file is None:      # the tensor table's addresses do not suit this chip
             err.file = str(trace.path / "tensors.arrow")
         raise
     recorder = RequestRecorder(geo, tensors, target, options, chunk=chunk)
-    for rb in trace.iter_accesses(options.batch_rows):
-        op = rb.column(0).to_numpy()
-        tid = rb.column(1).to_numpy()
-        write = rb.column(6).to_numpy(zero_copy_only=False)
-        flag = np.zeros(len(op), np.int64) if pim is None else \
-            pim.flags(op.astype(np.int64), tid.astype(np.int64), write)
-        yield from recorder.feed(tid, rb.column(2).to_numpy(), rb.column(3).to_numpy(), rb.column(4).to_numpy(),
-                                 rb.column(5).to_numpy(), write, flag)
+    for _op, tid, offset, nbytes, count, stride, write, flag in access_batches(trace, p.pim, options.batch_rows):
+        yield from recorder.feed(tid, offset, nbytes, count, stride, write, flag)
