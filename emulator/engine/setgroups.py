@@ -96,6 +96,20 @@ def _down(rw, tid, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
 
 
 @njit(nogil=True)
+def _count_fills(nr, ci, rw, fetch, b0, tid, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
+    """``nr`` blocks of ``tid`` miss tier 0 and are filled there: fetched from below when ``fetch``
+    (else counted unfetched), then read (``rw`` 0) or written at tier 0."""
+    cf[ci + MISSES] += nr
+    cf[ci + FILLS] += nr
+    if fetch:
+        cf[ci + BYTES_WRITTEN] += nr * b0
+        _down(0, tid, nr, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+    else:
+        cf[ci + UNFETCHED] += nr
+    cf[ci + (BYTES_WRITTEN if rw else BYTES_READ)] += nr * b0
+
+
+@njit(nogil=True)
 def _writeback(vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     """``n`` dirty blocks of tensor ``vt`` leave tier 0: writebacks, and the write farther down."""
     cv = row * s_row + t_kind[vt] * s_kind
@@ -125,15 +139,7 @@ def _misses(r_base, n, t, a_first, S, W, rw, tid, row, fetch, ent, cf, s_row, s_
         cf[ci + EVICTIONS] += n_own
         if rw:
             _writeback(tid, n_own, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
-    nr = t * n
-    cf[ci + MISSES] += nr
-    cf[ci + FILLS] += nr
-    if fetch:
-        cf[ci + BYTES_WRITTEN] += nr * b0
-        _down(0, tid, nr, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
-    else:
-        cf[ci + UNFETCHED] += nr
-    cf[ci + (BYTES_WRITTEN if rw else BYTES_READ)] += nr * b0
+    _count_fills(t * n, ci, rw, fetch, b0, tid, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
     for e in range(W - 1, n_old - 1, -1):               # survivors move down by t
         for f in range(3):
             ent[f, r_base + e] = ent[f, r_base + e - t]
@@ -327,15 +333,7 @@ def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_ro
         cf[ci + EVICTIONS] += n_own
         if rw and n_own > 0:
             _writeback(tid, n_own, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
-        nr = m * n
-        cf[ci + MISSES] += nr
-        cf[ci + FILLS] += nr
-        if fetch:
-            cf[ci + BYTES_WRITTEN] += nr * b0
-            _down(0, tid, nr, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
-        else:
-            cf[ci + UNFETCHED] += nr
-        cf[ci + (BYTES_WRITTEN if rw else BYTES_READ)] += nr * b0
+        _count_fills(m * n, ci, rw, fetch, b0, tid, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
         rb = K2 * W                     # group K2 takes row K2
         for p in range(W):              # youngest first: the interval's last block, ...
             ent[0, rb + p] = a0 + (m - 1 - p) * S
