@@ -234,14 +234,18 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
             hint = f" (did you mean {near}?)" if near else f"; presets: {', '.join(names)}"
             raise ConfigError(f"no such model preset or config file{hint}", file=str(name_or_path))
         p = preset
+    name = p.parent.name if p.name == "config.json" else p.stem
+    return spec_from_config(read_config_json(p), name=name, file=str(p))
+
+
+def read_config_json(p: Path):
+    """The parsed JSON of a config file; unreadable or malformed JSON is a ConfigError naming it."""
     try:
-        config = json.loads(p.read_text())
+        return json.loads(p.read_text())
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read: {err}", file=str(p)) from None
     except json.JSONDecodeError as err:
         raise ConfigError(f"malformed JSON at line {err.lineno} column {err.colno}: {err.msg}", file=str(p)) from None
-    name = p.parent.name if p.name == "config.json" else p.stem
-    return spec_from_config(config, name=name, file=str(p))
 
 
 def spec_from_config(config: dict, *, name: str = "model", file: str | None = None) -> ModelSpec:

@@ -13,13 +13,12 @@ from common.errors import ConfigError, UsageError
 from common.paths import configs_dir
 from traces.run import RunConfig
 from traces.segments import plan_segments
+from traces.spec import read_config_json
 
 
 def read_config(name_or_path: str) -> tuple[dict, str, str]:
     """A preset name, a ``config.json`` or a directory holding one -> (config dict, name, file).
     Any family Transformers knows is accepted here; nothing is read into a tierlab ModelSpec."""
-    import json
-
     p = Path(name_or_path)
     if p.is_dir():
         p = p / "config.json"
@@ -28,12 +27,7 @@ def read_config(name_or_path: str) -> tuple[dict, str, str]:
     if not p.is_file():
         raise ConfigError("no such model preset, config file or directory holding a config.json",
                           file=str(name_or_path))
-    try:
-        config = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read: {err}", file=str(p)) from None
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"malformed JSON at line {err.lineno} column {err.colno}: {err.msg}", file=str(p)) from None
+    config = read_config_json(p)
     if not isinstance(config, dict):
         raise ConfigError("expected a JSON object", file=str(p))
     return config, (p.parent.name if p.name == "config.json" else p.stem), str(p)
