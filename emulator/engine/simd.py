@@ -67,6 +67,16 @@ def _vector_ptr(builder, data, base, n):
     return builder.bitcast(builder.gep(data, [base]), ir.PointerType(ir.VectorType(data.type.pointee, n)))
 
 
+def _load_opaque(builder, ptr, elt, n):
+    """The ``n`` words at ``ptr``, ANDed with an all-ones word the optimiser cannot see through (an
+    empty asm; hoisted out of loops): a blend of loaded words stored back to where they came from
+    would otherwise become a masked store where a set spans several host vectors (AVX2: a 16-way
+    int32 or an 8-way int64 set), slow on AMD CPUs before Zen 4; so a plain store on every host."""
+    ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
+                        [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
+    return builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
+
+
 VECTOR_WAYS = (2, 4, 8, 16, 32)   # run-time way counts switched to the vector form
 
 
@@ -159,14 +169,8 @@ def _intrinsics(elt: ir.IntType):
                 # the lane before them. Lane masks only: a select on the scalar ``move`` would
                 # become a branch
                 ptr = _vector_ptr(builder, data, base_v, n)
-                # the lanes kept are ANDed with an all-ones word the optimiser cannot see through
-                # (an empty asm; hoisted out of the loop): a blend of the loaded words stored back
-                # to where they came from would otherwise become a masked store where the set spans
-                # several host vectors (AVX2: a 16-way int32 or an 8-way int64 set), which is slow
-                # on AMD CPUs before Zen 4; a plain store on every host
-                ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
-                                    [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
-                old = builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
+                # the lanes kept are loaded through _load_opaque: a plain store on every host
+                old = _load_opaque(builder, ptr, elt, n)
                 shifted = builder.shuffle_vector(old, old, ir.Constant(ir.VectorType(_I32, n), [0] + list(range(n - 1))))
                 lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
                 keep_way = builder.sub(ir.Constant(_I64, 0), builder.zext(builder.not_(move_v), _I64))
@@ -204,11 +208,9 @@ def _intrinsics(elt: ir.IntType):
             def vector(n):
                 # one two-source shuffle puts the word in lane 0 and every way one down; one blend
                 # on the (data) flag keeps or takes it. The loaded words are ANDed with the opaque
-                # all-ones word for the reason given in set_put
+                # all-ones word (_load_opaque)
                 ptr = _vector_ptr(builder, data, base_v, n)
-                ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
-                                    [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
-                old = builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
+                old = _load_opaque(builder, ptr, elt, n)
                 pushed = builder.shuffle_vector(old, _splat(builder, word_v, n),
                                                 ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
                 flag = builder.icmp_signed("!=", _splat(builder, builder.zext(push_v, elt), n),
@@ -239,9 +241,7 @@ def _intrinsics(elt: ir.IntType):
                 # lanes 0..way take the words pushed one down with the word in lane 0 (one
                 # two-source shuffle), the others keep theirs: one compare and one blend
                 ptr = _vector_ptr(builder, data, base_v, n)
-                ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
-                                    [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
-                old = builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
+                old = _load_opaque(builder, ptr, elt, n)
                 pushed = builder.shuffle_vector(old, _splat(builder, word_v, n),
                                                 ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
                 lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
