@@ -21,9 +21,11 @@ sharing its counts (``dedupe=False`` replays every device). **Distinct slices re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import threading
+import types
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -33,7 +35,9 @@ import pyarrow as pa
 
 from common.errors import TraceError, UsageError
 from emulator.engine.options import ReplayOptions
-from emulator.pipeline import TraceReplay, replay_trace
+from emulator.engine.door import replay_twins
+from emulator.engine.scatter import scatter_rows
+from emulator.pipeline import TraceReplay, placed, replay_trace
 from emulator.system.model import System
 from emulator.system.systemfile import load_system
 from traces import format as fmt
@@ -52,16 +56,18 @@ class SliceTrace(Trace):
     """
 
     def __init__(self, parent: Trace, device: int, op_device: np.ndarray | None = None,
-                 tensor_device: np.ndarray | None = None, op_rows: pa.Table | None = None):
+                 tensor_device: np.ndarray | None = None, op_rows: pa.Table | None = None, *,
+                 op_ids: np.ndarray | None = None, tensor_ids: np.ndarray | None = None,
+                 tensor_rows: pa.Table | None = None):
         self.parent = parent
         self.device = device
-        self.op_ids = np.nonzero((parent.op_device if op_device is None else op_device) == device)[0]
-        self.tensor_ids = np.nonzero((parent.tensor_device if tensor_device is None else tensor_device) == device)[0]
-        self._op_local = np.full(parent.n_ops, -1, np.int64)
-        self._op_local[self.op_ids] = np.arange(len(self.op_ids))
-        self._tensor_local = np.full(parent.n_tensors, -1, np.int64)
-        self._tensor_local[self.tensor_ids] = np.arange(len(self.tensor_ids))
-        tensors = _renumber(_rows(parent.tensors, self.tensor_ids), "tensor_id", fmt.TENSORS_SCHEMA)
+        if op_ids is None:
+            op_ids = np.nonzero((parent.op_device if op_device is None else op_device) == device)[0]
+        if tensor_ids is None:
+            tensor_ids = np.nonzero((parent.tensor_device if tensor_device is None else tensor_device) == device)[0]
+        self.op_ids, self.tensor_ids = op_ids, tensor_ids
+        tensors = _renumber(_rows(parent.tensors, self.tensor_ids) if tensor_rows is None else tensor_rows,
+                            "tensor_id", fmt.TENSORS_SCHEMA)
         ops = _renumber(_rows(parent.ops, self.op_ids) if op_rows is None else op_rows, "op_id", fmt.OPS_SCHEMA)
         manifest = dict(parent.manifest)
         manifest.pop("devices", None)
@@ -72,6 +78,20 @@ class SliceTrace(Trace):
         manifest["tables"] = {"tensors": tensors.num_rows, "ops": ops.num_rows, "accesses": None}
         super().__init__(parent.path, manifest, tensors, ops)
         self._held: tuple[int, list[pa.RecordBatch]] | None = None   # (batch_rows, the batches)
+
+    @functools.cached_property
+    def _op_local(self) -> np.ndarray:
+        """The local id of each of the parent's ops (-1: another device's)."""
+        local = np.full(self.parent.n_ops, -1, np.int64)
+        local[self.op_ids] = np.arange(len(self.op_ids))
+        return local
+
+    @functools.cached_property
+    def _tensor_local(self) -> np.ndarray:
+        """The local id of each of the parent's tensors (-1: another device's)."""
+        local = np.full(self.parent.n_tensors, -1, np.int64)
+        local[self.tensor_ids] = np.arange(len(self.tensor_ids))
+        return local
 
     def hold(self, batch_rows: int, batches: list[pa.RecordBatch]) -> None:
         """Keep the slice's access batches in memory (exactly those :meth:`iter_accesses` would
@@ -140,6 +160,9 @@ class SystemReplay:
     #: its slice is identical to that device's); ``threads``: the host threads the slices replayed on
     replayed_as: list[int] = field(default_factory=list)
     threads: int = 1
+    #: ``twin_of[r]``: the device whose replay device ``r``'s was replayed beside, only where their
+    #: slices differ (:mod:`emulator.engine.twins`)
+    twin_of: dict[int, int] = field(default_factory=dict)
 
     @property
     def distinct_slices(self) -> int:
@@ -147,16 +170,50 @@ class SystemReplay:
         return len(set(self.replayed_as)) if self.replayed_as else len(self.devices)
 
 
-def slices(trace: Trace) -> list[Trace]:
+@dataclass
+class DeviceRows:
+    """Which ops and tensors each device has: ``op_ids(d)`` and ``tensor_ids(d)`` (global ids, in
+    order), cut from one stable sort of each table by device (``*_order``, ``*_bounds``)."""
+
+    op_order: np.ndarray
+    op_bounds: np.ndarray
+    tensor_order: np.ndarray
+    tensor_bounds: np.ndarray
+
+    @classmethod
+    def of(cls, trace: Trace) -> "DeviceRows":
+        def by_device(device: np.ndarray):
+            order = np.argsort(device, kind="stable")
+            return order, np.searchsorted(device[order], np.arange(trace.n_devices + 1))
+        return cls(*by_device(trace.op_device), *by_device(trace.tensor_device))
+
+    def op_ids(self, d: int) -> np.ndarray:
+        return self.op_order[self.op_bounds[d]:self.op_bounds[d + 1]]
+
+    def tensor_ids(self, d: int) -> np.ndarray:
+        return self.tensor_order[self.tensor_bounds[d]:self.tensor_bounds[d + 1]]
+
+    def ids(self) -> list:
+        """One object per device with its ``op_ids`` and ``tensor_ids`` (what :func:`held_streams`
+        reads of a slice)."""
+        return [types.SimpleNamespace(op_ids=self.op_ids(d), tensor_ids=self.tensor_ids(d))
+                for d in range(len(self.op_bounds) - 1)]
+
+
+def slices(trace: Trace, rows: DeviceRows | None = None) -> list[Trace]:
     """Each device's slice (a version-1 trace is its own one slice)."""
     if trace.n_devices == 1:
         return [trace]
-    op_device, tensor_device = trace.op_device, trace.tensor_device
-    order = np.argsort(op_device, kind="stable")          # every device's op rows in one take
-    bounds = np.searchsorted(op_device[order], np.arange(trace.n_devices + 1))
-    by_device = trace.ops.take(pa.array(order, pa.int64()))
-    return [SliceTrace(trace, d, op_device, tensor_device, by_device.slice(int(bounds[d]), int(bounds[d + 1] - bounds[d])))
-            for d in range(trace.n_devices)]
+    rows = DeviceRows.of(trace) if rows is None else rows
+    ops = trace.ops.take(pa.array(rows.op_order, pa.int64()))           # every device's rows in one take
+    tensors = trace.tensors.take(pa.array(rows.tensor_order, pa.int64()))
+    out: list[Trace] = []
+    for d in range(trace.n_devices):
+        o0, o1 = int(rows.op_bounds[d]), int(rows.op_bounds[d + 1])
+        t0, t1 = int(rows.tensor_bounds[d]), int(rows.tensor_bounds[d + 1])
+        out.append(SliceTrace(trace, d, op_rows=ops.slice(o0, o1 - o0), op_ids=rows.op_ids(d),
+                              tensor_ids=rows.tensor_ids(d), tensor_rows=tensors.slice(t0, t1 - t0)))
+    return out
 
 
 def check_fits(trace: Trace, system: System) -> None:
@@ -195,11 +252,7 @@ def _split_accesses(trace: Trace, sls: list[Trace], batch_rows: int, on_part) ->
     n = len(sls)
     op_dev = trace.op_device
     t_dev = trace.tensor_device
-    op_local = np.zeros(trace.n_ops, np.int64)
-    t_local = np.zeros(trace.n_tensors, np.int64)
-    for sl in sls:
-        op_local[sl.op_ids] = np.arange(len(sl.op_ids))
-        t_local[sl.tensor_ids] = np.arange(len(sl.tensor_ids))
+    op_local, t_local = _local_ids(trace, sls)
     foreign = np.zeros(n, bool)
     small = np.uint8 if n <= 255 else np.uint16 if n <= 65535 else np.int64    # a radix sort below
     for rb in trace.iter_accesses(batch_rows):
@@ -217,19 +270,53 @@ def _split_accesses(trace: Trace, sls: list[Trace], batch_rows: int, on_part) ->
     return foreign
 
 
-def _hold_part(held: list[list[pa.RecordBatch]], d: int, part: list[np.ndarray]) -> None:
-    part[0], part[1] = part[0].astype(np.uint32), part[1].astype(np.uint32)
-    held[d].append(pa.RecordBatch.from_arrays([pa.array(a) for a in part], schema=fmt.ACCESSES_SCHEMA))
+def _local_ids(trace: Trace, sls: list[Trace]) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's and each tensor's id within its device's slice."""
+    op_local = np.zeros(trace.n_ops, np.int64)
+    t_local = np.zeros(trace.n_tensors, np.int64)
+    for sl in sls:
+        op_local[sl.op_ids] = np.arange(len(sl.op_ids))
+        t_local[sl.tensor_ids] = np.arange(len(sl.tensor_ids))
+    return op_local, t_local
 
 
-def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20,
-                  held: list[list[pa.RecordBatch]] | None = None) -> list[bytes | None]:
+def held_streams(trace: Trace, sls: list[Trace], batch_rows: int) -> list[tuple | None]:
+    """Each slice's accesses as whole columns, in one pass over the parent's (then a compiled
+    scatter, :func:`emulator.engine.scatter.scatter_rows`): op and tensor ids local to the device,
+    offset, nbytes, count and stride (int64), is_write (bool). ``None``: a slice whose accesses
+    reach another device's tensor (its own replay raises the TraceError)."""
+    n = len(sls)
+    op_dev, t_dev = trace.op_device, trace.tensor_device
+    op_local, t_local = _local_ids(trace, sls)
+    batches, rows = [], np.zeros(n, np.int64)
+    for rb in trace.iter_accesses(batch_rows):
+        cols = [rb.column(i).to_numpy(zero_copy_only=False) for i in range(7)]
+        rows += np.bincount(op_dev[cols[0]], minlength=n)
+        batches.append(cols)
+    total = int(rows.sum())
+    out = [np.empty(total, np.int64) for _ in range(6)] + [np.empty(total, np.bool_)]
+    at = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+    starts = at.copy()
+    foreign = np.zeros(n, np.bool_)
+    for cols in batches:
+        scatter_rows(*cols, op_dev, t_dev, op_local, t_local, at, *out, foreign)
+    return [None if foreign[d] else tuple(c[starts[d]:starts[d] + rows[d]] for c in out) for d in range(n)]
+
+
+def _hold(sl: "SliceTrace", stream: tuple, batch_rows: int) -> None:
+    """Keep ``stream`` (from :func:`held_streams`) as the slice's access batches of ``batch_rows``."""
+    n = len(stream[0])
+    types = [f.type for f in fmt.ACCESSES_SCHEMA]
+    batches = [pa.RecordBatch.from_arrays([pa.array(c[lo:lo + batch_rows], t) for c, t in zip(stream, types)],
+                                          schema=fmt.ACCESSES_SCHEMA) for lo in range(0, n, batch_rows)]
+    sl.hold(batch_rows, batches)
+
+
+def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20) -> list[bytes | None]:
     """A content digest of each slice: equal digests mean the slices are the same one-chip trace
     (tensor and op tables but their ids, device and collective columns; access rows with op and
     tensor ids local to the device). ``None``: a slice whose accesses reach another device's tensor
-    (its own replay raises the TraceError). One pass over the parent's accesses. ``held``: a list
-    of one empty list per slice, filled with the slice's access batches as
-    :meth:`SliceTrace.iter_accesses` yields them for ``batch_rows`` (a foreign slice's left empty)."""
+    (its own replay raises the TraceError). One pass over the parent's accesses."""
     n = len(sls)
     heads = []
     for sl in sls:
@@ -244,8 +331,6 @@ def slice_digests(trace: Trace, sls: list[Trace], batch_rows: int = 1 << 20,
         rows[d] += len(part[0])
         for h, a in zip(cols[d], part):
             h.update(a.tobytes())
-        if held is not None and not foreign:
-            _hold_part(held, d, part)
 
     foreign = _split_accesses(trace, sls, batch_rows, on_part)
     out: list[bytes | None] = []
@@ -265,37 +350,86 @@ TENSOR_SKIP = ("tensor_id", "device")
 OP_SKIP = ("op_id", "device", "collective")
 
 
-def _content(sl: Trace, batches: list[pa.RecordBatch]) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """What :func:`slice_digests` hashes of a slice, as tables (compared with ``equals``)."""
+def _tables(sl: Trace) -> tuple[pa.Table, pa.Table]:
+    """A slice's tensor and op tables as :func:`slice_digests` hashes them (ids, device and
+    collective columns left out)."""
     def strip(t, skip):
         return t.drop_columns([c for c in skip if c in t.column_names])
-    return (strip(sl.tensors, TENSOR_SKIP), strip(sl.ops, OP_SKIP),
-            pa.Table.from_batches(batches, schema=fmt.ACCESSES_SCHEMA))
+    return strip(sl.tensors, TENSOR_SKIP), strip(sl.ops, OP_SKIP)
 
 
-def slice_classes(trace: Trace, sls: list[Trace], batch_rows: int,
-                  held: list[list[pa.RecordBatch]]) -> list[int]:
-    """``replayed_as`` by exact comparison instead of digests (for slices held in memory, which
-    ``held`` is filled with as :func:`slice_digests` fills it): each slice is compared with the
-    first slice of each class so far (the same content :func:`slice_digests` hashes); a slice whose
-    accesses reach another device's tensor stands for itself."""
-    foreign = _split_accesses(trace, sls, batch_rows,
-                              lambda d, part, f: None if f else _hold_part(held, d, part))
+def _same_tables(a: tuple[pa.Table, pa.Table], b: tuple[pa.Table, pa.Table]) -> bool:
+    return all(x.num_rows == y.num_rows and x.equals(y) for x, y in zip(a, b))
+
+
+def slice_classes(sls: list[Trace], streams: list[tuple | None]) -> list[int]:
+    """``replayed_as`` by exact comparison instead of digests (for slices held in memory, as
+    :func:`held_streams` gives them): each slice is compared with the first slice of each class so
+    far (the content :func:`slice_digests` hashes); a slice whose accesses reach another device's
+    tensor stands for itself."""
     reps: list[tuple[int, tuple]] = []
     out = []
     for d, sl in enumerate(sls):
-        if foreign[d]:
-            held[d].clear()
+        if streams[d] is None:
             out.append(d)
             continue
-        c = _content(sl, held[d])
-        r = next((r for r, rc in reps if all(x.num_rows == y.num_rows for x, y in zip(c, rc))
-                  and all(x.equals(y) for x, y in zip(c, rc))), None)
+        tables = _tables(sl)
+        r = next((r for r, rt in reps if len(streams[r][0]) == len(streams[d][0])
+                  and all(np.array_equal(x, y) for x, y in zip(streams[r], streams[d]))
+                  and _same_tables(rt, tables)), None)
         if r is None:
-            reps.append((d, c))
+            reps.append((d, tables))
             r = d
         out.append(r)
     return out
+
+
+def _twin_group(sls: list[Trace], streams: list[tuple | None], reps: list[int], weight: dict[int, int]
+                ) -> tuple[int, list[int]]:
+    """The base (the slice most devices share) and the other distinct slices held in memory with
+    the same tensor and op tables: they differ from the base only in some ops' accesses."""
+    held = [r for r in reps if streams[r] is not None]
+    if len(held) < 2:
+        return -1, []
+    base = max(held, key=lambda r: (weight[r], -r))
+    tables = _tables(sls[base])
+    return base, [r for r in held if r != base and _same_tables(tables, _tables(sls[r]))]
+
+
+def _run_twins(sls, streams, base, twins, system: System, options: ReplayOptions, extra_rules, weight,
+               counted, done: dict) -> set[int]:
+    """Replay ``base`` and its ``twins`` together (:func:`emulator.engine.door.replay_twins`) into
+    ``done``. Returns the twins whose rows the progress has counted though they are not in ``done``
+    (the engine could not follow them): their own replays count none. Nothing is done where a PIM
+    plan (made from the accesses) may differ between slices, or the kernel's state cannot fork."""
+    p = placed(sls[base], system.chip, options, extra_rules)
+    if p.pim is not None:
+        return set()
+
+    def stream(r):
+        return streams[r] + (np.zeros(len(streams[r][0]), np.int64),)
+    prog = counted(weight[base] + sum(weight[r] for r in twins))   # the base's rows, for each device
+    try:
+        results = replay_twins(system.chip.tiers, tensor_address=p.address, tensor_nbytes=p.nbytes,
+                               tensor_home=p.home, tensor_kind=p.kinds, base=stream(base),
+                               twins=[stream(r) for r in twins], n_ops=sls[base].n_ops,
+                               lent_bytes=p.placement.lent_bytes, options=options, progress=prog, pim=False)
+    except TraceError as err:
+        if err.file is None:
+            err.file = str(sls[base].path / "tensors.arrow")
+        raise
+    if results is None:
+        return set()
+    lost = set()
+    for r, res in zip([base] + twins, results):
+        if res is None:
+            lost.add(r)
+            continue
+        done[r] = TraceReplay(chip=p.chip, trace=sls[r], placement=p.placement, options=options, result=res)
+        more = len(streams[r][0]) - len(streams[base][0])
+        if prog is not None and more > 0:
+            counted(weight[r])(more)
+    return lost
 
 
 def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOptions(), *,
@@ -318,43 +452,68 @@ def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOp
     if not isinstance(system, System):
         system = load_system(system)
     check_fits(trace, system)
-    sls = slices(trace)
-    n = len(sls)
-    if dedupe and n > 1:
-        if trace.n_accesses <= HOLD_ROWS:   # compared exactly; the slices replayed read their batches from memory
-            held = [[] for _ in sls]
-            replayed_as = slice_classes(trace, sls, options.batch_rows, held)
-            for d in set(replayed_as):
-                if held[d]:
-                    sls[d].hold(options.batch_rows, held[d])
-            del held
+    n = trace.n_devices
+    streams: list[tuple | None] = [None] * n
+    if dedupe and n > 1 and trace.n_accesses <= HOLD_ROWS:
+        # compared exactly; the slices replayed read their accesses from memory. The slices' tables
+        # are cut on a second thread meanwhile (both mostly outside the GIL)
+        rows = DeviceRows.of(trace)
+        if threads == 1:
+            sls, streams = slices(trace, rows), held_streams(trace, rows.ids(), options.batch_rows)
         else:
-            digests = slice_digests(trace, sls, options.batch_rows)
-            first: dict[bytes, int] = {}
-            replayed_as = [d if g is None else first.setdefault(g, d) for d, g in enumerate(digests)]
+            with ThreadPoolExecutor(1, thread_name_prefix="tierlab-slices") as pool:
+                cut = pool.submit(slices, trace, rows)
+                streams = held_streams(trace, rows.ids(), options.batch_rows)
+                sls = cut.result()
+        replayed_as = slice_classes(sls, streams)
+    elif dedupe and n > 1:                  # streamed from the file: classes by digest
+        sls = slices(trace)
+        digests = slice_digests(trace, sls, options.batch_rows)
+        first: dict[bytes, int] = {}
+        replayed_as = [d if g is None else first.setdefault(g, d) for d, g in enumerate(digests)]
     else:
+        sls = slices(trace)
         replayed_as = list(range(n))
     reps = sorted(set(replayed_as))
     weight = {r: replayed_as.count(r) for r in reps}
-    n_threads = max(1, min(threads if threads is not None else (os.cpu_count() or 1), len(reps)))
-
+    for r in reps:
+        if streams[r] is not None:
+            _hold(sls[r], streams[r], options.batch_rows)
     lock = threading.Lock()
 
-    def run(r: int) -> TraceReplay:
-        prog = None
-        if progress is not None:
-            k = weight[r]
+    def counted(k: int):
+        if progress is None:
+            return None
 
-            def prog(m: int) -> None:
-                with lock:
-                    progress(m * k)
-        return replay_trace(sls[r], system.chip, options, extra_rules=extra_rules, progress=prog)
+        def prog(m: int) -> None:
+            with lock:
+                progress(m * k)
+        return prog
 
+    def run(r: int, counts: bool = True) -> TraceReplay:
+        return replay_trace(sls[r], system.chip, options, extra_rules=extra_rules,
+                            progress=counted(weight[r]) if counts else None)
+
+    done: dict[int, TraceReplay] = {}
+    lost: set[int] = set()
+    base, twins = _twin_group(sls, streams, reps, weight)
+    together = {base, *twins} if twins else set()
+    jobs: list[Callable[[], None]] = []
+    if twins:
+        jobs.append(lambda: lost.update(_run_twins(sls, streams, base, twins, system, options, extra_rules,
+                                                   weight, counted, done)))
+    jobs += [(lambda r=r: done.__setitem__(r, run(r))) for r in reps if r not in together]
+    n_threads = max(1, min(threads if threads is not None else (os.cpu_count() or 1), len(jobs)))
     if n_threads == 1:
-        done = {r: run(r) for r in reps}
+        for job in jobs:
+            job()
     else:
         with ThreadPoolExecutor(n_threads, thread_name_prefix="tierlab-slice") as pool:
-            done = dict(zip(reps, pool.map(run, reps)))
+            for f in [pool.submit(job) for job in jobs]:
+                f.result()
+    for r in reps:                 # twins the engine could not follow: replayed on their own
+        if r not in done:
+            done[r] = run(r, counts=r not in lost)
     for sl in sls:            # later readers stream from the file again: the memory is not kept
         if isinstance(sl, SliceTrace):
             sl._held = None
@@ -362,4 +521,5 @@ def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOp
                for d, r in enumerate(replayed_as)]
     op_ids = [sl.op_ids if isinstance(sl, SliceTrace) else np.arange(trace.n_ops) for sl in sls]
     return SystemReplay(system=system, trace=trace, options=options, devices=devices, op_ids=op_ids,
-                        collective_algo=collective_algo, replayed_as=replayed_as, threads=n_threads)
+                        collective_algo=collective_algo, replayed_as=replayed_as, threads=n_threads,
+                        twin_of={r: base for r in twins if done[r].result.meta.get("twin")})

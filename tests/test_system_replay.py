@@ -303,10 +303,11 @@ def test_identical_tp_slices_are_replayed_once(tp8):
 
 
 def test_slice_digests_tell_differing_slices_apart(tmp_path):
-    from emulator.system_pipeline import slice_classes, slice_digests, slices
+    from emulator.system_pipeline import held_streams, slice_classes, slice_digests, slices
     tr = open_trace(_emit(tmp_path / "tp.trace", 4))       # the weight shard's size differs per device
     assert len(set(slice_digests(tr, slices(tr)))) == 4
-    assert slice_classes(tr, slices(tr), 1 << 20, [[] for _ in range(4)]) == [0, 1, 2, 3]
+    sls = slices(tr)
+    assert slice_classes(sls, held_streams(tr, sls, 1 << 20)) == [0, 1, 2, 3]
     sr = replay_system(tr, "dgx-h100")
     assert sr.distinct_slices == 4
     _same_counts(replay_system(tr, "dgx-h100", dedupe=False, threads=1), sr)
@@ -336,8 +337,33 @@ def test_dedupe_on_a_pipeline_trace_whose_slices_differ(tmp_path):
 def test_threads_give_the_sequential_counts(tp8, dedupe):
     seq = replay_system(tp8, "dgx-h100", dedupe=dedupe, threads=1)
     par = replay_system(tp8, "dgx-h100", dedupe=dedupe, threads=4)
-    assert seq.threads == 1 and par.threads == min(4, par.distinct_slices) > 1
-    assert seq.replayed_as == par.replayed_as
+    # twins replay in their base's job (tests/test_twins.py); the other distinct slices, one job each
+    jobs = par.distinct_slices - len(par.twin_of)
+    assert seq.threads == 1 and par.threads == min(4, jobs)
+    assert par.threads > 1 or (dedupe and par.twin_of)
+    assert seq.replayed_as == par.replayed_as and seq.twin_of == par.twin_of
+    _same_counts(seq, par)
+
+
+def test_twin_slices_replay_beside_their_base(tp8):
+    full = replay_system(tp8, "dgx-h100", dedupe=False, threads=1)
+    once = replay_system(tp8, "dgx-h100")
+    twins = sorted(once.twin_of)
+    assert twins and all(once.replayed_as[r] == r for r in twins)
+    for r in twins:
+        t = once.devices[r].result.meta["twin"]
+        assert t["joined"] and 0 < t["window_ops"] < tp8.n_ops // 8 // 10     # a few ops of the slice's
+    _same_counts(full, once)
+    for r in twins:               # the statistics too, not only the counts
+        a, b = full.devices[r].result.meta, once.devices[r].result.meta
+        assert {k: a[k] for k in a if k != "twin"} == {k: b[k] for k in b if k != "twin"}
+
+
+def test_threads_on_slices_that_are_not_twins(tmp_path):
+    tr = _lowered(tmp_path, "qwen2-0.5b", context=32, generate=1, tp=2, pp=2)
+    seq = replay_system(tr, "dgx-h100", threads=1)
+    par = replay_system(tr, "dgx-h100", threads=4)
+    assert par.threads > 1
     _same_counts(seq, par)
 
 

@@ -348,6 +348,8 @@ def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_ro
     st[ST_FREE] = rows - K2
     st[ST_K] = K2
     st[ST_SWEEPS] += 1
+    if K2 > st[ST_K_MAX]:
+        st[ST_K_MAX] = K2
     _merge(0, K2, grp_lo, grp_row, ent, free, st, W)
     return True
 
@@ -447,6 +449,29 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
                    vent, vfree, vst, cf, s_row, s_kind, s_tier, vh, vk, vb)
             st[ST_REQUESTS] += nb
     return n_blocks, ent, free, acc_row.shape[0]
+
+
+@njit(nogil=True)
+def same_sets(lo_a, row_a, ent_a, k_a, lo_b, row_b, ent_b, k_b, W):
+    """Whether two group states hold alike in every set: each set the same entries (offset, tensor,
+    dirty flag) in the same replacement order. Groups may be cut differently (alike neighbours are
+    merged only where a chunk passed), so the set ranges are walked side by side."""
+    i = 0
+    j = 0
+    while i < k_a and j < k_b:
+        ra = row_a[i] * W
+        rb = row_b[j] * W
+        for f in range(3):
+            for e in range(W):
+                if ent_a[f, ra + e] != ent_b[f, rb + e]:
+                    return False
+        end_a = lo_a[i + 1]
+        end_b = lo_b[j + 1]
+        if end_a <= end_b:
+            i += 1
+        if end_b <= end_a:
+            j += 1
+    return i == k_a and j == k_b
 
 
 @njit(nogil=True)
