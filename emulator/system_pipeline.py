@@ -476,9 +476,6 @@ def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOp
         replayed_as = list(range(n))
     reps = sorted(set(replayed_as))
     weight = {r: replayed_as.count(r) for r in reps}
-    for r in reps:
-        if streams[r] is not None:
-            _hold(sls[r], streams[r], options.batch_rows)
     lock = threading.Lock()
 
     def counted(k: int):
@@ -491,6 +488,8 @@ def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOp
         return prog
 
     def run(r: int, counts: bool = True) -> TraceReplay:
+        if streams[r] is not None:        # its accesses from memory, not the file again
+            _hold(sls[r], streams[r], options.batch_rows)
         return replay_trace(sls[r], system.chip, options, extra_rules=extra_rules,
                             progress=counted(weight[r]) if counts else None)
 

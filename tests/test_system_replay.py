@@ -184,6 +184,29 @@ def test_critical_path_pipelines_microbatches():
         critical_path([[(COLL, 0, 0.0), (COLL, 1, 0.0)], [(COLL, 1, 0.0), (COLL, 0, 0.0)]], {0: 1.0, 1: 1.0})
 
 
+def test_runs_of_ops_walk_as_the_ops_one_by_one(tp8):
+    """walk_items gives each run of compute ops as one RUN item; the same walk over one OP item per
+    op (the plain form critical_path also takes) gives the same path."""
+    from emulator.cost.system_cost import RUN, run_starts, walk_items
+    sr = replay_system(tp8, "dgx-h100")
+    sc = cost_system(sr)
+    items, coll_time, coll_res = walk_items(sr, sc)
+    assert any(it[0] == RUN for its in items for it in its)
+    plain = [[it for x in its for it in ([(OP, float(t), x[3][b]) for t, b in zip(x[1], x[2])]
+                                         if x[0] == RUN else [x])] for its in items]
+    assert sum(len(p) for p in plain) > sum(len(i) for i in items)
+    a, b = critical_path(items, coll_time, coll_res), critical_path(plain, coll_time, coll_res)
+    assert a.latency_s == pytest.approx(b.latency_s, rel=1e-12)
+    assert a.finish_s == pytest.approx(b.finish_s, rel=1e-12) and a.busy_s == pytest.approx(b.busy_s, rel=1e-12)
+    assert (a.ops_s, a.collective_s) == pytest.approx((b.ops_s, b.collective_s), rel=1e-12)
+    assert a.by_resource_s.keys() == b.by_resource_s.keys()
+    for k in a.by_resource_s:
+        assert a.by_resource_s[k] == pytest.approx(b.by_resource_s[k], rel=1e-12), k
+    seg = next(s for s in a.segments[0] if s[0] == RUN)        # its ops placed one after another
+    ops = [s for s in b.segments[0] if s[0] == OP][:len(seg[3][1])]
+    assert run_starts(seg[1], seg[3]) == pytest.approx([s[1] for s in ops], rel=1e-12)
+
+
 def test_all_to_all_from_the_send_matrix():
     system = load_system("dgx-h100")
     m = [0, 10, 20, 30,

@@ -192,7 +192,11 @@ def device_entry(d: int, full: dict, cst: Cost) -> dict:
 def to_json(sr: SystemReplay, sc: SystemCost | None = None) -> dict:
     """The result dict behind ``--json`` of a system run."""
     sc = sc or cost_system(sr)
-    fulls = [chip_json(tr, cst) for tr, cst in zip(sr.devices, sc.devices)]
+    shared: dict[tuple[int, int], dict] = {}      # devices sharing a replay and its cost: one JSON
+    for tr, cst in zip(sr.devices, sc.devices):
+        if (id(tr.result), id(cst)) not in shared:
+            shared[(id(tr.result), id(cst))] = chip_json(tr, cst)
+    fulls = [shared[(id(tr.result), id(cst))] for tr, cst in zip(sr.devices, sc.devices)]
     pt = per_token(sr, sc)
     coord = pt.pop("_coordination") if pt else {}
     coord["connections"] = connections(sc, sr.system)

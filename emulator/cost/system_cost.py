@@ -42,7 +42,7 @@ from emulator.network.schedule import SWITCH
 if TYPE_CHECKING:                                   # only for the annotation
     from emulator.system_pipeline import SystemReplay
 
-OP, COLL = "op", "coll"
+OP, COLL, RUN = "op", "coll", "run"
 
 
 @dataclass
@@ -60,13 +60,22 @@ class Path:
     finish_s: list[float]
     by_resource_s: dict = field(default_factory=dict)
     busy_s: list[float] = field(default_factory=list)
-    #: per device its walk in order: ``(OP, start_s, end_s, resource)`` or ``(COLL, start_s, end_s, id)``
+    #: per device its walk in order: ``(OP, start_s, end_s, resource)``, ``(RUN, start_s, end_s, item)``
+    #: (a run of ops, its item as given: :func:`run_starts` places its ops) or ``(COLL, start_s, end_s, id)``
     segments: list = field(default_factory=list)
+
+
+def run_starts(start_s: float, item: tuple) -> np.ndarray:
+    """When each op of a RUN item starts, the run starting at ``start_s``: one after another."""
+    lats = np.asarray(item[1], np.float64)
+    return start_s + np.concatenate([[0.0], np.cumsum(lats)[:-1]]) if len(lats) else np.zeros(0)
 
 
 def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict | None = None) -> Path:
     """The critical path over devices. ``items[d]``: device d's items in order, ``(OP, latency_s,
-    resource)`` or ``(COLL, collective id, memory_s)``; ``coll_time[cid]``: its network time. The
+    resource)``, ``(RUN, latencies, resource index of each, resource names[, their sum])``
+    (consecutive ops as one item, as :func:`walk_items` gives them) or ``(COLL, collective id, memory_s)``;
+    ``coll_time[cid]``: its network time. The
     ranks of a collective are the devices with an item for it. A wait that can never end (a cycle
     of collectives) is a TraceError."""
     n = len(items)
@@ -87,14 +96,21 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
         for d in range(n):
             its = items[d]
             run_start, run = clock[d], []
-            while pos[d] < len(its) and its[pos[d]][0] == OP:
-                _, lat, res = its[pos[d]]
-                seg[d].append((OP, clock[d], clock[d] + lat, res))
-                clock[d] += lat
-                run.append(lat)
+            while pos[d] < len(its) and its[pos[d]][0] != COLL:
+                it = its[pos[d]]
+                if it[0] == RUN:            # (RUN, latencies, resource index of each, resource names[, sum])
+                    t = it[4] if len(it) > 4 else float(np.sum(it[1]))
+                    seg[d].append((RUN, clock[d], clock[d] + t, it))
+                    clock[d] += t
+                    run.append(it[1])
+                else:
+                    _, lat, res = it
+                    seg[d].append((OP, clock[d], clock[d] + lat, res))
+                    clock[d] += lat
+                    run.append([lat])
                 pos[d] += 1
-            if run:     # a run of ops takes the sum of their latencies, summed as a chip's step is
-                clock[d] = run_start + float(np.sum(run))
+            if len(run) > 1:     # a run of ops takes the sum of their latencies, summed as a chip's step is
+                clock[d] = run_start + float(np.sum(np.concatenate(run)))
             if pos[d] < len(its):
                 cid, mem = its[pos[d]][1], its[pos[d]][2]
                 arrived.setdefault(cid, {})[d] = (clock[d], mem)
@@ -129,6 +145,13 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
                 ops_s += end - start
                 by_res[what] = by_res.get(what, 0.0) + end - start
                 k -= 1
+            elif kind == RUN:
+                ops_s += end - start
+                lats, bound, names = what[1], what[2], what[3]
+                for i, t in enumerate(np.bincount(bound, weights=lats, minlength=len(names))):
+                    if t:
+                        by_res[names[i]] = by_res.get(names[i], 0.0) + float(t)
+                k -= 1
             else:
                 cs, ce, last, idx, res = resolved[what]
                 coll_s += ce - cs
@@ -137,7 +160,7 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
     busy = [0.0] * n
     for d in range(n):
         for kind, start, end, what in seg[d]:
-            busy[d] += (end - start) if kind == OP else (end - resolved[what][0])
+            busy[d] += (end - start) if kind != COLL else (end - resolved[what][0])
     return Path(latency_s=max(clock, default=0.0), collective_s=coll_s, ops_s=ops_s, finish_s=clock,
                 by_resource_s=by_res, busy_s=busy, segments=seg)
 
@@ -167,17 +190,25 @@ def cost_collectives(sr: SystemReplay) -> tuple[list[CollectiveCost], list[dict]
     """Each collective of the trace costed once on the system (see the module docstring)."""
     table = sr.trace.collectives.to_pylist()
     out = []
+    planned: dict[tuple, CollectiveCost] = {}     # a step repeats the same few collectives: each planned once
     for c in table:
-        out.append(plan_collective(c["kind"], Group(tuple(c["ranks"]), sr.system), float(c["size_bytes"]),
-                                   algorithm_for(c["kind"], sr.collective_algo),
-                                   send_bytes=c["send_bytes"] or None))
+        send = tuple(c["send_bytes"] or ())
+        key = (c["kind"], tuple(c["ranks"]), float(c["size_bytes"]), send)
+        if key not in planned:
+            planned[key] = plan_collective(c["kind"], Group(key[1], sr.system), key[2],
+                                           algorithm_for(c["kind"], sr.collective_algo), send_bytes=send or None)
+        out.append(planned[key])
     return out, table
 
 
 def cost_system(sr: SystemReplay) -> SystemCost:
     """Every device's ops and every collective of the replay ``sr``, costed."""
     colls, table = cost_collectives(sr)
-    return SystemCost(devices=[cost_of(tr) for tr in sr.devices], collectives=colls, table=table)
+    costs: dict[int, Cost] = {}       # devices sharing a replay (identical slices) share its cost
+    for tr in sr.devices:
+        if id(tr.result) not in costs:
+            costs[id(tr.result)] = cost_of(tr)
+    return SystemCost(devices=[costs[id(tr.result)] for tr in sr.devices], collectives=colls, table=table)
 
 
 def fabric_resource(cc: CollectiveCost) -> str:
@@ -198,21 +229,31 @@ def walk_items(sr: SystemReplay, sc: SystemCost, op_ids: np.ndarray | None = Non
     items, used, joined = [], set(), []
     for d, tr in enumerate(sr.devices):
         cst = sc.devices[d]
+        g = np.asarray(sr.op_ids[d], np.int64)
+        local = np.arange(len(g))
+        if sel is not None:
+            local = local[sel[g]]
+        c = coll[g[local]]
+        lat = np.asarray(cst.latency_s, np.float64)[local]
+        bound = np.asarray(cst.bound, np.int64)[local]
         its: list[tuple] = []
         mine: set[int] = set()          # the collectives this device has an op of
-        for local, g in enumerate(sr.op_ids[d]):
-            if sel is not None and not sel[g]:
+        # runs: consecutive compute ops (one RUN item), or consecutive ops of one collective (one COLL)
+        cut = np.flatnonzero(np.diff(c)) + 1 if len(c) else np.zeros(0, np.int64)
+        for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(c)]])):
+            if hi <= lo:
                 continue
-            c = int(coll[g])
-            lat = float(cst.latency_s[local])
-            if c < 0:
-                its.append((OP, lat, cst.resources[int(cst.bound[local])]))
-            elif its and its[-1][0] == COLL and its[-1][1] == c:
-                its[-1] = (COLL, c, its[-1][2] + lat)
+            cid = int(c[lo])
+            if cid < 0:
+                run = lat[lo:hi]
+                its.append((RUN, run, bound[lo:hi], cst.resources, float(np.sum(run))))
             else:
-                its.append((COLL, c, lat))
-                used.add(c)
-                mine.add(c)
+                t = 0.0
+                for x in lat[lo:hi]:        # summed in order, as the ops came
+                    t += float(x)
+                its.append((COLL, cid, t))
+                used.add(cid)
+                mine.add(cid)
         items.append(its)
         joined.append(mine)
     for c in sorted(used):            # a rank of a collective with no op of its own joins at its end

@@ -89,7 +89,7 @@ def chip_timeline(tr, cst: Cost) -> dict:
 def system_timeline(sr, sc) -> dict:
     """The trace-event document of a system replay: each device's ops where the critical-path walk
     puts them, each collective on its ranks' ``collectives`` track."""
-    from emulator.cost.system_cost import COLL, critical_path, walk_items
+    from emulator.cost.system_cost import COLL, RUN, critical_path, run_starts, walk_items
 
     items, coll_time, coll_res = walk_items(sr, sc)
     path = critical_path(items, coll_time, coll_res)
@@ -104,7 +104,12 @@ def system_timeline(sr, sc) -> dict:
         local = 0
         while local < n:                 # the walk's items in order: an op, or a run of one collective's ops
             c = int(coll[sr.op_ids[d][local]])
-            _, start, _, _ = next(segs)
+            kind, start, _, what = next(segs)
+            if kind == RUN:
+                k = len(what[1])
+                starts[local:local + k] = run_starts(start, what)
+                local += k
+                continue
             if c < 0:
                 starts[local] = start
                 local += 1
