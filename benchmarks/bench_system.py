@@ -18,11 +18,16 @@ every device's counters (``per_op`` and ``flush``) identical between the first r
 repeat, and between those and the baseline.
 
 ``replay_system`` replays one device per class of identical slices (``distinct_slices`` of the
-``n_devices``) on ``--threads`` host threads (default all cores: ``threads``); the same trace is
+``n_devices``); a distinct slice that differs from the most common one in a few ops only is its
+**twin** and replays beside it, only where it differs (``twins``: per twin its base device, the
+windows of ops it replayed on its own, and whether it joined the base again;
+:mod:`emulator.engine.twins`). The other distinct slices replay on ``--threads`` host threads
+(default all cores; ``threads``: the threads used, one per job at most); the same trace is
 also replayed the old way, every device's slice one after another on one thread (``dedupe=False,
-threads=1``, best of ``--repeat``): ``baseline_replay_s`` and ``host_over_system_baseline``. With
-threads, ``per_device_replay_s`` (one entry per distinct slice) overlap, so ``replay_overhead_s``
-(the replay's time outside them) can be negative.
+threads=1``, best of ``--repeat``): ``baseline_replay_s`` and ``host_over_system_baseline``.
+``per_device_replay_s`` has one entry per distinct slice replayed on its own (not the twins nor
+their base); with threads they overlap, so ``replay_overhead_s`` (the replay's time outside them)
+can be negative.
 
     python benchmarks/bench_system.py [--model NAME] [--system NAME] [--tp N] [--context N]
                                       [--generate N] [--repeat N] [--threads N] [--no-dedupe]
@@ -146,12 +151,13 @@ def main() -> None:
         "repeat": args.repeat,
         "dedupe": not args.no_dedupe, "distinct_slices": sr.distinct_slices, "threads": sr.threads,
         "replayed_as": sr.replayed_as, "host_cores": os.cpu_count(),
+        "twins": {str(r): {"base": b, **sr.devices[r].result.meta["twin"]} for r, b in sorted(sr.twin_of.items())},
         "baseline_replay_s": t_base, "speedup_over_baseline": t_base / t_replay,
         "replay_cpu_s": cpu_replay,
         "host_cpu_s_per_decode_token": host_token * cpu_replay / t_replay,   # CPU of all threads, split as the time
         "per_device_replay_s": best_per_device,
         "per_device_replay_s_first": first_per_device,
-        "per_device_replay_s_mean": float(np.mean(best_per_device)),
+        "per_device_replay_s_mean": float(np.mean(best_per_device)) if best_per_device else None,
         "replay_overhead_s": t_replay - float(sum(best_per_device)),
         "tier0_requests": total_req,
         "host_s_per_decode_step": host_step,

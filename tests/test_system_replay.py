@@ -326,7 +326,7 @@ def test_identical_tp_slices_are_replayed_once(tp8):
 
 
 def test_slice_digests_tell_differing_slices_apart(tmp_path):
-    from emulator.system_pipeline import held_streams, slice_classes, slice_digests, slices
+    from emulator.system_slices import held_streams, slice_classes, slice_digests, slices
     tr = open_trace(_emit(tmp_path / "tp.trace", 4))       # the weight shard's size differs per device
     assert len(set(slice_digests(tr, slices(tr)))) == 4
     sls = slices(tr)
@@ -411,9 +411,10 @@ def test_an_access_to_another_devices_tensor_is_refused_with_dedupe(tmp_path):
 
 def test_dedupe_without_holding_the_batches_in_memory(tp8, monkeypatch):
     import emulator.system_pipeline as sp
+    from emulator.system_slices import slice_digests, slices
     held = replay_system(tp8, "dgx-h100")
     # the exact comparison (held slices) and the digests (streamed) find the same classes
-    g = sp.slice_digests(tp8, sp.slices(tp8))
+    g = slice_digests(tp8, slices(tp8))
     assert held.replayed_as == [g.index(x) for x in g]
     monkeypatch.setattr(sp, "HOLD_ROWS", 0)           # every slice streams from the file
     streamed = replay_system(tp8, "dgx-h100")

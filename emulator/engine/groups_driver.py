@@ -56,15 +56,6 @@ class SetGroupReplayer:
             a.copy() for a in (self.grp_lo, self.grp_row, self.ent, self.free, self.st))
         return twin
 
-    def same_state(self, other: "SetGroupReplayer") -> bool:
-        """Whether both hold alike in every set of tier 0 (so the same stream gives both the same
-        counts from here on). False once either was handed to the walk."""
-        if self.walk is not None or other.walk is not None:
-            return False
-        return bool(setgroups.same_sets(self.grp_lo, self.grp_row, self.ent, int(self.st[setgroups.ST_K]),
-                                        other.grp_lo, other.grp_row, other.ent, int(other.st[setgroups.ST_K]),
-                                        int(self.geo.n_ways[0])))
-
     def _write_out(self) -> None:
         """Hand the state to the walk (see :func:`emulator.engine.setgroups.write_slots`)."""
         w = WalkReplayer(self.geo, self.tensors, self.options, fast_path=True)

@@ -452,29 +452,6 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
 
 
 @njit(nogil=True)
-def same_sets(lo_a, row_a, ent_a, k_a, lo_b, row_b, ent_b, k_b, W):
-    """Whether two group states hold alike in every set: each set the same entries (offset, tensor,
-    dirty flag) in the same replacement order. Groups may be cut differently (alike neighbours are
-    merged only where a chunk passed), so the set ranges are walked side by side."""
-    i = 0
-    j = 0
-    while i < k_a and j < k_b:
-        ra = row_a[i] * W
-        rb = row_b[j] * W
-        for f in range(3):
-            for e in range(W):
-                if ent_a[f, ra + e] != ent_b[f, rb + e]:
-                    return False
-        end_a = lo_a[i + 1]
-        end_b = lo_b[j + 1]
-        if end_a <= end_b:
-            i += 1
-        if end_b <= end_a:
-            j += 1
-    return i == k_a and j == k_b
-
-
-@njit(nogil=True)
 def write_slots(grp_lo, grp_row, ent, st, n_ways, t_home, tag, dirty, meta, owner, clock, tinfo, region_cnt):
     """Write the groups out as the walk's per-set state of tier 0 (:mod:`emulator.engine.walk`): valid
     ways first (youngest in way 0), replacement words falling with age below a new clock, each

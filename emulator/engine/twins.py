@@ -64,6 +64,29 @@ def _mark_diffs(sb, st, b1, b2, b3, b4, b5, b6, b7, t1, t2, t3, t4, t5, t6, t7, 
                 break
 
 
+@njit(nogil=True)
+def same_sets(lo_a, row_a, ent_a, k_a, lo_b, row_b, ent_b, k_b, W):
+    """Whether two group states hold alike in every set: each set the same entries (offset, tensor,
+    dirty flag) in the same replacement order. Groups may be cut differently (alike neighbours are
+    merged only where a chunk passed), so the set ranges are walked side by side."""
+    i = 0
+    j = 0
+    while i < k_a and j < k_b:
+        ra = row_a[i] * W
+        rb = row_b[j] * W
+        for f in range(3):
+            for e in range(W):
+                if ent_a[f, ra + e] != ent_b[f, rb + e]:
+                    return False
+        end_a = lo_a[i + 1]
+        end_b = lo_b[j + 1]
+        if end_a <= end_b:
+            i += 1
+        if end_b <= end_a:
+            j += 1
+    return i == k_a and j == k_b
+
+
 def diff_ops(base: Stream, twin: Stream, n_ops: int, starts: tuple[np.ndarray, np.ndarray] | None = None
              ) -> np.ndarray:
     """The ops (sorted) whose rows differ between two streams: another number of rows, or a row
@@ -72,6 +95,15 @@ def diff_ops(base: Stream, twin: Stream, n_ops: int, starts: tuple[np.ndarray, n
     diff = np.zeros(n_ops, np.bool_)
     _mark_diffs(sb, st, *base[1:], *twin[1:], diff)
     return np.flatnonzero(diff)
+
+
+def same_state(a: SetGroupReplayer, b: SetGroupReplayer) -> bool:
+    """Whether two group replayers hold alike in every set of tier 0 (so the same stream gives
+    both the same counts from here on). False once either was handed to the walk."""
+    if a.walk is not None or b.walk is not None:
+        return False
+    return bool(same_sets(a.grp_lo, a.grp_row, a.ent, int(a.st[ST_K]), b.grp_lo, b.grp_row, b.ent,
+                          int(b.st[ST_K]), int(a.geo.n_ways[0])))
 
 
 def _stat_vector(stats: dict) -> np.ndarray:
@@ -198,7 +230,7 @@ class TwinDriver:
                     continue
                 while t.nxt < len(t.diffs) and t.diffs[t.nxt] < pos:
                     t.nxt += 1
-                if pos < n_ops and t.fork.same_state(R):
+                if pos < n_ops and same_state(t.fork, R):
                     t.stats += _stat_vector(t.fork.stats()) - t.stats_at_fork
                     t.joined.append((t.w0, pos))
                     t.fork = None
