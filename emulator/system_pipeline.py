@@ -122,6 +122,19 @@ def _run_twins(sls, streams, base, twins, system: System, options: ReplayOptions
     return lost
 
 
+def _run_jobs(jobs: list[Callable[[], None]], limit: int) -> int:
+    """Run ``jobs`` on at most ``limit`` threads (one: in order, here); returns the threads used."""
+    n = max(1, min(limit, len(jobs)))
+    if n == 1:
+        for job in jobs:
+            job()
+    else:
+        with ThreadPoolExecutor(n, thread_name_prefix="tierlab-slice") as pool:
+            for f in [pool.submit(job) for job in jobs]:
+                f.result()
+    return n if jobs else 0
+
+
 def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOptions(), *,
                   extra_rules=(), collective_algo: str = "auto",
                   progress: Callable[[int], None] | None = None, dedupe: bool = True,
@@ -192,17 +205,12 @@ def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOp
         jobs.append(lambda: lost.update(_run_twins(sls, streams, base, twins, system, options, extra_rules,
                                                    weight, counted, done)))
     jobs += [(lambda r=r: done.__setitem__(r, run(r))) for r in reps if r not in together]
-    n_threads = max(1, min(threads if threads is not None else (os.cpu_count() or 1), len(jobs)))
-    if n_threads == 1:
-        for job in jobs:
-            job()
-    else:
-        with ThreadPoolExecutor(n_threads, thread_name_prefix="tierlab-slice") as pool:
-            for f in [pool.submit(job) for job in jobs]:
-                f.result()
-    for r in reps:                 # twins the engine could not follow: replayed on their own
-        if r not in done:
-            done[r] = run(r, counts=r not in lost)
+    limit = threads if threads is not None else (os.cpu_count() or 1)
+    n_threads = _run_jobs(jobs, limit)
+    # twins the engine could not follow (its kernel does not fork, or a PIM plan): on their own
+    left = [r for r in reps if r not in done]
+    n_threads = max(n_threads, _run_jobs([(lambda r=r: done.__setitem__(r, run(r, counts=r not in lost)))
+                                          for r in left], limit))
     for sl in sls:            # later readers stream from the file again: the memory is not kept
         if isinstance(sl, SliceTrace):
             sl._held = None

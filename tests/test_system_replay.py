@@ -382,6 +382,14 @@ def test_twin_slices_replay_beside_their_base(tp8):
         assert {k: a[k] for k in a if k != "twin"} == {k: b[k] for k in b if k != "twin"}
 
 
+def test_twins_on_a_chip_whose_kernel_does_not_fork(tp8):
+    """sn40l's three caching tiers are not set groups: the twins replay on their own, on threads."""
+    full = replay_system(tp8, "sn40l-16", dedupe=False, threads=1)
+    once = replay_system(tp8, "sn40l-16", threads=2)
+    assert once.twin_of == {} and once.distinct_slices > 1 and once.threads == 2
+    _same_counts(full, once)
+
+
 def test_threads_on_slices_that_are_not_twins(tmp_path):
     tr = _lowered(tmp_path, "qwen2-0.5b", context=32, generate=1, tp=2, pp=2)
     seq = replay_system(tr, "dgx-h100", threads=1)
