@@ -248,3 +248,11 @@ def test_runs_over_a_region_holding_written_blocks_are_cut_at_them(seed, policy)
     np.testing.assert_array_equal(fast.tiers, walk.tiers)
     np.testing.assert_array_equal(fast.flush, walk.flush)
     assert fast.meta["fast_requests"][0] > 0.9 * len(a)      # whole regions per block: under 2%
+
+
+def test_argsort_unique_is_numpys_order_of_distinct_values():
+    from emulator.engine.fastpath import argsort_unique
+    rng = np.random.default_rng(2)
+    for n in list(range(0, 70)) + [129, 1000, 4097]:
+        v = np.concatenate([rng.permutation(10 * n + 5)[:n], [-7, 99]]).astype(np.int64)   # past n: ignored
+        assert np.array_equal(argsort_unique(v, n), np.argsort(v[:n])), n

@@ -151,3 +151,13 @@ def test_fill_counts_match_per_set_counting(S, runs):
         _reset_fills(lzi, rot, s)
         want[s] = 0
         assert [_fill_value(lzi, rot, x) for x in range(S)] == want.tolist()
+
+
+def test_sort_in_place_sorts_the_first_n_and_leaves_the_rest():
+    from emulator.engine.lazy import sort_in_place
+    rng = np.random.default_rng(1)
+    for n in list(range(0, 40)) + [257]:
+        a = rng.integers(-5, 5, n + 3).astype(np.int64)
+        b = a.copy()
+        sort_in_place(b, n)
+        assert np.array_equal(b[:n], np.sort(a[:n])) and np.array_equal(b[n:], a[n:]), n

@@ -54,6 +54,39 @@ from emulator.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_FAST_REQUESTS, TI
 
 
 @njit(nogil=True)
+def argsort_unique(v, n):
+    """The order of ``v[:n]`` (distinct values), ascending: a bottom-up merge sort of the indices
+    (compiling numba's ``np.argsort`` takes about a second)."""
+    a = np.arange(n)
+    b = np.empty(n, np.int64)
+    w = 1
+    while w < n:
+        for lo in range(0, n, 2 * w):
+            mid = min(lo + w, n)
+            hi = min(lo + 2 * w, n)
+            x, y, k = lo, mid, lo
+            while x < mid and y < hi:
+                if v[a[y]] < v[a[x]]:
+                    b[k] = a[y]
+                    y += 1
+                else:
+                    b[k] = a[x]
+                    x += 1
+                k += 1
+            while x < mid:
+                b[k] = a[x]
+                x += 1
+                k += 1
+            while y < hi:
+                b[k] = a[y]
+                y += 1
+                k += 1
+        a, b = b, a
+        w *= 2
+    return a
+
+
+@njit(nogil=True)
 def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, lazy, absent):
     """Serve a run of read requests at tier ``i`` set by set; False (and nothing changed) if it may not.
 
@@ -103,7 +136,8 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, la
     n_touch = nb if nb < S else S
     k_max = lz.shape[1]
     n_lz = lzi[i, LZ_N]
-    if nb >= S * W:
+    full = nb >= S * W        # passed on as a bool, not the literals True/False: lazy_evict compiles once
+    if full:
         # every block of the tier is replaced: count what leaves, keep the run as the whole state
         if n_lz > 0:
             so = lzi[i, LZ_SET_OFF]
@@ -112,7 +146,7 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, la
                 record_order(i, s, lzi, lz_perm, lz_rot, n_ways, slot_off, tag, meta)
                 _evict_set(i, slot_off[i] + s * W, W, row, cnt, t_kind, blk,
                            tag, dirty, owner, region_cnt, rs, ro)
-            lazy_evict(i, F, L, True, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, rs, ro,
+            lazy_evict(i, F, L, full, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, rs, ro,
                        region_cnt, lz_h, lz_bnd, lz_alive)
         else:
             for s in range(S):
@@ -121,7 +155,7 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, la
                            tag, dirty, owner, region_cnt, rs, ro)
         cnt[row, k_run, i, EVICTIONS] += nb - S * W
         rot_add(lzi, i, lz_rot, S, F, L)
-        _push_run(lz, i, 0, F, L, tid, clock0, lo, hi, d, S)
+        _push_run(lz, i, np.int64(0), F, L, tid, clock0, lo, hi, d, S)    # int64, not a literal: one compile
         lzi[i, LZ_N] = 1
         lzi[i, LZ_EPOCH] += 1
         lzi[i, LZ_N_REAL] = 0
@@ -134,7 +168,7 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, la
             m = count_in(fq, frem, ffm, s, S)
             if m > 0:
                 _fast_set(i, s, F + cyc(s, ffm, S), m, lo, hi, d, tid, row, cnt, t_kind, hier, st, clock0, seq, old_meta)
-        lazy_evict(i, F, L, False, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, rs, ro,
+        lazy_evict(i, F, L, full, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, rs, ro,
                    region_cnt, lz_h, lz_bnd, lz_alive)
         k0 = 0
         while k0 < n_lz and lz_alive[k0] == 0:
@@ -159,7 +193,7 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, la
         _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, hier, st, clock0, seq, old_meta)
     # the run's blocks left resident are the last W of each set, i.e. its last S * W blocks:
     # count them into their regions a region at a time
-    region_add(region_cnt, ro, rs, max(F, L - S * W + 1), L, 1)
+    region_add(region_cnt, ro, rs, max(F, L - S * W + 1), L, np.int64(1))
     cnt[row, k_run, i, MISSES] += nb
     cnt[row, k_run, i, FILLS] += nb
     cnt[row, k_run, i, HITS] += n_req - nb
@@ -311,12 +345,12 @@ def _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, hier, st, cloc
                     seq[n_empty + p] = base + x
                     p_n += 1
         else:
-            p_n = 0
+            p_n = np.int64(0)             # not the literal 0: argsort_unique compiles once
             for x in range(W):
                 if tag[base + x] >= 0:
                     old_meta[p_n] = meta[base + x]
                     p_n += 1
-            order = np.argsort(old_meta[:p_n])
+            order = argsort_unique(old_meta, p_n)
             p_n = 0
             ways_valid = np.empty(n_old, np.int64)
             for x in range(W):

@@ -181,6 +181,19 @@ def materialise_all(i, lazy, hier, st):
 
 
 @njit(nogil=True)
+def sort_in_place(a, n):
+    """``a[:n]`` sorted in place, ascending: an insertion sort, for the few values a set's runs
+    give (compiling numba's ``np.sort`` takes about a second)."""
+    for x in range(1, n):
+        v = a[x]
+        p = x
+        while p > 0 and a[p - 1] > v:
+            a[p] = a[p - 1]
+            p -= 1
+        a[p] = v
+
+
+@njit(nogil=True)
 def lazy_evict(i, F, L, full, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, tinfo_rs, tinfo_ro,
                region_cnt, h, bnd, alive):
     """Count what a new run evicts from the lazy sets of tier ``i`` (real sets excluded).
@@ -207,7 +220,8 @@ def lazy_evict(i, F, L, full, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_wa
         bnd[nbd] = F % S
         bnd[nbd + 1] = (L + 1) % S
         nbd += 2
-    cuts = np.sort(bnd[:nbd])
+    sort_in_place(bnd, nbd)
+    cuts = bnd
     for r in range(n):
         alive[r] = 0
     for x in range(nbd - 1):
@@ -226,7 +240,7 @@ def lazy_evict(i, F, L, full, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_wa
                 cnt[row, t_kind[lz[i, r, R_TID]], i, EVICTIONS] += e_r * (e - a)
                 ls = last_in(lz[i, r, R_L], lz[i, r, R_LM], a, S)
                 for j in range(h[r] - e_r, h[r]):
-                    region_add(region_cnt, ro, rs, ls - j * S, ls - j * S + (e - a) - 1, -1)
+                    region_add(region_cnt, ro, rs, ls - j * S, ls - j * S + (e - a) - 1, np.int64(-1))
     # the real sets were counted above as if lazy: take that back
     so = lzi[i, LZ_SET_OFF]
     nb = L - F + 1

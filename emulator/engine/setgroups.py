@@ -103,7 +103,7 @@ def _count_fills(nr, ci, rw, fetch, b0, tid, row, cf, s_row, s_kind, s_tier, t_h
     cf[ci + FILLS] += nr
     if fetch:
         cf[ci + BYTES_WRITTEN] += nr * b0
-        _down(0, tid, nr, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+        _down(np.int64(0), tid, nr, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
     else:
         cf[ci + UNFETCHED] += nr
     cf[ci + (BYTES_WRITTEN if rw else BYTES_READ)] += nr * b0
@@ -115,7 +115,7 @@ def _writeback(vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     cv = row * s_row + t_kind[vt] * s_kind
     cf[cv + WRITEBACKS] += n
     cf[cv + BYTES_READ] += n * blk[0]
-    _down(1, vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
+    _down(np.int64(1), vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
 
 
 @njit(nogil=True)
@@ -320,7 +320,7 @@ def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_ro
     ci = row * s_row + t_kind[tid] * s_kind
     fetch = fetch_write if rw else True
     rows = ent.shape[1] // W
-    K2 = 0
+    K2 = np.int64(0)          # not a literal: _merge compiles once
     for x in range(3):      # the intervals [0, c1), [c1, c2), [c2, S), as in _chunk
         a = 0 if x == 0 else (c1 if x == 1 else c2)
         e = c1 if x == 0 else (c2 if x == 1 else S)
@@ -350,7 +350,7 @@ def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_ro
     st[ST_SWEEPS] += 1
     if K2 > st[ST_K_MAX]:
         st[ST_K_MAX] = K2
-    _merge(0, K2, grp_lo, grp_row, ent, free, st, W)
+    _merge(np.int64(0), K2, grp_lo, grp_row, ent, free, st, W)
     return True
 
 
@@ -372,7 +372,7 @@ def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, gr
         return
     words = ent.ctypes.data
     k_first = st[ST_K]
-    k_last = 0
+    k_last = np.int64(0)      # not a literal: _merge compiles once
     for x in range(3):      # the intervals [0, c1), [c1, c2), [c2, S)
         a = 0 if x == 0 else (c1 if x == 1 else c2)
         e = c1 if x == 0 else (c2 if x == 1 else S)

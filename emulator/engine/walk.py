@@ -189,7 +189,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                                 q = r_hi + 1
                                 continue
                             absent = True
-                            while q <= r_hi and not resident(0, q, hier, st, words, lazy):
+                            while q <= r_hi and not resident(np.int64(0), q, hier, st, words, lazy):
                                 q += 1
                             if q <= r_hi:
                                 break
@@ -199,7 +199,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                         else:
                             seg_hi = q - 1
                     if seg_hi >= 0:
-                        ti = 0
+                        ti = np.int64(0)          # not the literal 0: the callees compile once, for int64
                         lo = pos
                         hi = seg_hi
                         ush = sh0
