@@ -92,7 +92,13 @@ def test_bad_input_one_line_exit_2(tmp_path, args, match):
 
 def test_every_command_is_registered():
     # The README's commands all exist (a missing module would fail the import, not vanish silently).
+    import click
+
     from emulator.cli import main
 
-    assert set(main.commands) == {"trace", "info", "models", "mrc", "bench", "chips", "replay", "run",
-                                  "compare", "capacity", "systems", "sweep", "export", "import"}
+    names = {"trace", "info", "models", "mrc", "bench", "chips", "replay", "run",
+             "compare", "capacity", "systems", "sweep", "export", "import"}
+    ctx = click.Context(main)
+    assert set(main.list_commands(ctx)) == names
+    for name in names:                  # each module loads and defines the command of that name
+        assert main.get_command(ctx, name).name == name

@@ -18,23 +18,25 @@ import click
 
 from common.errors import TierlabError
 
-# One line per subcommand module; each defines a click command named ``command``.
-COMMANDS = (
-    "emulator.cli.trace",
-    "emulator.cli.info",
-    "emulator.cli.models",
-    "emulator.cli.mrc",
-    "emulator.cli.bench",
-    "emulator.cli.chips",
-    "emulator.cli.systems",
-    "emulator.cli.replay",
-    "emulator.cli.run",
-    "emulator.cli.compare",
-    "emulator.cli.capacity",
-    "emulator.cli.sweep",
-    "emulator.cli.export",
-    "emulator.cli.import_",
-)
+# One line per subcommand: its name and the module defining it as a click command named
+# ``command``. A module is imported only when its command runs (or help lists them all): a command
+# pays for its own imports, not for every other command's.
+COMMANDS = {
+    "trace": "emulator.cli.trace",
+    "info": "emulator.cli.info",
+    "models": "emulator.cli.models",
+    "mrc": "emulator.cli.mrc",
+    "bench": "emulator.cli.bench",
+    "chips": "emulator.cli.chips",
+    "systems": "emulator.cli.systems",
+    "replay": "emulator.cli.replay",
+    "run": "emulator.cli.run",
+    "compare": "emulator.cli.compare",
+    "capacity": "emulator.cli.capacity",
+    "sweep": "emulator.cli.sweep",
+    "export": "emulator.cli.export",
+    "import": "emulator.cli.import_",
+}
 
 
 class _Interrupted(Exception):
@@ -56,7 +58,19 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 class TierlabGroup(click.Group):
-    """Turns every failure on bad input into one line on stderr and a non-zero exit, no traceback."""
+    """Turns every failure on bad input into one line on stderr and a non-zero exit, no traceback.
+    Subcommands are loaded from :data:`COMMANDS` when first asked for."""
+
+    def list_commands(self, ctx):
+        return sorted(set(self.commands) | set(COMMANDS))
+
+    def get_command(self, ctx, name):
+        if name not in self.commands and name in COMMANDS:
+            cmd = importlib.import_module(COMMANDS[name]).command
+            if cmd.name != name:
+                raise RuntimeError(f"{COMMANDS[name]} defines the command {cmd.name!r}, not {name!r}")
+            self.add_command(cmd)
+        return self.commands.get(name)
 
     def invoke(self, ctx):
         try:
@@ -116,6 +130,3 @@ class TierlabGroup(click.Group):
 def main() -> None:
     """tierlab: how many bytes move between which memory tiers per token, and what it costs."""
 
-
-for _name in COMMANDS:
-    main.add_command(importlib.import_module(_name).command)

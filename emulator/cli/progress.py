@@ -10,7 +10,6 @@ import contextlib
 import sys
 from typing import Callable, Iterator
 
-from tqdm import tqdm
 
 
 @contextlib.contextmanager
@@ -19,6 +18,7 @@ def counting_bar(total: int | None, *, unit: str, desc: str) -> Iterator[Callabl
     if not sys.stderr.isatty():
         yield None
         return
+    from tqdm import tqdm       # only with a terminal to draw on (a declared dependency)
     bar = tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, leave=False)
     try:
         yield bar.update
@@ -33,6 +33,7 @@ def fraction_bar(*, unit: str, desc: str) -> Iterator[Callable[[int, int], None]
     if not sys.stderr.isatty():
         yield None
         return
+    from tqdm import tqdm
     bar = tqdm(total=None, unit=unit, desc=desc, file=sys.stderr, leave=False)
 
     def report(done: int, total: int) -> None:
