@@ -58,6 +58,16 @@ def pim_tiers(chip: Chip) -> list[int]:
     return [i for i, t in enumerate(chip.tiers) if t.pim is not None]
 
 
+def _sum_by_key(k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of ``k`` (sorted) and the sum of ``v`` over each, exactly (int64)."""
+    if len(k) == 0:
+        return k, v
+    order = np.argsort(k, kind="stable")
+    k, v = k[order], v[order]
+    starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+    return k[starts], np.add.reduceat(v, starts)
+
+
 def dominant_operands(n_ops: int, operand: np.ndarray, candidate_op: np.ndarray,
                       accesses: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
                       ) -> np.ndarray:
@@ -75,17 +85,10 @@ def dominant_operands(n_ops: int, operand: np.ndarray, candidate_op: np.ndarray,
         sel = candidate_op[op] & operand[tid] & ~np.asarray(write, bool)
         if not sel.any():
             continue
-        k = op[sel] * n_t + tid[sel]
-        v = np.asarray(nbytes, np.int64)[sel] * np.asarray(count, np.int64)[sel]
-        u, inv = np.unique(k, return_inverse=True)
-        s = np.zeros(len(u), np.int64)
-        np.add.at(s, inv, v)
+        u, s = _sum_by_key(op[sel] * n_t + tid[sel], np.asarray(nbytes, np.int64)[sel] * np.asarray(count, np.int64)[sel])
         keys.append(u)
         vals.append(s)
-    k = np.concatenate(keys)
-    u, inv = np.unique(k, return_inverse=True)
-    v = np.zeros(len(u), np.int64)
-    np.add.at(v, inv, np.concatenate(vals))
+    u, v = _sum_by_key(np.concatenate(keys), np.concatenate(vals))
     out = np.full(n_ops, -1, np.int64)
     if len(u):
         op, tid = u // n_t, u % n_t

@@ -39,6 +39,8 @@ Batch = tuple  # (row, tid, offset, nbytes, count, stride, write, pim): integer 
                # e.g. a trace's uint32/uint64 columns as read) and a bool array
 STREAM_KERNELS = ("cache_stream_chain", "cache_stream_passes")
 STREAM_BUFFER_BLOCKS = 1 << 15     # tier-0 blocks expanded per kernel call (fits the host's L2 with the state)
+CALL_OPS = 128                     # ops per call of a walk-type kernel: its counters, [op, kind, tier,
+                                   # counter], a few hundred KiB, reused call after call
 
 
 def describe(geo: Geometry, home: np.ndarray, kinds: np.ndarray, n_ops: int, options: ReplayOptions, *,
@@ -85,18 +87,25 @@ def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_b
         row = b[0]
         if len(row) == 0:
             continue
-        lo, hi = int(row[0]), int(row[-1])
-        if len(buf) <= hi - lo:
-            buf = np.zeros((hi - lo + 1, n_kinds, n_tiers, N_COUNTERS), np.int64)
-        cnt = buf[:hi - lo + 1]
+        row = np.asarray(row, np.int64)
         cols = [np.ascontiguousarray(c, np.int64) for c in b[1:6]]
-        n_blocks += r.run(Descriptors(np.asarray(row, np.int64) - lo, *cols, np.ascontiguousarray(b[6], np.bool_),
-                                      np.ascontiguousarray(b[7], np.int64)), cnt)
+        write, pim = np.ascontiguousarray(b[6], np.bool_), np.ascontiguousarray(b[7], np.int64)
+        lo, hi = int(row[0]), int(row[-1])
+        # one kernel call per CALL_OPS ops: the calls' counters stay in the host's cache
+        cuts = np.searchsorted(row, np.arange(lo + CALL_OPS, hi + 1, CALL_OPS)) if hi - lo >= CALL_OPS else ()
+        for a, e in zip((0, *cuts), (*cuts, len(row))):
+            if e <= a:
+                continue
+            p_lo, p_hi = int(row[a]), int(row[e - 1])
+            if len(buf) <= p_hi - p_lo:
+                buf = np.zeros((p_hi - p_lo + 1, n_kinds, n_tiers, N_COUNTERS), np.int64)
+            cnt = buf[:p_hi - p_lo + 1]
+            n_blocks += r.run(Descriptors(row[a:e] - p_lo, *(c[a:e] for c in cols), write[a:e], pim[a:e]), cnt)
+            if on_batch is not None:
+                on_batch(p_lo, cnt, p_hi - p_lo + 1)     # folds the counts and clears cnt
+            else:
+                cnt.fill(0)
         n_acc += len(row)
-        if on_batch is not None:
-            on_batch(lo, cnt, hi - lo + 1)     # folds the counts and clears cnt
-        else:
-            cnt.fill(0)
         if progress is not None:
             progress(len(row))
     fl = np.zeros((1, n_kinds, n_tiers, N_COUNTERS), np.int64)
