@@ -55,34 +55,21 @@ from emulator.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_FAST_REQUESTS, TI
 
 @njit(nogil=True)
 def argsort_unique(v, n):
-    """The order of ``v[:n]`` (distinct values), ascending: a bottom-up merge sort of the indices
-    (compiling numba's ``np.argsort`` takes about a second)."""
+    """The order of ``v[:n]`` (distinct values), ascending: a Shell sort of the indices with
+    Knuth's gaps (compiling numba's ``np.argsort`` takes about a second, a merge sort half that)."""
     a = np.arange(n)
-    b = np.empty(n, np.int64)
-    w = 1
-    while w < n:
-        for lo in range(0, n, 2 * w):
-            mid = min(lo + w, n)
-            hi = min(lo + 2 * w, n)
-            x, y, k = lo, mid, lo
-            while x < mid and y < hi:
-                if v[a[y]] < v[a[x]]:
-                    b[k] = a[y]
-                    y += 1
-                else:
-                    b[k] = a[x]
-                    x += 1
-                k += 1
-            while x < mid:
-                b[k] = a[x]
-                x += 1
-                k += 1
-            while y < hi:
-                b[k] = a[y]
-                y += 1
-                k += 1
-        a, b = b, a
-        w *= 2
+    gap = 1
+    while gap < n // 3:
+        gap = 3 * gap + 1
+    while gap > 0:
+        for x in range(gap, n):
+            t = a[x]
+            j = x
+            while j >= gap and v[a[j - gap]] > v[t]:
+                a[j] = a[j - gap]
+                j -= gap
+            a[j] = t
+        gap //= 3
     return a
 
 
