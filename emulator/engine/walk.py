@@ -51,23 +51,24 @@ from emulator.engine.inclusive import back_invalidate
 
 
 @njit(nogil=True)
-def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
+def _run(is_flush, desc, ten, hier, st, opt, rules, back, cnt):
     """Both entry points in one body (a call per block would cost more than the block itself).
 
     ``is_flush`` false: replay the descriptors. True: flush dirty blocks (descriptors unused).
     With ``fast_path``, a read chunk of at least ``fast_min_blocks`` tier-0 blocks is cut at tier-0
     residency-region boundaries; a piece with no resident block is served by :func:`fast_tier`
     tier after tier (and counted in one step at its home tier), the rest block by block.
-    With ``inclusive``, a caching tier's eviction back-invalidates nearer tiers
-    (:func:`back_invalidate`); the caller turns ``fast_path`` off then (the fast path assumes no
-    block ever leaves a tier but by its own eviction).
+    With ``back`` not None (the rules' ``inclusive``), a caching tier's eviction back-invalidates
+    nearer tiers (:func:`back_invalidate`); the caller turns ``fast_path`` off then (the fast path
+    assumes no block ever leaves a tier but by its own eviction). ``back`` is None otherwise, so
+    Numba prunes that branch and never compiles the back-invalidation for a non-inclusive replay.
     """
     acc_row, acc_tid, acc_offset, acc_nbytes, acc_count, acc_stride, acc_write, acc_pim = desc
     t_addr, t_home, t_kind = ten
     blk, n_sets, n_ways, mode, policy, slot_off = hier
     tag, dirty, meta, owner, clock, rng, tinfo, region_cnt = st
     opt_next, opt_off, opt_pos, rec_tier, rec_buf, rec_pos = opt
-    store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss, inclusive, fast_path, fast_min_blocks, \
+    store_hit_recency, fetch_on_write_miss, fetch_on_writeback_miss, _inclusive, fast_path, fast_min_blocks, \
         lazy_max_runs = rules
     n_tiers = blk.shape[0]
     words = tag.ctypes.data     # the set lookups take the address; ``tag`` outlives the loop
@@ -337,7 +338,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
                             cf[cv + EVICTIONS] += 1
                             if fast:
                                 region_cnt[ro + (tag[slot] >> rs)] -= 1
-                            if inclusive:  # nearer tiers drop the victim's blocks (their dirty data lands in it)
+                            if back is not None:  # nearer tiers drop the victim's blocks (their dirty data lands in it)
                                 back_invalidate(i, tag[slot], row, cnt, t_home, t_kind, blk, n_sets, n_ways,
                                                  mode, slot_off, tag, dirty, owner, tinfo)
                             if dirty[slot]:
@@ -390,21 +391,28 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, cnt):
     return n_blocks
 
 
+def back_arg(rules) -> bool | None:
+    """What the walk's entry points take as ``back``: True for an inclusive replay, else None (the
+    back-invalidation then is not even compiled)."""
+    return True if rules.inclusive else None
+
+
 @njit(nogil=True)
-def replay_batch(desc, ten, hier, st, opt, rules, cnt):
+def replay_batch(desc, ten, hier, st, opt, rules, back, cnt):
     """Replay a batch of access descriptors (:class:`emulator.engine.state.Descriptors`); returns the
     number of tier-0 blocks requested.
 
     Each tier-0 block a chunk touches is one request at tier 0 (a block touched by two chunks is
     requested twice). A descriptor flagged ``pim`` is an operand read in memory by the PIM unit of its
     home tier: its blocks are counted as ``pim_bytes`` there and walk nothing. Counters go to
-    ``cnt[desc.row[a], kind, tier, counter]``.
+    ``cnt[desc.row[a], kind, tier, counter]``. ``back``: None, or True for an inclusive replay
+    (:func:`back_arg`).
     """
-    return _run(False, desc, ten, hier, st, opt, rules, cnt)
+    return _run(False, desc, ten, hier, st, opt, rules, back, cnt)
 
 
 @njit(nogil=True)
-def flush_dirty(no_desc, ten, hier, st, opt, rules, cnt):
+def flush_dirty(no_desc, ten, hier, st, opt, rules, back, cnt):
     """End-of-run flush: tier by tier from the nearest, write every dirty block to the next tier.
 
     ``no_desc``: an empty :class:`emulator.engine.state.Descriptors` (:func:`emulator.engine.state.no_descriptors`).
@@ -412,4 +420,4 @@ def flush_dirty(no_desc, ten, hier, st, opt, rules, cnt):
     resident and clean. Writes arriving at a farther caching tier may dirty it; it is flushed next.
     The caller passes ``rules`` with the fast path off (flushing touches no run).
     """
-    _run(True, no_desc, ten, hier, st, opt, rules, cnt)
+    _run(True, no_desc, ten, hier, st, opt, rules, back, cnt)

@@ -98,11 +98,12 @@ class WalkReplayer:
 
     def run(self, desc: Descriptors, cnt: np.ndarray) -> int:
         """Replay one batch; counters are added to ``cnt[row, kind, tier, counter]``."""
-        return int(walk.replay_batch(desc, self.tensors, self.hier, self.state, self.opt, self.rules, cnt))
+        return int(walk.replay_batch(desc, self.tensors, self.hier, self.state, self.opt, self.rules,
+                                     walk.back_arg(self.rules), cnt))
 
     def flush(self, cnt: np.ndarray) -> None:
         walk.flush_dirty(no_descriptors(), self.tensors, self.hier, self.state, self.opt,
-                         self.rules._replace(fast_path=False), cnt)
+                         self.rules._replace(fast_path=False), walk.back_arg(self.rules), cnt)
 
     @property
     def recorded(self) -> np.ndarray:
