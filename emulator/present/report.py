@@ -8,7 +8,6 @@ there); it and :func:`emulator.cost.trace_cost.cost_of` are re-exported here for
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from emulator.cost.model import Cost
 from emulator.cost.trace_cost import cost_of
@@ -130,6 +129,7 @@ def per_op_table(tr: TraceReplay, cst: Cost) -> pa.Table:
 
 def write_parquet(tr: TraceReplay, cst: Cost, path, *, force: bool = False) -> None:
     """Write the per-op breakdown atomically."""
+    import pyarrow.parquet as pq      # here: Parquet and its filesystems cost every replay 10 ms to import
     tbl = per_op_table(tr, cst)
     with atomic_path(path, force=force) as tmp:
         pq.write_table(tbl, tmp)
