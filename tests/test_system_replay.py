@@ -377,6 +377,9 @@ def test_twin_slices_replay_beside_their_base(tp8):
         t = once.devices[r].result.meta["twin"]
         assert t["joined"] and 0 < t["window_ops"] < tp8.n_ops // 8 // 10     # a few ops of the slice's
     _same_counts(full, once)
+    prov = system_json(once)["provenance"]["slices"]
+    assert prov == {"replayed_as": once.replayed_as, "twins": {str(r): once.twin_of[r] for r in twins}}
+    assert system_json(full)["provenance"]["slices"] == {"replayed_as": list(range(8)), "twins": {}}
     for r in twins:               # the statistics too, not only the counts
         a, b = full.devices[r].result.meta, once.devices[r].result.meta
         assert {k: a[k] for k in a if k != "twin"} == {k: b[k] for k in b if k != "twin"}

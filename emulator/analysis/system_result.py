@@ -29,7 +29,9 @@ Top-level keys:
   ``connections`` (peer processes and peer nodes per rank, :func:`emulator.cost.system_cost.connections`);
 * ``energy_j`` (whole run: ``total``, ``devices``, ``network``), ``latency_s`` (the whole run's
   critical path) and ``provenance`` (the one-chip provenance plus ``system_file``,
-  ``system_sha256``, ``collective_algo``).
+  ``system_sha256``, ``collective_algo`` and ``slices``: how the devices' slices were replayed —
+  ``replayed_as`` per device, the device whose replay its counts are, and ``twins``, each twin
+  device with the device it replayed beside, :mod:`emulator.engine.twins`).
 """
 
 from __future__ import annotations
@@ -205,7 +207,9 @@ def to_json(sr: SystemReplay, sc: SystemCost | None = None) -> dict:
     net_j = float(sum(n["energy_j"] for n in net))
     prov = dict(fulls[0]["provenance"]) if fulls else {}
     prov.update({"trace_format": sr.trace.manifest.get("version"), "system_file": sr.system.source_file,
-                 "system_sha256": sr.system.source_sha256, "collective_algo": sr.collective_algo})
+                 "system_sha256": sr.system.source_sha256, "collective_algo": sr.collective_algo,
+                 "slices": {"replayed_as": list(sr.replayed_as),
+                            "twins": {str(d): b for d, b in sorted(sr.twin_of.items())}}})
     return {
         "system": sr.system.name,
         "chip": sr.system.chip.name,
