@@ -30,7 +30,7 @@ from emulator.engine.state import Descriptors, Tensors
 from emulator.engine.stream import NARROW_LIMIT
 from emulator.engine.stream_driver import StreamReplayer
 from emulator.engine.tally import fold_batch
-from emulator.engine.twins import TwinDriver
+from emulator.engine.twins import MAX_DIFF_SHARE, TwinDriver
 from emulator.engine.walker import WalkReplayer, check_inclusive, opt_prepass
 
 __all__ = ["kernel_for", "replay_arrays", "replay_blocks", "replay_twins"]
@@ -193,19 +193,21 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
 def replay_twins(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor_home, tensor_kind,
                  base: Batch, twins: Sequence[Batch], n_ops: int, lent_bytes=None,
                  options: ReplayOptions = ReplayOptions(), progress=None, pim: bool = True,
-                 writes: bool | None = None) -> list[ReplayResult | None] | None:
+                 writes: bool | None = None, max_diff_share: float = MAX_DIFF_SHARE
+                 ) -> list[ReplayResult | None] | None:
     """Replay ``base`` and its ``twins`` (whole streams of the same ops on the same tensors, as one
     batch each of :func:`replay_arrays`) with the same results as one :func:`replay_arrays` each,
     replaying each twin only where it differs from the base (:mod:`emulator.engine.twins`).
 
-    Returns the base's result then each twin's (None for a twin that could not be followed: replay
-    it on its own), or None when the kernel chosen is not ``set_groups`` (whose state forks)."""
+    Returns the base's result then each twin's (None for a twin that could not be followed, or that
+    differs in more than ``max_diff_share`` of the ops: replay it on its own), or None when the kernel
+    chosen is not ``set_groups`` (whose state forks)."""
     geo, tensors = prepare(tiers, tensor_address, tensor_nbytes, tensor_home, tensor_kind, lent_bytes, options)
     req = describe(geo, tensors.home, tensors.kind, n_ops, options, source="descriptors", writes=writes, pim=pim)
     choice = pick(req, options)
     if choice.kernel.name != "set_groups" or options.inclusive:
         return None
-    outs = TwinDriver(geo, tensors, options, base, list(twins), n_ops, progress).run()
+    outs = TwinDriver(geo, tensors, options, base, list(twins), n_ops, progress, max_diff_share).run()
     return [None if o is None else
             _result(geo, o["per_op"], o["by_kind"], o["flush"].sum(axis=0), o["descriptors"], o["blocks"],
                     choice, o["stats"], options) for o in outs]

@@ -34,6 +34,11 @@ from emulator.engine.setgroups import ST_K, ST_K_MAX
 from emulator.engine.state import Descriptors, Tensors
 from emulator.engine.tally import fold_batch
 
+#: a stream differing from the base in more than this share of its ops is no twin: replayed beside
+#: the base it would cost a segment and a state comparison per differing op, more than replaying it
+#: on its own (the caller does; its result here is None)
+MAX_DIFF_SHARE = 1 / 16
+
 #: ops from a fork to the first probe: a diff op's effect on the tier outlives it by a few ops (until
 #: enough other blocks have passed through the sets it touched), and each probe costs a segment
 FIRST_PROBE = 4
@@ -138,7 +143,7 @@ class TwinDriver:
     ``flush`` (``[kind, tier, counter]``), blocks, descriptors and the replayer's statistics."""
 
     def __init__(self, geo: Geometry, tensors: Tensors, options: ReplayOptions, base: Stream,
-                 twins: list[Stream], n_ops: int, progress=None):
+                 twins: list[Stream], n_ops: int, progress=None, max_diff_share: float = MAX_DIFF_SHARE):
         self.geo, self.tensors, self.options, self.n_ops = geo, tensors, options, n_ops
         self.base = base
         self.base_starts = op_starts(base[0], n_ops)
@@ -147,6 +152,7 @@ class TwinDriver:
             starts = op_starts(t[0], n_ops)
             self.twins.append(_Twin(t, starts, diff_ops(base, t, n_ops, (self.base_starts, starts))))
         self.progress = progress
+        self.max_diff_share = max_diff_share
         n_kinds, n_tiers = len(KINDS), len(geo.names)
         self.shape = (n_kinds, n_tiers, N_COUNTERS)
         self.buf = np.zeros((0,) + self.shape, np.int64)
@@ -182,7 +188,8 @@ class TwinDriver:
             t.by_kind = np.zeros(shape, np.int64)
             t.stats = np.zeros_like(_stat_vector(R.stats()))
             t.k_max = k_max
-        lost: list[int] = []          # twins that could not fork (the base was handed to the walk)
+        # twins that could not fork (the base was handed to the walk), or that differ in too many ops
+        lost: list[int] = [i for i, t in enumerate(self.twins) if len(t.diffs) > self.max_diff_share * max(n_ops, 1)]
         pos = 0
         while pos < n_ops:
             for i, t in enumerate(self.twins):
