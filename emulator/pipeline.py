@@ -9,6 +9,7 @@ tensor (:func:`emulator.chip.placement.place`), decides which ops run in memory
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -82,6 +83,18 @@ def access_batches(trace: Trace, pim, batch_rows: int):
                rb.column(5).to_numpy(), write, flag)
 
 
+@contextlib.contextmanager
+def naming_the_tensor_table(trace: Trace):
+    """A TraceError from the engine that names no file is about the tensor table (its addresses do
+    not suit the chip): it names that file."""
+    try:
+        yield
+    except TraceError as err:
+        if err.file is None:
+            err.file = str(trace.path / "tensors.arrow")
+        raise
+
+
 def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions(), *,
                  extra_rules=(), progress: Callable[[int], None] | None = None) -> TraceReplay:
     """Replay a trace (a path or an opened :class:`traces.reader.Trace`) on a chip (object or name).
@@ -93,14 +106,10 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
     p = placed(trace, chip, options, extra_rules)
     trace, chip, pim = p.trace, p.chip, p.pim
 
-    try:
+    with naming_the_tensor_table(trace):
         result = replay_arrays(chip.tiers, tensor_address=p.address, tensor_nbytes=p.nbytes,
                                tensor_home=p.home, tensor_kind=p.kinds,
                                batches=lambda: access_batches(trace, pim, options.batch_rows),
                                n_ops=trace.n_ops, lent_bytes=p.placement.lent_bytes, options=options,
                                progress=progress, pim=pim is not None)
-    except TraceError as err:
-        if err.file is None:      # the tensor table's addresses do not suit this chip
-            err.file = str(trace.path / "tensors.arrow")
-        raise
     return TraceReplay(chip=chip, trace=trace, placement=p.placement, options=options, result=result, pim=pim)

@@ -26,14 +26,14 @@ from typing import Callable
 
 import numpy as np
 
-from common.errors import TraceError, UsageError
-from emulator.engine.options import ReplayOptions
+from common.errors import UsageError
 from emulator.engine.door import replay_twins
-from emulator.pipeline import TraceReplay, placed, replay_trace
+from emulator.engine.options import ReplayOptions
+from emulator.pipeline import TraceReplay, naming_the_tensor_table, placed, replay_trace
 from emulator.system.model import System
+from emulator.system.systemfile import load_system
 from emulator.system_slices import (DeviceRows, SliceTrace, held_streams, hold_stream, same_tables,
                                     slice_classes, slice_digests, slices, tables_of)
-from emulator.system.systemfile import load_system
 from traces.reader import Trace, open_trace
 
 DEVICE_FIELD = "--system or --tp"
@@ -99,15 +99,11 @@ def _run_twins(sls, streams, base, twins, system: System, options: ReplayOptions
     def stream(r):
         return streams[r] + (np.zeros(len(streams[r][0]), np.int64),)
     prog = counted(weight[base] + sum(weight[r] for r in twins))   # the base's rows, for each device
-    try:
+    with naming_the_tensor_table(sls[base]):
         results = replay_twins(system.chip.tiers, tensor_address=p.address, tensor_nbytes=p.nbytes,
                                tensor_home=p.home, tensor_kind=p.kinds, base=stream(base),
                                twins=[stream(r) for r in twins], n_ops=sls[base].n_ops,
                                lent_bytes=p.placement.lent_bytes, options=options, progress=prog, pim=False)
-    except TraceError as err:
-        if err.file is None:
-            err.file = str(sls[base].path / "tensors.arrow")
-        raise
     if results is None:
         return set()
     lost = set()

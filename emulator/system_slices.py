@@ -193,27 +193,16 @@ def _table_digest(h, table: pa.Table, skip: tuple[str, ...]) -> None:
 
 
 def _split_accesses(trace: Trace, sls: list[Trace], batch_rows: int, on_part) -> np.ndarray:
-    """One pass over the parent's accesses: ``on_part(d, arrays)`` with each run of device ``d``'s
-    rows (op and tensor ids local to the device, then the other five columns), in order. Returns
-    which devices' accesses reach another device's tensor."""
+    """One pass over the parent's accesses: ``on_part(d, arrays, foreign)`` with each batch's run of
+    device ``d``'s rows (the columns of :func:`held_streams`), in order. Returns which devices'
+    accesses reach another device's tensor."""
     n = len(sls)
-    op_dev = trace.op_device
-    t_dev = trace.tensor_device
-    op_local, t_local = _local_ids(trace, sls)
-    foreign = np.zeros(n, bool)
-    small = np.uint8 if n <= 255 else np.uint16 if n <= 65535 else np.int64    # a radix sort below
+    ids = (trace.op_device, trace.tensor_device, *_local_ids(trace, sls))
+    foreign = np.zeros(n, np.bool_)
     for rb in trace.iter_accesses(batch_rows):
-        op = rb.column(0).to_numpy().astype(np.int64)
-        tid = rb.column(1).to_numpy().astype(np.int64)
-        dev = op_dev[op]
-        foreign |= np.bincount(dev[t_dev[tid] != dev], minlength=n).astype(bool)
-        order = np.argsort(dev.astype(small), kind="stable")
-        bounds = np.searchsorted(dev[order], np.arange(n + 1))
-        arrays = [op_local[op], t_local[tid]] + [rb.column(i).to_numpy(zero_copy_only=False) for i in range(2, 7)]
-        arrays = [a[order] for a in arrays]
-        for d in np.flatnonzero(bounds[1:] > bounds[:-1]):
-            lo, hi = bounds[d], bounds[d + 1]
-            on_part(d, [np.ascontiguousarray(a[lo:hi]) for a in arrays], foreign[d])
+        out, starts, rows = _by_device([_columns(rb)], n, *ids, foreign)
+        for d in np.flatnonzero(rows):
+            on_part(d, [c[starts[d]:starts[d] + rows[d]] for c in out], foreign[d])
     return foreign
 
 
@@ -227,26 +216,36 @@ def _local_ids(trace: Trace, sls: list[Trace]) -> tuple[np.ndarray, np.ndarray]:
     return op_local, t_local
 
 
-def held_streams(trace: Trace, sls: list[Trace], batch_rows: int) -> list[tuple | None]:
-    """Each slice's accesses as whole columns, in one pass over the parent's (then a compiled
-    scatter, :func:`emulator.engine.scatter.scatter_rows`): op and tensor ids local to the device,
-    offset, nbytes, count and stride (int64), is_write (bool). ``None``: a slice whose accesses
-    reach another device's tensor (its own replay raises the TraceError)."""
-    n = len(sls)
-    op_dev, t_dev = trace.op_device, trace.tensor_device
-    op_local, t_local = _local_ids(trace, sls)
-    batches, rows = [], np.zeros(n, np.int64)
-    for rb in trace.iter_accesses(batch_rows):
-        cols = [rb.column(i).to_numpy(zero_copy_only=False) for i in range(7)]
+def _columns(rb: pa.RecordBatch) -> list[np.ndarray]:
+    return [rb.column(i).to_numpy(zero_copy_only=False) for i in range(7)]
+
+
+def _by_device(batches: list[list[np.ndarray]], n: int, op_dev, t_dev, op_local, t_local, foreign
+               ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The rows of ``batches`` (each the seven access columns as read) sorted out by device, in one
+    compiled counting sort (:func:`emulator.engine.scatter.scatter_rows`): whole columns, device
+    ``d``'s ``rows[d]`` rows in order from ``starts[d]``, op and tensor ids local to the device;
+    ``foreign[d]`` is set where a row of device ``d`` reaches another device's tensor."""
+    rows = np.zeros(n, np.int64)
+    for cols in batches:
         rows += np.bincount(op_dev[cols[0]], minlength=n)
-        batches.append(cols)
     total = int(rows.sum())
     out = [np.empty(total, np.int64) for _ in range(6)] + [np.empty(total, np.bool_)]
-    at = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
-    starts = at.copy()
-    foreign = np.zeros(n, np.bool_)
+    starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+    at = starts.copy()
     for cols in batches:
         scatter_rows(*cols, op_dev, t_dev, op_local, t_local, at, *out, foreign)
+    return out, starts, rows
+
+
+def held_streams(trace: Trace, sls: list[Trace], batch_rows: int) -> list[tuple | None]:
+    """Each slice's accesses as whole columns, in one pass over the parent's: op and tensor ids local
+    to the device, offset, nbytes, count and stride (int64), is_write (bool). ``None``: a slice
+    whose accesses reach another device's tensor (its own replay raises the TraceError)."""
+    n = len(sls)
+    foreign = np.zeros(n, np.bool_)
+    out, starts, rows = _by_device([_columns(rb) for rb in trace.iter_accesses(batch_rows)], n,
+                                   trace.op_device, trace.tensor_device, *_local_ids(trace, sls), foreign)
     return [None if foreign[d] else tuple(c[starts[d]:starts[d] + rows[d]] for c in out) for d in range(n)]
 
 

@@ -180,7 +180,7 @@ class _DeviceLowering(Lowering):
         return Sync(kind, name, self.shard.tp_group, layer, nbytes, ((t, read_off, rb),), ((t, 0, nbytes),))
 
     def microbatch(self, seg: Segment, k: int):
-        s, run, plan, sh = self.spec, self.run, self.plan, self.shard
+        s, plan, sh = self.spec, self.plan, self.shard
         m, h, ab = self.mb * seg.tokens, s.hidden_size, self.ab
         self.kv_shift = k * self.mb
         if self.router is not None:

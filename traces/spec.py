@@ -16,7 +16,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import NamedTuple
 
 from traces.dtypes import KV_DTYPES, check_dtype, nbytes_of
 from common.errors import ConfigError

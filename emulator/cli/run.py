@@ -7,7 +7,6 @@ system's chip and costs the collectives on its network (:mod:`emulator.system_pi
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 

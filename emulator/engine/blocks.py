@@ -7,8 +7,10 @@ chunk after chunk, descriptor after descriptor: the order in which a tier of tha
 see them. A chunk repeated (stride 0, count > 1) is emitted once per repetition.
 
 The expansion writes into a fixed-size buffer and resumes where it stopped, so a trace of any length
-is turned into a stream in bounded memory. This serves miss-ratio curves, sweeps and benchmarks; the
-replay engine keeps its own in-loop expansion.
+is turned into a stream in bounded memory. :class:`BlockExpander` (any block size, tensors left out
+by a mask) serves miss-ratio curves, sweeps and benchmarks; :func:`expand_rows` (power-of-two
+blocks, the trace's columns as read) feeds the door's cache-stream kernels. The walk and set-group
+kernels expand in their own loops.
 """
 
 from __future__ import annotations

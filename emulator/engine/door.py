@@ -26,10 +26,10 @@ from emulator.engine.groups_driver import SetGroupReplayer
 from emulator.engine.invariants import check_result, debug_from_env
 from emulator.engine.options import ReplayOptions
 from emulator.engine.policies import POLICY_NAMES
-from emulator.engine.state import Descriptors, Tensors
+from emulator.engine.state import Tensors
 from emulator.engine.stream import NARROW_LIMIT
 from emulator.engine.stream_driver import StreamReplayer
-from emulator.engine.tally import fold_batch
+from emulator.engine.tally import CallCounters, fold_batch
 from emulator.engine.twins import MAX_DIFF_SHARE, TwinDriver
 from emulator.engine.walker import WalkReplayer, check_inclusive, opt_prepass
 
@@ -82,7 +82,7 @@ def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_b
     leaves ``cnt`` all zero (:func:`emulator.engine.tally.fold_batch` does)."""
     n_kinds, n_tiers = len(KINDS), len(r.geo.names)
     n_blocks = n_acc = 0
-    buf = np.zeros((0, n_kinds, n_tiers, N_COUNTERS), np.int64)   # reused: its pages stay mapped
+    calls = CallCounters(n_tiers)
     for b in batches:
         row = b[0]
         if len(row) == 0:
@@ -96,13 +96,10 @@ def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_b
         for a, e in zip((0, *cuts), (*cuts, len(row))):
             if e <= a:
                 continue
-            p_lo, p_hi = int(row[a]), int(row[e - 1])
-            if len(buf) <= p_hi - p_lo:
-                buf = np.zeros((p_hi - p_lo + 1, n_kinds, n_tiers, N_COUNTERS), np.int64)
-            cnt = buf[:p_hi - p_lo + 1]
-            n_blocks += r.run(Descriptors(row[a:e] - p_lo, *(c[a:e] for c in cols), write[a:e], pim[a:e]), cnt)
+            n, cnt, p_lo = calls.run(r, row[a:e], [c[a:e] for c in cols], write[a:e], pim[a:e])
+            n_blocks += n
             if on_batch is not None:
-                on_batch(p_lo, cnt, p_hi - p_lo + 1)     # folds the counts and clears cnt
+                on_batch(p_lo, cnt, len(cnt))     # folds the counts and clears cnt
             else:
                 cnt.fill(0)
         n_acc += len(row)
@@ -207,7 +204,12 @@ def replay_twins(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor
     choice = pick(req, options)
     if choice.kernel.name != "set_groups" or options.inclusive:
         return None
-    outs = TwinDriver(geo, tensors, options, base, list(twins), n_ops, progress, max_diff_share).run()
+    def stream(b: Batch) -> Batch:        # the kernels' column types, once for the whole stream
+        return (*(np.ascontiguousarray(c, np.int64) for c in b[:6]), np.ascontiguousarray(b[6], np.bool_),
+                np.ascontiguousarray(b[7], np.int64))
+
+    outs = TwinDriver(geo, tensors, options, stream(base), [stream(t) for t in twins], n_ops, progress,
+                      max_diff_share).run()
     return [None if o is None else
             _result(geo, o["per_op"], o["by_kind"], o["flush"].sum(axis=0), o["descriptors"], o["blocks"],
                     choice, o["stats"], options) for o in outs]

@@ -4,14 +4,18 @@ The kernels count each batch into ``cnt[op - lo, kind, tier, counter]``; the rep
 op (``per_op[op, tier, counter]``, summed over kinds) and per kind (``by_kind[kind, tier, counter]``,
 summed over ops). Summing the batch with numpy (two reductions over different axes of a 4-d array)
 costs more than the set-group kernel itself on a model trace; one compiled loop reads each counter
-once, adds the nonzero ones and clears them, so the replay reuses one buffer for every batch.
+once, adds the nonzero ones and clears them, so the replay reuses one buffer for every batch
+(:class:`CallCounters`, shared by the door's batches and the twins' segments).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from emulator.engine.counters import N_COUNTERS
+from emulator.engine.geometry import KINDS
 from emulator.engine.jit import njit
+from emulator.engine.state import Descriptors
 
 
 @njit(nogil=True)
@@ -42,3 +46,22 @@ def fold_batch(cnt: np.ndarray, lo: int, per_op: np.ndarray, by_kind: np.ndarray
     if lo < 0 or lo + cnt.shape[0] > per_op.shape[0] or cnt.shape[1:] != (by_kind.shape[0],) + per_op.shape[1:]:
         raise ValueError(f"a batch of ops {lo}..{lo + cnt.shape[0] - 1} does not fit totals of shape {per_op.shape}")
     fold(cnt, int(lo), per_op, by_kind)
+
+
+class CallCounters:
+    """The counter buffer a replay's kernel calls share: ``cnt[op - lo, kind, tier, counter]`` over
+    the ops of one call, reused call after call (its pages stay mapped)."""
+
+    def __init__(self, n_tiers: int):
+        self.buf = np.zeros((0, len(KINDS), n_tiers, N_COUNTERS), np.int64)
+
+    def run(self, r, row: np.ndarray, cols, write: np.ndarray, pim: np.ndarray) -> tuple[int, np.ndarray, int]:
+        """``r.run`` (a walk-type driver) on one call's rows: op ids ``row`` (int64, non-decreasing),
+        ``cols`` (tensor, offset, nbytes, count, stride: int64), ``write`` (bool), ``pim`` (int64).
+        Returns (tier-0 blocks requested, the call's counters ``cnt``, its first op ``lo``); the
+        caller folds ``cnt`` (:func:`fold_batch` clears it) or clears it."""
+        lo, hi = int(row[0]), int(row[-1])
+        if len(self.buf) <= hi - lo:
+            self.buf = np.zeros((hi - lo + 1,) + self.buf.shape[1:], np.int64)
+        cnt = self.buf[:hi - lo + 1]
+        return int(r.run(Descriptors(row - lo, *cols, write, pim), cnt)), cnt, lo

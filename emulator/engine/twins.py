@@ -31,8 +31,8 @@ from emulator.engine.groups_driver import SetGroupReplayer
 from emulator.engine.jit import njit
 from emulator.engine.options import ReplayOptions
 from emulator.engine.setgroups import ST_K, ST_K_MAX
-from emulator.engine.state import Descriptors, Tensors
-from emulator.engine.tally import fold_batch
+from emulator.engine.state import Tensors
+from emulator.engine.tally import CallCounters, fold_batch
 
 #: a stream differing from the base in more than this share of its ops is no twin: replayed beside
 #: the base it would cost a segment and a state comparison per differing op, more than replaying it
@@ -155,7 +155,7 @@ class TwinDriver:
         self.max_diff_share = max_diff_share
         n_kinds, n_tiers = len(KINDS), len(geo.names)
         self.shape = (n_kinds, n_tiers, N_COUNTERS)
-        self.buf = np.zeros((0,) + self.shape, np.int64)
+        self.calls = CallCounters(n_tiers)
 
     def _segment(self, r: SetGroupReplayer, stream: Stream, starts: np.ndarray, k0: int, k1: int,
                  per_op: np.ndarray, by_kind: np.ndarray, first: int = 0) -> tuple[int, int]:
@@ -166,16 +166,10 @@ class TwinDriver:
         a, b = int(starts[k0]), int(starts[k1])
         if a == b:
             return 0, int(r.st[ST_K])
-        row = stream[0][a:b]
-        lo, hi = int(row[0]), int(row[-1])
-        if len(self.buf) <= hi - lo:
-            self.buf = np.zeros((hi - lo + 1,) + self.shape, np.int64)
-        cnt = self.buf[:hi - lo + 1]
-        cols = [np.ascontiguousarray(c[a:b], np.int64) for c in stream[1:6]]
-        n = r.run(Descriptors(np.asarray(row, np.int64) - lo, *cols, np.ascontiguousarray(stream[6][a:b], np.bool_),
-                              np.ascontiguousarray(stream[7][a:b], np.int64)), cnt)
+        n, cnt, lo = self.calls.run(r, stream[0][a:b], [c[a:b] for c in stream[1:6]], stream[6][a:b],
+                                    stream[7][a:b])
         fold_batch(cnt, lo - first, per_op, by_kind)
-        return int(n), int(r.st[ST_K_MAX])
+        return n, int(r.st[ST_K_MAX])
 
     def run(self) -> list[dict]:
         n_ops, shape = self.n_ops, self.shape
