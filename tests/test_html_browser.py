@@ -15,9 +15,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from test_html_report import _cli
 
-from emulator.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -42,12 +41,6 @@ def _browser_or_skip():
     except ImportError:       # part of the test extra: its absence is a broken install, not a skip
         pytest.fail("playwright is not installed: pip install -e '.[test]'")
     return sync_playwright, CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
-
-
-def _cli(*args):
-    r = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    return r
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from emulator.cli import main
 from emulator.cost.model import per_step
 from emulator.cost.trace_cost import cost_of
 from emulator.pipeline import replay_trace
@@ -23,15 +21,10 @@ from traces.lower import generate_trace
 from traces.reader import open_trace
 from traces.run import RunConfig
 from traces.spec import load_model
+from test_html_report import _cli
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "models" / "tiny-llama.json"
-
-
-def _cli(*args):
-    r = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    return r
 
 
 @pytest.fixture(scope="module")
