@@ -45,8 +45,8 @@ def write_traces(tmp: Path, lines: int) -> tuple[Path, Path]:
     b = issue_blocks(lines)
     new = tmp / "v3.trace"
     with TraceWriter(new) as w:
-        x = w.add_tensor("mem", "weight", int(b.max() + 1) * 64, "bf16")
-        o = w.add_op("op", "other", -1, "decode", 0, 1, 0)
+        w.add_tensor("mem", "weight", int(b.max() + 1) * 64, "bf16")
+        w.add_op("op", "other", -1, "decode", 0, 1, 0)
         w.add_accesses(np.zeros(lines, np.uint32), np.zeros(lines, np.uint32), b.astype(np.uint64) * 64,
                        np.full(lines, 64, np.uint64))
     old = tmp / "v1.trace"

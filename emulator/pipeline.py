@@ -19,7 +19,7 @@ from common.errors import TraceError
 from emulator.chip.chipfile import load_chip
 from emulator.chip.hierarchy import Chip
 from emulator.chip.placement import place
-from emulator.cost.pim import plan_for_trace
+from emulator.cost.pim import pim_tiers, plan_for_trace
 from emulator.engine.counters import ReplayResult
 from emulator.engine.door import replay_arrays
 from emulator.engine.geometry import kind_index
@@ -52,6 +52,13 @@ class Placed:
     nbytes: np.ndarray
     kinds: np.ndarray
     home: np.ndarray
+    held: list | None = None   # the checked access batches, when read once for the plan and the replay
+
+
+# A chip with PIM units reads a trace twice: once for the plan, once for the replay. A trace of at
+# most this many access rows (~10 MB of batches: zero-copy slices of its memory map) is read and
+# checked once, its batches held for both.
+HOLD_ROWS = 1 << 18
 
 
 def placed(trace, chip: Chip | str, options: ReplayOptions, extra_rules=()) -> Placed:
@@ -64,18 +71,23 @@ def placed(trace, chip: Chip | str, options: ReplayOptions, extra_rules=()) -> P
     placement = place(chip, trace.tensors, extra_rules, align_bytes=trace.alignment or 1)
     t = trace.tensors
     home = np.asarray(placement.home, np.int64)
+    held = None
+    if options.pim and pim_tiers(chip) and trace.n_accesses <= HOLD_ROWS:
+        held = list(trace.iter_accesses(options.batch_rows))
     return Placed(trace=trace, chip=chip, placement=placement,
-                  pim=plan_for_trace(chip, trace, home, enabled=options.pim, batch_rows=options.batch_rows),
+                  pim=plan_for_trace(chip, trace, home, enabled=options.pim, batch_rows=options.batch_rows,
+                                     held=held),
                   address=t.column("address").to_numpy().astype(np.int64),
                   nbytes=t.column("nbytes").to_numpy().astype(np.int64),
-                  kinds=kind_index(t.column("kind").to_pylist()), home=home)
+                  kinds=kind_index(t.column("kind").to_pylist()), home=home, held=held)
 
 
-def access_batches(trace: Trace, pim, batch_rows: int):
+def access_batches(trace: Trace, pim, batch_rows: int, held: list | None = None):
     """The trace's access batches as the door takes them: the seven columns as read (uint32/uint64,
     zero-copy: the door takes any integer type, and the stream kernels expand them without a copy to
-    int64 first) and each row's PIM flag (all 0 without a plan)."""
-    for rb in trace.iter_accesses(batch_rows):
+    int64 first) and each row's PIM flag (all 0 without a plan). ``held``: the batches, already read
+    and checked (:attr:`Placed.held`)."""
+    for rb in (trace.iter_accesses(batch_rows) if held is None else held):
         op, tid = rb.column(0).to_numpy(), rb.column(1).to_numpy()
         write = rb.column(6).to_numpy(zero_copy_only=False)
         flag = np.zeros(len(op), np.int64) if pim is None else pim.flags(op, tid, write)
@@ -109,7 +121,7 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
     with naming_the_tensor_table(trace):
         result = replay_arrays(chip.tiers, tensor_address=p.address, tensor_nbytes=p.nbytes,
                                tensor_home=p.home, tensor_kind=p.kinds,
-                               batches=lambda: access_batches(trace, pim, options.batch_rows),
+                               batches=lambda: access_batches(trace, pim, options.batch_rows, p.held),
                                n_ops=trace.n_ops, lent_bytes=p.placement.lent_bytes, options=options,
                                progress=progress, pim=pim is not None)
     return TraceReplay(chip=chip, trace=trace, placement=p.placement, options=options, result=result, pim=pim)

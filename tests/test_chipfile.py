@@ -375,3 +375,29 @@ def test_fuzz_mutated_preset_text(tmp_path_factory, data):
         assert "\n" not in str(e).split("not valid TOML")[0]
     else:
         assert isinstance(c, Chip)
+
+
+def test_a_chip_file_loaded_again_is_read_again_when_its_bytes_change(tmp_path):
+    """``load_chip`` keeps what it parsed by the file's path and bytes: the same bytes give the same
+    (frozen) Chip and the same warnings, edited bytes a new Chip."""
+    import warnings
+
+    from emulator.chip.chipfile import NoEffectWarning, read_chip_toml
+
+    d, path, _ = read_chip_toml("h100")
+    text = path.read_text()
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    a, b = load_chip(f), load_chip(f)
+    assert a is b
+    f.write_text(text.replace('name = "h100"', 'name = "h100-edited"', 1))
+    c = load_chip(f)
+    assert c.name == "h100-edited" and a.name == "h100"
+    # a warning said at the first load is said again at the next
+    assert 'name = "hbm"' in text
+    f.write_text(text.replace('name = "hbm"', 'name = "hbm"\npolicy = "fifo"', 1))
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            load_chip(f)
+        assert any(isinstance(w.message, NoEffectWarning) for w in said)

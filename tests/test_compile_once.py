@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 SCRIPT = r"""
 import importlib, json, pkgutil, sys

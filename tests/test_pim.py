@@ -266,3 +266,23 @@ def test_in_memory_bytes_are_shown_apart_in_json_text_and_parquet(tmp_path, llam
     assert t["ran_in_memory_of"] == [("hbm" if x >= 0 else None) for x in tr.pim.op_tier]
     text = CliRunner().invoke(main, ["replay", str(llama_trace.path), "--chip", "h100-hbm-pim"]).output
     assert "in memory hbm (PIM)" in text
+
+
+@pytest.mark.parametrize("chip", ["h100-hbm-pim", "attacc", "aim-gddr6"])
+def test_a_trace_read_once_for_plan_and_replay_counts_as_one_read_twice(llama_trace, moe_trace, chip, monkeypatch):
+    """A small trace's batches are read once and held for the PIM plan and the replay
+    (``pipeline.HOLD_ROWS``); streamed twice, the plan and every count are the same."""
+    import emulator.pipeline as pipeline
+
+    for trace in (llama_trace, moe_trace):
+        held = replay_trace(trace, chip, ReplayOptions(batch_rows=7))
+        monkeypatch.setattr(pipeline, "HOLD_ROWS", 0)
+        streamed = replay_trace(trace, chip, ReplayOptions(batch_rows=7))
+        monkeypatch.undo()
+        assert held.pim is not None and streamed.pim is not None
+        assert np.array_equal(held.pim.op_tier, streamed.pim.op_tier)
+        assert np.array_equal(held.pim.dominant, streamed.pim.dominant)
+        for a, b in ((held.result.per_op, streamed.result.per_op), (held.result.flush, streamed.result.flush),
+                     (held.result.by_kind, streamed.result.by_kind)):
+            assert np.array_equal(a, b)
+        assert held.result.per_op[:, :, PIM_BYTES].sum() > 0

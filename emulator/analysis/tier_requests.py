@@ -12,13 +12,13 @@ from typing import Iterator
 
 import numpy as np
 
-from common.errors import TraceError, UsageError
+from common.errors import UsageError
 from emulator.chip.chipfile import load_chip
 from emulator.chip.hierarchy import Chip
 from emulator.engine.door import prepare
 from emulator.engine.options import ReplayOptions
 from emulator.engine.requests import RequestRecorder
-from emulator.pipeline import access_batches, placed
+from emulator.pipeline import access_batches, naming_the_tensor_table, placed
 from traces.reader import Trace, open_trace
 
 
@@ -40,12 +40,8 @@ def tier_requests(trace, chip, tier_name: str, options: ReplayOptions = ReplayOp
                          "trace on one chip", file=str(trace.path))
     target = names.index(tier_name)
     p = placed(trace, chip, options, extra_rules)
-    try:
+    with naming_the_tensor_table(trace):     # its addresses may not suit this chip
         geo, tensors = prepare(chip.tiers, p.address, p.nbytes, p.home, p.kinds, p.placement.lent_bytes, options)
-    except TraceError as err:
-        if err.file is None:      # the tensor table's addresses do not suit this chip
-            err.file = str(trace.path / "tensors.arrow")
-        raise
     recorder = RequestRecorder(geo, tensors, target, options, chunk=chunk)
-    for _op, tid, offset, nbytes, count, stride, write, flag in access_batches(trace, p.pim, options.batch_rows):
+    for _op, tid, offset, nbytes, count, stride, write, flag in access_batches(trace, p.pim, options.batch_rows, p.held):
         yield from recorder.feed(tid, offset, nbytes, count, stride, write, flag)

@@ -380,10 +380,28 @@ def strip_calibration_defaults(d: dict) -> None:
             part.pop("achievable")
 
 
+_LOADED: dict[tuple[str, str], tuple[Chip, list]] = {}
+
+
 def load_chip(name_or_path) -> Chip:
-    """Load a chip: a preset name (``h100``) or a path to a ``.toml`` file."""
-    d, path, sha = read_chip_toml(name_or_path)
-    return chip_from_dict(d, file=str(path), sha256=sha)
+    """Load a chip: a preset name (``h100``) or a path to a ``.toml`` file.
+
+    A file read before with the same bytes (its sha256) gives the same Chip (frozen) without parsing
+    and checking it again, and the same warnings: sweeps, ``compare`` and repeated replays load a
+    preset many times."""
+    path = _resolve(name_or_path)
+    data = path.read_bytes()
+    key = (str(path), hashlib.sha256(data).hexdigest())
+    if key not in _LOADED:
+        d, sha = read_toml(path, data)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            chip = chip_from_dict(d, file=str(path), sha256=sha)
+        _LOADED[key] = chip, [w.message for w in said]
+    chip, said = _LOADED[key]
+    for message in said:
+        warnings.warn(message, stacklevel=2)
+    return chip
 
 
 def chip_hash(chip_or_path) -> str:

@@ -18,9 +18,10 @@ from common.suggest import did_you_mean
 from emulator.chip.units import parse_quantity
 
 
-def read_toml(path: Path) -> tuple[dict, str]:
-    """``(parsed dict, sha256 of the file's bytes)``; not UTF-8 or not TOML is a ConfigError."""
-    data = path.read_bytes()
+def read_toml(path: Path, data: bytes | None = None) -> tuple[dict, str]:
+    """``(parsed dict, sha256 of the file's bytes)``; not UTF-8 or not TOML is a ConfigError.
+    ``data``: the file's bytes if already read."""
+    data = path.read_bytes() if data is None else data
     try:
         d = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError:

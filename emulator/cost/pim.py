@@ -30,6 +30,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from emulator.chip.hierarchy import Chip
+from traces.columns import string_in
 
 OPERAND_KINDS = ("weight", "kv")
 
@@ -80,33 +81,38 @@ def dominant_operands(n_ops: int, operand: np.ndarray, candidate_op: np.ndarray,
     n_t = max(len(operand), 1)
     keys, vals = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for op, tid, nbytes, count, write in accesses:
-        op = np.asarray(op, np.int64)
-        tid = np.asarray(tid, np.int64)
-        sel = candidate_op[op] & operand[tid] & ~np.asarray(write, bool)
-        if not sel.any():
+        op, tid = np.asarray(op), np.asarray(tid)          # any integer type: gathered, then cast
+        sel = candidate_op[op]
+        sel &= operand[tid]
+        sel &= ~np.asarray(write, bool)
+        idx = np.flatnonzero(sel)
+        if len(idx) == 0:
             continue
-        u, s = _sum_by_key(op[sel] * n_t + tid[sel], np.asarray(nbytes, np.int64)[sel] * np.asarray(count, np.int64)[sel])
+        u, s = _sum_by_key(op[idx].astype(np.int64) * n_t + tid[idx].astype(np.int64),
+                           np.asarray(nbytes)[idx].astype(np.int64) * np.asarray(count)[idx].astype(np.int64))
         keys.append(u)
         vals.append(s)
     u, v = _sum_by_key(np.concatenate(keys), np.concatenate(vals))
     out = np.full(n_ops, -1, np.int64)
     if len(u):
         op, tid = u // n_t, u % n_t
-        # within each op the largest byte count wins; on ties the lowest tensor id (u is sorted by
-        # op then tensor, and lexsort is stable, so the first row of each op after sorting wins)
-        order = np.lexsort((tid, -v, op))
-        first = np.ones(len(order), bool)
-        first[1:] = op[order][1:] != op[order][:-1]
-        out[op[order][first]] = tid[order][first]
+        # u is sorted by op, then tensor: within each op's run the largest byte count wins, on ties
+        # the first (lowest tensor id)
+        starts = np.flatnonzero(np.concatenate([[True], op[1:] != op[:-1]]))
+        best = np.maximum.reduceat(v, starts)
+        top = np.flatnonzero(v == np.repeat(best, np.diff(np.append(starts, len(v)))))
+        first = top[np.concatenate([[True], op[top][1:] != op[top][:-1]])]
+        out[op[first]] = tid[first]
     return out
 
 
-def plan_pim(chip: Chip, op_kind: np.ndarray, eligible: np.ndarray, home: np.ndarray, tensor_kind: np.ndarray,
+def plan_pim(chip: Chip, op_kind, eligible: np.ndarray, home: np.ndarray, tensor_kind,
              accesses: Callable[[], Iterable[tuple]], *, enabled: bool = True) -> PimPlan | None:
     """The PIM plan of a trace on ``chip`` (None when nothing can run in memory).
 
-    ``op_kind``: op kind strings per op; ``eligible``: the trace's ``pim_eligible`` per op; ``home``:
-    home tier per tensor; ``tensor_kind``: kind strings per tensor; ``accesses()``: a fresh iterable of
+    ``op_kind``: op kind strings per op (a sequence of str or an Arrow string column); ``eligible``:
+    the trace's ``pim_eligible`` per op; ``home``: home tier per tensor; ``tensor_kind``: kind
+    strings per tensor (likewise); ``accesses()``: a fresh iterable of
     ``(op, tid, nbytes, count, is_write)`` batches (read only if some op could run in memory).
     """
     tiers = pim_tiers(chip)
@@ -114,14 +120,13 @@ def plan_pim(chip: Chip, op_kind: np.ndarray, eligible: np.ndarray, home: np.nda
     if not enabled or not tiers or not eligible.any():
         return None
     home = np.asarray(home, np.int64)
-    operand = np.isin(np.asarray(tensor_kind, dtype=object), OPERAND_KINDS)
+    operand = string_in(tensor_kind, OPERAND_KINDS)
     if not operand.any():
         return None
-    op_kind = np.asarray(op_kind, dtype=object)
     # runs[op, tier]: the unit of ``tier`` would run ``op`` if its dominant operand lived there
     runs = np.zeros((len(op_kind), len(chip.tiers)), bool)
     for i in tiers:
-        runs[:, i] = eligible & np.isin(op_kind, list(chip.tiers[i].pim.op_kinds))
+        runs[:, i] = eligible & string_in(op_kind, chip.tiers[i].pim.op_kinds)
     candidate = runs.any(axis=1)
     if not candidate.any():
         return None
@@ -138,20 +143,20 @@ def plan_pim(chip: Chip, op_kind: np.ndarray, eligible: np.ndarray, home: np.nda
 
 
 def plan_for_trace(chip: Chip, trace, home: np.ndarray, *, enabled: bool = True,
-                   batch_rows: int = 1 << 16) -> PimPlan | None:
-    """:func:`plan_pim` for an opened :class:`traces.reader.Trace`."""
+                   batch_rows: int = 1 << 16, held: list | None = None) -> PimPlan | None:
+    """:func:`plan_pim` for an opened :class:`traces.reader.Trace` (``held``: its access batches,
+    already read and checked, else they are read here)."""
     ops = trace.ops
     if not enabled or not pim_tiers(chip):
         return None
 
     def accesses():
-        for rb in trace.iter_accesses(batch_rows):
-            yield (rb.column("op_id").to_numpy().astype(np.int64), rb.column("tensor_id").to_numpy().astype(np.int64),
-                   rb.column("nbytes").to_numpy().astype(np.int64), rb.column("count").to_numpy().astype(np.int64),
-                   rb.column("is_write").to_numpy(zero_copy_only=False))
+        for rb in (trace.iter_accesses(batch_rows) if held is None else held):
+            yield (rb.column("op_id").to_numpy(), rb.column("tensor_id").to_numpy(), rb.column("nbytes").to_numpy(),
+                   rb.column("count").to_numpy(), rb.column("is_write").to_numpy(zero_copy_only=False))
 
-    return plan_pim(chip, ops.column("kind").to_pylist(), ops.column("pim_eligible").to_numpy(zero_copy_only=False),
-                    home, trace.tensors.column("kind").to_pylist(), accesses, enabled=enabled)
+    return plan_pim(chip, ops.column("kind"), ops.column("pim_eligible").to_numpy(zero_copy_only=False),
+                    home, trace.tensors.column("kind"), accesses, enabled=enabled)
 
 
 def summary(plan: PimPlan | None, chip: Chip, op_kind) -> dict:
