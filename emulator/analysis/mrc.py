@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from emulator.engine.jit import njit
+from emulator.engine.jit import helper, njit
 
 from common.errors import UsageError
 
@@ -37,7 +37,7 @@ _EMPTY = -1
 
 # ---------------------------------------------------------------- compiled kernels -------------
 
-@njit
+@helper
 def _home(key, shift):
     """Preferred slot of ``key``: eight consecutive blocks share one hashed group of eight slots
     (one cache line of keys), so a sequential run costs one table miss per eight blocks."""
@@ -45,7 +45,7 @@ def _home(key, shift):
     return np.int64(group << np.uint64(3)) | (key & 7)
 
 
-@njit
+@helper
 def table_slot(keys, key, shift):
     """Slot of ``key`` in the open-addressing table, or of the empty slot where it belongs."""
     mask = keys.shape[0] - 1
@@ -64,7 +64,7 @@ def _rehash(keys, vals, new_keys, new_vals, shift):
             new_vals[j] = vals[i]
 
 
-@njit
+@helper
 def _popcount(x):
     """Set bits of a uint64 (the SWAR idiom; LLVM turns it into one popcnt instruction)."""
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
@@ -119,7 +119,7 @@ def _renumber(keys, vals, bits):
             vals[i] = before[w] + _popcount(below)
 
 
-@njit
+@helper
 def _delete(keys, vals, i, shift):
     """Remove slot ``i`` of the linear-probing table, shifting later entries of its run back."""
     mask = keys.shape[0] - 1
@@ -138,7 +138,7 @@ def _delete(keys, vals, i, shift):
     keys[i] = -1
 
 
-@njit
+@helper
 def _lowest_mark(bits, start):
     """The earliest marked time at or after ``start`` (a mark must exist there)."""
     w = start >> 6
@@ -150,7 +150,7 @@ def _lowest_mark(bits, start):
     return (w << 6) + _popcount(low - np.uint64(1))
 
 
-@njit
+@helper
 def _tree_add(tree, w, delta):
     """Add ``delta`` marks to 64-time word ``w`` in the Fenwick tree."""
     i = w + 1

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from emulator.engine.jit import njit
+from emulator.engine.jit import helper, njit
 from emulator.analysis.mrc import BlockTable, as_blocks, table_slot
 from common.errors import UsageError
 
@@ -50,7 +50,7 @@ def _next_use(ids, n_ids):
     return nxt
 
 
-@njit
+@helper
 def _heap_push(hk, hv, size, key, val):
     i = size
     hk[i] = key
@@ -65,7 +65,7 @@ def _heap_push(hk, hv, size, key, val):
     return size + 1
 
 
-@njit
+@helper
 def _heap_pop(hk, hv, size):
     """Remove the root (largest key) of a max-heap of ``size`` entries; returns the new size."""
     size -= 1

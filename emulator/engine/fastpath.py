@@ -19,7 +19,7 @@ from emulator.engine.counters import (
     MISSES,
     WRITEBACKS,
 )
-from emulator.engine.jit import njit
+from emulator.engine.jit import helper, njit
 from emulator.engine.lazy import (
     LZ_EPOCH,
     LZ_N,
@@ -73,7 +73,7 @@ def argsort_unique(v, n):
     return a
 
 
-@njit(nogil=True)
+@helper
 def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, lazy, absent):
     """Serve a run of read requests at tier ``i`` set by set; False (and nothing changed) if it may not.
 
@@ -191,7 +191,7 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, la
     return True
 
 
-@njit(nogil=True)
+@helper
 def resident(i, b, hier, st, words, lazy):
     """Whether tier ``i`` (a cache) holds block ``b``: a lookup in a real set; in a lazy one, whether
     a run on the stack has ``b`` among the blocks the set holds (:func:`emulator.engine.lazy.held`)."""
@@ -214,7 +214,7 @@ def resident(i, b, hier, st, words, lazy):
     return set_lookup(words, slot_off[i] + s * W, W, b, 0) < W
 
 
-@njit(nogil=True)
+@helper
 def _push_run(lz, i, r, F, L, tid, clock0, lo, hi, d, S):
     """Store run ``F..L`` (with its stamp parameters and its shape over ``S`` sets) as entry ``r`` of
     tier ``i``'s lazy stack."""
@@ -231,7 +231,7 @@ def _push_run(lz, i, r, F, L, tid, clock0, lo, hi, d, S):
     lz[i, r, R_D] = d
 
 
-@njit(nogil=True)
+@helper
 def _evict_set(i, base, W, row, cnt, t_kind, blk, tag, dirty, owner, region_cnt, rs, ro):
     """Evict every valid block of the set at ``base`` (a full run replaces them all).
 
@@ -252,7 +252,7 @@ def _evict_set(i, base, W, row, cnt, t_kind, blk, tag, dirty, owner, region_cnt,
             cnt[row, vk, i + 1, BYTES_WRITTEN] += b_i
 
 
-@njit(nogil=True)
+@helper
 def _fast_set(i, s, b_first, m, lo, hi, d, tid, row, cnt, t_kind, hier, st, clock0, seq, old_meta):
     """Serve the ``m`` blocks ``b_first, b_first + S, ...`` of a run (see :func:`fast_tier`) in set ``s``."""
     blk, n_sets, n_ways, _mode, policy, slot_off = hier

@@ -16,7 +16,7 @@ from emulator.engine.counters import (
     WRITEBACKS,
     WRITETHROUGHS,
 )
-from emulator.engine.jit import njit
+from emulator.engine.jit import helper, njit
 from emulator.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_SET_MASK, TI_SHIFT
 
 
@@ -60,7 +60,7 @@ def back_invalidate(k, v, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode, s
                                 slot_off, tag, dirty, owner, tinfo)
 
 
-@njit(nogil=True)
+@helper
 def _drop_block(j, slot, row, cnt, t_home, t_kind, blk, n_sets, n_ways, mode, slot_off,
                 tag, dirty, owner, tinfo):
     """Back-invalidate the block in ``slot`` of tier ``j`` (see :func:`back_invalidate`)."""

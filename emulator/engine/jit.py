@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numba
 
-_OPTIONS = {"cache": True, "fastmath": False}
+_OPTIONS = {"cache": True, "fastmath": False, "no_cfunc_wrapper": True}
 
 
 # the rooms of the package that hold compiled code (their modules call each other's compiled helpers)
@@ -105,3 +105,10 @@ def njit(func=None, **options):
         return _bind_to_package(d) if opts["cache"] else d
 
     return wrap(func) if func is not None else wrap
+
+
+def helper(func):
+    """:func:`njit` for a function only compiled code calls (``nogil``): no wrapper to call it from
+    Python is built. Numba builds one at every compile, and for arguments that are tuples of arrays
+    it is a large function of its own; the callers take the helper's code into theirs."""
+    return njit(func, nogil=True, no_cpython_wrapper=True)

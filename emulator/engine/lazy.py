@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from emulator.engine.counters import EVICTIONS
-from emulator.engine.jit import njit
+from emulator.engine.jit import helper, njit
 from emulator.engine.policies import LRU
 
 
@@ -92,7 +92,7 @@ def run_count(F, L, s, S):
     return (L - b_first) // S + 1
 
 
-@njit(nogil=True)
+@helper
 def run_stamp(pid, b, clock0, lo, hi, d):
     """The replacement word a run leaves on its block ``b``: LRU its last request, FIFO its fill."""
     if pid == LRU:
@@ -106,7 +106,7 @@ def run_stamp(pid, b, clock0, lo, hi, d):
     return clock0 + (u - lo)
 
 
-@njit(nogil=True)
+@helper
 def held(lz, i, n, s, S, W, h):
     """``h[r]``: blocks of stack run ``r`` that lazy set ``s`` holds (newest ``W`` across the stack)."""
     room = W
@@ -118,7 +118,7 @@ def held(lz, i, n, s, S, W, h):
         room -= c
 
 
-@njit(nogil=True)
+@helper
 def region_add(region_cnt, ro, rs, b_lo, b_hi, delta):
     """Add ``delta`` per block of ``b_lo..b_hi`` to the residency regions (of ``2**rs`` blocks)."""
     for r in range(b_lo >> rs, (b_hi >> rs) + 1):
@@ -131,7 +131,7 @@ def region_add(region_cnt, ro, rs, b_lo, b_hi, delta):
         region_cnt[ro + r] += delta * (r_hi - r_lo + 1)
 
 
-@njit(nogil=True)
+@helper
 def materialise_set(i, s, lazy, hier, st):
     """Write lazy set ``s`` of tier ``i`` into its slots (oldest block in way 0) and list it as real."""
     lz, lzi, real_ep, real_list, perm, rot, h = lazy.runs, lazy.info, lazy.real_ep, lazy.real_list, lazy.perm, \
@@ -164,7 +164,7 @@ def materialise_set(i, s, lazy, hier, st):
     lzi[i, LZ_N_REAL] += 1
 
 
-@njit(nogil=True)
+@helper
 def materialise_all(i, lazy, hier, st):
     """Make every set of tier ``i`` real; the tier is no longer lazy."""
     lzi, real_ep = lazy.info, lazy.real_ep
@@ -193,7 +193,7 @@ def sort_in_place(a, n):
         a[p] = v
 
 
-@njit(nogil=True)
+@helper
 def lazy_evict(i, F, L, full, row, cnt, t_kind, lz, lzi, real_list, n_sets, n_ways, tinfo_rs, tinfo_ro,
                region_cnt, h, bnd, alive):
     """Count what a new run evicts from the lazy sets of tier ``i`` (real sets excluded).
@@ -268,7 +268,7 @@ def _fen_add(fen, fo, S, x, delta):
         j += j & -j
 
 
-@njit(nogil=True)
+@helper
 def rot_add(lzi, i, rot, S, F, L):
     """Count the fills of run ``F..L`` into every set's fill count (``q`` each, one more on the
     ``rem`` sets from ``F mod S`` on): ``q`` into the tier's base count, the cyclic interval of
@@ -306,7 +306,7 @@ def rot_value(lzi, i, rot, s):
     return _fills(lzi, i, rot, s) - rot[lzi[i, LZ_SET_OFF] + s]
 
 
-@njit(nogil=True)
+@helper
 def record_order(i, s, lzi, perm, rot, n_ways, slot_off, tag, meta):
     """Set ``s`` of tier ``i`` becomes lazy: record its ways in fill order (empty ways lowest first,
     then resident blocks oldest first, as replacement takes them) and zero its fill count."""

@@ -43,7 +43,7 @@ from emulator.engine.counters import (
 )
 from emulator.engine.policies import LRU
 from emulator.engine.state import TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT
-from emulator.engine.jit import njit
+from emulator.engine.jit import helper, njit
 from emulator.engine.lazy import count_in
 from emulator.engine.simd import set_lookup, set_put
 from emulator.engine.unowned import unowned
@@ -72,7 +72,7 @@ def new_state(n_sets: int, n_ways: int, rows: int = 64):
     return grp_lo, grp_row, ent, free, st
 
 
-@njit(nogil=True)
+@helper
 def _flat(cnt):
     """``cnt[row, kind, tier, c]`` as a flat view and its strides: ``cf[row * s_row + kind * s_kind
     + tier * s_tier + c]``."""
@@ -81,7 +81,7 @@ def _flat(cnt):
     return cnt.reshape(cnt.size), cnt.shape[1] * s_kind, s_kind, s_tier
 
 
-@njit(nogil=True)
+@helper
 def _down(rw, tid, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     """``n`` requests of tier 0's block leave it for ``tid``'s home: pass-through tiers count a
     bypass (read) or writethrough (write) each, the home a hit of the tier-above's block."""
@@ -95,7 +95,7 @@ def _down(rw, tid, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     cf[c0 + h * s_tier + (BYTES_WRITTEN if rw else BYTES_READ)] += n * blk[h - 1]
 
 
-@njit(nogil=True)
+@helper
 def _count_fills(nr, ci, rw, fetch, b0, tid, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     """``nr`` blocks of ``tid`` miss tier 0 and are filled there: fetched from below when ``fetch``
     (else counted unfetched), then read (``rw`` 0) or written at tier 0."""
@@ -109,7 +109,7 @@ def _count_fills(nr, ci, rw, fetch, b0, tid, row, cf, s_row, s_kind, s_tier, t_h
     cf[ci + (BYTES_WRITTEN if rw else BYTES_READ)] += nr * b0
 
 
-@njit(nogil=True)
+@helper
 def _writeback(vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     """``n`` dirty blocks of tensor ``vt`` leave tier 0: writebacks, and the write farther down."""
     cv = row * s_row + t_kind[vt] * s_kind
@@ -118,7 +118,7 @@ def _writeback(vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     _down(np.int64(1), vt, n, row, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
 
 
-@njit(nogil=True)
+@helper
 def _misses(r_base, n, t, a_first, S, W, rw, tid, row, fetch, ent, cf, s_row, s_kind, s_tier,
             t_home, t_kind, blk):
     """The ``t`` blocks ``a_first + i S + s`` (``i = 0..t-1``, in order) all miss in each of the
@@ -149,7 +149,7 @@ def _misses(r_base, n, t, a_first, S, W, rw, tid, row, fetch, ent, cf, s_row, s_
         ent[2, r_base + e] = rw
 
 
-@njit(nogil=True)
+@helper
 def _apply(r_base, n, m, a0, S, W, rw, tid, row, lru, store_recency, fetch_write, ent, words,
            cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     """The ``m`` blocks ``a0 + j S + s`` (``j = 0..m-1``, in order) in each of the ``n`` sets of the
@@ -202,7 +202,7 @@ def _apply(r_base, n, m, a0, S, W, rw, tid, row, lru, store_recency, fetch_write
         j += 1
 
 
-@njit(nogil=True)
+@helper
 def _find(grp_lo, K, s):
     """The group holding set ``s`` (the last ``k`` with ``grp_lo[k] <= s``)."""
     lo = 0
@@ -216,7 +216,7 @@ def _find(grp_lo, K, s):
     return lo
 
 
-@njit(nogil=True)
+@helper
 def _split(k, s, grp_lo, grp_row, ent, free, st, W):
     """Cut group ``k`` at set ``s`` (inside it): the sets from ``s`` on become group ``k + 1``."""
     K = st[ST_K]
@@ -237,7 +237,7 @@ def _split(k, s, grp_lo, grp_row, ent, free, st, W):
         st[ST_K_MAX] = K + 1
 
 
-@njit(nogil=True)
+@helper
 def _same(ent, ra, rb, W):
     for f in range(3):
         for e in range(W):
@@ -264,7 +264,7 @@ def _merge(k_lo, k_hi, grp_lo, grp_row, ent, free, st, W):
             k += 1
 
 
-@njit(nogil=True)
+@helper
 def _grow(ent, free, st, W):
     """Twice the entry rows (the new ones on the free stack); returns the new arrays."""
     rows = ent.shape[1] // W
@@ -282,7 +282,7 @@ def _grow(ent, free, st, W):
     return ent2, free2
 
 
-@njit(nogil=True)
+@helper
 def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_row, ent, free, st,
            cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     """A chunk giving every set at least ``W`` blocks (``q >= W``) that holds none of them: every
@@ -354,7 +354,7 @@ def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_ro
     return True
 
 
-@njit(nogil=True)
+@helper
 def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, grp_row, ent, free, st,
            cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     """Serve tier-0 blocks ``F..L`` (one chunk, in order) on the groups."""

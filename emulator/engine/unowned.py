@@ -13,7 +13,7 @@ from __future__ import annotations
 from numba import carray, types
 from numba.extending import intrinsic
 
-from emulator.engine.jit import njit
+from emulator.engine.jit import helper
 
 
 @intrinsic
@@ -28,7 +28,7 @@ def data_pointer(typingctx, arr):
     return sig, codegen
 
 
-@njit(nogil=True)
+@helper
 def unowned(a):
     """C-contiguous ``int64`` array ``a`` (any dimensions) as a view that owns nothing."""
     return carray(data_pointer(a), a.shape)

@@ -30,7 +30,7 @@ from emulator.engine.counters import (
     WRITEBACKS,
     WRITETHROUGHS,
 )
-from emulator.engine.jit import njit
+from emulator.engine.jit import helper, njit
 from emulator.engine.lazy import (
     LZ_EPOCH,
     LZ_N,
@@ -50,7 +50,7 @@ from emulator.engine.fastpath import fast_tier, resident
 from emulator.engine.inclusive import back_invalidate
 
 
-@njit(nogil=True)
+@helper
 def _run(is_flush, desc, ten, hier, st, opt, rules, back, cnt):
     """Both entry points in one body (a call per block would cost more than the block itself).
 
