@@ -73,10 +73,17 @@ def source_changed_since_stamp(func) -> bool:
     recorded = module_digests().get(path)
     if recorded is None:        # outside the compiled rooms (a test's or a benchmark's helper)
         return False
+    return _digest_at_import(path) != recorded
+
+
+@functools.lru_cache(maxsize=None)
+def _digest_at_import(path: str) -> str | None:
+    """SHA-256 of a module file when its first compiled function is decorated (its functions are
+    decorated as the module runs, from the text Python read then); None if it cannot be read."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest() != recorded
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
-        return True
+        return None
 
 
 def _bind_to_package(dispatcher):
