@@ -57,7 +57,6 @@ MEMORY = """\
 name = "mem"
 capacity = "64 GiB"
 block = "64 B"
-policy = "lru"
 managed = "memory"
 bandwidth = "100 GB/s"
 read_energy = "10 pJ/bit"
