@@ -1,8 +1,10 @@
 """The project's single set of Numba options.
 
 Every compiled function in tierlab is decorated with :func:`njit` from here: ``cache=True`` (compiled
-code is stored next to the module and reused across processes) and no ``fastmath`` (the engine
-counts; it never trades exactness for speed). Tunables are always passed as arguments, never read
+code is stored next to the module and reused across processes), no ``fastmath`` (the engine
+counts; it never trades exactness for speed) and no C-callable wrapper (nothing takes a kernel's
+address). A function only compiled code calls is decorated with :func:`helper`: no wrapper for
+Python either, which Numba would otherwise build at every compile. Tunables are always passed as arguments, never read
 from module globals inside compiled code (Numba would freeze them at compile time).
 
 A compiled function also holds what it calls from other modules (helpers, intrinsics, the counter
