@@ -111,6 +111,56 @@ def test_written_out_when_cut_too_fine_and_walked_on_with_the_same_counts(sc, ma
     assert mixed.meta["set_groups_max"] <= max_groups + 6 * max(a[4] for a in acc)
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lone_cache(), st.integers(1, 3), st.sampled_from([2, 4, 1 << 20]))
+def test_calls_folded_in_compiled_code_count_as_the_walk(sc, call_ops, max_groups):
+    """The door replays a batch on set groups ``CALL_OPS`` ops a call without returning to Python
+    (``groups_driver.replay_calls``, each call folded before the next); with one to three ops a
+    call, a batch is many calls, and a hand-over to the walk may come in any of them."""
+    from unittest import mock
+
+    from emulator.engine import door
+
+    tiers, lent, tensors, n_ops, acc, opts, cuts = sc
+    opts = dataclasses.replace(opts, max_set_groups=max_groups, fast_min_blocks=1)
+    with mock.patch.object(door, "CALL_OPS", call_ops):
+        calls = _engine(tiers, lent, tensors, n_ops, acc, opts, cuts)
+    walk = _engine(tiers, lent, tensors, n_ops, acc, dataclasses.replace(opts, fast_path=False), cuts)
+    _assert_same(calls, walk)
+    assert calls.meta["kernel"]["name"] == "set_groups"
+
+
+@pytest.mark.parametrize("call_ops", [16, 128])
+def test_a_hand_over_inside_a_call_of_many_ops_keeps_every_ops_counts(call_ops):
+    """Ops 0-19 read one block again and again, the next ones scattered blocks, which cut tier 0
+    past 4 groups: the hand-over to the walk comes at op 20 or so, inside a call that began at op
+    16 or 0, whose counts so far must land on their own ops (per op equal to the walk's)."""
+    from unittest import mock
+
+    from emulator.engine import door
+
+    rng = np.random.default_rng(11)
+    tiers = [Tier("c", 64 * 2 * 32, 32, 2, "lru", "cache", 1.0, 0.0, 0.0),
+             Tier("mem", 1 << 30, 128, None, "lru", "memory", 1.0, 0.0, 0.0)]
+    n_ops = 200
+    row = np.repeat(np.arange(n_ops), 3)
+    offset = np.where(row < 20, 0, rng.integers(0, 4096, len(row)) * 32)
+    cols = (row, np.zeros(len(row), np.int64), offset, np.full(len(row), 32), np.ones(len(row), np.int64),
+            np.zeros(len(row), np.int64), rng.random(len(row)) < 0.2, np.zeros(len(row), np.int64))
+
+    def run(opts):
+        return replay_arrays(tiers, tensor_address=[0], tensor_nbytes=[4096 * 32], tensor_home=[1], tensor_kind=[0],
+                             batches=lambda: iter([cols]), n_ops=n_ops, options=opts)
+
+    o = ReplayOptions(max_set_groups=4, flush=True)
+    with mock.patch.object(door, "CALL_OPS", call_ops):
+        mixed = run(o)
+    walk = run(dataclasses.replace(o, fast_path=False))
+    assert mixed.meta["kernel"]["name"] == "set_groups" and mixed.meta["set_groups_written_out"]
+    assert mixed.meta["fast_requests"][0] >= 60        # ops 0-19 were replayed on set groups
+    _assert_same(mixed, walk)
+
+
 def test_a_scattered_stream_is_written_out_and_walked():
     rng = np.random.default_rng(5)
     tiers = [Tier("c", 512 * 4 * 32, 32, 4, "lru", "cache", 1.0, 0.0, 0.0)]

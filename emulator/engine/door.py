@@ -26,7 +26,7 @@ from emulator.engine.groups_driver import SetGroupReplayer
 from emulator.engine.invariants import check_result, debug_from_env
 from emulator.engine.options import ReplayOptions
 from emulator.engine.policies import POLICY_NAMES
-from emulator.engine.state import Tensors
+from emulator.engine.state import Descriptors, Tensors
 from emulator.engine.stream import NARROW_LIMIT
 from emulator.engine.stream_driver import StreamReplayer
 from emulator.engine.tally import CallCounters, fold_batch
@@ -75,14 +75,17 @@ def kernel_for(geo: Geometry, home, kinds, n_ops: int, options: ReplayOptions, *
                          source=source, writes=writes, pim=pim), options)
 
 
-def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_batch, progress
-           ) -> tuple[np.ndarray, int, int]:
+def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_batch, progress,
+          totals: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, int, int]:
     """Feed every batch to the walk-type driver ``r``; return (flush counters, blocks, descriptors).
     The batches share one counter buffer: ``on_batch(lo, cnt, n)`` takes a batch's counts and
-    leaves ``cnt`` all zero (:func:`emulator.engine.tally.fold_batch` does)."""
+    leaves ``cnt`` all zero (:func:`emulator.engine.tally.fold_batch` does). ``totals``: the
+    ``(per_op, by_kind)`` that ``on_batch`` folds into, for the set-group driver, which folds each
+    call's counts there itself (:meth:`SetGroupReplayer.run_folded`: no return to Python per call)."""
     n_kinds, n_tiers = len(KINDS), len(r.geo.names)
     n_blocks = n_acc = 0
     calls = CallCounters(n_tiers)
+    folded = totals is not None and isinstance(r, SetGroupReplayer)
     for b in batches:
         row = b[0]
         if len(row) == 0:
@@ -90,6 +93,15 @@ def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_b
         row = np.asarray(row, np.int64)
         cols = [np.ascontiguousarray(c, np.int64) for c in b[1:6]]
         write, pim = np.ascontiguousarray(b[6], np.bool_), np.ascontiguousarray(b[7], np.int64)
+        n_acc += len(row)
+        if folded:
+            n, done = r.run_folded(Descriptors(row, *cols, write, pim), calls.rows(CALL_OPS), CALL_OPS, *totals)
+            n_blocks += n
+            if done == len(row):
+                if progress is not None:
+                    progress(len(row))
+                continue
+            row, cols, write, pim = row[done:], [c[done:] for c in cols], write[done:], pim[done:]
         lo, hi = int(row[0]), int(row[-1])
         # one kernel call per CALL_OPS ops: the calls' counters stay in the host's cache
         cuts = np.searchsorted(row, np.arange(lo + CALL_OPS, hi + 1, CALL_OPS)) if hi - lo >= CALL_OPS else ()
@@ -102,9 +114,8 @@ def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_b
                 on_batch(p_lo, cnt, len(cnt))     # folds the counts and clears cnt
             else:
                 cnt.fill(0)
-        n_acc += len(row)
         if progress is not None:
-            progress(len(row))
+            progress(len(b[0]))
     fl = np.zeros((1, n_kinds, n_tiers, N_COUNTERS), np.int64)
     if options.flush:
         r.flush(fl)
@@ -144,10 +155,12 @@ def _stream_descriptors(geo: Geometry, tensors: Tensors, choice: Choice, batches
 
 
 def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[Batch]], n_rows: int,
-               options: ReplayOptions, choice: Choice, on_batch, progress=None, writes: bool | None = None) -> dict:
+               options: ReplayOptions, choice: Choice, on_batch, progress=None, writes: bool | None = None,
+               totals: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
     """Replay every batch from ``batches()`` (called again for each opt pre-pass) with the chosen
     kernel. Returns ``flush`` (counters ``[kind, tier, counter]``), ``blocks``, ``descriptors``,
-    ``stats`` and, for the stream kernels, ``counts`` (``[tier, counter]``, one op of one kind)."""
+    ``stats`` and, for the stream kernels, ``counts`` (``[tier, counter]``, one op of one kind).
+    ``totals``: what ``on_batch`` folds into (see :func:`drive`)."""
     name = choice.kernel.name
     if name in STREAM_KERNELS:
         n_caches = int(np.count_nonzero(geo.caching))
@@ -163,7 +176,7 @@ def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[B
         r = SetGroupReplayer(geo, tensors, options)
     else:
         r = WalkReplayer(geo, tensors, options, fast_path=fast, opt_next=futures)
-    fl, n_blocks, n_acc = drive(r, batches(), n_rows, options, on_batch, progress)
+    fl, n_blocks, n_acc = drive(r, batches(), n_rows, options, on_batch, progress, totals)
     stats = r.stats()
     if futures:
         stats["opt_prepasses"] = len(futures)
@@ -248,7 +261,7 @@ def _replay_prepared(geo: Geometry, tensors: Tensors, batches, n_ops: int, optio
     def on_batch(lo, cnt, n):
         fold_batch(cnt[:n], lo, per_op, by_kind)
 
-    out = run_replay(geo, tensors, batches, n_ops, options, choice, on_batch, progress, writes)
+    out = run_replay(geo, tensors, batches, n_ops, options, choice, on_batch, progress, writes, (per_op, by_kind))
     flush = out["flush"]
     if out["counts"] is not None:           # one op of one kind: the stream kernels' totals
         k = int(tensors.kind[0]) if len(tensors.kind) else KINDS.index("other")

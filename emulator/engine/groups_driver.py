@@ -13,9 +13,46 @@ import numpy as np
 
 from emulator.engine import setgroups
 from emulator.engine.geometry import Geometry
+from emulator.engine.jit import njit
 from emulator.engine.options import ReplayOptions
 from emulator.engine.state import Descriptors, Tensors
+from emulator.engine.tally import fold
 from emulator.engine.walker import WalkReplayer
+
+
+@njit(nogil=True)
+def replay_calls(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_row, ent, free, st, max_groups,
+                 cnt, call_ops, per_op, by_kind):
+    """:func:`emulator.engine.setgroups.replay_groups` over a whole batch (op ids ``desc.row``,
+    non-decreasing), ``call_ops`` ops a call into ``cnt`` (``[op - lo, kind, tier, counter]``, at
+    least ``call_ops`` rows, all zero), each call's counts folded into ``per_op`` and ``by_kind``
+    (:func:`emulator.engine.tally.fold`, which clears ``cnt``) before the next: the door's loop over
+    calls, without a return to Python between them.
+
+    Returns the tier-0 blocks requested, the entry arrays (new ones when the row pool grew) and the
+    number of descriptors replayed: the batch's length, or fewer where the group kernel stopped (its
+    counts so far folded; the caller hands the state to the walk and replays the rest)."""
+    row, tid, offset, nbytes, count, stride, write, pim = desc
+    n = row.shape[0]
+    a = 0
+    blocks = 0
+    while a < n:
+        lo = row[a]
+        e = a + 1
+        while e < n and row[e] < lo + call_ops:
+            e += 1
+        span = row[e - 1] - lo + 1
+        part = cnt[:span]
+        seg = Descriptors(row[a:e] - lo, tid[a:e], offset[a:e], nbytes[a:e], count[a:e], stride[a:e],
+                          write[a:e], pim[a:e])
+        k, ent, free, stop = setgroups.replay_groups(seg, ten, hier, sh0, store_recency, fetch_write, grp_lo,
+                                                      grp_row, ent, free, st, max_groups, part)
+        blocks += k
+        fold(part, lo, per_op, by_kind)
+        if stop < e - a:
+            return blocks, ent, free, a + stop
+        a = e
+    return blocks, ent, free, n
 
 
 class SetGroupReplayer:
@@ -44,6 +81,21 @@ class SetGroupReplayer:
             self._write_out()
             n += self.walk.run(Descriptors(*(a[stop:] for a in desc)), cnt)
         return int(n)
+
+    def run_folded(self, desc: Descriptors, cnt: np.ndarray, call_ops: int, per_op: np.ndarray,
+                   by_kind: np.ndarray) -> tuple[int, int]:
+        """A whole batch (:func:`replay_calls`), its counts folded into ``per_op`` and ``by_kind``;
+        returns (tier-0 blocks, descriptors replayed). Fewer than the batch's: the state went to the
+        walk, which :meth:`run` replays the rest on (nothing replayed once it has)."""
+        if self.walk is not None:
+            return 0, 0
+        o = self.options
+        n, self.ent, self.free, done = replay_calls(
+            desc, self.tensors, self.hier, self.sh0, o.store_hit_recency, o.fetch_on_write_miss,
+            self.grp_lo, self.grp_row, self.ent, self.free, self.st, self.max_groups, cnt, call_ops, per_op, by_kind)
+        if done < len(desc.row):
+            self._write_out()
+        return int(n), int(done)
 
     def fork(self) -> "SetGroupReplayer | None":
         """A replayer holding a copy of this one's state (None once handed to the walk: the walk's

@@ -12,16 +12,14 @@ group holds the same entries, youngest first, each an **offset** ``A`` (the set 
 are last. The entries are in replacement order (LRU: last use; FIFO: fill), so the victim is the
 last entry and no stamp is kept. A chunk is cut into at most three intervals of sets that receive
 the same number of blocks from the same offset; the groups are split at the interval ends, every
-group inside takes the chunk's blocks one at a time (a lookup is one vector compare of the
-entries, an update one blend, :mod:`emulator.engine.simd`) and counts each outcome once for all its sets;
-neighbours left alike are merged. The blocks between two hits all miss and are counted in one step,
-so a group costs a step per hit, not per block.
+group inside takes the chunk's blocks one at a time (a lookup is one vector compare of the entries,
+an update one blend, :mod:`emulator.engine.simd`) and counts each outcome once for all its sets;
+neighbours left alike are merged. The blocks between two hits all miss and are counted in one step.
 
-Counts are those of the per-block walk (:mod:`emulator.engine.walk`) exactly: per op, tensor kind,
-tier and counter, writebacks attributed to the evicting op and the victim's kind, the farther tiers
-counting bypasses, writethroughs and home hits as the walk does. Which physical way holds a block
-is not kept (nothing in a lone LRU/FIFO tier's counts depends on it). Tested equal to the walk in
-``tests/test_setgroups.py``.
+Counts are the per-block walk's (:mod:`emulator.engine.walk`) exactly, per op, tensor kind, tier and
+counter (writebacks to the evicting op and the victim's kind; bypasses, writethroughs and home hits
+farther down as the walk counts them); which physical way holds a block is not kept (nothing in a
+lone LRU/FIFO tier's counts depends on it). Tested equal to the walk in ``tests/test_setgroups.py``.
 """
 
 from __future__ import annotations
@@ -269,12 +267,14 @@ def _grow(ent, free, st, W):
     """Twice the entry rows (the new ones on the free stack); returns the new arrays."""
     rows = ent.shape[1] // W
     ent2 = np.empty((3, 2 * rows * W), np.int64)
-    ent2[:, :rows * W] = ent
+    for j in range(rows * W):       # element by element: a slice copy compiles Numba's shape-error text
+        ent2[0, j], ent2[1, j], ent2[2, j] = ent[0, j], ent[1, j], ent[2, j]
     ent2[0, rows * W:] = EMPTY
     ent2[1:, rows * W:] = 0
     free2 = np.empty(2 * rows, np.int64)
     n = st[ST_FREE]
-    free2[:n] = free[:n]
+    for x in range(n):
+        free2[x] = free[x]
     for x in range(rows):
         free2[n + x] = 2 * rows - 1 - x
     st[ST_FREE] = n + rows

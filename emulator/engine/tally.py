@@ -55,13 +55,17 @@ class CallCounters:
     def __init__(self, n_tiers: int):
         self.buf = np.zeros((0, len(KINDS), n_tiers, N_COUNTERS), np.int64)
 
+    def rows(self, n: int) -> np.ndarray:
+        """The buffer, grown to at least ``n`` ops (all zero)."""
+        if len(self.buf) < n:
+            self.buf = np.zeros((n,) + self.buf.shape[1:], np.int64)
+        return self.buf
+
     def run(self, r, row: np.ndarray, cols, write: np.ndarray, pim: np.ndarray) -> tuple[int, np.ndarray, int]:
         """``r.run`` (a walk-type driver) on one call's rows: op ids ``row`` (int64, non-decreasing),
         ``cols`` (tensor, offset, nbytes, count, stride: int64), ``write`` (bool), ``pim`` (int64).
         Returns (tier-0 blocks requested, the call's counters ``cnt``, its first op ``lo``); the
         caller folds ``cnt`` (:func:`fold_batch` clears it) or clears it."""
         lo, hi = int(row[0]), int(row[-1])
-        if len(self.buf) <= hi - lo:
-            self.buf = np.zeros((hi - lo + 1,) + self.buf.shape[1:], np.int64)
-        cnt = self.buf[:hi - lo + 1]
+        cnt = self.rows(hi - lo + 1)[:hi - lo + 1]
         return int(r.run(Descriptors(row - lo, *cols, write, pim), cnt)), cnt, lo
