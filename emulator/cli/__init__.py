@@ -2,11 +2,12 @@
 
 Library code raises :class:`common.errors.TierlabError`; only here is it turned into one line on
 stderr and exit status 2. Ctrl-C prints one line and exits 130; SIGTERM likewise, exit 143 (temporary
-outputs are removed on the way out in both cases).
+outputs are removed on the way out in both cases). The console script is :func:`script`.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import signal
@@ -130,3 +131,33 @@ class TierlabGroup(click.Group):
 def main() -> None:
     """tierlab: how many bytes move between which memory tiers per token, and what it costs."""
 
+
+
+def script() -> None:
+    """The ``tierlab`` console script: :func:`main`, then an exit without the interpreter's teardown.
+
+    Once a command is done, freeing every module's objects one by one (Numba's typing and target
+    registries alone are tens of thousands) took 0.12 s of the 0.53 s a replay of a tiny trace took
+    from process start. Here the exit handlers still run (:mod:`atexit`: thread pools, Dask, the
+    temporary files of :mod:`tempfile`), the standard streams are flushed, and the process ends with
+    the command's exit status; every output was written and renamed before the command returned.
+    An exception that is a bug propagates as it would without this (a traceback, status 1)."""
+    try:
+        main()
+        code = 0
+    except SystemExit as err:
+        code = err.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):    # a closed pipe or stream: nothing more can be said
+                pass
+        os._exit(code)
