@@ -131,11 +131,12 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False)
 
 
-def _first_rule(rules, names: list[str], kinds: list[str], layers: np.ndarray) -> np.ndarray:
+def _first_rule(rules, names, kinds: list[str], layers: np.ndarray) -> np.ndarray:
     """For each tensor, the index of the first rule it matches (-1: none): a rule matches when
-    each of its kind, name pattern (``fnmatch``, case-sensitive) and layer range that is given does."""
-    which = np.full(len(names), -1, np.int64)
-    if not rules or not len(names):
+    each of its kind, name pattern (``fnmatch``, case-sensitive) and layer range that is given does.
+    ``names()``: the tensors' names (read only if a rule has a name pattern)."""
+    which = np.full(len(kinds), -1, np.int64)
+    if not rules or not len(kinds):
         return which
     kind_arr = np.asarray(kinds, dtype=object)
     for k, r in enumerate(rules):
@@ -146,7 +147,7 @@ def _first_rule(rules, names: list[str], kinds: list[str], layers: np.ndarray) -
             m &= (layers >= r.layers[0]) & (layers <= r.layers[1])
         idx = np.flatnonzero(m)
         if r.name is not None:
-            idx = idx[np.array([fnmatch.fnmatchcase(names[i], r.name) for i in idx.tolist()], bool)]
+            idx = idx[np.array([fnmatch.fnmatchcase(names()[i], r.name) for i in idx.tolist()], bool)]
         which[idx] = k
     return which
 
@@ -171,8 +172,14 @@ def place(chip: Chip, tensors: pa.Table, extra_rules=(), *, align_bytes: int = 1
     if n and (ids.min() < 0 or ids.max() != n - 1 or len(np.unique(ids)) != n):
         raise ConfigError("tensor ids must be 0..n-1, each once", file="tensors.arrow", field="tensor_id")
     order = np.argsort(ids, kind="stable")
-    names = [str(x) for x in np.asarray(_column(tensors, "name"))[order]]
     kinds = [str(x) for x in np.asarray(_column(tensors, "kind"))[order]]
+    named: list = []
+
+    def names() -> list[str]:
+        """The tensors' names by id (read when a rule or a message needs them)."""
+        if not named:
+            named.append([str(x) for x in np.asarray(_column(tensors, "name"))[order]])
+        return named[0]
     layers = _column(tensors, "layer").astype(np.int64)[order]
     align = max(int(align_bytes), 1)
     sizes = (_column(tensors, "nbytes").astype(np.int64)[order] + align - 1) // align * align
@@ -196,7 +203,7 @@ def place(chip: Chip, tensors: pa.Table, extra_rules=(), *, align_bytes: int = 1
                 put(tid, t)
                 return
         free = ", ".join(f"{names_t[t]} {format_size(int(capacity[t] - used[t]))}" for t in candidates) or "no home tier"
-        raise CapacityError(f"tensor {names[tid]!r} ({kinds[tid]}, {format_size(int(sizes[tid]))}) fits in no "
+        raise CapacityError(f"tensor {names()[tid]!r} ({kinds[tid]}, {format_size(int(sizes[tid]))}) fits in no "
                             f"{why}; free: {free}", field="placement")
 
     pinned = 0
@@ -210,7 +217,7 @@ def place(chip: Chip, tensors: pa.Table, extra_rules=(), *, align_bytes: int = 1
         elif rule.spill:
             first_fit(tid, [h for h in homes if h > t], f"home tier beyond {rule.tier!r} (its rule spills)")
         else:
-            raise CapacityError(f"tensor {names[tid]!r} ({kinds[tid]}, {format_size(int(sizes[tid]))}) is pinned "
+            raise CapacityError(f"tensor {names()[tid]!r} ({kinds[tid]}, {format_size(int(sizes[tid]))}) is pinned "
                                 f"to {rule.tier!r} by a rule, but only {format_size(int(capacity[t] - used[t]))} "
                                 f"of {format_size(int(capacity[t]))} is free", field="placement")
     rest = np.flatnonzero(which < 0)

@@ -25,6 +25,7 @@ tier 0 = the tier-0 bytes the op requests in a plain replay. Units: bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Iterable
 
 import numpy as np
@@ -48,10 +49,17 @@ class PimPlan:
     def n_pim_ops(self) -> int:
         return int((self.op_tier >= 0).sum())
 
+    @cached_property
+    def _operand_home(self) -> np.ndarray:
+        """Per tensor: its home tier if it is an operand, else -2 (no op's tier)."""
+        return np.where(self.operand, self.home, -2)
+
     def flags(self, op: np.ndarray, tid: np.ndarray, is_write: np.ndarray) -> np.ndarray:
         """1 for each descriptor read inside memory by a PIM unit, else 0 (int64, for the engine)."""
         t = self.op_tier[op]
-        return ((t >= 0) & (self.home[tid] == t) & self.operand[tid] & ~np.asarray(is_write, bool)).astype(np.int64)
+        hit = self._operand_home[tid] == t         # an operand homed where its op runs (t = -1: never)
+        hit &= ~np.asarray(is_write, bool)
+        return hit.astype(np.int64)
 
 
 def pim_tiers(chip: Chip) -> list[int]:
@@ -92,7 +100,8 @@ def dominant_operands(n_ops: int, operand: np.ndarray, candidate_op: np.ndarray,
                            np.asarray(nbytes)[idx].astype(np.int64) * np.asarray(count)[idx].astype(np.int64))
         keys.append(u)
         vals.append(s)
-    u, v = _sum_by_key(np.concatenate(keys), np.concatenate(vals))
+    # one batch's sums are distinct and sorted already
+    u, v = (keys[1], vals[1]) if len(keys) == 2 else _sum_by_key(np.concatenate(keys), np.concatenate(vals))
     out = np.full(n_ops, -1, np.int64)
     if len(u):
         op, tid = u // n_t, u % n_t

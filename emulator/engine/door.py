@@ -278,7 +278,7 @@ def _result(geo: Geometry, per_op, by_kind, flush, n_acc, n_blocks, choice: Choi
     if "handed_over_at_block" in stats:     # the chain met the stream's first write there
         kernel.update(then=choice.kernel.hands_over, at_block=stats["handed_over_at_block"])
     result = ReplayResult(tier_names=geo.names, block_bytes=geo.block_bytes.copy(), kinds=KINDS,
-                          tiers=per_op.sum(axis=0) if len(per_op) else by_kind.sum(axis=0), by_kind=by_kind,
+                          tiers=by_kind.sum(axis=0), by_kind=by_kind,
                           per_op=per_op, flush=flush, n_accesses=n_acc, n_blocks=n_blocks,
                           meta={"geometry": {"n_sets": geo.n_sets.tolist(), "n_ways": geo.n_ways.tolist(),
                                              "caching": geo.caching.tolist()},
