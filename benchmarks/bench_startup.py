@@ -15,12 +15,19 @@ modules, cumulative), and a reference in the same run: ``python -c "import numpy
 ``python -c "import numba"`` (what no lazy import of ours can avoid once a replay compiles or loads
 kernels).
 
-    python benchmarks/bench_startup.py [--repeat N] [--skip-quick-start]
+``--compile-profile``: also the quick start and the tiny replay run once more each, in a fresh
+process with an empty Numba cache, the command called in process with a listener on Numba's
+compile events: the seconds spent compiling (``compile_s``, the outermost compiles summed) against
+the whole process (``process_s``), and the compiled functions taking most of it (``top``, seconds
+each without the functions it compiled in turn).
+
+    python benchmarks/bench_startup.py [--repeat N] [--skip-quick-start] [--compile-profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -62,10 +69,51 @@ def import_profile() -> dict:
     return {"emulator_cli_us": top[0], "slowest_cumulative_us": {m.strip(): us for us, m in slow}}
 
 
+# Run in a fresh process (argv: the tierlab arguments): the command with Numba's compile events
+# recorded, then one JSON line on stderr's last line.
+PROFILE = r"""
+import json, sys, time
+t_start = time.perf_counter()
+from numba.core import event
+stack, own, outer = [], {}, [0.0]
+class Listener(event.Listener):
+    def on_start(self, ev):
+        d = ev.data["dispatcher"]
+        stack.append([getattr(d.py_func, "__qualname__", str(d)), time.perf_counter(), 0.0])
+    def on_end(self, ev):
+        name, t0, inner = stack.pop()
+        took = time.perf_counter() - t0
+        own[name] = own.get(name, 0.0) + took - inner
+        if stack:
+            stack[-1][2] += took
+        else:
+            outer[0] += took
+event.register("numba:compile", Listener())
+from click.testing import CliRunner
+from emulator.cli import main
+r = CliRunner().invoke(main, sys.argv[1:])
+top = sorted(own.items(), key=lambda kv: -kv[1])[:8]
+print(json.dumps({"exit_code": r.exit_code, "process_s": time.perf_counter() - t_start, "compile_s": outer[0],
+                  "top": {k: round(v, 3) for k, v in top}}), file=sys.__stderr__)
+"""
+
+
+def compile_profile(name: str, args: list[str]) -> dict:
+    """The command's compile time in a fresh process with an empty Numba cache (see the module doc)."""
+    with tempfile.TemporaryDirectory(prefix="tierlab-numba-") as cache:
+        r = subprocess.run([sys.executable, "-c", PROFILE, *args], env={**os.environ, "NUMBA_CACHE_DIR": cache},
+                           cwd=REPO, capture_output=True, text=True, check=True)
+    out = json.loads(r.stderr.strip().splitlines()[-1])
+    log(f"{name}: compile {out['compile_s']:.2f} s of {out['process_s']:.2f} s in process")
+    return {"command": " ".join(["tierlab", *args]), **out}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="warm runs after the cold one (default 3)")
     ap.add_argument("--skip-quick-start", action="store_true", help="only the tiny replay and the imports")
+    ap.add_argument("--compile-profile", action="store_true",
+                    help="also each command's compile time, in process, with an empty cache")
     args = ap.parse_args()
     py = sys.executable
     tl = str(Path(py).parent / "tierlab")
@@ -76,10 +124,13 @@ def main() -> None:
                         "-o", str(tiny)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         out["replay_tiny"] = cold_and_warm("replay_tiny", [tl, "replay", str(tiny),
                                                            "--chip", "h100"], args.repeat)
+        quick = ["run", "llama-3.1-8b", "--chip", "sn40l", "--context", "1024", "--generate", "4"]
         if not args.skip_quick_start:
-            out["quick_start"] = cold_and_warm("quick_start", [tl, "run", "llama-3.1-8b",
-                                                               "--chip", "sn40l", "--context", "1024",
-                                                               "--generate", "4"], args.repeat)
+            out["quick_start"] = cold_and_warm("quick_start", [tl, *quick], args.repeat)
+        if args.compile_profile:
+            out["compile_profile"] = {"replay_tiny": compile_profile("replay_tiny", ["replay", str(tiny), "--chip", "h100"])}
+            if not args.skip_quick_start:
+                out["compile_profile"]["quick_start"] = compile_profile("quick_start", quick)
     out["import_cli"] = cold_and_warm("import_cli", [py, "-c", "import emulator.cli"], args.repeat)
     out["reference"] = {
         "import_numpy_pyarrow": cold_and_warm("numpy+pyarrow", [py, "-c", "import numpy, pyarrow"], args.repeat),
