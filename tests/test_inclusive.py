@@ -186,7 +186,7 @@ def _engine_state(tiers, lent, tensors, acc, opts):
     cols = [np.array([a[j] for a in acc], np.int64) for j in range(8)]
     cols[6] = cols[6].astype(bool)
     cols[0] = np.zeros(len(acc), np.int64)
-    drive(r, [tuple(cols)], 1, opts, None, None)
+    drive(r, [tuple(cols)], opts, None, None)
     states = []
     for i in range(len(tiers)):
         if geo.mode[i] != MODE_CACHE:

@@ -58,6 +58,15 @@ def check_algorithm(system, algo: str) -> None:
         raise UsageError(f"{algo!r} cannot run on {system.name}: {why}", field="--collective-algo")
 
 
+def system_of(kw: dict):
+    """The system of ``--system``, its fabric checked against ``--collective-algo`` (before any work)."""
+    from emulator.system.systemfile import load_system
+
+    system = load_system(kw["system"])
+    check_algorithm(system, kw.get("collective_algo", "auto"))
+    return system
+
+
 def check_system_run(kw: dict) -> None:
     """What applies to a ``--chip`` run only is refused with ``--system`` (before any work)."""
     if kw.get("output"):
@@ -69,18 +78,16 @@ def check_system_run(kw: dict) -> None:
     placement_rules(kw.get("place"))
 
 
-def system_replay_and_report(trace, kw: dict, options, *, as_json: bool) -> dict:
-    """Replay ``trace`` on ``kw["system"]`` with ``options`` (:class:`ReplayOptions`); print the
-    tables or JSON."""
+def system_replay_and_report(trace, system, kw: dict, options, *, as_json: bool) -> dict:
+    """Replay ``trace`` on ``system`` (:func:`system_of`) with ``options`` (:class:`ReplayOptions`);
+    print the tables or JSON."""
     from emulator.analysis.system_result import to_json
     from emulator.cli.progress import counting_bar
     from emulator.cost.system_cost import cost_system
     from emulator.present.system_report import format_system_text
-    from emulator.system.systemfile import load_system
     from emulator.system_pipeline import check_fits, replay_system
     from traces.reader import open_trace
 
-    system = load_system(kw["system"])
     rules = placement_rules(kw.get("place"))
     trace = open_trace(trace)
     check_fits(trace, system)

@@ -12,8 +12,8 @@ import click
 from common.errors import UsageError
 
 from emulator.cli.execution import apply_execution, execution_options
-from emulator.cli.on_system import (check_algorithm, check_system_run, check_target, chip_optional,
-                                    system_options, system_replay_and_report)
+from emulator.cli.on_system import (check_system_run, check_target, chip_optional, system_of, system_options,
+                                    system_replay_and_report)
 from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
 from emulator.cli.progress import counting_bar
 from emulator.cli.views import check_views, view_options, write_chip_views
@@ -108,12 +108,10 @@ def command(trace, force, as_json, **kw):
     hits, energy and latency per token."""
     check_target(kw)
     if kw.get("system"):
-        from emulator.system.systemfile import load_system
-
-        check_algorithm(load_system(kw["system"]), kw.get("collective_algo", "auto"))
+        system = system_of(kw)
         check_system_run(kw)
         check_views(kw, force=force)
         kw["force"] = force
-        system_replay_and_report(trace, kw, options_from(kw), as_json=as_json)
+        system_replay_and_report(trace, system, kw, options_from(kw), as_json=as_json)
         return
     replay_and_report(trace, kw, as_json=as_json, force=force)

@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 
 from common.errors import UsageError
-from emulator.cli.on_system import (check_algorithm, check_system_run, check_target, chip_optional,
-                                    system_options, system_replay_and_report)
+from emulator.cli.on_system import (check_system_run, check_target, chip_optional, system_of, system_options,
+                                    system_replay_and_report)
 from emulator.cli.options import force_option, json_option
 from emulator.cli.replay import options_from, replay_and_report, replay_options
 from emulator.cli.trace import run_options, run_config_from_options
@@ -39,12 +39,7 @@ def command(model, keep_trace, force, as_json, **kw):
     from traces.spec import load_model
 
     check_target(kw)
-    system = None
-    if kw.get("system"):
-        from emulator.system.systemfile import load_system
-
-        system = load_system(kw["system"])     # a bad system fails before the (long) tracing
-        check_algorithm(system, kw.get("collective_algo", "auto"))
+    system = system_of(kw) if kw.get("system") else None    # a bad system fails before the (long) tracing
     spec = load_model(model)
     run = run_config_from_options(kw, spec)
     if system is not None:
@@ -55,7 +50,7 @@ def command(model, keep_trace, force, as_json, **kw):
         check_system_run(kw)
 
         def report(path):
-            system_replay_and_report(path, kw, options_from(kw), as_json=as_json)
+            system_replay_and_report(path, system, kw, options_from(kw), as_json=as_json)
     else:
         from emulator.chip.chipfile import load_chip
         from emulator.cli.execution import apply_execution

@@ -26,10 +26,10 @@ from emulator.engine.groups_driver import SetGroupReplayer
 from emulator.engine.invariants import check_result, debug_from_env
 from emulator.engine.options import ReplayOptions
 from emulator.engine.policies import POLICY_NAMES
-from emulator.engine.state import Descriptors, Tensors
+from emulator.engine.state import Tensors, as_descriptors
 from emulator.engine.stream import NARROW_LIMIT
 from emulator.engine.stream_driver import StreamReplayer
-from emulator.engine.tally import CallCounters, fold_batch
+from emulator.engine.tally import CallCounters
 from emulator.engine.twins import MAX_DIFF_SHARE, TwinDriver
 from emulator.engine.walker import WalkReplayer, check_inclusive, opt_prepass
 
@@ -75,47 +75,24 @@ def kernel_for(geo: Geometry, home, kinds, n_ops: int, options: ReplayOptions, *
                          source=source, writes=writes, pim=pim), options)
 
 
-def drive(r, batches: Iterable[Batch], n_rows: int, options: ReplayOptions, on_batch, progress,
-          totals: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, int, int]:
-    """Feed every batch to the walk-type driver ``r``; return (flush counters, blocks, descriptors).
-    The batches share one counter buffer: ``on_batch(lo, cnt, n)`` takes a batch's counts and
-    leaves ``cnt`` all zero (:func:`emulator.engine.tally.fold_batch` does). ``totals``: the
-    ``(per_op, by_kind)`` that ``on_batch`` folds into, for the set-group driver, which folds each
-    call's counts there itself (:meth:`SetGroupReplayer.run_folded`: no return to Python per call)."""
+def drive(r, batches: Iterable[Batch], options: ReplayOptions, totals: tuple[np.ndarray, np.ndarray] | None,
+          progress) -> tuple[np.ndarray, int, int]:
+    """Feed every batch to the walk-type driver ``r``, ``CALL_OPS`` ops a kernel call sharing one
+    counter buffer (:meth:`emulator.engine.tally.CallCounters.replay`), the counts folded into
+    ``totals`` (``(per_op, by_kind)``; None: dropped, for an opt pre-pass); return (flush counters,
+    blocks, descriptors)."""
     n_kinds, n_tiers = len(KINDS), len(r.geo.names)
+    per_op, by_kind = (None, None) if totals is None else totals
     n_blocks = n_acc = 0
     calls = CallCounters(n_tiers)
-    folded = totals is not None and isinstance(r, SetGroupReplayer)
     for b in batches:
-        row = b[0]
-        if len(row) == 0:
+        if len(b[0]) == 0:
             continue
-        row = np.asarray(row, np.int64)
-        cols = [np.ascontiguousarray(c, np.int64) for c in b[1:6]]
-        write, pim = np.ascontiguousarray(b[6], np.bool_), np.ascontiguousarray(b[7], np.int64)
-        n_acc += len(row)
-        if folded:
-            n, done = r.run_folded(Descriptors(row, *cols, write, pim), calls.rows(CALL_OPS), CALL_OPS, *totals)
-            n_blocks += n
-            if done == len(row):
-                if progress is not None:
-                    progress(len(row))
-                continue
-            row, cols, write, pim = row[done:], [c[done:] for c in cols], write[done:], pim[done:]
-        lo, hi = int(row[0]), int(row[-1])
-        # one kernel call per CALL_OPS ops: the calls' counters stay in the host's cache
-        cuts = np.searchsorted(row, np.arange(lo + CALL_OPS, hi + 1, CALL_OPS)) if hi - lo >= CALL_OPS else ()
-        for a, e in zip((0, *cuts), (*cuts, len(row))):
-            if e <= a:
-                continue
-            n, cnt, p_lo = calls.run(r, row[a:e], [c[a:e] for c in cols], write[a:e], pim[a:e])
-            n_blocks += n
-            if on_batch is not None:
-                on_batch(p_lo, cnt, len(cnt))     # folds the counts and clears cnt
-            else:
-                cnt.fill(0)
+        desc = as_descriptors(b)
+        n_blocks += calls.replay(r, desc, per_op, by_kind, CALL_OPS)
+        n_acc += len(desc.row)
         if progress is not None:
-            progress(len(b[0]))
+            progress(len(desc.row))
     fl = np.zeros((1, n_kinds, n_tiers, N_COUNTERS), np.int64)
     if options.flush:
         r.flush(fl)
@@ -154,13 +131,13 @@ def _stream_descriptors(geo: Geometry, tensors: Tensors, choice: Choice, batches
     return r.counts(), n_blocks, n_acc, r.stats()
 
 
-def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[Batch]], n_rows: int,
-               options: ReplayOptions, choice: Choice, on_batch, progress=None, writes: bool | None = None,
-               totals: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[Batch]], options: ReplayOptions,
+               choice: Choice, totals: tuple[np.ndarray, np.ndarray], progress=None,
+               writes: bool | None = None) -> dict:
     """Replay every batch from ``batches()`` (called again for each opt pre-pass) with the chosen
-    kernel. Returns ``flush`` (counters ``[kind, tier, counter]``), ``blocks``, ``descriptors``,
-    ``stats`` and, for the stream kernels, ``counts`` (``[tier, counter]``, one op of one kind).
-    ``totals``: what ``on_batch`` folds into (see :func:`drive`)."""
+    kernel, a walk-type kernel's counts folded into ``totals`` (``(per_op, by_kind)``). Returns
+    ``flush`` (counters ``[kind, tier, counter]``), ``blocks``, ``descriptors``, ``stats`` and, for
+    the stream kernels, ``counts`` (``[tier, counter]``, one op of one kind)."""
     name = choice.kernel.name
     if name in STREAM_KERNELS:
         n_caches = int(np.count_nonzero(geo.caching))
@@ -171,12 +148,12 @@ def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[B
         check_inclusive(geo, options)
     fast = name != "walk"
     futures = opt_prepass(geo, tensors, options, fast, batches,
-                          lambda r, bs: drive(r, bs, n_rows, options, None, None))
+                          lambda r, bs: drive(r, bs, options, None, None))
     if name == "set_groups":
         r = SetGroupReplayer(geo, tensors, options)
     else:
         r = WalkReplayer(geo, tensors, options, fast_path=fast, opt_next=futures)
-    fl, n_blocks, n_acc = drive(r, batches(), n_rows, options, on_batch, progress, totals)
+    fl, n_blocks, n_acc = drive(r, batches(), options, totals, progress)
     stats = r.stats()
     if futures:
         stats["opt_prepasses"] = len(futures)
@@ -217,12 +194,9 @@ def replay_twins(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor
     choice = pick(req, options)
     if choice.kernel.name != "set_groups" or options.inclusive:
         return None
-    def stream(b: Batch) -> Batch:        # the kernels' column types, once for the whole stream
-        return (*(np.ascontiguousarray(c, np.int64) for c in b[:6]), np.ascontiguousarray(b[6], np.bool_),
-                np.ascontiguousarray(b[7], np.int64))
-
-    outs = TwinDriver(geo, tensors, options, stream(base), [stream(t) for t in twins], n_ops, progress,
-                      max_diff_share).run()
+    # the kernels' column types, once for each whole stream
+    outs = TwinDriver(geo, tensors, options, as_descriptors(base), [as_descriptors(t) for t in twins], n_ops,
+                      progress, max_diff_share, call_ops=CALL_OPS).run()
     return [None if o is None else
             _result(geo, o["per_op"], o["by_kind"], o["flush"].sum(axis=0), o["descriptors"], o["blocks"],
                     choice, o["stats"], options) for o in outs]
@@ -257,11 +231,7 @@ def _replay_prepared(geo: Geometry, tensors: Tensors, batches, n_ops: int, optio
     n_tiers = len(geo.names)
     per_op = np.zeros((max(n_ops, 1), n_tiers, N_COUNTERS), np.int64)
     by_kind = np.zeros((len(KINDS), n_tiers, N_COUNTERS), np.int64)
-
-    def on_batch(lo, cnt, n):
-        fold_batch(cnt[:n], lo, per_op, by_kind)
-
-    out = run_replay(geo, tensors, batches, n_ops, options, choice, on_batch, progress, writes, (per_op, by_kind))
+    out = run_replay(geo, tensors, batches, options, choice, (per_op, by_kind), progress, writes)
     flush = out["flush"]
     if out["counts"] is not None:           # one op of one kind: the stream kernels' totals
         k = int(tensors.kind[0]) if len(tensors.kind) else KINDS.index("other")

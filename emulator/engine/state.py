@@ -53,6 +53,14 @@ class Descriptors(NamedTuple):
     pim: np.ndarray
 
 
+def as_descriptors(batch) -> Descriptors:
+    """A batch ``(row, tid, offset, nbytes, count, stride, write, pim)`` of any integer columns (a
+    trace's uint32/uint64 as read) as the kernels take it: int64, ``write`` bool, C-contiguous (no
+    copy of a column that already is)."""
+    return Descriptors(*(np.ascontiguousarray(c, np.int64) for c in batch[:6]), np.ascontiguousarray(batch[6], np.bool_),
+                       np.ascontiguousarray(batch[7], np.int64))
+
+
 class Tensors(NamedTuple):
     """Per tensor (int64): byte address, home tier, index of its kind in the counter breakdown."""
 

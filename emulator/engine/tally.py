@@ -61,11 +61,31 @@ class CallCounters:
             self.buf = np.zeros((n,) + self.buf.shape[1:], np.int64)
         return self.buf
 
-    def run(self, r, row: np.ndarray, cols, write: np.ndarray, pim: np.ndarray) -> tuple[int, np.ndarray, int]:
-        """``r.run`` (a walk-type driver) on one call's rows: op ids ``row`` (int64, non-decreasing),
-        ``cols`` (tensor, offset, nbytes, count, stride: int64), ``write`` (bool), ``pim`` (int64).
-        Returns (tier-0 blocks requested, the call's counters ``cnt``, its first op ``lo``); the
-        caller folds ``cnt`` (:func:`fold_batch` clears it) or clears it."""
+    def replay(self, r, desc: Descriptors, per_op: np.ndarray | None, by_kind: np.ndarray | None,
+               call_ops: int) -> int:
+        """``r`` (a walk-type driver) replays ``desc`` (:func:`emulator.engine.state.as_descriptors`;
+        op ids ``desc.row`` non-decreasing, rows of ``per_op``), ``call_ops`` ops a kernel call, so the
+        call's counters stay in the host's cache. Each call's counts are folded into ``per_op`` and
+        ``by_kind`` (:func:`fold_batch`; both None: dropped, as an opt pre-pass does). A driver with
+        ``run_folded`` (set groups) loops over the calls in compiled code, up to a hand-over to the
+        walk. Returns the tier-0 blocks requested."""
+        n = done = 0
+        if per_op is not None and hasattr(r, "run_folded"):
+            n, done = r.run_folded(desc, self.rows(call_ops), call_ops, per_op, by_kind)
+        if done == len(desc.row):
+            return n
+        rest = desc if done == 0 else Descriptors(*(a[done:] for a in desc))
+        row = rest.row
         lo, hi = int(row[0]), int(row[-1])
-        cnt = self.rows(hi - lo + 1)[:hi - lo + 1]
-        return int(r.run(Descriptors(row - lo, *cols, write, pim), cnt)), cnt, lo
+        cuts = np.searchsorted(row, np.arange(lo + call_ops, hi + 1, call_ops)) if hi - lo >= call_ops else ()
+        for a, e in zip((0, *cuts), (*cuts, len(row))):
+            if e <= a:
+                continue
+            c_lo, c_hi = int(row[a]), int(row[e - 1])
+            cnt = self.rows(c_hi - c_lo + 1)[:c_hi - c_lo + 1]
+            n += int(r.run(Descriptors(row[a:e] - c_lo, *(c[a:e] for c in rest[1:])), cnt))
+            if per_op is None:
+                cnt.fill(0)
+            else:
+                fold_batch(cnt, c_lo, per_op, by_kind)
+        return n

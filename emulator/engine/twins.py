@@ -31,8 +31,8 @@ from emulator.engine.groups_driver import SetGroupReplayer
 from emulator.engine.jit import njit
 from emulator.engine.options import ReplayOptions
 from emulator.engine.setgroups import ST_K, ST_K_MAX
-from emulator.engine.state import Tensors
-from emulator.engine.tally import CallCounters, fold_batch
+from emulator.engine.state import Descriptors, Tensors
+from emulator.engine.tally import CallCounters
 
 #: a stream differing from the base in more than this share of its ops is no twin: replayed beside
 #: the base it would cost a segment and a state comparison per differing op, more than replaying it
@@ -143,7 +143,8 @@ class TwinDriver:
     ``flush`` (``[kind, tier, counter]``), blocks, descriptors and the replayer's statistics."""
 
     def __init__(self, geo: Geometry, tensors: Tensors, options: ReplayOptions, base: Stream,
-                 twins: list[Stream], n_ops: int, progress=None, max_diff_share: float = MAX_DIFF_SHARE):
+                 twins: list[Stream], n_ops: int, progress=None, max_diff_share: float = MAX_DIFF_SHARE, *,
+                 call_ops: int):
         self.geo, self.tensors, self.options, self.n_ops = geo, tensors, options, n_ops
         self.base = base
         self.base_starts = op_starts(base[0], n_ops)
@@ -156,6 +157,7 @@ class TwinDriver:
         n_kinds, n_tiers = len(KINDS), len(geo.names)
         self.shape = (n_kinds, n_tiers, N_COUNTERS)
         self.calls = CallCounters(n_tiers)
+        self.call_ops = call_ops
 
     def _segment(self, r: SetGroupReplayer, stream: Stream, starts: np.ndarray, k0: int, k1: int,
                  per_op: np.ndarray, by_kind: np.ndarray, first: int = 0) -> tuple[int, int]:
@@ -166,9 +168,8 @@ class TwinDriver:
         a, b = int(starts[k0]), int(starts[k1])
         if a == b:
             return 0, int(r.st[ST_K])
-        n, cnt, lo = self.calls.run(r, stream[0][a:b], [c[a:b] for c in stream[1:6]], stream[6][a:b],
-                                    stream[7][a:b])
-        fold_batch(cnt, lo - first, per_op, by_kind)
+        n = self.calls.replay(r, Descriptors(stream[0][a:b] - first, *(c[a:b] for c in stream[1:])), per_op,
+                              by_kind, self.call_ops)
         return n, int(r.st[ST_K_MAX])
 
     def run(self) -> list[dict]:
