@@ -42,7 +42,7 @@ from common.errors import CapacityError, TraceError
 from emulator.analysis.compare import ENERGY_PARTS, ChipResult, summary_of
 from emulator.analysis.result import link_names, to_json as chip_json
 from emulator.cost.model import Cost
-from emulator.cost.system_cost import SystemCost, connections, cost_system, decode_steps
+from emulator.cost.system_cost import SystemCost, calibrate, connections, cost_system, decode_steps
 from emulator.engine.counters import link_bytes
 from emulator.network.schedule import FABRICS, fabric_obj
 from emulator.engine.options import ReplayOptions
@@ -134,6 +134,7 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
         overhead.append(sum(sc.collectives[c].overhead_s for c in cids))
         msgs.append(sum(sum(sc.collectives[c].messages_by_fabric.values()) for c in cids))
     step_latency = float(np.mean(lat))
+    cal = calibrated(sr, sc, steps, tokens) if sc.calibration is not None else {}
     split = {k: float(np.mean(v)) / tokens for k, v in en.items()}
     n_coll = sum(len(_step_collectives(sc, s)) for s in steps) / len(steps)
     return {
@@ -150,6 +151,7 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
         "bound": max(by_res, key=lambda r: by_res[r]) if by_res else None,
         "time_by_resource_s": by_res,
         "latency_model": LATENCY_MODEL,
+        **{k: v for k, v in cal.items() if not k.startswith("_")},
         "_coordination": {
             "collectives_per_step": n_coll,
             "collectives_per_token": n_coll / tokens,
@@ -157,21 +159,104 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
             "collective_time_share": float(np.mean(share)),
             "per_message_overhead_s": float(np.mean(overhead)),
             "messages_per_step": float(np.mean(msgs)),
+            **cal.get("_coordination", {}),
+        },
+    }
+
+
+def calibration_settings(sc: SystemCost) -> dict:
+    """The calibrated latency's settings: the devices' organisation (as one chip's
+    ``calibration``) and how collectives run."""
+    c = sc.calibration
+    org = c.organisations[0] if c.organisations else None
+    st = c.settings
+    return {"fusion": getattr(org, "fusion", None), "overlap": getattr(org, "overlap", None),
+            "kernel_overhead_s": getattr(org, "kernel_overhead_s", 0.0),
+            "achievable": dict(getattr(org, "achievable", {}) or {}),
+            "comm_overlap": c.overlap,
+            "collectives": {"library": st.library, "protocol": st.protocol, "launch_s": st.launch_s,
+                            "skew_s": st.skew_s, "overheads": st.overheads,
+                            "model": "launch + base latency + steps x step latency + bytes / (bandwidth x "
+                                     "achievable x protocol efficiency) + skew; the least over the library's "
+                                     "algorithms and protocols (emulator.network.protocols)"}}
+
+
+def calibrated(sr: SystemReplay, sc: SystemCost, steps: dict, tokens: int) -> dict:
+    """The calibrated per-token keys of a system (:attr:`SystemCost.calibration`): a decode step's
+    critical path with each device's ops organised as one chip's and collectives as they run."""
+    lat, colls, by_res = [], [], {}
+    for ids in steps.values():
+        p = sc.path(sr, ids, calibrated=True)
+        lat.append(p.latency_s)
+        colls.append(p.collective_s)
+        for r, t in p.by_resource_s.items():
+            by_res[r] = by_res.get(r, 0.0) + t / len(steps)
+    step = float(np.mean(lat))
+    cal = sc.calibration
+    phase = np.asarray(sr.trace.ops.column("phase").to_pylist(), dtype=object)
+    step_of = sr.trace.ops.column("step").to_numpy()
+    kernels = []                  # kernels per step on the device that launches the most
+    for s in steps:
+        kernels.append(max((int(cal.kernel_start[d][(phase[g] == "decode") & (step_of[g] == s)].sum())
+                            for d, g in enumerate(np.asarray(x, np.int64) for x in sr.op_ids)), default=0))
+    n_coll = float(np.mean([sum(1 for c in sc.table if c["phase"] == "decode" and c["step"] == s) for s in steps]))
+    overhead = cal.organisations[0].kernel_overhead_s if cal.organisations else 0.0
+    return {
+        "latency_calibrated_s": step,
+        "tokens_per_s_calibrated": tokens / step if step > 0 else float("inf"),
+        "bound_calibrated": max(by_res, key=lambda r: by_res[r]) if by_res else None,
+        "time_by_resource_calibrated_s": by_res,
+        "kernels": float(np.mean(kernels)),
+        "overhead_s": float(np.mean(kernels)) * overhead,
+        "collective_launches": n_coll,
+        "calibration": calibration_settings(sc),
+        "_coordination": {
+            "collective_time_on_path_calibrated_s": float(np.mean(colls)),
+            "collective_time_share_calibrated": float(np.mean([c / t if t > 0 else 0.0 for c, t in zip(colls, lat)])),
         },
     }
 
 
 def collectives_table(sc: SystemCost) -> list[dict]:
-    """Per kind and algorithm over the whole run (see the module docstring)."""
+    """Per kind and algorithm over the whole run (see the module docstring); with a calibration,
+    ``time_calibrated_s`` (summed) and ``calibrated`` (per calibrated algorithm/protocol, its count)."""
     out: dict[tuple, dict] = {}
-    for cc in sc.collectives:
+    cal = sc.calibration
+    for i, cc in enumerate(sc.collectives):
         e = out.setdefault((cc.kind, cc.algorithm), {"kind": cc.kind, "algorithm": cc.algorithm, "count": 0,
                                                      "bytes_per_rank": 0.0, "time_s": 0.0, "energy_j": 0.0})
         e["count"] += 1
         e["bytes_per_rank"] += cc.bytes_sent_per_rank
         e["time_s"] += cc.time_s
         e["energy_j"] += cc.energy_j
+        if cal is not None:
+            t = cal.collectives[i]
+            e["time_calibrated_s"] = e.get("time_calibrated_s", 0.0) + t.time_s
+            ways = e.setdefault("calibrated", {})
+            ways[f"{t.algorithm}/{t.protocol}"] = ways.get(f"{t.algorithm}/{t.protocol}", 0) + 1
     return list(out.values())
+
+
+def prefill(sr: SystemReplay, sc: SystemCost) -> dict | None:
+    """The prefill of the trace's prompt (time to first token, without queueing or the host):
+    ``tokens`` (prompt x batch x dp), ``latency_s`` and ``bound`` (the roofline critical path over the
+    prefill ops), ``latency_calibrated_s`` and ``bound_calibrated`` (the calibrated one); None without
+    prefill."""
+    phase = np.asarray(sr.trace.ops.column("phase").to_pylist(), dtype=object)
+    ids = np.flatnonzero(phase == "prefill")
+    if not len(ids):
+        return None
+    run = sr.trace.manifest.get("run") or {}
+    tokens = int(run.get("prompt", 0) or 0) * int(run.get("batch", 1) or 1) * parallelism(sr.trace)["dp"]
+    p = sc.path(sr, ids)
+    out = {"tokens": tokens, "latency_s": p.latency_s,
+           "bound": max(p.by_resource_s, key=p.by_resource_s.get) if p.by_resource_s else None,
+           "latency_calibrated_s": None, "bound_calibrated": None}
+    if sc.calibration is not None:
+        c = sc.path(sr, ids, calibrated=True)
+        out["latency_calibrated_s"] = c.latency_s
+        out["bound_calibrated"] = max(c.by_resource_s, key=c.by_resource_s.get) if c.by_resource_s else None
+    return out
 
 
 def network_table(sr: SystemReplay, sc: SystemCost) -> list[dict]:
@@ -191,9 +276,13 @@ def device_entry(d: int, full: dict, cst: Cost) -> dict:
             "counts": full["counts"], "by_kind": full["by_kind"]}
 
 
-def to_json(sr: SystemReplay, sc: SystemCost | None = None) -> dict:
-    """The result dict behind ``--json`` of a system run."""
+def to_json(sr: SystemReplay, sc: SystemCost | None = None, *, collectives=None, overlap: str = "none") -> dict:
+    """The result dict behind ``--json`` of a system run. ``collectives`` (an
+    :class:`emulator.network.protocols.Settings`, default the system file's) and ``overlap``
+    (``none``, ``tp``, ``ep``) set the calibrated latency (:func:`emulator.cost.system_cost.calibrate`)."""
     sc = sc or cost_system(sr)
+    if sc.calibration is None or collectives is not None or overlap != sc.calibration.overlap:
+        calibrate(sr, sc, collectives, overlap)
     shared: dict[tuple[int, int], dict] = {}      # devices sharing a replay and its cost: one JSON
     for tr, cst in zip(sr.devices, sc.devices):
         if (id(tr.result), id(cst)) not in shared:
@@ -216,6 +305,7 @@ def to_json(sr: SystemReplay, sc: SystemCost | None = None) -> dict:
         "n_devices": sr.trace.n_devices,
         "parallelism": parallelism(sr.trace),
         "per_token": pt,
+        "prefill": prefill(sr, sc),
         "devices": [device_entry(d, f, c) for d, (f, c) in enumerate(zip(fulls, sc.devices))],
         "network": net,
         "collectives": collectives_table(sc),

@@ -71,8 +71,11 @@ def fractions(chip: Chip, resources: tuple[str, ...]) -> np.ndarray:
     return np.array([by_name.get(r, 1.0) for r in resources], np.float64)
 
 
-def kernels_of(layer: np.ndarray, phase: np.ndarray, step: np.ndarray, fusion: str) -> np.ndarray:
-    """Kernel id of each op (ids increase in trace order; a kernel is a run of consecutive ops)."""
+def kernels_of(layer: np.ndarray, phase: np.ndarray, step: np.ndarray, fusion: str,
+               segment: np.ndarray | None = None) -> np.ndarray:
+    """Kernel id of each op (ids increase in trace order; a kernel is a run of consecutive ops).
+    ``segment`` (optional, per op): a kernel never spans a change of it (a system's device ops on
+    either side of a collective)."""
     n = len(layer)
     if fusion == "none" or n == 0:
         return np.arange(n, dtype=np.int64)
@@ -80,11 +83,15 @@ def kernels_of(layer: np.ndarray, phase: np.ndarray, step: np.ndarray, fusion: s
     phase = np.asarray(phase, dtype=object)
     new = np.ones(n, bool)
     new[1:] = (layer[1:] != layer[:-1]) | (step[1:] != step[:-1]) | (phase[1:] != phase[:-1])
+    if segment is not None:
+        segment = np.asarray(segment)
+        new[1:] |= segment[1:] != segment[:-1]
     return np.cumsum(new) - 1
 
 
 def groups_of(kernel: np.ndarray, phase: np.ndarray, step: np.ndarray, overlap: str,
-              tensors: Callable[[], Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]] | None) -> np.ndarray:
+              tensors: Callable[[], Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]] | None,
+              segment: np.ndarray | None = None) -> np.ndarray:
     """Concurrent group id of each op (see the module docstring, step 3). ``tensors()`` yields
     batches of (op_id, tensor_id, is_write) arrays, the trace's accesses; only read for
     ``independent``."""
@@ -100,10 +107,12 @@ def groups_of(kernel: np.ndarray, phase: np.ndarray, step: np.ndarray, overlap: 
             (writes if w else reads)[kk].add(t)
     first = np.searchsorted(kernel, np.arange(n_k))           # first op of each kernel
     phase, step = np.asarray(phase, dtype=object), np.asarray(step)
+    seg = np.zeros(len(kernel), np.int64) if segment is None else np.asarray(segment)
     group = np.zeros(n_k, np.int64)
     g, g_reads, g_writes = 0, set(reads[0]), set(writes[0])
     for k in range(1, n_k):
-        same_step = phase[first[k]] == phase[first[k - 1]] and step[first[k]] == step[first[k - 1]]
+        same_step = (phase[first[k]] == phase[first[k - 1]] and step[first[k]] == step[first[k - 1]]
+                     and seg[first[k]] == seg[first[k - 1]])
         if same_step and not (reads[k] & g_writes) and not (writes[k] & (g_reads | g_writes)):
             g_reads |= reads[k]
             g_writes |= writes[k]
@@ -143,16 +152,31 @@ class Organisation:
     def overhead_s(self, ops: np.ndarray) -> float:
         return self.kernels(ops) * self.kernel_overhead_s
 
+    def op_latency_s(self) -> np.ndarray:
+        """Per op its share of the calibrated latency: each group's time and its kernels' overhead
+        on the group's last op, 0 on the others, so that summing any whole groups' ops gives
+        :meth:`latency_s` of them (a critical path walks ops one after another)."""
+        n = len(self.group)
+        out = np.zeros(n)
+        if not n:
+            return out
+        last = np.flatnonzero(np.r_[self.group[1:] != self.group[:-1], True])
+        k_first = np.r_[True, self.kernel[1:] != self.kernel[:-1]]
+        kernels = np.add.reduceat(k_first.astype(np.int64), np.r_[0, last[:-1] + 1])
+        out[last] = self.group_s + kernels * self.kernel_overhead_s
+        return out
+
 
 def organise(chip: Chip, resources: tuple[str, ...], time_s: np.ndarray, layer, phase, step,
-             tensors=None) -> Organisation:
+             tensors=None, segment=None) -> Organisation:
     """The :class:`Organisation` of a trace's ops on ``chip`` from their per-resource roofline
-    times ``time_s[op, resource]`` (module docstring)."""
+    times ``time_s[op, resource]`` (module docstring); ``segment`` as :func:`kernels_of` takes it
+    (``tensors()``' op ids index these ops)."""
     ex = chip.execution
     frac = fractions(chip, resources)
     t = np.asarray(time_s, np.float64) / frac
-    kernel = kernels_of(layer, phase, step, ex.fusion)
-    group = groups_of(kernel, phase, step, ex.overlap, tensors)
+    kernel = kernels_of(layer, phase, step, ex.fusion, segment)
+    group = groups_of(kernel, phase, step, ex.overlap, tensors, segment)
     if len(group):
         starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
         per_group = np.add.reduceat(t, starts, axis=0) if t.shape[1] else np.zeros((len(starts), 0))

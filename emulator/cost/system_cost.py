@@ -71,13 +71,16 @@ def run_starts(start_s: float, item: tuple) -> np.ndarray:
     return start_s + np.concatenate([[0.0], np.cumsum(lats)[:-1]]) if len(lats) else np.zeros(0)
 
 
-def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict | None = None) -> Path:
+def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict | None = None,
+                  overlapped: frozenset | set = frozenset()) -> Path:
     """The critical path over devices. ``items[d]``: device d's items in order, ``(OP, latency_s,
     resource)``, ``(RUN, latencies, resource index of each, resource names[, their sum])``
     (consecutive ops as one item, as :func:`walk_items` gives them) or ``(COLL, collective id, memory_s)``;
     ``coll_time[cid]``: its network time. The
     ranks of a collective are the devices with an item for it. A wait that can never end (a cycle
-    of collectives) is a TraceError."""
+    of collectives) is a TraceError. A collective in ``overlapped`` runs beside its ranks' next
+    ops: each rank goes on from its own arrival, its next collective waits for this one's end (one
+    communication stream a device), and the device finishes no earlier than it."""
     n = len(items)
     ranks: dict[int, set] = {}
     for d, its in enumerate(items):
@@ -86,6 +89,7 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
                 ranks.setdefault(it[1], set()).add(d)
     pos = [0] * n
     clock = [0.0] * n
+    comm_end = [0.0] * n                              # when a device's overlapped collectives end
     seg: list[list[tuple]] = [[] for _ in range(n)]   # (kind, start, end, resource or cid)
     arrived: dict[int, dict] = {}
     resolved: dict[int, tuple] = {}                   # cid -> (start, end, last device, its seg index)
@@ -113,6 +117,8 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
                 clock[d] = run_start + float(np.sum(np.concatenate(run)))
             if pos[d] < len(its):
                 cid, mem = its[pos[d]][1], its[pos[d]][2]
+                if d not in arrived.get(cid, {}):
+                    clock[d] = max(clock[d], comm_end[d])
                 arrived.setdefault(cid, {})[d] = (clock[d], mem)
         for cid in [c for c, a in arrived.items() if set(a) == ranks[c]]:
             a = arrived.pop(cid)
@@ -125,9 +131,14 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
             resolved[cid] = (start, end, last, len(seg[last]), res)
             for d in a:
                 seg[d].append((COLL, a[d][0], end, cid))
-                clock[d] = end
+                if cid in overlapped:
+                    comm_end[d] = max(comm_end[d], end)
+                    clock[d] = a[d][0]
+                else:
+                    clock[d] = end
                 pos[d] += 1
             progress = True
+    clock = [max(c, e) for c, e in zip(clock, comm_end)]
     stuck = [d for d in range(n) if pos[d] < len(items[d])]
     if stuck:
         d = stuck[0]
@@ -165,18 +176,52 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
                 by_resource_s=by_res, busy_s=busy, segments=seg)
 
 
+OVERLAPS = ("none", "tp", "ep")
+OVERLAP_FIELD = "--comm-overlap"
+#: the collectives each overlap option runs beside compute: tensor-parallel ones, or EP's dispatch/combine
+OVERLAP_KINDS = {"none": (), "tp": ("all_reduce", "all_gather", "reduce_scatter"), "ep": ("all_to_all",)}
+
+
+@dataclass
+class Calibration:
+    """The calibrated latency of a system (the organisation model on every device, collectives as
+    they run): per device ``op_latency_s`` and ``op_bound`` (index into the device Cost's
+    resources) by local op id, and its :class:`~emulator.cost.organisation.Organisation` of the
+    device's own ops (``organisations``; ``kernel_start`` marks each kernel's first op by local
+    op id); per collective id its
+    :class:`~emulator.network.protocols.Timed`; ``settings`` and ``overlap`` as used."""
+
+    op_latency_s: list
+    op_bound: list
+    organisations: list
+    collectives: list
+    settings: object
+    overlap: str = "none"
+    kernel_start: list = field(default_factory=list)   # per device, per local op: the first op of a kernel
+
+    def overlapped(self, table: list[dict]) -> frozenset:
+        kinds = OVERLAP_KINDS[self.overlap]
+        return frozenset(i for i, c in enumerate(table) if c["kind"] in kinds)
+
+
 @dataclass
 class SystemCost:
     """Per device its :class:`~emulator.cost.model.Cost` (by local op id); per collective id its
-    :class:`~emulator.network.collective.CollectiveCost`; the trace's collectives as dicts."""
+    :class:`~emulator.network.collective.CollectiveCost`; the trace's collectives as dicts; and the
+    :class:`Calibration` where one was made (:func:`calibrate`)."""
 
     devices: list[Cost]
     collectives: list[CollectiveCost]
     table: list[dict]
+    calibration: Calibration | None = None
 
-    def path(self, sr: SystemReplay, op_ids: np.ndarray | None = None) -> Path:
-        """The critical path over the global ops ``op_ids`` (all if None)."""
-        return critical_path(*walk_items(sr, self, op_ids))
+    def path(self, sr: SystemReplay, op_ids: np.ndarray | None = None, calibrated: bool = False) -> Path:
+        """The critical path over the global ops ``op_ids`` (all if None): of the roofline, or of
+        the calibrated latency (``calibrated``, which needs :attr:`calibration`)."""
+        if not calibrated:
+            return critical_path(*walk_items(sr, self, op_ids))
+        cal = self.calibration
+        return critical_path(*walk_items(sr, self, op_ids, cal), overlapped=cal.overlapped(self.table))
 
 
 def algorithm_for(kind: str, asked: str) -> str:
@@ -218,9 +263,11 @@ def fabric_resource(cc: CollectiveCost) -> str:
     return f"network:{f}"
 
 
-def walk_items(sr: SystemReplay, sc: SystemCost, op_ids: np.ndarray | None = None):
+def walk_items(sr: SystemReplay, sc: SystemCost, op_ids: np.ndarray | None = None,
+               cal: Calibration | None = None):
     """(items per device, network time per collective, resource per collective) for
-    :func:`critical_path` over the global ops ``op_ids`` (all if None)."""
+    :func:`critical_path` over the global ops ``op_ids`` (all if None); with ``cal``, the
+    calibrated latencies of ops and collectives in place of the roofline's."""
     coll = sr.trace.op_collective
     sel = None
     if op_ids is not None:
@@ -234,8 +281,8 @@ def walk_items(sr: SystemReplay, sc: SystemCost, op_ids: np.ndarray | None = Non
         if sel is not None:
             local = local[sel[g]]
         c = coll[g[local]]
-        lat = np.asarray(cst.latency_s, np.float64)[local]
-        bound = np.asarray(cst.bound, np.int64)[local]
+        lat = np.asarray(cst.latency_s if cal is None else cal.op_latency_s[d], np.float64)[local]
+        bound = np.asarray(cst.bound if cal is None else cal.op_bound[d], np.int64)[local]
         its: list[tuple] = []
         mine: set[int] = set()          # the collectives this device has an op of
         # runs: consecutive compute ops (one RUN item), or consecutive ops of one collective (one COLL)
@@ -261,8 +308,98 @@ def walk_items(sr: SystemReplay, sc: SystemCost, op_ids: np.ndarray | None = Non
             if r < len(items) and c not in joined[r]:
                 items[r].append((COLL, c, 0.0))
                 joined[r].add(c)
-    return (items, {c: sc.collectives[c].time_s for c in used},
-            {c: fabric_resource(sc.collectives[c]) for c in used})
+    times = ({c: sc.collectives[c].time_s for c in used} if cal is None
+             else {c: cal.collectives[c].time_s for c in used})
+    return (items, times, {c: fabric_resource(sc.collectives[c]) for c in used})
+
+
+def _device_calibration(tr, cst: Cost, coll: np.ndarray):
+    """One device's calibrated op latencies and bounds (:class:`Calibration`): its own ops
+    organised as one chip's are (:func:`emulator.cost.organisation.organise`), kernels never
+    spanning a collective; a collective's own ops (its buffers' memory work, inside the collective's
+    kernel) their memory time at the achievable fractions, no launch of their own."""
+    from emulator.cost.organisation import fractions, organise
+
+    ops = tr.trace.ops
+    n = ops.num_rows
+    is_coll = np.asarray(coll) >= 0
+    sub = np.flatnonzero(~is_coll)
+    segment = np.cumsum(is_coll)[sub]
+    frac = fractions(tr.chip, cst.resources)
+    t = np.asarray(cst.time_s, np.float64) / frac if n else np.zeros((0, len(cst.resources)))
+    index = np.full(n, -1, np.int64)
+    index[sub] = np.arange(len(sub))
+
+    def tensors():
+        for b in tr.trace.iter_accesses():
+            op = index[b.column("op_id").to_numpy()]
+            keep = op >= 0
+            yield (op[keep], b.column("tensor_id").to_numpy()[keep],
+                   b.column("is_write").to_numpy(zero_copy_only=False)[keep])
+
+    layer = ops.column("layer").to_numpy()
+    phase = np.asarray(ops.column("phase").to_pylist(), dtype=object)
+    step = ops.column("step").to_numpy()
+    org = organise(tr.chip, cst.resources, np.asarray(cst.time_s)[sub], layer[sub], phase[sub], step[sub],
+                   tensors, segment)
+    lat = np.zeros(n)
+    bound = np.zeros(n, np.int64)
+    lat[sub] = org.op_latency_s()
+    starts = np.zeros(n, bool)          # the first op of each kernel
+    if len(org.group):
+        bound[sub] = org.group_bound[org.group]
+        starts[sub] = np.r_[True, org.kernel[1:] != org.kernel[:-1]]
+    if is_coll.any():
+        lat[is_coll] = t[is_coll].max(axis=1) if t.shape[1] else 0.0
+        bound[is_coll] = t[is_coll].argmax(axis=1) if t.shape[1] else 0
+    return lat, bound, org, starts
+
+
+def calibrate(sr: SystemReplay, sc: SystemCost, settings=None, overlap: str = "none") -> Calibration:
+    """The :class:`Calibration` of the replay ``sr`` (its costs ``sc``), stored on ``sc`` and
+    returned. ``settings``: a :class:`emulator.network.protocols.Settings` (default: the system
+    file's library and skew, launch = the chip's kernel overhead)."""
+    from common.errors import UsageError
+    from emulator.network.protocols import Settings, time_collective
+
+    if overlap not in OVERLAPS:
+        raise UsageError(f"unknown overlap {overlap!r}; expected one of {', '.join(OVERLAPS)}", field=OVERLAP_FIELD)
+    if overlap != "none":
+        kinds = OVERLAP_KINDS[overlap]
+        if not any(c["kind"] in kinds for c in sc.table):
+            what = "tensor-parallel collectives (all_reduce, all_gather, reduce_scatter)" if overlap == "tp" \
+                else "expert-parallel all_to_all (dispatch and combine)"
+            raise UsageError(f"{overlap!r} overlaps {what}, and this trace has none (--tp/--ep above 1 makes them)",
+                             field=OVERLAP_FIELD)
+    system = sr.system
+    if settings is None:
+        settings = Settings(library=system.collective_library, launch_s=system.chip.execution.kernel_overhead_s,
+                            skew_s=system.collective_skew_s)
+    settings.check()
+    coll = sr.trace.op_collective
+    lats, bounds, orgs, starts, done = [], [], [], [], {}
+    for d, tr in enumerate(sr.devices):
+        cst = sc.devices[d]
+        c = np.asarray(coll[np.asarray(sr.op_ids[d], np.int64)])
+        key = (id(cst), (c >= 0).tobytes())
+        if key not in done:
+            done[key] = _device_calibration(tr, cst, c)
+        lat, bound, org, st = done[key]
+        starts.append(st)
+        lats.append(lat)
+        bounds.append(bound)
+        orgs.append(org)
+    timed, planned = [], {}
+    for c in sc.table:
+        send = tuple(c["send_bytes"] or ())
+        key = (c["kind"], tuple(c["ranks"]), float(c["size_bytes"]), send)
+        if key not in planned:
+            planned[key] = time_collective(c["kind"], Group(key[1], system), key[2], settings,
+                                           algorithm=algorithm_for(c["kind"], sr.collective_algo),
+                                           send_bytes=send or None)
+        timed.append(planned[key])
+    sc.calibration = Calibration(lats, bounds, orgs, timed, settings, overlap, starts)
+    return sc.calibration
 
 
 def decode_steps(sr: SystemReplay) -> dict[int, np.ndarray]:

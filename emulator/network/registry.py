@@ -2,8 +2,9 @@
 
 Each module (:mod:`~emulator.network.ring`, :mod:`~emulator.network.tree`,
 :mod:`~emulator.network.direct`, :mod:`~emulator.network.hierarchical`,
-:mod:`~emulator.network.in_network`) declares ``NAME``, ``SUMMARY``, ``KINDS``,
-``supports(kind, group, system) -> reason | None`` and ``cost(kind, group, size_bytes, why)``.
+:mod:`~emulator.network.in_network`, :mod:`~emulator.network.two_shot`) declares ``NAME``, ``SUMMARY``, ``KINDS``,
+``supports(kind, group, system) -> reason | None``, ``cost(kind, group, size_bytes, why)`` and
+``stages(kind, group, size_bytes)``.
 Adding an algorithm is one module and one entry here (and, if ``auto`` should pick it, a line in
 :mod:`emulator.network.auto`).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from emulator.network import direct, hierarchical, in_network, ring, tree
+from emulator.network import direct, hierarchical, in_network, ring, tree, two_shot
 
 
 @dataclass(frozen=True)
@@ -23,12 +24,13 @@ class Algorithm:
     kinds: tuple[str, ...]
     supports: Callable
     cost: Callable
+    stages: Callable          # stages(kind, group, size_bytes): what it moves, for other timing models
 
 
 def from_module(mod) -> Algorithm:
-    return Algorithm(mod.NAME, mod.SUMMARY, tuple(mod.KINDS), mod.supports, mod.cost)
+    return Algorithm(mod.NAME, mod.SUMMARY, tuple(mod.KINDS), mod.supports, mod.cost, mod.stages)
 
 
 ALGORITHMS: dict[str, Algorithm] = {
-    a.name: a for a in map(from_module, (ring, tree, direct, hierarchical, in_network))}
+    a.name: a for a in map(from_module, (ring, tree, direct, hierarchical, in_network, two_shot))}
 ALGORITHM_NAMES = tuple(ALGORITHMS)

@@ -191,13 +191,8 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
             pair[f, fl.src, fl.dst] += fl.bytes
         stage_t = 0.0
         overhead += st.steps * max(fabric_obj(system, f).latency_s for f in used)
-        for f in sorted(used):
+        for f, busiest in _busiest(system, used, up, down, pair).items():
             fab = fabric_obj(system, f)
-            if fab.topology == "direct":
-                busiest = max(b for (g, _, _), b in pair.items() if g == f)
-            else:
-                busiest = max([b for (g, _), b in up.items() if g == f]
-                              + [b for (g, _), b in down.items() if g == f]) / fab.ports
             stage_t = max(stage_t, st.steps * fab.latency_s + busiest / fab.bandwidth_bytes_per_s)
         times[st.name] = times.get(st.name, 0.0) + stage_t
         for f in used:
@@ -225,6 +220,35 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
         time_by_stage_s=times, time_s=sum(times.values()), energy_j=energy,
         bytes_sent_total=sum(sent.values()), bytes_received_total=sum(recv.values()), why=why,
         overhead_s=overhead, peers_by_rank={r: tuple(sorted(p)) for r, p in sorted(peers.items())})
+
+
+def _busiest(system: System, used, up, down, pair) -> dict[str, float]:
+    """Per fabric of a stage the bytes its busiest link carries one way (the module docstring)."""
+    out = {}
+    for f in sorted(used):
+        fab = fabric_obj(system, f)
+        if fab.topology == "direct":
+            out[f] = max(b for (g, _, _), b in pair.items() if g == f)
+        else:
+            out[f] = max([b for (g, _), b in up.items() if g == f]
+                         + [b for (g, _), b in down.items() if g == f]) / fab.ports
+    return out
+
+
+def stage_loads(group: Group, stage: Stage) -> dict[str, float]:
+    """Per fabric role a stage touches, the bytes its busiest link carries one way: the load
+    :func:`account` times a stage by, for models that time the same stages another way
+    (:mod:`emulator.network.protocols`)."""
+    up, down, pair, used = defaultdict(float), defaultdict(float), defaultdict(float), set()
+    for fl in stage.flows:
+        f = fabric_of(group, fl)
+        used.add(f)
+        if fl.src != SWITCH:
+            up[f, fl.src] += fl.bytes
+        if fl.dst != SWITCH:
+            down[f, fl.dst] += fl.bytes
+        pair[f, fl.src, fl.dst] += fl.bytes
+    return _busiest(group.system, used, up, down, pair)
 
 
 def ring_flows(ranks, chunk_bytes: float, rounds: int) -> tuple[Flow, ...]:

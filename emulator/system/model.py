@@ -39,6 +39,11 @@ class Fabric:
     ports: int = 1
     in_network_reduction: bool = False
     description: str = ""
+    #: the calibrated collective model (emulator.network.protocols): the class of link NCCL's per-step
+    #: latencies are read for ("nvlink", "pci", "net"; "" = nvlink for scale-up, net for scale-out), and
+    #: the fraction of ``bandwidth`` a collective's Simple protocol reaches (1: line rate)
+    link_class: str = ""
+    achievable: float = 1.0
 
     @property
     def chip_bandwidth_bytes_per_s(self) -> float:
@@ -62,6 +67,10 @@ class System:
     source_file: str | None = None
     source_sha256: str | None = None
     price: Price | None = None      # optional [price]: rental USD per hour of the whole system
+    #: [collectives]: the library whose algorithms run them ("nccl" | "custom") and the last rank's
+    #: expected late arrival per collective (emulator.network.protocols)
+    collective_library: str = "nccl"
+    collective_skew_s: float = 0.0
 
     @property
     def n_nodes(self) -> int:

@@ -23,6 +23,13 @@ Layout, with every key's default (``required`` where there is none)::
     latency = "1.5 us"         # required: per message
     energy = "5.5 pJ/bit"      # required: per bit (or byte) carried over one link
     in_network_reduction = true  # default false; a "switch" only
+    link_class = "nvlink"      # default nvlink (scale-up) / net (scale-out); "nvlink" | "pci" | "net":
+                               #   whose per-step latencies the calibrated collectives take
+    achievable = 0.82          # default 1: fraction of bandwidth a collective's Simple protocol reaches
+
+    [collectives]              # optional: how collectives run, for the calibrated latency
+    library = "nccl"           # default "nccl"; "custom" adds vLLM's one-shot / two-shot all-reduce
+    skew = "0 us"              # default 0: the last rank's expected late arrival per collective
 
     [scale_out]                # optional; required when chips > chips_per_node. Same keys and
     topology = "switch"        #   defaults, except that it must be a "switch" (ports: NICs per chip)
@@ -59,9 +66,12 @@ from emulator.chip.tomlfile import FileReader, read_toml
 from emulator.system.model import TOPOLOGIES, Fabric, System
 
 _TOP_KEYS = {"name": True, "description": False, "chip": True, "chips": True, "chips_per_node": False,
-             "scale_up": True, "scale_out": False, "sources": False, "price": False}
+             "scale_up": True, "scale_out": False, "sources": False, "price": False, "collectives": False}
 _FABRIC_KEYS = {"description": False, "topology": False, "bandwidth": True, "ports": False, "latency": True,
-                "energy": True, "in_network_reduction": False}
+                "energy": True, "in_network_reduction": False, "link_class": False, "achievable": False}
+_COLLECTIVE_KEYS = {"library": False, "skew": False}
+LINK_CLASSES = ("nvlink", "pci", "net")
+COLLECTIVE_LIBRARIES = ("nccl", "custom")
 
 
 def _fabric(r: FileReader, d, field: str, chips_per_node: int) -> Fabric:
@@ -86,7 +96,17 @@ def _fabric(r: FileReader, d, field: str, chips_per_node: int) -> Fabric:
                                             f"expected a multiple of chips_per_node - 1 ({peers}), got {ports}")
     else:
         ports = peers if topology == "direct" else 1
+    link_class = d.get("link_class", "")
+    if "link_class" in d and (not isinstance(link_class, str) or link_class not in LINK_CLASSES):
+        raise r.error(f"{field}.link_class", f"unknown link class {link_class!r}; expected one of "
+                                             f"{', '.join(LINK_CLASSES)}")
+    achievable = 1.0
+    if "achievable" in d:
+        achievable = d["achievable"]
+        if isinstance(achievable, bool) or not isinstance(achievable, (int, float)) or not 0 < achievable <= 1:
+            raise r.error(f"{field}.achievable", f"expected a fraction of the bandwidth in (0, 1], got {achievable!r}")
     return Fabric(
+        link_class=link_class, achievable=float(achievable),
         name=field, topology=topology,
         bandwidth_bytes_per_s=r.quantity(d["bandwidth"], "bandwidth", f"{field}.bandwidth"),
         latency_s=r.quantity(d["latency"], "time", f"{field}.latency", positive=False),
@@ -144,7 +164,17 @@ def system_from_dict(d, *, file=None, sha256: str | None = None, chip: Chip | No
     price = None
     if "price" in d:
         price = price_from_table(d["price"], r.error, r.table)
-    return System(name=name, chip=chip, n_chips=n_chips, chips_per_node=per_node, scale_up=scale_up,
+    library, skew = "nccl", 0.0
+    if "collectives" in d:
+        c = r.table(d["collectives"], "collectives", _COLLECTIVE_KEYS)
+        library = c.get("library", "nccl")
+        if not isinstance(library, str) or library not in COLLECTIVE_LIBRARIES:
+            raise r.error("collectives.library", f"unknown collective library {library!r}; expected one of "
+                                                 f"{', '.join(COLLECTIVE_LIBRARIES)}")
+        if "skew" in c:
+            skew = r.quantity(c["skew"], "time", "collectives.skew", positive=False)
+    return System(collective_library=library, collective_skew_s=skew,
+                  name=name, chip=chip, n_chips=n_chips, chips_per_node=per_node, scale_up=scale_up,
                   scale_out=scale_out, description=description, sources=tuple(sources.items()),
                   source_file=r.file, source_sha256=sha256, price=price)
 
@@ -180,6 +210,8 @@ def file_keys(section: str) -> tuple[str, ...]:
 
 
 def load_system(name_or_path) -> System:
-    """Load a system: a preset name (``dgx-h100``) or a path to a ``.toml`` file."""
+    """Load a system: a preset name (``dgx-h100``) or a path to a ``.toml`` file (a System is returned as it is)."""
+    if isinstance(name_or_path, System):
+        return name_or_path
     d, path, sha256 = read_system_toml(name_or_path)
     return system_from_dict(d, file=str(path), sha256=sha256)
