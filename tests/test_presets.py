@@ -143,7 +143,12 @@ def trace_of(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", [p for p in PRESETS if p != "groq-lpu"])
+# Chips whose memory cannot hold Llama-3.1-8B's 16 GB of bf16 weights: groq-lpu (220 MiB of SRAM),
+# tpu-v5e (16 GB of HBM, less than the weights with the KV and activations).
+TOO_SMALL_FOR_8B_BF16 = ("groq-lpu", "tpu-v5e")
+
+
+@pytest.mark.parametrize("name", [p for p in PRESETS if p not in TOO_SMALL_FOR_8B_BF16])
 def test_llama_8b_bf16_places(name, trace_of):
     t = trace_of("llama-3.1-8b", context=8192, generate=1)
     p = place(load_chip(name), t.tensors, align_bytes=t.manifest["run"]["alignment"])
@@ -156,6 +161,16 @@ def test_groq_single_chip_cannot_hold_llama_8b(trace_of):
     t = trace_of("llama-3.1-8b", context=1024, generate=1)
     with pytest.raises(CapacityError, match=r"fits in no home tier; free: sram "):
         place(load_chip("groq-lpu"), t.tensors)
+
+
+def test_tpu_v5e_holds_llama_8b_in_int8_not_bf16(trace_of):
+    chip = load_chip("tpu-v5e")
+    t = trace_of("llama-3.1-8b", context=1024, generate=1)
+    with pytest.raises(CapacityError, match=r"pinned to 'hbm'"):
+        place(chip, t.tensors, align_bytes=t.manifest["run"]["alignment"])
+    q = trace_of("llama-3.1-8b", context=1024, generate=1, weights="int8")
+    p = place(chip, q.tensors, align_bytes=q.manifest["run"]["alignment"])
+    assert p.bytes_by_tier[1] < 16 * GB and set(p.bytes_by_tier_kind["vmem"]) <= {"activation"}
 
 
 def test_sn40l_homes_kv_in_sram_weights_in_hbm_experts_in_ddr(trace_of):
