@@ -2,4 +2,40 @@
 
 Data walks one way: ``chip`` (hierarchy, placement) -> ``engine`` (door -> kernel -> counters) ->
 ``cost`` (energy, latency) -> ``analysis`` / ``present`` -> ``cli``. See ``docs/design.md``.
+
+The Python API (``docs/api.md``; :mod:`emulator.api`)::
+
+    import emulator
+    r = emulator.run("llama-3.1-8b", chip="h100", context=1024, generate=4)
+    r.to_dict()["per_token"]["tokens_per_s"]; r.to_arrow()    # the --json dict; one row per op
+
+``trace``, ``replay``, ``run``, ``compare``, ``sweep``, ``load_chip`` and ``load_system`` are
+imported on first use, so ``import emulator`` (and every ``tierlab`` command) stays cheap.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+__all__ = ["trace", "replay", "run", "compare", "sweep", "load_chip", "load_system"]
+
+if TYPE_CHECKING:
+    from emulator.api import compare, load_chip, load_system, replay, run, sweep, trace
+
+
+def __getattr__(name: str):
+    if name == "sweep":
+        # ``emulator.sweep`` is also the package of the sweep's machinery (emulator/sweep/), which
+        # Python binds here when it is imported; that package is callable as this function.
+        import emulator.sweep as package
+
+        return package
+    if name in __all__:
+        import emulator.api
+
+        return getattr(emulator.api, name)
+    raise AttributeError(f"module 'emulator' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -388,7 +388,9 @@ def load_chip(name_or_path) -> Chip:
 
     A file read before with the same bytes (its sha256) gives the same Chip (frozen) without parsing
     and checking it again, and the same warnings: sweeps, ``compare`` and repeated replays load a
-    preset many times."""
+    preset many times. A Chip (built in code, or by the Python API) is returned as it is."""
+    if isinstance(name_or_path, Chip):
+        return name_or_path
     path = _resolve(name_or_path)
     data = path.read_bytes()
     key = (str(path), hashlib.sha256(data).hexdigest())

@@ -25,11 +25,12 @@ from emulator.network.collective import ALGORITHM_NAMES
 
 
 def _chip_list(text: str, what: str = "chip", example: str = "sn40l,h100", field: str = "--chips") -> list[str]:
-    names = [c.strip() for c in str(text).split(",")]
+    names = ([c.strip() if isinstance(c, str) else c for c in text] if isinstance(text, (list, tuple))  # the API's
+             else [c.strip() for c in str(text).split(",")])
     if not names or any(not c for c in names):
         raise UsageError(f"expected a comma-separated list of {what}s such as {example}, got {text!r}",
                          field=field)
-    if len(set(names)) != len(names):
+    if len(set(map(repr, names))) != len(names):       # repr: the API's Chip and System objects too
         dup = next(c for c in names if names.count(c) > 1)
         raise UsageError(f"{what} {dup!r} is listed twice", field=field)
     return names
@@ -113,6 +114,10 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
             if systems:
                 d["systems"] = [{"system": r.chip, "fits": r.ok, "reason": r.reason, "summary": r.summary or None,
                                  "replay": r.result} for r in srows]
+            from emulator.api.handover import hand_over
+
+            if hand_over(d, rows=rows + srows, trace=trace):   # the Python API (emulator.api) takes it
+                return
             click.echo(json.dumps(d, indent=2))
         else:
             click.echo(format_table(rows + srows, title=f"{model_line(trace)[1]}\nPIM {'on' if pim else 'off'}"))

@@ -97,5 +97,9 @@ def system_replay_and_report(trace, system, kw: dict, options, *, as_json: bool)
     sc = cost_system(sr)
     d = to_json(sr, sc)
     write_system_views(kw, d, sr, sc, force=kw.get("force", False))
+    from emulator.api.handover import hand_over
+
+    if hand_over(d, replay=sr, cost=sc):       # the Python API (emulator.api) takes it instead
+        return d
     click.echo(json.dumps(d, indent=2) if as_json else format_system_text(d))
     return d

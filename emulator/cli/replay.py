@@ -88,6 +88,10 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     if kw.get("output"):
         write_parquet(tr, cst, kw["output"], force=force)
     write_chip_views(kw, d, tr, cst, force=force)
+    from emulator.api.handover import hand_over
+
+    if hand_over(d, replay=tr, cost=cst):      # the Python API (emulator.api) takes it instead
+        return d
     if as_json:
         click.echo(json.dumps(d, indent=2))
     else:

@@ -66,7 +66,7 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
     if grid and (given or overrides):
         raise UsageError("give GRID.toml or the axis options, not both", field="grid")
     if grid:
-        g = load_grid(grid)
+        g = grid if hasattr(grid, "points") else load_grid(grid)   # a Grid from the Python API, or a file
         output = output or str(Path(grid).with_suffix(".parquet"))
     else:
         if not given:
@@ -110,6 +110,10 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
         write_html(sweep_report([r for r in read_rows(output) if r["point_hash"] in wanted], str(output)), html_path,
                    force=True)     # a view of the sweep file, as the plot: redrawn on each run
         d["html"] = str(html_path)
+    from emulator.api.handover import hand_over
+
+    if hand_over(d, grid=g, max_points=max_points):   # the Python API (emulator.api) takes it instead
+        return
     if as_json:
         click.echo(json.dumps(d, indent=1))
     else:

@@ -172,6 +172,10 @@ def command(model, output, force, as_json, record_routing, capture, **options):
             "bytes_on_disk": sum(f.stat().st_size for f in path.iterdir())}
     if capture:
         info["capture"] = trace.manifest.get("capture")
+    from emulator.api.handover import hand_over
+
+    if hand_over(info, trace=trace):           # the Python API (emulator.api) takes it instead
+        return
     if as_json:
         click.echo(json.dumps(info, indent=1))
     else:

@@ -76,6 +76,53 @@ def write_html(text: str, path, *, force: bool = False) -> None:
             f.write(text)
 
 
+# ---- summaries (also the Python API's _repr_html_) ----------------------------------------------
+
+def per_token_rows(pt: dict) -> list[list]:
+    """The per-decode-token figures a person reads first: tokens/s, latency (roofline and
+    calibrated), bound, energy, bytes over each link."""
+    rows = [["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["latency per step (roofline)", format_si(pt["latency_s"], "s")]]
+    if pt.get("latency_calibrated_s") is not None:
+        rows.append(["latency per step (calibrated)", format_si(pt["latency_calibrated_s"], "s")])
+    rows.append(["bound", pt["bound"]])
+    if pt.get("bound_calibrated"):
+        rows.append(["bound (calibrated)", pt["bound_calibrated"]])
+    rows.append(["energy", format_si(pt["energy_j"], "J")])
+    rows += [[f"bytes over {n}", format_bytes(v)] for n, v in pt["bytes_by_link"].items()]
+    return rows
+
+
+def replay_summary_html(d: dict) -> str:
+    """A replay's ``--json`` dict (one chip's or a system's) as one table: where it ran and its
+    per-decode-token figures."""
+    where = [["system", f"{d['system']} ({d['n_devices']} x {d['chip']})"]] if "system" in d else [["chip", d["chip"]]]
+    run = (d.get("provenance") or {}).get("trace_run") or {}
+    if run:
+        where.append(["run", ", ".join(f"{k} {run[k]}" for k in ("batch", "context", "prompt", "generate", "weights")
+                                       if k in run)])
+    pt = d.get("per_token")
+    rows = where + (per_token_rows(pt) if pt else [["per decode token", "the trace has no decode steps"]])
+    return table_html(["", "per decode token" if pt else ""], rows)
+
+
+def trace_summary_html(info: dict) -> str:
+    """``tierlab trace --json`` as a table."""
+    t = info["tables"]
+    return table_html(["trace", ""], [["model", info["model"]], ["path", info["path"]],
+                                      ["tensors / ops / accesses", f"{t['tensors']} / {t['ops']} / {t['accesses']}"],
+                                      ["bytes on disk", format_bytes(info["bytes_on_disk"])]])
+
+
+def comparison_table_html(rows) -> str:
+    """The side-by-side table of a comparison's rows (:class:`emulator.analysis.compare.ChipResult`)."""
+    from emulator.analysis.compare import table_rows
+    from emulator.present.compare import format_metric
+
+    body = [["fits"] + ["yes" if r.ok else "no" for r in rows]]
+    body += [[label] + [format_metric(label, v) for v in vals] for label, vals in table_rows(rows)]
+    return table_html(["per decode token"] + [r.chip for r in rows], body)
+
+
 # ---- one chip ------------------------------------------------------------------------------------
 
 def replay_sections(d: dict, tr, cst, *, prefix: str = "") -> list[str]:
@@ -192,19 +239,15 @@ def system_report(d: dict, sr, sc) -> str:
 
 def compare_report(rows, trace, *, pim: bool) -> str:
     """The comparison across chips and systems: the side-by-side table and its figure."""
-    from emulator.analysis.compare import table_rows
-    from emulator.present.compare import format_metric, plot_title
+    from emulator.present.compare import plot_title
     from emulator.present.plots import plot_comparison
 
-    metrics = table_rows(rows)
-    body = [["fits"] + ["yes" if r.ok else "no" for r in rows]]
-    body += [[label] + [format_metric(label, v) for v in vals] for label, vals in metrics]
     notes = "".join(f'<p class="note">{escape(r.chip)}: {escape(str(r.reason))}</p>' for r in rows if not r.ok)
     secs = [section("comparison", "Comparison (per decode token)",
                     figure_html("comparison", figures.svg_of_plot(plot_comparison, rows,
                                                                   title=plot_title(trace, pim=pim)),
                                 "bytes and energy per decode token"),
-                    table_html(["per decode token"] + [r.chip for r in rows], body), notes)]
+                    comparison_table_html(rows), notes)]
     prov = {"trace": str(trace.path), "pim": pim, "chips": {r.chip: (r.result or {}).get("provenance") for r in rows}}
     return page(f"tierlab compare: {model_text(trace)}", f"PIM {'on' if pim else 'off'}", secs, prov)
 
@@ -215,7 +258,23 @@ SWEEP_COLUMNS = ("model", "chip", "system", "batch", "context", "prompt", "gener
 
 def sweep_report(rows: list[dict], output: str) -> str:
     """A sweep's rows as a table (the Pareto points marked) and the Pareto figure."""
-    from emulator.present.plots import pareto_front, pareto_points, plot_pareto
+    from emulator.present.plots import plot_pareto
+
+    parts = [figure_html("pareto", figures.svg_of_plot(plot_pareto, _ok(rows)) if _ok(rows) else None,
+                         "tokens/s per device against tokens/s per user, the Pareto front dashed"),
+             f'<p class="note">★: on the Pareto front (tokens/s per device against per user). {len(rows)} points.</p>',
+             sweep_table_html(rows)]
+    prov = {"sweep": str(output), "tierlab": sorted({str(r.get("tierlab_version")) for r in rows})}
+    return page("tierlab sweep", f"{output}: {len(rows)} points", [section("sweep", "Sweep", *parts)], prov)
+
+
+def _ok(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("error") is None and r.get("tokens_per_s")]
+
+
+def sweep_table_html(rows: list[dict]) -> str:
+    """A sweep's rows as a table, the Pareto points starred."""
+    from emulator.present.plots import pareto_front, pareto_points
 
     cols = [c for c in SWEEP_COLUMNS if any(r.get(c) is not None for r in rows)]
     cols += sorted({k for r in rows for k in r if "." in k and not k.startswith(("bytes_per_token.", "hit_rate."))})
@@ -228,9 +287,4 @@ def sweep_report(rows: list[dict], output: str) -> str:
 
     body = [[("★ " if id(r) in front else "") + str(r.get(cols[0]))] + [cell(r.get(c)) for c in cols[1:]]
             for r in rows]
-    parts = [figure_html("pareto", figures.svg_of_plot(plot_pareto, ok) if ok else None,
-                         "tokens/s per device against tokens/s per user, the Pareto front dashed"),
-             f'<p class="note">★: on the Pareto front (tokens/s per device against per user). {len(rows)} points.</p>',
-             table_html(cols, body)]
-    prov = {"sweep": str(output), "tierlab": sorted({str(r.get("tierlab_version")) for r in rows})}
-    return page("tierlab sweep", f"{output}: {len(rows)} points", [section("sweep", "Sweep", *parts)], prov)
+    return table_html(cols, body)

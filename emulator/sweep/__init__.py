@@ -1,2 +1,20 @@
 """Design-space sweeps on Dask: a grid of points (``grid.py``), one trace group into rows
-(``point.py``), the Parquet store (``store.py``) and the Dask runner (``runner.py``)."""
+(``point.py``), the Parquet store (``store.py``) and the Dask runner (``runner.py``).
+
+``emulator.sweep`` is also the Python API's function (:func:`emulator.api.sweep`): this package is
+callable, ``emulator.sweep(grid, scheduler=None, workers=None, **options)``, because Python binds the
+package to the name ``emulator.sweep`` whenever it is imported.
+"""
+
+import sys
+import types
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, grid, scheduler=None, workers=None, **options):
+        from emulator.api import sweep
+
+        return sweep(grid, scheduler, workers, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule
