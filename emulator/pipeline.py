@@ -123,5 +123,6 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
                                tensor_home=p.home, tensor_kind=p.kinds,
                                batches=lambda: access_batches(trace, pim, options.batch_rows, p.held),
                                n_ops=trace.n_ops, lent_bytes=p.placement.lent_bytes, options=options,
-                               progress=progress, pim=pim is not None)
+                               progress=progress, pim=pim is not None,
+                               lines=trace.line_stream() if trace.kind == "addresses" and pim is None else None)
     return TraceReplay(chip=chip, trace=trace, placement=p.placement, options=options, result=result, pim=pim)

@@ -17,7 +17,7 @@ from emulator.chip.chipfile import load_chip
 from emulator.cli import main
 from emulator.engine.options import ReplayOptions
 from emulator.pipeline import replay_trace
-from traces.importers import coalesce, import_trace
+from traces.importers import import_trace
 from traces.reader import open_trace
 
 DATA = Path(__file__).parent / "data"
@@ -112,7 +112,10 @@ def test_imported_trace_replays_as_pycachesim(tmp_path, fmt, policy):
         records = [(a, 1, w) for a, _, w in records]           # no sizes: the line of each address
     src = _write(tmp_path / f"a.{'txt' if fmt == 'text' else fmt}", fmt, records)
     s = import_trace(src, tmp_path / "a.trace")
-    assert s["records"] == len(records) and s["tensors"] == 2 and s["descriptors"] < len(records)
+    n_lines = sum((a + size - 1) // 64 - a // 64 + 1 for a, size, _ in records)
+    assert s["records"] == len(records) and s["tensors"] == 2 and s["lines"] == s["descriptors"] == n_lines
+    assert s["writes"] == sum(w for _, _, w in records) and s["reads"] + s["writes"] == len(records)
+    assert s["straddles"] == sum((a + size - 1) // 64 > a // 64 for a, size, _ in records)
     (tmp_path / "c.toml").write_text(_chip_toml(policy))
     # pycachesim refreshes no LRU position on a store hit: tierlab's --no-store-hit-recency
     tr = replay_trace(tmp_path / "a.trace", load_chip(str(tmp_path / "c.toml")), ReplayOptions(store_hit_recency=False))
@@ -123,16 +126,25 @@ def test_imported_trace_replays_as_pycachesim(tmp_path, fmt, policy):
     assert tr.result.tier("l2")["hits"] > 0 and tr.result.tier("l2")["misses"] > 0
 
 
-def test_coalescing_rules():
-    a = np.array([0, 64, 128, 128, 256, 320, (1 << 30) - 64, 1 << 30])
-    s = np.array([64, 64, 64, 64, 64, 64, 64, 64])
-    w = np.array([0, 0, 0, 0, 1, 1, 0, 0], bool)
-    first, n, kind = coalesce(a, s, w, 64)
-    # the same line twice is two requests; a kind change or a 1 GiB region boundary breaks a run
-    assert first.tolist() == [0, 2, 4, ((1 << 30) >> 6) - 1, (1 << 30) >> 6]
-    assert n.tolist() == [3, 1, 2, 1, 1] and kind.tolist() == [False, False, True, False, False]
-    first, n, _ = coalesce(np.array([(1 << 30) - 8]), np.array([16]), np.array([False]), 64)
-    assert first.tolist() == [((1 << 30) >> 6) - 1, (1 << 30) >> 6] and n.tolist() == [1, 1]
+def test_lines_and_regions():
+    """Each access requests the lines covering it, in order (the same line twice is two requests); a
+    1 GiB region becomes a tensor at k * 2**30 in first-seen order, so addresses keep their value
+    modulo 2**30; an access crossing a region boundary has its lines in both."""
+    from traces.textparse import to_lines
+    a = np.array([1 << 30, 64, 64, (1 << 30) - 8, 200], np.int64)
+    s = np.array([64, 64, 64, 16, 8], np.int64)
+    k = np.array([0, 0, 1, 0, 3], np.uint8)
+    regions, end, nr, stats = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(1, np.int64), np.zeros(9, np.int64)
+    words, cont = np.empty(16, np.int64), np.empty(16, np.int64)
+    m = to_lines(a, s, k, len(a), 6, regions, end, nr, 10, words, cont, stats)
+    per = (1 << 30) >> 6
+    lines, w = (words[:m] >> 1).tolist(), (words[:m] & 1).tolist()
+    # region 1 first (tensor 0), then region 0 (tensor 1); the modify at 200: a load then a store
+    assert lines == [0, per + 1, per + 1, per + per - 1, 0, per + 3, per + 3]
+    assert w == [0, 0, 1, 0, 0, 0, 1]
+    assert regions[:int(nr[0])].tolist() == [1, 0] and end[:2].tolist() == [64, 1 << 30]
+    assert cont[:int(stats[6])].tolist() == [14]          # row 10 + 4: the second line of the straddling access
+    assert stats.tolist() == [6, 7, 5, 2, 1, 0, 1, 4, 2]
 
 
 # ---- export of the requests reaching a tier -------------------------------------------------------

@@ -15,6 +15,14 @@ written last. See ``docs/trace-format.md`` for the meaning of every column.
   ``polars.read_ipc`` opens, and what allows memory-mapped zero-copy reading) instead of the stream
   form; the manifest always names ``devices``. Versions 1 and 2 wrote the stream form. The reader
   takes either form for every version (:mod:`traces.ipc`).
+* **Version 4** (address traces, :mod:`traces.addresses`): a trace of one op over one address
+  stream, the manifest's ``kind`` ``"addresses"``: ``tensors.arrow`` and ``ops.arrow`` as version
+  1's (one tensor per 2**30-byte region the addresses touch, at a multiple of 2**30; one op),
+  ``lines.arrow`` (one column ``word`` = ``line << 1 | is_write``, line numbers of
+  ``lines.line_bytes``-byte lines in the trace's address space) and ``straddles.arrow`` (the rows
+  of lines continuing the access of the row before). A descriptor trace is still written as version
+  3 (its content unchanged, so an older tierlab reads it); an older tierlab refuses an address trace
+  as newer than it reads.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 FORMAT_NAME = "tierlab-trace"
-FORMAT_VERSION = 3          # the newest version written and read
-READ_VERSIONS = (1, 2, 3)   # every version the reader accepts
+FORMAT_VERSION = 3          # the version a descriptor trace is written as
+ADDRESS_VERSION = 4         # the version an address trace is written as (the newest)
+READ_VERSIONS = (1, 2, 3, 4)   # every version the reader accepts
 MANIFEST = "manifest.json"
 
 TENSORS_FILE = "tensors.arrow"
@@ -101,6 +110,24 @@ def tables(version: int, devices: int = 1) -> dict:
     if version == 1 or (version >= 3 and devices == 1):
         return TABLES
     return TABLES_V2
+
+
+# ---- version 4: address traces ---------------------------------------------------------------
+
+ADDRESS_KIND = "addresses"       # manifest "kind" of an address trace (a descriptor trace has none)
+LINES_FILE = "lines.arrow"
+STRADDLES_FILE = "straddles.arrow"
+LINES_SCHEMA = pa.schema([("word", pa.uint64())])            # line << 1 | is_write
+STRADDLES_SCHEMA = pa.schema([("row", pa.uint64())])         # a line continuing the access of row - 1
+REGION_SHIFT = 30                # an address trace's tensors: one per 2**30-byte region, at k * 2**30
+STRADDLE_CONVENTIONS = ("both", "once")   # each line of a straddling access counts, or the access once
+
+ADDRESS_TABLES = {
+    "tensors": (TENSORS_FILE, TENSORS_SCHEMA),
+    "ops": (OPS_FILE, OPS_SCHEMA),
+    "lines": (LINES_FILE, LINES_SCHEMA),
+    "straddles": (STRADDLES_FILE, STRADDLES_SCHEMA),
+}
 
 
 # Collective kinds and what their size S is (emulator.network.schedule counts them):

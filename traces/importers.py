@@ -1,6 +1,6 @@
-"""Address traces in the common forms, into a tierlab trace (``tierlab import``).
+"""Address traces in the forms memory tracers write, into an address trace (``tierlab import``).
 
-Forms (``--format``, else from the extension):
+Forms (``--format``, else from the extension, after a ``.gz`` / ``.xz`` one):
 
 * ``npy`` (``.npy``): a 1-d integer array of byte addresses, each a load of one byte (its line).
 * ``text`` (``.txt``, ``.trace``, ``.addr``): one address per line (``0x`` hex or decimal), optionally
@@ -9,179 +9,276 @@ Forms (``--format``, else from the extension):
   optional); labels 0 read, 1 write, 2 instruction fetch (a read); 3 (escape) and 4 (flush) are refused.
 * ``csv`` (``.csv``): ``address,size,kind`` (kind ``R``/``W`` or ``read``/``write``, size optional),
   an optional header line.
+* ``lackey`` (``.lackey``): Valgrind Lackey's ``--trace-mem=yes`` log: `` L``/`` S`` a load/store,
+  `` M`` a load then a store, ``I`` an instruction fetch (left out unless ``instructions``).
+* ``drcachesim`` (``.view``): DynamoRIO drcachesim's ``-simulator_type view`` text: ``read``,
+  ``write``, ``prefetch*`` (a read), ``ifetch`` (left out unless ``instructions``).
+* ``champsim`` (``.champsim``, ``.champsimtrace``): ChampSim's binary trace, 64-byte ``input_instr``
+  records (ip; branch flags; 2 destination and 4 source register bytes; 2 destination (store) and 4
+  source (load) memory addresses, 0 = none): per instruction its loads, then its stores, each one byte.
 
-Blank lines and lines starting with ``#`` are skipped. Every record touches the ``--line``-byte
-lines covering ``[address, address + size)``; consecutive records of the same kind whose lines
-continue each other are coalesced into one descriptor (a chunk of whole lines), so a replay on a
-chip whose first tier has ``--line``-byte blocks requests exactly the lines the records touch, in
-order. Addresses keep their value modulo 2**30: each 1 GiB region holding any address becomes one
-tensor (``kind`` "other") at a multiple of 2**30, so set indices of any cache of up to 1 GiB per way
-(sets x block) are those of the original addresses.
+Text forms are parsed in compiled code over the raw bytes (:mod:`traces.textparse`), chunk by
+chunk; gzip and xz input (told by its magic bytes) is decompressed as a stream. Every record
+touches the ``line``-byte lines covering ``[address, address + size)``; with ``straddle="once"``
+an access touching several lines counts once at tier 0 of a replay (cachegrind's convention), by
+default each line counts. The result is a version-4 address trace (:mod:`traces.addresses`).
 """
 
 from __future__ import annotations
 
-import os
+import gzip
+import lzma
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from common.errors import TraceError, UsageError
+from traces import textparse as tp
+from traces.format import REGION_SHIFT, STRADDLE_CONVENTIONS
 
-FORMATS = ("npy", "text", "din", "csv")
-EXTENSIONS = {".npy": "npy", ".txt": "text", ".trace": "text", ".addr": "text", ".din": "din", ".csv": "csv"}
-REGION_SHIFT = 30
-KIND_TOKENS = {"r": False, "w": True, "l": False, "s": True, "ld": False, "st": True, "read": False,
-               "write": True, "load": False, "store": True}
-DIN_LABELS = {0: False, 1: True, 2: False}
+FORMATS = ("npy", "text", "din", "csv", "lackey", "drcachesim", "champsim")
+EXTENSIONS = {".npy": "npy", ".txt": "text", ".trace": "text", ".addr": "text", ".din": "din", ".csv": "csv",
+              ".lackey": "lackey", ".view": "drcachesim", ".champsim": "champsim", ".champsimtrace": "champsim"}
+COMPRESSED = {".gz": "gzip", ".xz": "xz"}
+INSTRUCTIONS_BY_DEFAULT = {"din": True}          # din's label 2 has always been read; tracers' logs: data only
+CHUNK_BYTES = 1 << 22
+MAX_REGIONS = 1 << 16
+
+_EXPECTED = {"text": "an address with an optional R/W", "din": "'label address [size]' (label 0, 1 or 2)",
+             "csv": "'address,size,read|write'", "lackey": "'I  addr,size' or ' L|S|M addr,size' (hex address)",
+             "drcachesim": "'RECORD INSTR: TID read|write|ifetch SIZE byte(s) @ 0xADDR'"}
+
+CHAMPSIM_RECORD = np.dtype([("ip", "<u8"), ("is_branch", "u1"), ("branch_taken", "u1"), ("dst_reg", "u1", 2),
+                            ("src_reg", "u1", 4), ("dst_mem", "<u8", 2), ("src_mem", "<u8", 4)])
+assert CHAMPSIM_RECORD.itemsize == 64
 
 
 def format_of(path: Path, given: str | None) -> str:
     if given is not None:
         return given
-    fmt = EXTENSIONS.get(path.suffix.lower())
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSED:
+        suffixes = suffixes[:-1]
+    fmt = EXTENSIONS.get(suffixes[-1]) if suffixes else None
     if fmt is None:
         raise UsageError(f"cannot tell the format from the extension {path.suffix or '(none)'!r}; pass "
                          f"--format {'|'.join(FORMATS)}", file=str(path), field="--format")
     return fmt
 
 
-def _int(tok: str, base: int) -> int:
-    t = tok.strip()
-    if t[:2].lower() == "0x":
-        return int(t[2:], 16)
-    return int(t, base)
-
-
-def read_records(path: str | os.PathLike, fmt: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(address, size, is_write)`` arrays (int64, int64, bool) of the file's records."""
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError("no such file" if not p.exists() else "not a file", file=str(p))
-    fmt = format_of(p, fmt)
-    if fmt == "npy":
-        try:
-            a = np.load(p, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as err:
-            raise TraceError(f"not a readable .npy array: {' '.join(str(err).split())}", file=str(p)) from None
-        if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
-            raise TraceError(f"expected a 1-d integer array of addresses, got {a.ndim}-d {a.dtype}", file=str(p))
-        if len(a) and int(a.min()) < 0:
-            raise TraceError(f"address {int(a.min())} is negative", file=str(p))
-        return a.astype(np.int64), np.ones(len(a), np.int64), np.zeros(len(a), bool)
-    addrs, sizes, writes = [], [], []
+def compression_of(path: Path) -> str | None:
+    """None, ``"gzip"`` or ``"xz"``, told from the file's first bytes (not its name)."""
+    if not path.is_file():
+        raise UsageError("no such file" if not path.exists() else "not a file", file=str(path))
     try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise TraceError(f"not a readable text file: {err}", file=str(p)) from None
-    for n, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as err:
+        raise TraceError(f"cannot read: {err.strerror or err}", file=str(path)) from None
+    return "gzip" if magic[:2] == b"\x1f\x8b" else "xz" if magic == b"\xfd7zXZ\x00" else None
+
+
+def _open(path: Path):
+    """(a binary file object, the compression: None, 'gzip' or 'xz')."""
+    comp = compression_of(path)
+    try:
+        return {"gzip": gzip.open, "xz": lzma.open, None: open}[comp](path, "rb"), comp
+    except OSError as err:
+        raise TraceError(f"cannot read: {err.strerror or err}", file=str(path)) from None
+
+
+def _chunks(path: Path, size: int = CHUNK_BYTES):
+    """The file's (decompressed) bytes in chunks; a damaged or truncated stream is a TraceError."""
+    f, comp = _open(path)
+    with f:
+        while True:
+            try:
+                data = f.read(size)
+            except EOFError:
+                raise _Truncated(comp) from None
+            except (OSError, lzma.LZMAError, zlib.error) as err:
+                raise _Damaged(comp, err) from None
+            if not data:
+                return
+            yield data
+
+
+class _Truncated(Exception):
+    def __init__(self, comp):
+        self.comp = comp
+
+
+class _Damaged(Exception):
+    def __init__(self, comp, err):
+        self.comp, self.err = comp, err
+
+
+class Records:
+    """Parses a file's records chunk by chunk: :meth:`chunks` yields ``(address, size, kind)``
+    arrays (int64, int64, uint8; reused buffers, valid until the next chunk)."""
+
+    def __init__(self, path, fmt: str, instructions: bool | None = None):
+        self.path = Path(path)
+        self.fmt = fmt
+        self.instructions = INSTRUCTIONS_BY_DEFAULT.get(fmt, False) if instructions is None else bool(instructions)
+        self.lines = 0          # text lines read (for messages)
+        self.compression = None
+
+    def chunks(self):
+        self.compression = compression_of(self.path)
         try:
-            a, size, w = _parse(fmt, s, n)
-        except (ValueError, IndexError, KeyError):
-            raise TraceError(f"line {n}: cannot parse {s[:60]!r} as {_EXPECTED[fmt]}", file=str(p)) from None
-        if a is None:           # a CSV header
-            continue
-        if a < 0 or size < 1:
-            raise TraceError(f"line {n}: address {a} and size {size}: expected an address >= 0 and a size >= 1",
-                             file=str(p))
-        addrs.append(a)
-        sizes.append(size)
-        writes.append(w)
-    return np.array(addrs, np.int64), np.array(sizes, np.int64), np.array(writes, bool)
+            if self.fmt == "npy":
+                yield from self._npy()
+            elif self.fmt == "champsim":
+                yield from self._champsim()
+            else:
+                yield from self._text()
+        except _Truncated as t:
+            where = f"line {self.lines + 1}: " if self.fmt not in ("npy", "champsim") else ""
+            raise TraceError(f"{where}the {t.comp or 'compressed'} stream ends before its end-of-stream marker "
+                             "(truncated?)", file=str(self.path)) from None
+        except _Damaged as d:
+            where = f"line {self.lines + 1}: " if self.fmt not in ("npy", "champsim") else ""
+            raise TraceError(f"{where}damaged {d.comp or ''} data: {' '.join(str(d.err).split())}".replace("  ", " "),
+                             file=str(self.path)) from None
 
+    def _text(self):
+        code = tp.FORMATS[self.fmt]
+        cap = CHUNK_BYTES // 2 + 2
+        addr, size, kind = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.uint8)
+        res = np.zeros(8, np.int64)
+        header = 0
+        carry = b""
+        src = _chunks(self.path)
+        done = False
+        while not done:
+            data = next(src, None)
+            if data is None:
+                done, buf = True, carry
+            else:
+                buf = carry + data if carry else data
+            arr = np.frombuffer(buf, np.uint8)
+            if len(arr) // 2 + 2 > len(addr):
+                cap = len(arr) // 2 + 2
+                addr, size, kind = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.uint8)
+            tp.parse_lines(arr, len(arr), code, self.instructions, done, header, addr, size, kind, res)
+            header = int(res[tp.R_HEADER])
+            if res[tp.R_ERROR] != tp.OK:
+                self._bad_line(buf, int(res[tp.R_LINES]), int(res[tp.R_BAD_START]), int(res[tp.R_BAD_END]),
+                               int(res[tp.R_ERROR]))
+            self.lines += int(res[tp.R_LINES])
+            n = int(res[tp.R_RECORDS])
+            carry = buf[int(res[tp.R_CONSUMED]):]
+            if n:
+                yield addr[:n], size[:n], kind[:n]
 
-_EXPECTED = {"text": "an address with an optional R/W", "din": "'label address [size]' (label 0, 1 or 2)",
-             "csv": "'address,size,read|write'"}
+    def _bad_line(self, buf: bytes, lines_before: int, start: int, end: int, err: int):
+        n = self.lines + lines_before + 1
+        raw = buf[start:end]
+        text = raw.decode("utf-8", "replace").strip()[:60]
+        if err == tp.BINARY:
+            bad = next(b for b in raw if b < 32 and b not in (9, 13))
+            msg = f"line {n}: binary data (byte {bad:#04x}), not a {self.fmt} text trace"
+        elif err == tp.UNKNOWN_RECORD:
+            what = "Lackey record" if self.fmt == "lackey" else "drcachesim record"
+            msg = f"line {n}: unknown {what} {text!r}; expected {_EXPECTED[self.fmt]}"
+        elif err == tp.REFUSED_LABEL:
+            msg = f"line {n}: din label {text.split()[0]} (escape or flush) is not an access; expected 0, 1 or 2"
+        elif err == tp.TOO_LARGE:
+            msg = f"line {n}: {text!r}: the address or size is beyond the 2**62-byte space tierlab emulates"
+        elif err == tp.ZERO_SIZE:
+            msg = f"line {n}: {text!r}: size 0; expected a size >= 1"
+        else:
+            msg = f"line {n}: cannot parse {text!r} as {_EXPECTED[self.fmt]}"
+        raise TraceError(msg, file=str(self.path))
 
-
-def _parse(fmt: str, s: str, n: int):
-    if fmt == "din":
-        tok = s.split()
-        if len(tok) not in (2, 3):
-            raise ValueError
-        label = int(tok[0])
-        if label not in DIN_LABELS:
-            raise ValueError
-        return int(tok[1][2:] if tok[1][:2].lower() == "0x" else tok[1], 16), _int(tok[2], 10) if len(tok) == 3 else 1, \
-            DIN_LABELS[label]
-    if fmt == "csv":
-        tok = [t.strip() for t in s.split(",")]
-        if len(tok) not in (1, 2, 3):
-            raise ValueError
+    def _npy(self):
         try:
-            a = _int(tok[0], 10)
-        except ValueError:
-            if n == 1 or all(t.isidentifier() for t in tok):
-                return None, 0, False        # a header
-            raise
-        size = _int(tok[1], 10) if len(tok) > 1 and tok[1] else 1
-        w = KIND_TOKENS[tok[2].lower()] if len(tok) > 2 and tok[2] else False
-        return a, size, w
-    tok = s.replace(",", " ").split()
-    if len(tok) == 1:
-        return _int(tok[0], 10), 1, False
-    if len(tok) == 2:
-        if tok[0].lower() in KIND_TOKENS:
-            return _int(tok[1], 10), 1, KIND_TOKENS[tok[0].lower()]
-        return _int(tok[0], 10), 1, KIND_TOKENS[tok[1].lower()]
-    raise ValueError
+            a = np.load(self.path, allow_pickle=False, mmap_mode="r")
+        except (ValueError, OSError, EOFError) as err:
+            raise TraceError(f"not a readable .npy array: {' '.join(str(err).split())}", file=str(self.path)) from None
+        if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+            raise TraceError(f"expected a 1-d integer array of addresses, got {a.ndim}-d {a.dtype}", file=str(self.path))
+        step = CHUNK_BYTES // 4
+        ones, reads = np.ones(step, np.int64), np.zeros(step, np.uint8)
+        for lo in range(0, len(a), step):
+            c = np.asarray(a[lo:lo + step]).astype(np.int64)
+            if len(c) and int(c.min()) < 0:
+                i = int(np.argmin(c))
+                raise TraceError(f"element {lo + i}: address {int(c[i])} is negative", file=str(self.path))
+            yield c, ones[:len(c)], reads[:len(c)]
+
+    def _champsim(self):
+        carry = b""
+        start = 0
+        for data in _chunks(self.path, CHUNK_BYTES // 64 * 64):
+            buf = carry + data if carry else data
+            n = len(buf) // 64
+            carry = buf[n * 64:]
+            if n == 0:
+                continue
+            rec = np.frombuffer(buf, CHAMPSIM_RECORD, n)
+            cols = [rec["src_mem"][:, i] for i in range(4)] + [rec["dst_mem"][:, i] for i in range(2)]
+            kinds = [tp.READ] * 4 + [tp.WRITE] * 2
+            if self.instructions:
+                cols.insert(0, rec["ip"])
+                kinds.insert(0, tp.IFETCH)
+            a = np.stack(cols, axis=1).reshape(-1)
+            k = np.tile(np.array(kinds, np.uint8), n)
+            keep = a != 0
+            a = a[keep]
+            if len(a) and int(a.max()) >= 1 << 62:
+                i = int(np.flatnonzero(a >= 1 << 62)[0])
+                raise TraceError(f"record {start + int(np.flatnonzero(keep)[i]) // len(kinds)}: address "
+                                 f"{int(a[i]):#x} is beyond the 2**62-byte space tierlab emulates", file=str(self.path))
+            start += n
+            yield a.astype(np.int64), np.ones(len(a), np.int64), k[keep]
+        if carry:
+            raise TraceError(f"ends inside record {start} ({len(carry)} of its 64 bytes): not a whole number of "
+                             "ChampSim input_instr records (truncated?)", file=str(self.path))
 
 
-def coalesce(address: np.ndarray, size: np.ndarray, is_write: np.ndarray, line: int):
-    """Descriptors ``(first_line, n_lines, is_write)`` of runs of consecutive same-kind records
-    whose lines continue each other, never crossing a 2**30-byte region."""
-    if line < 1 or line & (line - 1):
-        raise UsageError(f"line must be a power of two number of bytes, got {line}", field="--line")
-    first = address // line
-    last = (address + size - 1) // line
-    per = (1 << REGION_SHIFT) // line if line <= 1 << REGION_SHIFT else 1
-    # a record crossing a region boundary is cut in two at it
-    if len(size) and int(size.max()) > 1 << REGION_SHIFT:
-        raise UsageError(f"a record of {int(size.max())} bytes is larger than the 1 GiB region", field="size")
-    cross = np.flatnonzero(first // per != last // per)
-    if len(cross):
-        cut = (last[cross] // per) * per
-        first = np.insert(first, cross + 1, cut)
-        last = np.insert(last, cross + 1, last[cross])
-        last[cross + np.arange(len(cross))] = cut - 1     # each earlier insertion shifts by one
-        is_write = np.insert(is_write, cross + 1, is_write[cross])
-    n = len(first)
-    if n == 0:
-        return first, first, is_write
-    brk = np.ones(n, bool)
-    brk[1:] = (first[1:] != last[:-1] + 1) | (is_write[1:] != is_write[:-1]) | (first[1:] // per != last[:-1] // per)
-    starts = np.flatnonzero(brk)
-    ends = np.append(starts[1:], n) - 1
-    return first[starts], last[ends] - first[starts] + 1, is_write[starts]
-
-
-def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bool = False) -> dict:
-    """Write the address trace at ``path`` as a trace directory ``out``; return a summary."""
-    from traces.writer import TraceWriter
+def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bool = False,
+                 straddle: str = "both", instructions: bool | None = None) -> dict:
+    """Write the address trace at ``path`` as an address trace directory ``out``; return a summary
+    (``tierlab import --json``)."""
+    from traces.addresses import AddressTraceWriter
 
     src = Path(path)
     fmt = format_of(src, fmt)
-    address, size, is_write = read_records(src, fmt)
-    if line > 1 << REGION_SHIFT:
-        raise UsageError(f"line {line} B is larger than the 1 GiB region", field="--line")
-    first, n_lines, write = coalesce(address, size, is_write, line)
-    per = (1 << REGION_SHIFT) // line
-    region = first // per
-    regions, tensor_of = np.unique(region, return_inverse=True)
-    with TraceWriter(out, force=force, alignment=1 << REGION_SHIFT,
-                     run=None, extra={"imported": {"file": src.name, "format": fmt, "line": line,
-                                                   "records": int(len(address))}}) as w:
-        op = w.add_op("imported", "other", -1, "decode", 0, 1, 0)
-        for k, r in enumerate(regions.tolist()):
-            mine = tensor_of == k
-            end = int(((first[mine] + n_lines[mine]) * line).max()) - (r << REGION_SHIFT)
-            w.add_tensor(f"region_{r << REGION_SHIFT:#x}", "other", end, "u8")
-        offset = (first * line - (region << REGION_SHIFT)).astype(np.uint64)
-        if len(first):
-            w.add_accesses(np.full(len(first), op, np.uint32), tensor_of.astype(np.uint32), offset,
-                           (n_lines * line).astype(np.uint64), is_write=write)
-    return {"trace": str(out), "format": fmt, "records": int(len(address)), "descriptors": int(len(first)),
-            "tensors": int(len(regions)), "line": line}
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}", field="--format")
+    if not isinstance(line, int) or line < 1 or line & (line - 1) or line > 1 << REGION_SHIFT:
+        raise UsageError(f"line must be a power of two number of bytes up to 1 GiB, got {line}", field="--line")
+    if straddle not in STRADDLE_CONVENTIONS:
+        raise UsageError(f"straddle {straddle!r}; expected {' or '.join(STRADDLE_CONVENTIONS)}", field="--straddle")
+    sh = line.bit_length() - 1
+    recs = Records(src, fmt, instructions)
+    regions = np.zeros(MAX_REGIONS, np.int64)
+    region_end = np.zeros(MAX_REGIONS, np.int64)
+    n_regions = np.zeros(1, np.int64)
+    stats = np.zeros(9, np.int64)
+    n_records = 0
+    words, cont = np.empty(0, np.int64), np.empty(0, np.int64)
+    summary = {"file": src.name, "format": fmt, "line": line, "straddle": straddle,
+               "instructions": recs.instructions}
+    with AddressTraceWriter(out, line_bytes=line, straddle=straddle, force=force) as w:
+        for a, s, k in recs.chunks():
+            n_records += len(a)
+            need = int((((a + s - 1) >> sh) - (a >> sh) + 1).sum() + (((a + s - 1) >> sh) - (a >> sh) + 1)[k == tp.MODIFY].sum())
+            if need > len(words):
+                words, cont = np.empty(need, np.int64), np.empty(need, np.int64)
+            before = int(stats[6])
+            m = tp.to_lines(a, s, k, len(a), sh, regions, region_end, n_regions, w.rows, words, cont, stats)
+            if m < 0:
+                raise TraceError(f"the addresses reach more than {MAX_REGIONS} regions of 1 GiB", file=str(src))
+            w.add(words[:m], cont[:int(stats[6]) - before])
+        r = int(n_regions[0])
+        w.regions([int(x) << REGION_SHIFT for x in regions[:r]], [int(x) for x in region_end[:r]])
+        summary.update(records=n_records, accesses=int(stats[0]), lines=int(stats[1]), reads=int(stats[7]),
+                       writes=int(stats[8]), read_lines=int(stats[2]), write_lines=int(stats[3]),
+                       straddles=int(stats[4]), instruction_fetches=int(stats[5]), compression=recs.compression,
+                       tensors=r)
+        w.extra["imported"] = dict(summary)
+    return {"trace": str(out), **summary, "descriptors": summary["lines"]}

@@ -108,6 +108,11 @@ class Trace:
         self._tensor_nbytes = tensors.column("nbytes").to_numpy()
 
     @property
+    def kind(self) -> str:
+        """``"descriptors"`` (versions 1-3, and 4 without a kind) or ``"addresses"`` (:mod:`traces.addresses`)."""
+        return "descriptors"
+
+    @property
     def version(self) -> int:
         return int(self.manifest["version"])
 
@@ -357,12 +362,19 @@ def open_trace(path: str | os.PathLike) -> Trace:
     version = manifest.get("version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise TraceError(f"version {version!r} is not an integer", file=str(mpath), field="version")
-    if version > fmt.FORMAT_VERSION:
+    if version > max(fmt.READ_VERSIONS):
         raise TraceError(f"trace format version {version} is newer than this tierlab reads "
-                         f"({fmt.FORMAT_VERSION}); upgrade tierlab", file=str(mpath), field="version")
+                         f"({max(fmt.READ_VERSIONS)}); upgrade tierlab", file=str(mpath), field="version")
     if version not in fmt.READ_VERSIONS:
         raise TraceError(f"unknown trace format version {version}; this tierlab reads versions "
                          f"{', '.join(map(str, fmt.READ_VERSIONS))}", file=str(mpath), field="version")
+    kind = manifest.get("kind", "descriptors") if version >= 4 else "descriptors"
+    if kind == fmt.ADDRESS_KIND:
+        from traces.addresses import open_address_trace
+        return open_address_trace(p, manifest, mpath)
+    if kind != "descriptors":
+        raise TraceError(f"kind {kind!r}; expected {fmt.ADDRESS_KIND!r} or 'descriptors'", file=str(mpath),
+                         field="kind")
     devices = 1
     if version >= 2:
         devices = manifest.get("devices")

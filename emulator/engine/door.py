@@ -24,6 +24,8 @@ from emulator.engine.dispatch import BY_NAME, Choice, Request, choose
 from emulator.engine.geometry import KINDS, Geometry, build_geometry, partition_bit
 from emulator.engine.groups_driver import SetGroupReplayer
 from emulator.engine.invariants import check_result, debug_from_env
+from emulator.engine.lines import LineStream, replay_lines
+from emulator.engine.lines import serves as serves_lines
 from emulator.engine.options import ReplayOptions
 from emulator.engine.policies import POLICY_NAMES
 from emulator.engine.state import Tensors, as_descriptors
@@ -163,7 +165,7 @@ def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[B
 def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor_home, tensor_kind,
                   batches: Callable[[], Iterable[Batch]], n_ops: int, lent_bytes=None,
                   options: ReplayOptions = ReplayOptions(), progress=None, pim: bool = True,
-                  writes: bool | None = None) -> ReplayResult:
+                  writes: bool | None = None, lines: LineStream | None = None) -> ReplayResult:
     """Replay descriptor batches on ``tiers`` given each tensor's address, size, home and kind index.
 
     ``batches()`` yields tuples ``(op_id, tensor_id, offset, nbytes, count, stride, is_write, pim)``
@@ -171,10 +173,37 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
     descriptor the home tier's PIM unit reads in memory (the argument ``pim``: whether any may be).
     ``writes``: whether any descriptor writes (None: not known). ``progress(n)`` is called with the
     descriptors of each batch replayed.
+
+    ``lines``: the same stream as an address trace's lines (:class:`emulator.engine.lines.LineStream`;
+    ``batches`` is then its descriptor view, one descriptor per line). A stream kernel takes the
+    words as they are (:func:`emulator.engine.lines.replay_lines`); any other kernel, the descriptors.
     """
     geo, tensors = prepare(tiers, tensor_address, tensor_nbytes, tensor_home, tensor_kind, lent_bytes, options)
+    if lines is not None and writes is None:
+        writes = lines.writes
     req = describe(geo, tensors.home, tensors.kind, n_ops, options, source="descriptors", writes=writes, pim=pim)
-    return _replay_prepared(geo, tensors, batches, n_ops, options, pick(req, options), progress, writes)
+    choice = pick(req, options)
+    if lines is not None:
+        if choice.kernel.name in STREAM_KERNELS and serves_lines(geo, lines):
+            return _replay_lines(geo, tensors, lines, options, choice, progress)
+        if len(lines.once_rows):
+            raise UsageError(f"a trace imported with --straddle once replays on the stream kernels "
+                             f"({', '.join(STREAM_KERNELS)}) with tier-0 blocks of at least its "
+                             f"{lines.line_bytes} B lines; {choice.kernel.name} was chosen ({choice.why})",
+                             field="straddle")
+    return _replay_prepared(geo, tensors, batches, n_ops, options, choice, progress, writes)
+
+
+def _replay_lines(geo: Geometry, tensors: Tensors, lines: LineStream, options: ReplayOptions, choice: Choice,
+                  progress) -> ReplayResult:
+    """An address trace's words on the stream kernels: one op of one kind."""
+    n_tiers = len(geo.names)
+    n_caches = int(np.count_nonzero(geo.caching))
+    counts, stats = replay_lines(geo, n_caches, choice.kernel.name == "cache_stream_chain", lines, options, progress)
+    per_op = counts[None].copy()
+    by_kind = np.zeros((len(KINDS), n_tiers, N_COUNTERS), np.int64)
+    by_kind[int(tensors.kind[0]) if len(tensors.kind) else KINDS.index("other")] = counts
+    return _result(geo, per_op, by_kind, np.zeros_like(counts), lines.n_lines, lines.n_lines, choice, stats, options)
 
 
 def replay_twins(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor_home, tensor_kind,

@@ -1,0 +1,120 @@
+"""An address trace's line stream on the stream kernels: the door's entry for address traces.
+
+An address trace (:mod:`traces.addresses`) is one op over one stream of lines, each word
+``line << 1 | is_write``. Where the dispatch table gives the replay to a stream kernel and tier 0's
+blocks are at least a line, the words go to :class:`emulator.engine.stream_driver.StreamReplayer`
+as they are read (zero-copy views of the trace's file): ``word >> (1 + log2(block / line))`` is the
+tier-0 block; no descriptor is built. Elsewhere the door replays the trace's descriptor view.
+
+``once_rows`` (the manifest's ``straddle`` ``"once"``): rows whose line continues the access of
+the row before. Such an access is counted once at tier 0 (cachegrind's convention): one request,
+a miss if any of its lines missed. Its lines are fed one at a time to see which missed; tier 0's
+hits and misses are then corrected (its byte counters and every tier below still see each line:
+the lines are really fetched). Counts are otherwise the stream kernels'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+
+from emulator.engine.counters import HITS, MISSES
+from emulator.engine.geometry import Geometry, partition_bit
+from emulator.engine.options import ReplayOptions
+from emulator.engine.stream import NARROW_LIMIT
+from emulator.engine.stream_driver import StreamReplayer
+
+
+@dataclass(frozen=True)
+class LineStream:
+    """An address trace's stream: ``chunks()`` yields int64 word arrays (``line << 1 |
+    is_write``, ``line_bytes``-byte lines) in order; ``writes``: whether any word writes (None: not
+    known); ``once_rows``: rows continuing an access, counted once at tier 0 (empty: every line
+    counts); ``n_lines``: the words in all."""
+
+    line_bytes: int
+    chunks: Callable[[], Iterable[np.ndarray]]
+    writes: bool | None
+    once_rows: np.ndarray
+    n_lines: int
+
+
+def serves(geo: Geometry, stream: LineStream) -> bool:
+    """Whether tier 0's blocks hold whole lines (the words feed the kernels as they are)."""
+    return int(geo.block_bytes[0]) >= stream.line_bytes
+
+
+def _tier0_misses(r: StreamReplayer) -> int:
+    n = sum(int(c[0, MISSES]) for _, c in r.states)
+    if r.reqs is not None:
+        n += int(r.reqs[:, 0, 1].sum())
+    return n
+
+
+def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, options: ReplayOptions,
+                 progress=None) -> tuple[np.ndarray, dict]:
+    """Replay ``stream`` on the stream kernels (the chain when ``chain``); return the counts
+    ``[tier, counter]`` and the replayer's stats."""
+    sh0 = int(geo.block_bytes[0]).bit_length() - 1
+    shift = 1 + sh0 - (stream.line_bytes.bit_length() - 1)
+    once = np.asarray(stream.once_rows, np.int64)
+    narrow = (int(geo.space_bytes) >> sh0) < NARROW_LIMIT
+    bit = partition_bit(geo, n_caches) if options.threads > 1 and stream.n_lines > 1 and not len(once) else None
+    if chain and n_caches == 1:
+        bit = None      # one tier is less work per block than splitting the stream (as replay_blocks)
+    r = StreamReplayer(geo, n_caches, options, chain=chain, dtype=np.int32 if chain and narrow else np.int64,
+                       bit=bit, hand_over=chain and stream.writes is None)
+    hits_off = misses_off = 0
+    row = 0
+    g = 0                                   # next once-row group
+    for words in stream.chunks():
+        n = len(words)
+        if n == 0:
+            continue
+        # the groups of rows (an access's first line, then its continuations) starting in this chunk
+        lo = 0
+        while g < len(once) and once[g] - 1 < row + n:
+            first = int(once[g]) - 1
+            end = first + 1
+            while g < len(once) and once[g] == end:
+                end += 1
+                g += 1
+            a = max(first - row, 0)
+            if a > lo:
+                _feed(r, words[lo:a], shift)
+            missed = 0
+            for k in range(first, end):        # the group's lines one at a time (may run into the next chunk:
+                if k - row >= n:              # then it is fed there, uncorrected; the writer keeps groups whole)
+                    break
+                before = _tier0_misses(r)
+                _feed(r, words[k - row:k - row + 1], shift)
+                missed += _tier0_misses(r) - before
+            lines = min(end, row + n) - first
+            # counted once: one request, a miss if any line missed
+            misses_off -= missed - (1 if missed else 0)
+            hits_off -= (lines - missed) - (0 if missed else 1)
+            lo = min(end, row + n) - row
+        if lo < n:
+            _feed(r, words[lo:], shift)
+        row += n
+        if progress is not None:
+            progress(n)
+    counts = r.counts()
+    counts[0, HITS] += hits_off
+    counts[0, MISSES] += misses_off
+    stats = r.stats()
+    if len(once):
+        stats["straddles_counted_once"] = int(len(once))
+    return counts, stats
+
+
+def _feed(r: StreamReplayer, words: np.ndarray, shift: int) -> None:
+    if len(words) == 0:
+        return
+    if r.chain and not r.hand_over:
+        r.feed(words, shift)
+    else:
+        w = (words & 1).astype(np.bool_)
+        r.feed(words, shift, w)

@@ -1,0 +1,315 @@
+"""Address traces (format version 4, manifest ``kind`` ``"addresses"``): one op over one stream of lines.
+
+An address trace is what a memory tracer records: one address stream, each access a read or a
+write. It holds no descriptors: ``lines.arrow`` is one column, ``word = line << 1 | is_write``
+(uint64), one row per line an access touches, in order; ``line`` is the line number (byte address
+>> log2 ``line_bytes``) in the trace's address space, where the 2**30-byte region holding the k-th
+region the recorded addresses reached (in first-seen order) is tensor k, at address ``k * 2**30``
+(so addresses keep their value modulo 2**30, and every set index of a cache of up to 1 GiB a way
+is the recorded address's). ``straddles.arrow`` lists the rows whose line continues the access of
+the row before (an access straddling lines): with the manifest's ``straddle`` ``"once"``
+(cachegrind's convention), a replay counts such an access once at tier 0 (a miss if any of its
+lines missed); with ``"both"`` every line counts.
+
+Plain words were measured against delta-coded int32 words (``benchmarks/bench_import.py``
+``encodings``): see ``docs/address-traces.md``. Plain words are read as zero-copy views of the
+memory-mapped file and fed to the stream kernels as they are.
+
+:class:`AddressTraceWriter` writes one (atomically, manifest last); :class:`AddressTrace` reads
+one: :meth:`~AddressTrace.iter_lines` gives the checked words, :meth:`~AddressTrace.iter_accesses`
+the same stream as descriptor batches (one per line) for every consumer of descriptor traces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from common.atomic import atomic_path
+from common.errors import TraceError
+from emulator.engine.jit import njit
+from traces import format as fmt
+
+REGION_BYTES = 1 << fmt.REGION_SHIFT
+
+
+@njit(nogil=True)
+def check_words(words, sh, nbytes, n_tensors):
+    """The first row whose line lies outside its region's tensor (tensor ``b >> 30`` for the line's
+    byte address ``b``, of ``nbytes``), or -1; and whether any row writes."""
+    wrote = 0
+    for j in range(len(words)):
+        w = words[j]
+        b = (w >> 1) << sh
+        t = b >> 30
+        if w < 0 or t >= n_tensors or (b & ((1 << 30) - 1)) + (1 << sh) > nbytes[t]:
+            return j, wrote
+        wrote |= w & 1
+    return -1, wrote
+
+
+class AddressTraceWriter:
+    """Write an address trace directory (a temporary sibling, renamed into place on success).
+
+    :meth:`add` appends line words and the rows continuing an access; :meth:`regions` sets the
+    tensors (each region's base byte address and the bytes used in it) before the ``with`` ends."""
+
+    def __init__(self, path, *, line_bytes: int, straddle: str = "both", force: bool = False,
+                 extra: dict | None = None, batch_rows: int = 1 << 22):
+        self.path, self.line_bytes, self.straddle, self.force = Path(path), int(line_bytes), straddle, force
+        self.extra, self.batch_rows = dict(extra or {}), batch_rows
+        self.rows = self.n_straddles = 0
+        self._pending: list[np.ndarray] = []
+        self._pending_rows = 0
+        self._cont: list[np.ndarray] = []
+        self._regions: list[tuple[int, int]] = []
+
+    def __enter__(self) -> "AddressTraceWriter":
+        self._ctx = atomic_path(self.path, directory=True, force=self.force)
+        self.tmp = self._ctx.__enter__()
+        try:
+            self._sink = pa.OSFile(str(self.tmp / fmt.LINES_FILE), "wb")
+            self._writer = pa.ipc.new_file(self._sink, fmt.LINES_SCHEMA)
+        except BaseException as err:
+            self._ctx.__exit__(type(err), err, err.__traceback__)
+            raise
+        return self
+
+    def add(self, words: np.ndarray, cont_rows: np.ndarray | None = None) -> None:
+        """Append ``words`` (``line << 1 | is_write``; copied) and the rows (of the whole table)
+        continuing an access."""
+        if len(words):
+            self._pending.append(np.array(words, np.uint64))
+            self._pending_rows += len(words)
+            self.rows += len(words)
+            if self._pending_rows >= self.batch_rows:
+                self._flush()
+        if cont_rows is not None and len(cont_rows):
+            self._cont.append(np.array(cont_rows, np.uint64))
+            self.n_straddles += len(cont_rows)
+
+    def _flush(self) -> None:
+        if self._pending:
+            col = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+            self._writer.write_batch(pa.RecordBatch.from_arrays([pa.array(col, pa.uint64())], schema=fmt.LINES_SCHEMA))
+        self._pending, self._pending_rows = [], 0
+
+    def regions(self, bases: list[int], used: list[int]) -> None:
+        """The tensors: region k (recorded base byte address ``bases[k]``) at ``k * 2**30``, of
+        ``used[k]`` bytes."""
+        self._regions = list(zip(bases, used))
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self._flush() if exc_type is None else None
+            self._writer.close()
+            self._sink.close()
+        except BaseException as err:
+            if exc_type is None:
+                return self._ctx.__exit__(type(err), err, err.__traceback__)
+        if exc_type is not None:
+            return self._ctx.__exit__(exc_type, exc, tb)
+        try:
+            self._write_small()
+        except BaseException as err:
+            self._ctx.__exit__(type(err), err, err.__traceback__)
+            raise
+        return self._ctx.__exit__(None, None, None)
+
+    def _write_small(self) -> None:
+        from traces.writer import _generator
+
+        n = len(self._regions)
+        tensors = pa.table({"tensor_id": pa.array(range(n), pa.uint32()),
+                            "name": [f"region_{b:#x}" for b, _ in self._regions], "kind": ["other"] * n,
+                            "layer": pa.array([-1] * n, pa.int32()), "expert": pa.array([-1] * n, pa.int32()),
+                            "dtype": ["u8"] * n,
+                            "address": pa.array([k * REGION_BYTES for k in range(n)], pa.uint64()),
+                            "nbytes": pa.array([u for _, u in self._regions], pa.uint64())}, schema=fmt.TENSORS_SCHEMA)
+        ops = pa.table({"op_id": pa.array([0], pa.uint32()), "name": ["imported"], "kind": ["other"],
+                        "layer": pa.array([-1], pa.int32()), "phase": ["decode"], "step": pa.array([0], pa.int32()),
+                        "tokens": pa.array([1], pa.uint32()), "flops": pa.array([0], pa.uint64()),
+                        "expert": pa.array([-1], pa.int32()), "pim_eligible": [False]}, schema=fmt.OPS_SCHEMA)
+        cont = np.concatenate(self._cont) if self._cont else np.zeros(0, np.uint64)
+        for file, schema, table in ((fmt.TENSORS_FILE, fmt.TENSORS_SCHEMA, tensors), (fmt.OPS_FILE, fmt.OPS_SCHEMA, ops),
+                                    (fmt.STRADDLES_FILE, fmt.STRADDLES_SCHEMA,
+                                     pa.table({"row": pa.array(cont, pa.uint64())}, schema=fmt.STRADDLES_SCHEMA))):
+            with pa.OSFile(str(self.tmp / file), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
+                w.write_table(table)
+        manifest = {"format": fmt.FORMAT_NAME, "version": fmt.ADDRESS_VERSION, "kind": fmt.ADDRESS_KIND,
+                    "devices": 1, "generator": _generator(), "model": None, "run": None,
+                    "alignment": REGION_BYTES,
+                    "tables": {"tensors": n, "ops": 1, "lines": self.rows, "straddles": int(len(cont))},
+                    "lines": {"line_bytes": self.line_bytes, "encoding": "plain", "word": "line << 1 | is_write"},
+                    "straddle": self.straddle, **self.extra}
+        (self.tmp / fmt.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def open_address_trace(p: Path, manifest: dict, mpath: Path):
+    """Open the version-4 address trace ``p`` (manifest read): check its tables, return an :class:`AddressTrace`."""
+    from traces.reader import _check_tensor_layout, _read_small_table
+
+    tables = manifest.get("tables")
+    if not isinstance(tables, dict):
+        raise TraceError("missing row counts", file=str(mpath), field="tables")
+    for name, (file, _) in fmt.ADDRESS_TABLES.items():
+        n = tables.get(name)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise TraceError(f"row count of {name} is {n!r}, expected a non-negative integer", file=str(mpath),
+                             field=f"tables.{name}")
+        if not (p / file).is_file():
+            raise TraceError("missing table file", file=str(p / file))
+    lines = manifest.get("lines")
+    lb = lines.get("line_bytes") if isinstance(lines, dict) else None
+    if not isinstance(lb, int) or isinstance(lb, bool) or lb < 1 or lb & (lb - 1) or lb > REGION_BYTES:
+        raise TraceError(f"line_bytes is {lb!r}, expected a power of two of at most 2**30", file=str(mpath),
+                         field="lines.line_bytes")
+    if lines.get("encoding", "plain") != "plain":
+        raise TraceError(f"encoding {lines.get('encoding')!r}; this tierlab reads 'plain'", file=str(mpath),
+                         field="lines.encoding")
+    if manifest.get("straddle", "both") not in fmt.STRADDLE_CONVENTIONS:
+        raise TraceError(f"straddle {manifest.get('straddle')!r}; expected one of "
+                         f"{', '.join(fmt.STRADDLE_CONVENTIONS)}", file=str(mpath), field="straddle")
+    tensors = _read_small_table(p / fmt.TENSORS_FILE, fmt.TENSORS_SCHEMA)
+    ops = _read_small_table(p / fmt.OPS_FILE, fmt.OPS_SCHEMA)
+    for name, table in (("tensors", tensors), ("ops", ops)):
+        if table.num_rows != tables[name]:
+            raise TraceError(f"holds {table.num_rows} rows, the manifest says {tables[name]}",
+                             file=str(p / fmt.ADDRESS_TABLES[name][0]))
+    if ops.num_rows != 1:
+        raise TraceError(f"an address trace has one op, this one {ops.num_rows}", file=str(p / fmt.OPS_FILE))
+    address = tensors.column("address").to_numpy()
+    if np.any(address != np.arange(len(address), dtype=np.uint64) * np.uint64(REGION_BYTES)) or \
+            np.any(tensors.column("nbytes").to_numpy() > REGION_BYTES):
+        raise TraceError("an address trace's tensor k lies at k * 2**30 and holds at most 2**30 bytes",
+                         file=str(p / fmt.TENSORS_FILE), field="address")
+    _check_tensor_layout(tensors, manifest, str(p / fmt.TENSORS_FILE), str(mpath))
+    return AddressTrace(p, manifest, tensors, ops)
+
+
+def _trace_base():
+    from traces.reader import Trace
+    return Trace
+
+
+class AddressTrace(_trace_base()):
+    """A validated address trace (see the module's docstring). Descriptor consumers see one
+    descriptor per line (:meth:`iter_accesses`); the replay takes the words (:meth:`iter_lines`)."""
+
+    @property
+    def kind(self) -> str:
+        return fmt.ADDRESS_KIND
+
+    @property
+    def line_bytes(self) -> int:
+        return int(self.manifest["lines"]["line_bytes"])
+
+    @property
+    def n_lines(self) -> int:
+        return int(self.manifest["tables"]["lines"])
+
+    @property
+    def n_accesses(self) -> int:
+        return self.n_lines
+
+    @property
+    def straddle(self) -> str:
+        return self.manifest.get("straddle", "both")
+
+    @property
+    def writes(self) -> bool | None:
+        """Whether any line writes (from the manifest's import summary; None: not recorded)."""
+        w = (self.manifest.get("imported") or {}).get("writes")
+        return None if not isinstance(w, int) else w > 0
+
+    def straddle_rows(self) -> np.ndarray:
+        """The rows continuing the access of the row before (int64, increasing)."""
+        path = self.path / fmt.STRADDLES_FILE
+        t = _read_table(path, fmt.STRADDLES_SCHEMA)
+        rows = t.column("row").to_numpy().astype(np.int64)
+        if len(rows) != self.manifest["tables"]["straddles"]:
+            raise TraceError(f"holds {len(rows)} rows, the manifest says {self.manifest['tables']['straddles']}",
+                             file=str(path))
+        if len(rows) and (rows[0] < 1 or rows[-1] >= self.n_lines or np.any(np.diff(rows) <= 0)):
+            raise TraceError(f"rows must increase within 1..{self.n_lines - 1}", file=str(path), field="row")
+        return rows
+
+    def iter_lines(self) -> Iterator[np.ndarray]:
+        """The checked words (int64 views of the memory-mapped file, read-only), one array per
+        stored record batch, then the row count."""
+        from traces.ipc import IpcTable, corrupt, ipc_form
+        from traces.reader import _check_schema, _one_line
+
+        path = self.path / fmt.LINES_FILE
+        sh = self.line_bytes.bit_length() - 1
+        nbytes = self._tensor_nbytes.astype(np.int64)
+        form = ipc_form(path)
+        rows = 0
+        try:
+            src = IpcTable(path, form)
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
+            raise TraceError(f"{corrupt(form)} after 0 rows: {_one_line(err)}", file=str(path)) from None
+        try:
+            _check_schema(src.schema, fmt.LINES_SCHEMA, path)
+            batches = src.batches()
+            while True:
+                try:
+                    b = next(batches)
+                except StopIteration:
+                    break
+                except (pa.ArrowException, OSError) as err:
+                    raise TraceError(f"{corrupt(form)} after {rows} rows: {_one_line(err)}", file=str(path)) from None
+                col = b.column(0)
+                if col.null_count:
+                    raise TraceError(f"rows {rows}..{rows + len(col) - 1}: null words", file=str(path), field="word")
+                words = col.to_numpy().view(np.int64)
+                bad, _ = check_words(words, sh, nbytes, len(nbytes))
+                if bad >= 0:
+                    w = int(words[bad])
+                    raise TraceError(f"row {rows + bad}: line {w >> 1} ({self.line_bytes} B) lies outside the "
+                                     "tensors", file=str(path), field="word")
+                rows += len(words)
+                yield words
+        finally:
+            src.close()
+        if rows != self.n_lines:
+            raise TraceError(f"holds {rows} lines, the manifest says {self.n_lines} (truncated?)", file=str(path))
+
+    def iter_accesses(self, batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
+        """The lines as descriptor batches (``ACCESSES_SCHEMA``): op 0, the line's region tensor,
+        its offset there, ``line_bytes`` bytes, count 1."""
+        sh = self.line_bytes.bit_length() - 1
+        for words in self.iter_lines():
+            for lo in range(0, len(words), batch_rows):
+                w = words[lo:lo + batch_rows]
+                b = (w >> 1) << sh
+                n = len(w)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(np.zeros(n, np.uint32)), pa.array((b >> fmt.REGION_SHIFT).astype(np.uint32)),
+                     pa.array((b & (REGION_BYTES - 1)).astype(np.uint64)),
+                     pa.array(np.full(n, self.line_bytes, np.uint64)), pa.array(np.ones(n, np.uint32)),
+                     pa.array(np.zeros(n, np.uint64)), pa.array((w & 1).astype(bool))], schema=fmt.ACCESSES_SCHEMA)
+
+    def access_columns(self) -> dict[str, np.ndarray]:
+        batches = list(self.iter_accesses(1 << 22))
+        if not batches:
+            return {f.name: np.empty(0, f.type.to_pandas_dtype()) for f in fmt.ACCESSES_SCHEMA}
+        return {f.name: np.concatenate([b.column(i).to_numpy(zero_copy_only=False) for b in batches])
+                for i, f in enumerate(fmt.ACCESSES_SCHEMA)}
+
+    def line_stream(self):
+        """The stream as the engine's door takes it (:class:`emulator.engine.lines.LineStream`)."""
+        from emulator.engine.lines import LineStream
+
+        once = self.straddle_rows() if self.straddle == "once" else np.zeros(0, np.int64)
+        return LineStream(line_bytes=self.line_bytes, chunks=self.iter_lines, writes=self.writes,
+                          once_rows=once, n_lines=self.n_lines)
+
+
+def _read_table(path: Path, schema: pa.Schema) -> pa.Table:
+    from traces.reader import _read_small_table
+    return _read_small_table(path, schema)
