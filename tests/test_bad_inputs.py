@@ -794,7 +794,7 @@ CASES = [
     Case("config-unknown-quant-method", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1", "--weights",
                                          "native"],
          "{tmp}/m.json: quantization_config.quant_method: quant_method 'bitsandbytes' is not modelled; expected "
-         "mxfp4, fp8, awq or gptq", {"m.json": json.dumps(_preset("gpt2", quantization_config={"quant_method": "bitsandbytes"}))}),
+         "mxfp4, fp8, awq, gptq or modelopt", {"m.json": json.dumps(_preset("gpt2", quantization_config={"quant_method": "bitsandbytes"}))}),
     Case("capacity-state-space-model", ["capacity", "mamba-codestral-7b", "--memory", "14.6GB"],
          "--batch: weights (14570807296 B) and workspace (237824 B) of mamba-codestral-7b leave 28954880 B of the "
          "14600000000 B budget, less than one token for 1 sequence(s) (139460608 B of KV and state)"),

@@ -5,7 +5,9 @@ Top-level keys: ``chip``, ``tiers`` (list: ``name``, ``hits``, ``misses``, ``fil
 ``evictions``, ``writebacks``, ``bytes_read``, ``bytes_written`` and the other counters, ``hit_rate``,
 ``home_bytes``, ``lent_bytes``), ``links`` (list: ``from``, ``to``, ``bytes_down``, ``bytes_up``),
 ``energy_j`` (``total`` and splits), ``per_token`` (decode only, else null: ``bytes_by_link``,
-``energy_j``, ``latency_s``, ``tokens_per_s``, ``bound``), ``latency_s`` (whole run), ``by_kind``,
+``energy_j``, ``latency_s``, ``tokens_per_s``, ``bound``), ``prefill`` (the prompt's prefill, else
+null: ``tokens``, ``latency_s``, ``bound``, ``latency_calibrated_s``, ``bound_calibrated``: the time
+to first token), ``latency_s`` (whole run), ``by_kind``,
 ``flush``, ``placement``, ``counts`` (descriptors and tier-0 blocks replayed) and ``provenance``;
 ``per_turn`` (a conversation trace, else null: one entry per turn, see :mod:`emulator.analysis.turns`).
 """
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from common.version import tierlab_version
-from emulator.cost.model import Cost, per_token
+from emulator.cost.model import Cost, per_token, prefill
 from emulator.cost.pim import summary as pim_summary
 from emulator.cost.trace_cost import cost_of
 from emulator.engine.counters import TIER_COUNTERS, link_bytes, tier_dict
@@ -81,6 +83,8 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
         "links": links,
         "energy_j": energy,
         "per_token": pt,
+        "prefill": prefill(cst, np.asarray(ops.column("phase").to_pylist(), dtype=object),
+                           int(run.get("prompt", 0) or 0) * int(run.get("batch", 1) or 1)),
         "per_turn": per_turn(tr, cst),
         "pim": {"enabled": bool(tr.options.pim),
                 "ops_in_memory": pim_summary(tr.pim, chip, ops.column("kind").to_pylist())},

@@ -26,7 +26,23 @@ def chip_optional(cmd):
 
 
 def system_options(f):
-    """``--system`` and ``--collective-algo``."""
+    """``--system``, ``--collective-algo`` and how collectives run for the calibrated latency
+    (``--collective-lib``, ``--protocol``, ``--comm-overlap``, ``--no-overheads``)."""
+    from emulator.cost.system_cost import OVERLAPS
+    from emulator.network.protocols import LIBRARIES, PROTOCOLS
+
+    f = click.option("--no-overheads", "no_overheads", is_flag=True, default=False,
+                     help="Calibrated latency with every overhead off (peak rates, no kernel or collective "
+                          "launch and latency, the roofline's collectives): it then equals the roofline.")(f)
+    f = click.option("--comm-overlap", type=click.Choice(OVERLAPS), default="none", show_default=True,
+                     help="Calibrated latency: run tensor-parallel collectives (tp) or EP dispatch/combine "
+                          "(ep) beside the next ops instead of waiting for them.")(f)
+    f = click.option("--protocol", type=click.Choice(["auto", *PROTOCOLS]), default="auto", show_default=True,
+                     help="Calibrated latency: the NCCL protocol collectives use (auto: the fastest per "
+                          "message, as NCCL's tuner picks).")(f)
+    f = click.option("--collective-lib", "collective_lib", type=click.Choice(LIBRARIES), default=None,
+                     help="Calibrated latency: nccl (ring, tree, NVLS) or custom (adds vLLM's one-shot and "
+                          "two-shot all-reduce on one node); default the system file's [collectives] (nccl).")(f)
     f = click.option("--collective-algo", type=click.Choice(["auto", *ALGORITHM_NAMES]), default="auto",
                      show_default=True,
                      help="Collective algorithm where it serves the collective's kind (others: auto); one "
@@ -59,23 +75,49 @@ def check_algorithm(system, algo: str) -> None:
 
 
 def system_of(kw: dict):
-    """The system of ``--system``, its fabric checked against ``--collective-algo`` (before any work)."""
+    """The system of ``--system``, its fabric checked against ``--collective-algo`` (before any work),
+    its chip with the calibrated latency's settings (``--fusion``, ``--overlap``,
+    ``--kernel-overhead``, ``--no-achievable``) where given."""
+    from dataclasses import replace
+
+    from emulator.cli.execution import apply_execution
     from emulator.system.systemfile import load_system
 
     system = load_system(kw["system"])
     check_algorithm(system, kw.get("collective_algo", "auto"))
+    ex = {k: kw.get(k) for k in ("fusion", "overlap", "kernel_overhead", "achievable")}
+    if kw.get("no_overheads"):
+        ex.update(fusion="none", overlap="none", kernel_overhead="0 s", achievable=False)
+    if any(v is not None for k, v in ex.items() if k != "achievable") or ex.get("achievable") is False:
+        system = replace(system, chip=apply_execution(system.chip, ex))
     return system
+
+
+def collective_settings(kw: dict, system):
+    """The :class:`emulator.network.protocols.Settings` of the options (the system file's library and
+    skew, the chip's kernel overhead as the launch, unless overridden)."""
+    from emulator.network.protocols import Settings
+
+    return Settings(library=kw.get("collective_lib") or system.collective_library,
+                    protocol=kw.get("protocol") or "auto",
+                    launch_s=system.chip.execution.kernel_overhead_s, skew_s=system.collective_skew_s,
+                    overheads=not kw.get("no_overheads")).check()
 
 
 def check_system_run(kw: dict) -> None:
     """What applies to a ``--chip`` run only is refused with ``--system`` (before any work)."""
     if kw.get("output"):
         raise UsageError("-o/--output (the per-op Parquet) applies to a --chip run", field="--output")
-    for name in ("fusion", "overlap", "kernel_overhead"):   # the calibrated latency is a one-chip figure
-        if kw.get(name) is not None:
-            raise UsageError("the calibrated latency applies to a --chip run, not --system",
-                             field=f"--{name.replace('_', '-')}")
     placement_rules(kw.get("place"))
+
+
+def check_chip_run(kw: dict) -> None:
+    """The options of how collectives run apply to a ``--system`` run only."""
+    for name, default in (("collective_lib", None), ("protocol", "auto"), ("comm_overlap", "none"),
+                          ("no_overheads", False)):
+        if kw.get(name, default) != default:
+            raise UsageError("applies to a --system run (collectives), not one chip",
+                             field=f"--{name.replace('_', '-')}")
 
 
 def system_replay_and_report(trace, system, kw: dict, options, *, as_json: bool) -> dict:
@@ -95,7 +137,7 @@ def system_replay_and_report(trace, system, kw: dict, options, *, as_json: bool)
         sr = replay_system(trace, system, options, extra_rules=rules,
                            collective_algo=kw.get("collective_algo", "auto"), progress=progress)
     sc = cost_system(sr)
-    d = to_json(sr, sc)
+    d = to_json(sr, sc, collectives=collective_settings(kw, system), overlap=kw.get("comm_overlap") or "none")
     write_system_views(kw, d, sr, sc, force=kw.get("force", False))
     from emulator.api.handover import hand_over
 

@@ -12,7 +12,7 @@ import click
 from common.errors import UsageError
 
 from emulator.cli.execution import apply_execution, execution_options
-from emulator.cli.on_system import (check_system_run, check_target, chip_optional, system_of, system_options,
+from emulator.cli.on_system import (check_chip_run, check_system_run, check_target, chip_optional, system_of, system_options,
                                     system_replay_and_report)
 from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
 from emulator.cli.progress import counting_bar
@@ -118,4 +118,5 @@ def command(trace, force, as_json, **kw):
         kw["force"] = force
         system_replay_and_report(trace, system, kw, options_from(kw), as_json=as_json)
         return
+    check_chip_run(kw)
     replay_and_report(trace, kw, as_json=as_json, force=force)

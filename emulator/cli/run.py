@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from common.errors import UsageError
-from emulator.cli.on_system import (check_system_run, check_target, chip_optional, system_of, system_options,
+from emulator.cli.on_system import (check_chip_run, check_system_run, check_target, chip_optional, system_of, system_options,
                                     system_replay_and_report)
 from emulator.cli.options import force_option, json_option
 from emulator.cli.replay import options_from, replay_and_report, replay_options
@@ -55,6 +55,7 @@ def command(model, keep_trace, force, as_json, **kw):
         from emulator.chip.chipfile import load_chip
         from emulator.cli.execution import apply_execution
 
+        check_chip_run(kw)
         apply_execution(load_chip(kw["chip"]), kw)  # a bad chip or --kernel-overhead fails before the (long) tracing
         if getattr(run, "devices", 1) > 1:
             raise UsageError(f"--tp/--pp/--ep/--dp make {run.devices} devices; replay them on a system "

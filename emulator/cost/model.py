@@ -204,3 +204,25 @@ def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.n
                             "kernel_overhead_s": org.kernel_overhead_s, "achievable": dict(org.achievable)},
         })
     return out
+
+
+def prefill(cst: Cost, phase: np.ndarray, tokens: int) -> dict | None:
+    """The prefill of the prompt, the time to first token without queueing or the host (None without
+    prefill): ``tokens`` (prompt x batch), ``latency_s`` (its ops' roofline latencies summed) and
+    ``bound`` (the resource bounding most of it); with :attr:`Cost.organisation`,
+    ``latency_calibrated_s`` and ``bound_calibrated`` as :func:`per_token` has them."""
+    ids = np.flatnonzero(np.asarray(phase, dtype=object) == "prefill")
+    if not len(ids):
+        return None
+    by = np.zeros(len(cst.resources))
+    np.add.at(by, cst.bound[ids], cst.latency_s[ids])
+    out = {"tokens": int(tokens), "latency_s": float(cst.latency_s[ids].sum()),
+           "bound": cst.resources[int(by.argmax())], "latency_calibrated_s": None, "bound_calibrated": None}
+    org = cst.organisation
+    if org is not None:
+        g = np.unique(org.group[ids])
+        cal = np.zeros(len(cst.resources))
+        np.add.at(cal, org.group_bound[g], org.group_s[g])
+        out["latency_calibrated_s"] = org.latency_s(ids)
+        out["bound_calibrated"] = cst.resources[int(cal.argmax())]
+    return out

@@ -58,6 +58,10 @@ def format_text(d: dict) -> str:
                      ["bound calibrated", pt["bound_calibrated"]]]
         out.append(table(["per decode token", "value"], rows,
                          title=f"per token ({pt['steps']} decode steps, batch {pt['batch']})"))
+    if d.get("prefill"):
+        from emulator.present.system_report import format_prefill
+
+        out.append(format_prefill(d["prefill"]))
     if d.get("per_turn"):
         out.append(format_turns(d["per_turn"]))
     rows = []

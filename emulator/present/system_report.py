@@ -24,10 +24,13 @@ def format_system_text(d: dict) -> str:
                      [[n["name"], n["fabric"], format_bytes(n["bytes"]), n["messages"], format_si(n["energy_j"], "J")]
                       for n in d["network"]], title="network (whole run; bytes are link-bytes carried)"))
     if d["collectives"]:
-        out.append(table(["kind", "algorithm", "count", "bytes/rank", "time", "energy"],
+        out.append(table(["kind", "algorithm", "count", "bytes/rank", "time", "calibrated", "as run", "energy"],
                          [[c["kind"], c["algorithm"], c["count"], format_bytes(c["bytes_per_rank"]),
-                           format_si(c["time_s"], "s"), format_si(c["energy_j"], "J")] for c in d["collectives"]],
-                         title="collectives (whole run)"))
+                           format_si(c["time_s"], "s"),
+                           format_si(c["time_calibrated_s"], "s") if "time_calibrated_s" in c else "-",
+                           ", ".join(f"{k} x{v}" for k, v in c.get("calibrated", {}).items()) or "-",
+                           format_si(c["energy_j"], "J")] for c in d["collectives"]],
+                         title="collectives (whole run; 'as run': the calibrated algorithm/protocol)"))
     e = d["energy_j"]
     out.append(table(["energy", "joules"], [["total", format_si(e["total"], "J")],
                                             ["devices", format_si(e["devices"], "J")],
@@ -39,6 +42,16 @@ def format_system_text(d: dict) -> str:
         rows += [[f"energy {k}", format_si(v, "J")] for k, v in pt["energy_split_j"].items()]
         rows += [["energy", format_si(pt["energy_j"], "J")], ["latency (per step)", format_si(pt["latency_s"], "s")],
                  ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]]]
+        if "latency_calibrated_s" in pt:
+            cal = pt["calibration"]
+            rows += [["latency calibrated (per step)", format_si(pt["latency_calibrated_s"], "s")],
+                     ["tokens/s calibrated", f"{pt['tokens_per_s_calibrated']:.4g}"],
+                     ["kernels (per step, busiest device)", f"{pt['kernels']:.4g} (fusion {cal['fusion']}, "
+                                                            f"overlap {cal['overlap']})"],
+                     ["kernel overhead (per step)", format_si(pt["overhead_s"], "s")],
+                     ["collectives as run", f"{cal['collectives']['library']}, protocol "
+                                            f"{cal['collectives']['protocol']}, comm overlap {cal['comm_overlap']}"],
+                     ["bound calibrated", pt["bound_calibrated"]]]
         out.append(table(["per decode token", "value"], rows,
                          title=f"per token ({pt['steps']} decode steps, {pt['tokens_per_step']} tokens per step)"))
         c = d["coordination"]
@@ -46,6 +59,9 @@ def format_system_text(d: dict) -> str:
                 ["collectives per token", f"{c['collectives_per_token']:.4g}"],
                 ["time in collectives on the critical path", format_si(c["collective_time_on_path_s"], "s")],
                 ["share of the step latency", format_percent(c["collective_time_share"])],
+                *([["time in collectives, calibrated", format_si(c["collective_time_on_path_calibrated_s"], "s")],
+                   ["share of the calibrated step", format_percent(c["collective_time_share_calibrated"])]]
+                  if "collective_time_share_calibrated" in c else []),
                 ["per-message overhead (steps x latency)", format_si(c["per_message_overhead_s"], "s")],
                 ["messages per step", f"{c['messages_per_step']:.4g}"]]
         cn = c["connections"]
@@ -54,4 +70,16 @@ def format_system_text(d: dict) -> str:
                  ["connection queues per rank (max; estimate)", format_bytes(cn["queue_bytes_per_rank_max"])]]
         out.append(table(["coordination (per decode step)", "value"], rows, cell=str))
         out.append("latency: " + pt["latency_model"])
+    if d.get("prefill"):
+        out.insert(len(out) - (1 if pt else 0), format_prefill(d["prefill"]))
     return "\n\n".join(out)
+
+
+def format_prefill(pf: dict) -> str:
+    """The prompt's prefill (time to first token) as a table."""
+    rows = [["tokens", pf["tokens"]], ["latency (time to first token)", format_si(pf["latency_s"], "s")],
+            ["bound", pf["bound"]]]
+    if pf.get("latency_calibrated_s") is not None:
+        rows += [["latency calibrated", format_si(pf["latency_calibrated_s"], "s")],
+                 ["bound calibrated", pf["bound_calibrated"]]]
+    return table(["prefill", "value"], rows, cell=str, title="prefill (the prompt, before the first token)")
