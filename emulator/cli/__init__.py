@@ -30,6 +30,7 @@ COMMANDS = {
     "bench": "emulator.cli.bench",
     "chips": "emulator.cli.chips",
     "systems": "emulator.cli.systems",
+    "collectives": "emulator.cli.collectives",
     "replay": "emulator.cli.replay",
     "run": "emulator.cli.run",
     "compare": "emulator.cli.compare",
