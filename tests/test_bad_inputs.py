@@ -813,6 +813,14 @@ CASES = [
           (tmp / "s.toml").write_text((DATA.parent.parent / "configs" / "systems" / "dgx-h100.toml").read_text()
                                       .replace('name = "dgx-h100"', 'name = "one"').replace("chips = 8", "chips = 1")
                                       .replace("chips_per_node = 8", "chips_per_node = 1")))),
+    # -- FP4 and topologies (issue 24) -----------------------------------------------------------
+    Case("run-fp4-strict-on-chip-without-fp4", ["run", str(TINY), "--chip", "h100", "--generate", "1",
+                                                "--activations", "nvfp4", "--strict-dtype"],
+         "--activations: h100 has no FP4 compute; expected one of the chip's dtypes (bf16, fp16, fp8, int8, tf32)"),
+    Case("run-nvfp4-strict-on-mxfp4-chip", ["run", str(TINY), "--chip", "mi355x", "--generate", "1",
+                                            "--activations", "nvfp4", "--strict-dtype"],
+         "--activations: mi355x has no nvfp4 compute (its FP4 rate is for mxfp4); expected one of the chip's "
+         "dtypes (bf16, fp16, fp8, int8, mxfp4)"),
     # -- crosscheck (issue 14): partial rotary ----------------------------------------------------
     Case("config-partial-rotary-out-of-range", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: partial_rotary_factor: expected a fraction in (0, 1], got 1.5",

@@ -3,6 +3,7 @@ hand (independent of the TOML files and the unit parser), the tiers each design 
 and that every preset runs Llama-3.1-8B end to end through the CLI."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -95,3 +96,104 @@ def test_runs_llama_8b(name, tmp_path, monkeypatch):
     tok = d["per_token"]
     assert floor * 0.99 <= tok["latency_s"] and tok["tokens_per_s"] > 0
     assert tok["latency_calibrated_s"] >= tok["latency_s"]
+
+
+# ---- FP4 formats (NVFP4, MXFP4), FP4 compute, FP8 KV -------------------------------------------
+
+def test_fp4_bits_per_element_closed_forms():
+    from traces.dtypes import bits_per_element, block_scaled_bytes
+    assert bits_per_element("nvfp4") == 4 + 8 / 16 == 4.5      # E2M1 + one E4M3 per 16
+    assert bits_per_element("mxfp4") == 4 + 8 / 32 == 4.25     # E2M1 + one E8M0 per 32
+    assert block_scaled_bytes(4096, 14336, "nvfp4") == (4096 * 14336 // 2, 4096 * 14336 // 16)
+    assert block_scaled_bytes(4096, 14336, "mxfp4") == (4096 * 14336 // 2, 4096 * 14336 // 32)
+    # a partial block at a row's end takes a whole scale; odd element counts round up to a byte
+    assert block_scaled_bytes(3, 17, "nvfp4") == ((3 * 17 + 1) // 2, 3 * 2)
+    assert block_scaled_bytes(3, 33, "mxfp4") == ((3 * 33 + 1) // 2, 3 * 2)
+
+
+@pytest.mark.parametrize("fmt, block, scale", [("nvfp4", 16, "e4m3"), ("mxfp4", 32, "e8m0")])
+def test_weight_bytes_with_scales_against_closed_forms(fmt, block, scale):
+    """Llama-3.1-8B under a FP4 checkpoint format: every matrix but the embeddings and LM head at
+    4 bits plus one 1-byte scale per ``block`` inputs of a row; the two kept matrices in bf16;
+    vectors in bf16. Summed by hand from the model's dimensions."""
+    from traces.spec import load_model
+    from traces.weightfmt import weight_bytes, weight_tensors
+    s = load_model("llama-3.1-8b")
+    h, f, v, L = s.hidden_size, s.intermediate_size, s.vocab_size, s.num_layers
+    kv = s.num_kv_heads * s.head_dim
+    mats = [(h, h), (kv, h), (kv, h), (h, h), (f, h), (f, h), (h, f)]       # rows (out) x cols (in)
+    per_layer = sum(r * c // 2 + r * (c // block) for r, c in mats) + 2 * h * 2   # two norms
+    expected = L * per_layer + 2 * (v * h * 2) + h * 2                         # embed + lm_head bf16, final norm
+    assert weight_bytes(s, fmt) == expected
+    scales = [a for t in weight_tensors(s, fmt) for a in t.aux]
+    assert {a[1] for a in scales} == {scale} and len(scales) == 7 * L
+
+
+def test_native_modelopt_nvfp4_checkpoint():
+    from traces.spec import load_model
+    from traces.weightfmt import native_rule
+    s = load_model("llama-3.1-8b")
+    q = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
+    rule, vec = native_rule(SimpleNamespace(config={**(s.config or {}), "quantization_config": q}, source=None))
+    shapes = {x.name: x for x in s.weight_shapes()}
+    assert rule(shapes["lm_head"]) == "bf16" and vec == "bf16"
+    assert {rule(x) for n, x in shapes.items() if "mlp" in n and not x.is_vector} == {"nvfp4"}
+
+
+@pytest.mark.parametrize("chip, activations, expected, noted", [
+    ("b200", "nvfp4", "nvfp4", False), ("b200", "mxfp4", "mxfp4", False),
+    ("mi355x", "mxfp4", "mxfp4", False), ("mi355x", "nvfp4", "fp8", True),    # CDNA 4 has MX, not NVFP4
+    ("h100", "nvfp4", "fp8", True), ("tpu-v5e", "mxfp4", "bf16", True),       # v5e: no fp8 either
+    ("h100", "bf16", "bf16", False), ("tpu-v5e", "fp8", "bf16", False),       # unchanged rule, no note
+])
+def test_compute_dtype_and_fallback_note(chip, activations, expected, noted):
+    from common.errors import UsageError
+    from emulator.chip.compute import resolve_compute_dtype
+    c = load_chip(chip)
+    dtype, note = resolve_compute_dtype(c, activations, "bf16")
+    assert dtype == expected and (note is not None) == noted
+    if noted:
+        assert "next supported dtype" in note and chip in note
+        with pytest.raises(UsageError, match="expected one of the chip's dtypes"):
+            resolve_compute_dtype(c, activations, "bf16", strict=True)
+    else:
+        assert resolve_compute_dtype(c, activations, "bf16", strict=True) == (expected, None)
+
+
+def test_fp4_run_costs_at_the_fp4_peak_and_stores_activations_in_bf16(tmp_path, monkeypatch):
+    """W4A4 NVFP4 on B200: the compute time is the trace's FLOPs over the NVFP4 peak; the activation
+    tensors are bf16 (the same bytes as a bf16-activation run); on H100 the same run notes fp8."""
+    from emulator.cli import main
+    monkeypatch.chdir(tmp_path)
+
+    def run(chip, activations, keep):
+        args = ["run", "llama-3.1-8b", "--chip", chip, "--context", "128", "--generate", "1", "--json",
+                "--weights", "nvfp4", "--activations", activations, "--keep-trace", str(tmp_path / keep)]
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout), r.stderr
+
+    d, err = run("b200", "nvfp4", "a.trace")
+    assert err == ""
+    from traces.reader import open_trace
+    t = open_trace(tmp_path / "a.trace")
+    decode = [p == "decode" for p in t.ops.column("phase").to_pylist()]
+    flops = sum(f for f, dec in zip(t.ops.column("flops").to_pylist(), decode) if dec)
+    assert d["per_token"]["time_by_resource_s"]["compute"] == pytest.approx(flops / 9e15)
+    kinds = t.tensors.column("kind").to_pylist()
+    dts = {dt for k, dt in zip(kinds, t.tensors.column("dtype").to_pylist()) if k == "activation"}
+    assert dts == {"bf16"} and t.manifest["run"]["activations"] == "nvfp4"
+    _, err = run("h100", "nvfp4", "b.trace")
+    assert "h100 has no FP4 compute: its arithmetic runs at fp8, the next supported dtype" in err
+    bf = open_trace(tmp_path / "b.trace")
+    act = lambda tr: sum(n for k, n in zip(tr.tensors.column("kind").to_pylist(),
+                                           tr.tensors.column("nbytes").to_pylist()) if k == "activation")
+    assert act(bf) == act(t) > 0
+
+
+def test_fp8_kv_is_half_of_bf16():
+    """KV bytes per token: 2 (K and V) x layers x KV heads x head dim x the dtype's bytes."""
+    from traces.spec import load_model
+    s = load_model("llama-3.1-8b")
+    per_token = 2 * s.num_layers * s.num_kv_heads * s.head_dim
+    assert s.kv_bytes_per_token("fp8") == per_token and s.kv_bytes_per_token("bf16") == 2 * per_token

@@ -16,7 +16,7 @@ from kernels import moe as moe_k
 from kernels import norm as norm_k
 from kernels import ssm as ssm_k
 from kernels.base import Op, Ten
-from traces.dtypes import DTYPE_BITS, nbytes_of, scale_bytes
+from traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
 from traces.weightfmt import weight_tensors
 from common.errors import UsageError
 from traces.routing import Router
@@ -30,7 +30,7 @@ class Lowering:
     def __init__(self, spec: ModelSpec, run: RunConfig, w: TraceWriter, segments: list[Segment]):
         self.spec, self.run, self.w = spec, run, w
         self._init_shard()
-        self.ab = DTYPE_BITS[run.activations] // 8
+        self.ab = DTYPE_BITS[activation_storage(run.activations)] // 8
         compute = [s for s in segments if s.action == "compute"]
         self.max_m = self.mb * max(s.tokens for s in compute)
         self.router = Router(run.router, run.seed, spec.num_experts, spec.num_experts_per_tok) \
@@ -115,7 +115,8 @@ class Lowering:
 
     def _act(self, name: str, rows: int, width: int) -> Ten:
         nb = max(1, rows * width * self.ab)
-        return Ten(self.w.add_tensor(f"act.{name}", "activation", nb, self.run.activations, device=self.device), nb)
+        return Ten(self.w.add_tensor(f"act.{name}", "activation", nb, activation_storage(self.run.activations),
+                                     device=self.device), nb)
 
     def _declare_activations(self, segments: list[Segment]) -> None:
         s, m, B = self.spec, self.max_m, self.mb

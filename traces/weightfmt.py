@@ -4,14 +4,16 @@ zero-point tensors that come with it: the one list the lowering declares and the
 - A plain dtype (``bf16``, ``fp16``, ``fp32``, ``fp8``) or ``int8``/``int4`` applies to every matrix
   (embeddings and LM head included, as tierlab always did); vectors stay in
   :func:`traces.dtypes.vector_dtype`.
-- A checkpoint format (``mxfp4``, ``fp8-block``, ``int4-g128``) applies to every matrix but the
+- A checkpoint format (``mxfp4``, ``nvfp4``, ``fp8-block``, ``int4-g128``) applies to every matrix but the
   embeddings, the LM head and the MoE routers, which released checkpoints keep in bf16 (gpt-oss's
   ``modules_to_not_convert``; DeepSeek-V3's FP8 release; AutoAWQ and GPTQ leave ``embed_tokens`` and
   ``lm_head`` unquantised).
 - ``native``: as the model's ``config.json`` says it ships. ``quantization_config.quant_method``
   ``mxfp4`` (gpt-oss): the MoE experts in MXFP4, everything else in bf16; ``fp8`` with a
   ``weight_block_size`` of [128, 128]: ``fp8-block``; ``awq`` / ``gptq`` with 4 bits and
-  ``group_size`` 128: ``int4-g128``. Without a quantization config, ``torch_dtype``
+  ``group_size`` 128: ``int4-g128``; ``modelopt`` with ``quant_algo`` ``NVFP4`` (NVIDIA's Model
+  Optimizer FP4 checkpoints; blocks of 16, its default): ``nvfp4`` (its ``ignore`` list is not read:
+  the embeddings, LM head and routers stay bf16, as for every checkpoint format). Without a quantization config, ``torch_dtype``
   (``bfloat16``, ``float16``, ``float32``; bf16 when absent).
 """
 
@@ -72,8 +74,14 @@ def native_rule(spec):
             raise ConfigError(f"{method} with {bits} bits in groups of {group} is not modelled (only 4 bits, 128)",
                               file=f, field="quantization_config.group_size")
         fmt = "int4-g128"
+    elif method == "modelopt":
+        algo, group = q.get("quant_algo"), q.get("group_size", 16)
+        if algo != "NVFP4" or group != 16:
+            raise ConfigError(f"modelopt {algo!r} in groups of {group} is not modelled (only NVFP4 in groups of 16)",
+                              file=f, field="quantization_config.quant_algo")
+        fmt = "nvfp4"
     else:
-        raise ConfigError(f"quant_method {method!r} is not modelled; expected mxfp4, fp8, awq or gptq",
+        raise ConfigError(f"quant_method {method!r} is not modelled; expected mxfp4, fp8, awq, gptq or modelopt",
                           file=f, field="quantization_config.quant_method")
     return (lambda s: "bf16" if s.name in UNQUANTISED or is_router(s.name) else fmt), "bf16"
 

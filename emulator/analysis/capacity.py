@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from emulator.chip.hierarchy import Chip
-from traces.dtypes import ACTIVATION_DTYPES, DTYPE_BITS, KV_DTYPES, WEIGHT_DTYPES, check_dtype, nbytes_of
+from traces.dtypes import ACTIVATION_DTYPES, DTYPE_BITS, KV_DTYPES, WEIGHT_DTYPES, activation_storage, check_dtype, nbytes_of
 from common.errors import CapacityError, UsageError
 from traces.format import DEFAULT_ALIGNMENT
 from traces.spec import ModelSpec
@@ -64,7 +64,7 @@ def activation_tensor_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, act
     """Bytes of each activation tensor of a step of ``chunk`` tokens for each of ``batch`` sequences
     (flash attention), as the trace generator sizes them."""
     check_dtype(activations, ACTIVATION_DTYPES, "activations")
-    ab = DTYPE_BITS[activations] // 8
+    ab = DTYPE_BITS[activation_storage(activations)] // 8   # FP4 activations are kept in bf16 (traces.dtypes)
     m = batch * chunk
     h = spec.hidden_size
     widths = [h, h]  # hidden, norm

@@ -30,9 +30,12 @@ from emulator.cli.views import check_views, view_options
 @view_options
 @click.option("--keep-trace", type=click.Path(), default=None,
               help="Write the trace to this directory and keep it (default: a temporary directory).")
+@click.option("--strict-dtype", is_flag=True, default=False,
+              help="Refuse an FP4 --activations format the chip has no compute for (default: a note, and the "
+                   "next supported dtype; emulator.chip.compute).")
 @force_option
 @json_option
-def command(model, keep_trace, force, as_json, **kw):
+def command(model, keep_trace, force, as_json, strict_dtype, **kw):
     """Trace MODEL (preset, config.json or directory) and replay it on a chip or a system."""
     from common.atomic import check_output
     from traces.lower import generate_trace
@@ -63,6 +66,11 @@ def command(model, keep_trace, force, as_json, **kw):
 
         def report(path):
             replay_and_report(path, kw, as_json=as_json, force=force)
+    if strict_dtype:     # an FP4 format the chip cannot run fails before the tracing, as a bad chip does
+        from emulator.chip.chipfile import load_chip
+        from emulator.chip.compute import resolve_compute_dtype
+        resolve_compute_dtype(system.chip if system is not None else load_chip(kw["chip"]), run.activations,
+                              run.weights, strict=True)
     if kw.get("output"):   # so does an output that may not be written: nothing is left half-done
         check_output(kw["output"], force=force)
     check_views(kw, force=force)

@@ -20,7 +20,9 @@ energy per token are per step / batch, the latency per token is the step's laten
 batch / step latency (averaged over the decode steps).
 
 Compute dtype: the trace's activations dtype (``manifest["run"]["activations"]``), falling back to its
-weights dtype, then ``bf16``, then the chip's first listed dtype (synthetic traces have no run).
+weights dtype, then ``bf16``, then the chip's first listed dtype (synthetic traces have no run); an FP4
+activation format (``nvfp4``, ``mxfp4``) the chip lacks falls to ``fp8`` then ``bf16``, with a note
+(:mod:`emulator.chip.compute`).
 """
 
 from __future__ import annotations
@@ -34,12 +36,11 @@ from emulator.chip.hierarchy import Chip
 
 
 def compute_dtype(chip: Chip, manifest: dict | None) -> str:
-    """The dtype whose peak rate and energy per FLOP cost the run's arithmetic."""
-    run = (manifest or {}).get("run") or {}
-    for d in (run.get("activations"), run.get("weights"), "bf16"):
-        if d and d in chip.compute.flop_per_s:
-            return d
-    return next(iter(chip.compute.flop_per_s))
+    """The dtype whose peak rate and energy per FLOP cost the run's arithmetic
+    (:func:`emulator.chip.compute.compute_dtype_of_run`: an FP4 format the chip lacks falls back
+    to fp8, then bf16, with a note)."""
+    from emulator.chip.compute import compute_dtype_of_run
+    return compute_dtype_of_run(chip, manifest)
 
 
 @dataclass

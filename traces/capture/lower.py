@@ -28,7 +28,8 @@ from kernels import norm as norm_k
 from kernels.base import Op, Ten
 from traces.capture.opmap import ELEMENTWISE_ATEN, is_decoder_layer, layer_of
 from traces.capture.record import Capture
-from traces.dtypes import DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, nbytes_of, scale_bytes, vector_dtype
+from traces.dtypes import (DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, activation_storage, nbytes_of, scale_bytes,
+                           vector_dtype)
 from traces.routing import Router
 from traces.run import RunConfig
 from traces.writer import TraceWriter
@@ -41,7 +42,7 @@ def _numel(shape) -> int:
 class CaptureLowering:
     def __init__(self, cap: Capture, run: RunConfig, w: TraceWriter, positions: int):
         self.cap, self.run, self.w = cap, run, w
-        self.ab = DTYPE_BITS[run.activations] // 8
+        self.ab = DTYPE_BITS[activation_storage(run.activations)] // 8
         self.B = run.batch
         self.weights: dict[str, tuple[Ten, Ten | None]] = {}
         self.experts: dict[str, list[tuple[Ten, Ten | None]]] = {}
@@ -120,7 +121,7 @@ class CaptureLowering:
                         rows = max(1, _numel(s[:-1])) * (k if e.kind == "experts" else 1)
                         widths[s[-1]] = max(widths.get(s[-1], 0), rows)
         self.act = {wd: Ten(self.w.add_tensor(f"act.w{wd}", "activation", max(1, r * wd * self.ab),
-                                              self.run.activations), max(1, r * wd * self.ab))
+                                              activation_storage(self.run.activations)), max(1, r * wd * self.ab))
                     for wd, r in sorted(widths.items())}
 
     def _buf(self, width: int) -> Ten:
