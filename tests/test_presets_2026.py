@@ -197,3 +197,40 @@ def test_fp8_kv_is_half_of_bf16():
     s = load_model("llama-3.1-8b")
     per_token = 2 * s.num_layers * s.num_kv_heads * s.head_dim
     assert s.kv_bytes_per_token("fp8") == per_token and s.kv_bytes_per_token("bf16") == 2 * per_token
+
+
+# ---- system presets ------------------------------------------------------------------------------
+
+NEW_SYSTEMS = {"dgx-b200": 8, "gb200-nvl72": 8, "mi300x-8": 8, "mi355x-8": 8, "gaudi3-8": 8, "cs-3": 1}
+
+
+def test_system_presets_fabrics():
+    from emulator.system.systemfile import load_system
+    nvl = load_system("gb200-nvl72")
+    assert (nvl.n_chips, nvl.chips_per_node, nvl.n_nodes, nvl.scale_up.topology) == (72, 72, 1, "switch")
+    assert nvl.scale_up.bandwidth_bytes_per_s == 900e9 and nvl.scale_up.in_network_reduction
+    assert nvl.scale_up.bandwidth_bytes_per_s * nvl.scale_up.achievable == pytest.approx(679.61e9, rel=0.01)
+    for name, link in (("mi300x-8", 896e9 / 7 / 2), ("mi355x-8", 153e9 / 2)):
+        s = load_system(name)
+        assert (s.scale_up.topology, s.scale_up.ports) == ("direct", 7) and not s.scale_up.in_network_reduction
+        assert s.scale_up.bandwidth_bytes_per_s == pytest.approx(link)
+    g = load_system("gaudi3-8").scale_up
+    assert (g.topology, g.ports, g.bandwidth_bytes_per_s) == ("direct", 21, 25e9)   # 21 of 24 x 200 GbE
+    assert load_system("mi300x-8").price.usd_per_hour == pytest.approx(8 * 1.85)
+    assert load_system("cs-3").n_chips == 1 and load_system("dgx-b200").chip.name == "b200"
+
+
+@pytest.mark.parametrize("name", sorted(NEW_SYSTEMS))
+def test_system_runs_llama_8b(name, tmp_path, monkeypatch):
+    """``tierlab run llama-3.1-8b --system X --tp N``: N = 8 on the GPU systems (Llama-3.1-8B's 8 KV
+    heads), 1 on the one-wafer CS-3; the per-step collectives are there exactly when N > 1."""
+    from emulator.cli import main
+    monkeypatch.chdir(tmp_path)
+    tp = NEW_SYSTEMS[name]
+    args = ["run", "llama-3.1-8b", "--system", name, "--context", "128", "--generate", "1", "--json"]
+    args += ["--tp", str(tp)] if tp > 1 else []
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["system"] == name and d["n_devices"] == tp and d["per_token"]["tokens_per_s"] > 0
+    assert (len(d["collectives"]) > 0) == (tp > 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from emulator.chip.units import parse_quantity
 from emulator.cli import main
 from emulator.system.systemfile import list_presets, load_system, system_from_dict
 
-PRESETS = ("dgx-h100", "hgx-h200", "sn40l-16", "dgx-h100-x2", "dgx-a100-x16", "dgx-h100-x16")
+PRESETS = ("dgx-h100", "hgx-h200", "sn40l-16", "dgx-h100-x2", "dgx-a100-x16", "dgx-h100-x16",
+           "dgx-b200", "gb200-nvl72", "mi300x-8", "mi355x-8", "gaudi3-8", "cs-3")
 
 SYSTEM = """\
 name = "toy"
@@ -60,6 +62,36 @@ def test_presets_are_found_and_all_load():
         assert s.n_chips % s.chips_per_node == 0
         assert s.source_sha256 and s.source_file
         assert (s.scale_out is not None) or s.n_nodes == 1
+
+
+NUMBER = re.compile(r'"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*[A-Za-zµ/]+"|^[+-]?\d[\d_.]*$')
+SYSTEM_TAG = re.compile(r"\[([A-Z]+\d+)\]")
+
+
+@pytest.mark.parametrize("name", list_presets())
+def test_every_number_cites_a_source_or_says_estimate(name):
+    """As the chip presets (tests/test_presets.py): every number outside [sources] and [price] (whose
+    source is its own key) carries a [tag] of the [sources] table or the word estimate; every tag
+    cited is in the table and every entry of the table is cited."""
+    text = (configs_dir("systems") / f"{name}.toml").read_text()
+    section, seen = "", 0
+    for no, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s.startswith("["):
+            section = s
+            continue
+        if not s or s.startswith("#") or "=" not in s or section in ("[sources]", "[price]"):
+            continue
+        if NUMBER.search(s.split("=", 1)[1].split("#", 1)[0].strip()):
+            seen += 1
+            comment = line.split("#", 1)[1] if "#" in line else ""
+            assert SYSTEM_TAG.search(comment) or "estimate" in comment, f"{name}.toml:{no}: {line}"
+    assert seen >= 5
+    sources = tomllib.loads(text).get("sources", {})
+    body = "\n".join(line for line in text.splitlines() if not re.match(r"^[A-Z]+\d+ = ", line))
+    cited = set(SYSTEM_TAG.findall(body))
+    assert cited <= set(sources), sorted(cited - set(sources))
+    assert set(sources) <= cited, sorted(set(sources) - cited)
 
 
 def test_preset_numbers_are_the_files():
