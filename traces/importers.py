@@ -29,6 +29,7 @@ from __future__ import annotations
 import gzip
 import lzma
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,7 @@ EXTENSIONS = {".npy": "npy", ".txt": "text", ".trace": "text", ".addr": "text", 
               ".lackey": "lackey", ".view": "drcachesim", ".champsim": "champsim", ".champsimtrace": "champsim"}
 COMPRESSED = {".gz": "gzip", ".xz": "xz"}
 INSTRUCTIONS_BY_DEFAULT = {"din": True}          # din's label 2 has always been read; tracers' logs: data only
-CHUNK_BYTES = 1 << 22
+CHUNK_BYTES = 1 << 24
 MAX_REGIONS = 1 << 16
 
 _EXPECTED = {"text": "an address with an optional R/W", "din": "'label address [size]' (label 0, 1 or 2)",
@@ -114,6 +115,21 @@ class _Damaged(Exception):
         self.comp, self.err = comp, err
 
 
+class _RecordBuffer:
+    """Record arrays one parser thread fills (grown to the chunk: at most a record per 2 bytes)."""
+
+    def __init__(self):
+        self.addr, self.size, self.kind = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.uint8)
+        self.res = np.zeros(8, np.int64)
+
+    def parse(self, arr: np.ndarray, code: int, instructions: bool, final: bool, header: int) -> np.ndarray:
+        cap = len(arr) // 2 + 2
+        if cap > len(self.addr):
+            self.addr, self.size, self.kind = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.uint8)
+        tp.parse_lines(arr, len(arr), code, instructions, final, header, self.addr, self.size, self.kind, self.res)
+        return self.res
+
+
 class Records:
     """Parses a file's records chunk by chunk: :meth:`chunks` yields ``(address, size, kind)``
     arrays (int64, int64, uint8; reused buffers, valid until the next chunk)."""
@@ -144,34 +160,42 @@ class Records:
                              file=str(self.path)) from None
 
     def _text(self):
+        """Chunks split in two at a newline, the halves parsed on two threads (the parser holds
+        no GIL); records come out in file order."""
         code = tp.FORMATS[self.fmt]
-        cap = CHUNK_BYTES // 2 + 2
-        addr, size, kind = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.uint8)
-        res = np.zeros(8, np.int64)
+        bufs = [_RecordBuffer(), _RecordBuffer()]
         header = 0
         carry = b""
         src = _chunks(self.path)
         done = False
-        while not done:
-            data = next(src, None)
-            if data is None:
-                done, buf = True, carry
-            else:
-                buf = carry + data if carry else data
-            arr = np.frombuffer(buf, np.uint8)
-            if len(arr) // 2 + 2 > len(addr):
-                cap = len(arr) // 2 + 2
-                addr, size, kind = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.uint8)
-            tp.parse_lines(arr, len(arr), code, self.instructions, done, header, addr, size, kind, res)
-            header = int(res[tp.R_HEADER])
-            if res[tp.R_ERROR] != tp.OK:
-                self._bad_line(buf, int(res[tp.R_LINES]), int(res[tp.R_BAD_START]), int(res[tp.R_BAD_END]),
-                               int(res[tp.R_ERROR]))
-            self.lines += int(res[tp.R_LINES])
-            n = int(res[tp.R_RECORDS])
-            carry = buf[int(res[tp.R_CONSUMED]):]
-            if n:
-                yield addr[:n], size[:n], kind[:n]
+        with ThreadPoolExecutor(2) as pool:
+            while not done:
+                data = next(src, None)
+                if data is None:
+                    done, buf = True, carry
+                else:
+                    buf = carry + data if carry else data
+                arr = np.frombuffer(buf, np.uint8)
+                cut = buf.find(b"\n", len(buf) // 2) + 1 if len(buf) > 1 << 16 else 0
+                if cut <= 0:
+                    cut = 0
+                halves = [(0, cut, True, header), (cut, len(arr), done, 1 if cut else header)] if cut else \
+                    [(0, len(arr), done, header)]
+                runs = list(pool.map(lambda h: bufs[h[0]].parse(arr[h[1][0]:h[1][1]], code, self.instructions,
+                                                                h[1][2], h[1][3]), enumerate(halves)))
+                consumed = 0
+                for k, (lo, hi, _, _) in enumerate(halves):
+                    res = runs[k]
+                    if res[tp.R_ERROR] != tp.OK:
+                        self._bad_line(buf[lo:hi], int(res[tp.R_LINES]), int(res[tp.R_BAD_START]),
+                                       int(res[tp.R_BAD_END]), int(res[tp.R_ERROR]))
+                    self.lines += int(res[tp.R_LINES])
+                    header = max(header, int(res[tp.R_HEADER]))
+                    consumed = lo + int(res[tp.R_CONSUMED])
+                    n = int(res[tp.R_RECORDS])
+                    if n:
+                        yield bufs[k].addr[:n], bufs[k].size[:n], bufs[k].kind[:n]
+                carry = buf[consumed:]
 
     def _bad_line(self, buf: bytes, lines_before: int, start: int, end: int, err: int):
         n = self.lines + lines_before + 1
@@ -266,7 +290,7 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
     with AddressTraceWriter(out, line_bytes=line, straddle=straddle, force=force) as w:
         for a, s, k in recs.chunks():
             n_records += len(a)
-            need = int((((a + s - 1) >> sh) - (a >> sh) + 1).sum() + (((a + s - 1) >> sh) - (a >> sh) + 1)[k == tp.MODIFY].sum())
+            need = tp.count_lines(a, s, k, len(a), sh)
             if need > len(words):
                 words, cont = np.empty(need, np.int64), np.empty(need, np.int64)
             before = int(stats[6])

@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
 from emulator.engine.jit import helper, njit
 
 FORMATS = {"text": 0, "din": 1, "csv": 2, "lackey": 3, "drcachesim": 4}
@@ -32,6 +36,20 @@ OK, MALFORMED, UNKNOWN_RECORD, BINARY, REFUSED_LABEL, TOO_LARGE, ZERO_SIZE = ran
 
 # result slots
 R_RECORDS, R_CONSUMED, R_LINES, R_ERROR, R_BAD_START, R_BAD_END, R_HEADER = range(7)
+
+
+@intrinsic
+def _at(typingctx, addr, i):
+    """The byte at address ``addr + i`` (int64). The helpers take the buffer's address, not the
+    array: a call passing an array counts references, which cost more than the parse itself."""
+    if not (isinstance(addr, types.Integer) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = builder.inttoptr(context.cast(builder, args[0], sig.args[0], types.uintp), ir.PointerType(ir.IntType(8)))
+        p = builder.gep(a, [context.cast(builder, args[1], sig.args[1], types.intp)])
+        return builder.zext(builder.load(p), ir.IntType(64))
+    return types.int64(addr, i), codegen
 
 
 def _pack(word: bytes) -> int:
@@ -55,14 +73,14 @@ def _sep(c) -> bool:
 
 @helper
 def _skip(buf, i, e):
-    while i < e and (buf[i] == 32 or buf[i] == 9):
+    while i < e and (_at(buf, i) == 32 or _at(buf, i) == 9):
         i += 1
     return i
 
 
 @helper
 def _skip_sep(buf, i, e):
-    while i < e and _sep(buf[i]):
+    while i < e and _sep(_at(buf, i)):
         i += 1
     return i
 
@@ -73,7 +91,7 @@ def _hex(buf, i, e):
     v = 0
     nd = 0
     while i < e:
-        c = buf[i]
+        c = _at(buf, i)
         if 48 <= c <= 57:
             d = c - 48
         elif 97 <= c <= 102:
@@ -94,10 +112,10 @@ def _hex(buf, i, e):
 def _dec(buf, i, e):
     v = 0
     nd = 0
-    while i < e and 48 <= buf[i] <= 57:
+    while i < e and 48 <= _at(buf, i) <= 57:
         if v >= 922337203685477580:
             return 0, i, -1
-        v = v * 10 + (buf[i] - 48)
+        v = v * 10 + (_at(buf, i) - 48)
         nd += 1
         i += 1
     return v, i, nd
@@ -106,7 +124,7 @@ def _dec(buf, i, e):
 @helper
 def _num(buf, i, e):
     """``0x`` hex or decimal."""
-    if i + 1 < e and buf[i] == 48 and (buf[i + 1] == 120 or buf[i + 1] == 88):
+    if i + 1 < e and _at(buf, i) == 48 and (_at(buf, i + 1) == 120 or _at(buf, i + 1) == 88):
         v, j, nd = _hex(buf, i + 2, e)
         return v, j, nd
     return _dec(buf, i, e)
@@ -117,8 +135,8 @@ def _word(buf, i, e):
     """(the token at i packed lower-case (first 8 bytes), its end)."""
     v = 0
     j = i
-    while j < e and not _sep(buf[j]):
-        c = buf[j]
+    while j < e and not _sep(_at(buf, j)):
+        c = _at(buf, j)
         if 65 <= c <= 90:
             c += 32
         if j - i < 8:
@@ -141,64 +159,64 @@ def _kind_of(w, length):
 @helper
 def _end_ok(buf, j, e):
     """A number must end at a separator or the line's end."""
-    return j == e or _sep(buf[j])
+    return j == e or _sep(_at(buf, j))
 
 
 @helper
-def _line(buf, i, e, fmt, instructions, header, out_addr, out_size, out_kind, k):
-    """Parse the line ``buf[i:e]`` (no newline, trailing blanks stripped). Returns (error code,
+def _line(buf, i, e, fmt, instructions, header):
+    """Parse the line ``_at(buf, i:e)`` (no newline, trailing blanks stripped). Returns (error code,
     records written after it, header flag)."""
     p = _skip(buf, i, e)
-    if p == e or buf[p] == 35:                     # blank or '#'
-        return OK, k, header
+    if p == e or _at(buf, p) == 35:                     # blank or '#'
+        return OK, 0, 0, 0, False, header
     addr = 0
     size = 1
     kind = READ
     if fmt == LACKEY:
-        c0 = buf[i]
-        if e - i >= 2 and ((c0 == 61 and buf[i + 1] == 61) or (c0 == 45 and buf[i + 1] == 45)):
-            return OK, k, header                   # ==PID== / --PID--: Valgrind's messages
-        if c0 == 73 and e - i > 1 and buf[i + 1] == 32:
+        c0 = _at(buf, i)
+        if e - i >= 2 and ((c0 == 61 and _at(buf, i + 1) == 61) or (c0 == 45 and _at(buf, i + 1) == 45)):
+            return OK, 0, 0, 0, False, header                   # ==PID== / --PID--: Valgrind's messages
+        if c0 == 73 and e - i > 1 and _at(buf, i + 1) == 32:
             kind = IFETCH
             p = i + 1
-        elif c0 == 32 and e - i > 2 and buf[i + 2] == 32 and (buf[i + 1] == 76 or buf[i + 1] == 83 or buf[i + 1] == 77):
-            c1 = buf[i + 1]
+        elif c0 == 32 and e - i > 2 and _at(buf, i + 2) == 32 and (_at(buf, i + 1) == 76 or _at(buf, i + 1) == 83 or _at(buf, i + 1) == 77):
+            c1 = _at(buf, i + 1)
             kind = READ if c1 == 76 else (WRITE if c1 == 83 else MODIFY)
             p = i + 2
         else:
-            return UNKNOWN_RECORD, k, header
+            return UNKNOWN_RECORD, 0, 0, 0, False, header
         p = _skip(buf, p, e)
         addr, p, nd = _hex(buf, p, e)
         if nd < 0:
-            return TOO_LARGE, k, header
-        if nd == 0 or p >= e or buf[p] != 44:
-            return MALFORMED, k, header
+            return TOO_LARGE, 0, 0, 0, False, header
+        if nd == 0 or p >= e or _at(buf, p) != 44:
+            return MALFORMED, 0, 0, 0, False, header
         size, p, nd = _dec(buf, p + 1, e)
         if nd <= 0 or _skip(buf, p, e) != e:
-            return MALFORMED, k, header
+            return MALFORMED, 0, 0, 0, False, header
         if kind == IFETCH and not instructions:
-            return (ZERO_SIZE if size < 1 else OK), k, header
+            return (ZERO_SIZE if size < 1 else OK), 0, 0, 0, False, header
     elif fmt == DRCACHESIM:
-        if not (48 <= buf[p] <= 57):
-            return OK, k, header                   # headers, separators, trailers
+        if not (48 <= _at(buf, p) <= 57):
+            return OK, 0, 0, 0, False, header                   # headers, separators, trailers
         _, p, nd = _dec(buf, p, e)
         p = _skip(buf, p, e)
-        if p < e and buf[p] == 58:
-            return OK, k, header                   # a trailer "N : total ..."
+        if p < e and _at(buf, p) == 58:
+            return OK, 0, 0, 0, False, header                   # a trailer "N : total ..."
         _, p, nd2 = _dec(buf, p, e)
-        if nd2 <= 0 or p >= e or buf[p] != 58:
-            return MALFORMED, k, header
+        if nd2 <= 0 or p >= e or _at(buf, p) != 58:
+            return MALFORMED, 0, 0, 0, False, header
         p = _skip(buf, p + 1, e)
-        if p < e and (buf[p] == 84 or buf[p] == 87):   # T<tid> / W<workload>.T<tid> of other versions
-            while p < e and not _sep(buf[p]):
+        if p < e and (_at(buf, p) == 84 or _at(buf, p) == 87):   # T<tid> / W<workload>.T<tid> of other versions
+            while p < e and not _sep(_at(buf, p)):
                 p += 1
         else:
             _, p, nd = _dec(buf, p, e)
             if nd <= 0:
-                return MALFORMED, k, header
+                return MALFORMED, 0, 0, 0, False, header
         p = _skip(buf, p, e)
-        if p >= e or buf[p] == 60:                 # <marker: ...>, <thread exited>
-            return OK, k, header
+        if p >= e or _at(buf, p) == 60:                 # <marker: ...>, <thread exited>
+            return OK, 0, 0, 0, False, header
         w, q = _word(buf, p, e)
         length = q - p
         if w == _W_IFETCH and length == 6:
@@ -210,120 +228,117 @@ def _line(buf, i, e, fmt, instructions, header, out_addr, out_size, out_kind, k)
         elif length >= 8 and w == _W_PREFETCH:
             kind = READ                            # software prefetches: reads of their line
         elif length >= 8 and w == _W_NONFETCHED:
-            return OK, k, header
+            return OK, 0, 0, 0, False, header
         else:
-            return UNKNOWN_RECORD, k, header
+            return UNKNOWN_RECORD, 0, 0, 0, False, header
         p = _skip(buf, q, e)
         size, p, nd = _dec(buf, p, e)
         if nd <= 0:
-            return MALFORMED, k, header
+            return MALFORMED, 0, 0, 0, False, header
         p = _skip(buf, p, e)
-        if p >= e or buf[p] != 98:                 # byte(s)
-            return MALFORMED, k, header
-        while p < e and not _sep(buf[p]):
+        if p >= e or _at(buf, p) != 98:                 # byte(s)
+            return MALFORMED, 0, 0, 0, False, header
+        while p < e and not _sep(_at(buf, p)):
             p += 1
         p = _skip(buf, p, e)
-        if p >= e or buf[p] != 64:                 # @
-            return MALFORMED, k, header
+        if p >= e or _at(buf, p) != 64:                 # @
+            return MALFORMED, 0, 0, 0, False, header
         p = _skip(buf, p + 1, e)
         addr, p, nd = _num(buf, p, e)
         if nd < 0:
-            return TOO_LARGE, k, header
+            return TOO_LARGE, 0, 0, 0, False, header
         if nd == 0 or not _end_ok(buf, p, e):
-            return MALFORMED, k, header
+            return MALFORMED, 0, 0, 0, False, header
         if kind == IFETCH and not instructions:
-            return (ZERO_SIZE if size < 1 else OK), k, header
+            return (ZERO_SIZE if size < 1 else OK), 0, 0, 0, False, header
     elif fmt == DIN:
         label, p, nd = _dec(buf, p, e)
         if nd <= 0 or not _end_ok(buf, p, e):
-            return MALFORMED, k, header
+            return MALFORMED, 0, 0, 0, False, header
         if label == 3 or label == 4:
-            return REFUSED_LABEL, k, header
+            return REFUSED_LABEL, 0, 0, 0, False, header
         if label > 2:
-            return MALFORMED, k, header
+            return MALFORMED, 0, 0, 0, False, header
         kind = READ if label == 0 else (WRITE if label == 1 else IFETCH)
         p = _skip(buf, p, e)
-        if p + 1 < e and buf[p] == 48 and (buf[p + 1] == 120 or buf[p + 1] == 88):
+        if p + 1 < e and _at(buf, p) == 48 and (_at(buf, p + 1) == 120 or _at(buf, p + 1) == 88):
             p += 2
         addr, p, nd = _hex(buf, p, e)
         if nd < 0:
-            return TOO_LARGE, k, header
+            return TOO_LARGE, 0, 0, 0, False, header
         if nd == 0 or not _end_ok(buf, p, e):
-            return MALFORMED, k, header
+            return MALFORMED, 0, 0, 0, False, header
         p = _skip(buf, p, e)
         if p < e:
             size, p, nd = _num(buf, p, e)
             if nd < 0:
-                return TOO_LARGE, k, header
+                return TOO_LARGE, 0, 0, 0, False, header
             if nd == 0 or _skip(buf, p, e) != e:
-                return MALFORMED, k, header
+                return MALFORMED, 0, 0, 0, False, header
         if kind == IFETCH and not instructions:
-            return (ZERO_SIZE if size < 1 else OK), k, header
+            return (ZERO_SIZE if size < 1 else OK), 0, 0, 0, False, header
     elif fmt == CSV:
-        if not (48 <= buf[p] <= 57):
+        if not (48 <= _at(buf, p) <= 57):
             if header == 0:                        # a header line, before any record
-                return OK, k, 1
-            return MALFORMED, k, header
+                return OK, 0, 0, 0, False, 1
+            return MALFORMED, 0, 0, 0, False, header
         addr, p, nd = _num(buf, p, e)
         if nd < 0:
-            return TOO_LARGE, k, header
+            return TOO_LARGE, 0, 0, 0, False, header
         if nd == 0:
-            return MALFORMED, k, header
+            return MALFORMED, 0, 0, 0, False, header
         p = _skip(buf, p, e)
         if p < e:
-            if buf[p] != 44:
-                return MALFORMED, k, header
+            if _at(buf, p) != 44:
+                return MALFORMED, 0, 0, 0, False, header
             p = _skip(buf, p + 1, e)
-            if p < e and buf[p] != 44:
+            if p < e and _at(buf, p) != 44:
                 size, p, nd = _num(buf, p, e)
                 if nd < 0:
-                    return TOO_LARGE, k, header
+                    return TOO_LARGE, 0, 0, 0, False, header
                 if nd == 0:
-                    return MALFORMED, k, header
+                    return MALFORMED, 0, 0, 0, False, header
                 p = _skip(buf, p, e)
             if p < e:
-                if buf[p] != 44:
-                    return MALFORMED, k, header
+                if _at(buf, p) != 44:
+                    return MALFORMED, 0, 0, 0, False, header
                 p = _skip(buf, p + 1, e)
                 if p < e:
                     w, q = _word(buf, p, e)
                     kind = _kind_of(w, q - p)
                     if kind < 0 or _skip(buf, q, e) != e:
-                        return MALFORMED, k, header
+                        return MALFORMED, 0, 0, 0, False, header
     else:                                          # text
-        if 48 <= buf[p] <= 57:
+        if 48 <= _at(buf, p) <= 57:
             addr, p, nd = _num(buf, p, e)
             if nd < 0:
-                return TOO_LARGE, k, header
+                return TOO_LARGE, 0, 0, 0, False, header
             if nd == 0 or not _end_ok(buf, p, e):
-                return MALFORMED, k, header
+                return MALFORMED, 0, 0, 0, False, header
             p = _skip_sep(buf, p, e)
             if p < e:
                 w, q = _word(buf, p, e)
                 kind = _kind_of(w, q - p)
                 if kind < 0 or _skip_sep(buf, q, e) != e:
-                    return MALFORMED, k, header
+                    return MALFORMED, 0, 0, 0, False, header
         else:
             w, q = _word(buf, p, e)
             kind = _kind_of(w, q - p)
             if kind < 0:
-                return MALFORMED, k, header
+                return MALFORMED, 0, 0, 0, False, header
             p = _skip_sep(buf, q, e)
-            if p >= e or not (48 <= buf[p] <= 57):
-                return MALFORMED, k, header
+            if p >= e or not (48 <= _at(buf, p) <= 57):
+                return MALFORMED, 0, 0, 0, False, header
             addr, p, nd = _num(buf, p, e)
             if nd < 0:
-                return TOO_LARGE, k, header
+                return TOO_LARGE, 0, 0, 0, False, header
             if nd == 0 or _skip_sep(buf, p, e) != e:
-                return MALFORMED, k, header
+                return MALFORMED, 0, 0, 0, False, header
     if size < 1:
-        return ZERO_SIZE, k, header
+        return ZERO_SIZE, 0, 0, 0, False, header
     if addr > (1 << 62) - size:
-        return TOO_LARGE, k, header
-    out_addr[k] = addr
-    out_size[k] = size
-    out_kind[k] = kind
-    return OK, k + 1, 1
+        return TOO_LARGE, 0, 0, 0, False, header
+    return OK, addr, size, kind, True, 1
 
 
 @njit(nogil=True)
@@ -339,6 +354,7 @@ def parse_lines(buf, n, fmt, instructions, final, header, out_addr, out_size, ou
     k = 0
     lines = 0
     res[R_ERROR] = OK
+    ptr = buf.ctypes.data            # ``buf`` outlives the loop
     while i < n:
         e = i
         binary = False
@@ -357,7 +373,12 @@ def parse_lines(buf, n, fmt, instructions, final, header, out_addr, out_size, ou
         if binary:
             err = BINARY
         else:
-            err, k, header = _line(buf, i, le, fmt, instructions, header, out_addr, out_size, out_kind, k)
+            err, addr, size, kind, record, header = _line(ptr, i, le, fmt, instructions, header)
+            if record:
+                out_addr[k] = addr
+                out_size[k] = size
+                out_kind[k] = kind
+                k += 1
         if err != OK:
             res[R_ERROR] = err
             res[R_BAD_START] = i
@@ -436,4 +457,14 @@ def to_lines(addr, size, kind, n, sh, regions, region_end, n_regions, row0, out_
                 stats[2] += 1 - w
                 stats[3] += w
     stats[6] += nc
+    return m
+
+
+@njit(nogil=True)
+def count_lines(addr, size, kind, n, sh):
+    """The line words :func:`to_lines` will write for records ``[:n]``."""
+    m = 0
+    for j in range(n):
+        k = ((addr[j] + size[j] - 1) >> sh) - (addr[j] >> sh) + 1
+        m += 2 * k if kind[j] == MODIFY else k
     return m
