@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:          # runnable from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
+from common.errors import UsageError  # noqa: E402
+
 TORCHAO = ("pytorch/ao torchao/quantization/README.md, 'Benchmarks' tables (CUDA backend, NVIDIA-A100-80GB GPU "
            "and NVIDIA-H100 GPU; torchao/_models/llama/generate.py, torch.compile, batch 1)",
            "https://github.com/pytorch/ao/blob/main/torchao/quantization/README.md", "2024-2025 (read 2026-12-01)")
@@ -45,6 +47,48 @@ MLENERGY = ("ML.ENERGY blog 'LLM Inference Energy: A Longitudinal Analysis' (lea
 MLENERGY_B16 = ("ML.ENERGY leaderboard v3 (vLLM 0.11.1, 1x H100, Llama-3.1-8B bf16, max_num_seqs 16): 0.263 J per "
                 "output token, 1954 tok/s, 513 W, digitised from the post's plots (measured_parameters.md B1)",
                 MLENERGY[1], MLENERGY[2])
+
+GPTFAST_TP = ("pytorch-labs/gpt-fast README.md, 'Tensor Parallelism' table (8xA100-80GB power-limited to 330 W, "
+              "hybrid cube mesh, batch 1, 5-token prompt, torch.compile, ENABLE_INTRA_NODE_COMM=1 torchrun)",
+              "https://github.com/pytorch-labs/gpt-fast", "2023-11 (read 2026-12-01)")
+GPTFAST_Q = ("pytorch-labs/gpt-fast README.md, 'Benchmarks' and 'Tensor Parallelism + Quantization' tables "
+             "(8xA100-80GB at 330 W, batch 1, int8 weight-only; int4 weight-only group size 32)",
+             "https://github.com/pytorch-labs/gpt-fast", "2023-11 (read 2026-12-01)")
+NIM = ("NVIDIA NIM LLM benchmarking guide 1.0.0, 'Performance': Llama-3.3-70b-Instruct NIM 1.8.0 on 2 x H100 80G, "
+       "fp8, TP2, AIPerf at concurrency 1 (TTFT and ITL)",
+       "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance.md", "2025 (read 2026-12-01)")
+AZURE_H200 = ("Azure AI-benchmarking-guide, Azure_Results/ND_H200_v5_results.md: 8 x H200, NCCL 2.20.5, NVLS, "
+              "all_reduce_perf in place (bus bandwidth; chips-2026.md 2c [S33a])",
+              "https://github.com/Azure/AI-benchmarking-guide", "2025 (read 2026-12-01)")
+AZURE_GB200 = ("Azure AI-benchmarking-guide, Azure_Results/ND_GB200_v6_results.md: 4 x GB200 (one host of an NVL72 "
+               "rack), NCCL 2.25.1, Ring, all_reduce_perf in place (bus bandwidth; chips-2026.md 2c [S33])",
+               "https://github.com/Azure/AI-benchmarking-guide", "2025 (read 2026-12-01)")
+TRITON_DIST = ("ByteDance-Seed/Triton-distributed issue #57: NCCL all-reduce through torch.distributed, 8 x H100 in one "
+               "node (measured_parameters.md C1)", "https://github.com/ByteDance-Seed/Triton-distributed/issues/57",
+               "2025 (read 2026-12-01)")
+NCCL_TESTS_123 = ("NVIDIA/nccl-tests issue #123: DGX-A100, nccl-tests all_reduce_perf, Ring, NCCL_MAX_NCHANNELS=1, "
+                  "8-128 B (measured_parameters.md C6)", "https://github.com/NVIDIA/nccl-tests/issues/123",
+                  "2022 (read 2026-12-01)")
+NCCL_1259 = ("NVIDIA/nccl issue #1259: HGX 8 x H100, NCCL 2.20.5, nccl-tests with CUDA graphs (-G 10), 128 B-64 KB "
+             "on 2 GPUs (measured_parameters.md C4)", "https://github.com/NVIDIA/nccl/issues/1259", "2024 (read 2026-12-01)")
+MLENERGY_70B = ("ML.ENERGY leaderboard v3 (vLLM 0.11.1, 4 x H100, TP4, Llama-3.1-70B bf16, max_num_seqs 16): 2.09 J per "
+                "output token, digitised from the post's plots (measured_parameters.md B3)", MLENERGY[1], MLENERGY[2])
+
+
+# nccl-tests and torch.distributed without CUDA graphs launch each collective through the host API:
+# cudaLaunchKernel 3.42 us on average on A100 (measured_parameters.md D8, ALCF Polaris nsys; taken for
+# Hopper too: estimate), raw cuLaunchKernel 3.0 us on GB200 (D9, meta-pytorch/tritonbench PR #1017).
+HOST_LAUNCH_S = 3.42e-6
+HOST_LAUNCH_GB200_S = 3.0e-6
+
+
+def _curve_rows(prefix, system, ranks, algorithm, sizes, busbw, source, note, launch_s):
+    names = {1 << 10: "1k", 1 << 20: "1m", 16 << 20: "16m", 64 << 20: "64m", 256 << 20: "256m", 1 << 30: "1g",
+             8 << 30: "8g"}
+    return [dict(id=f"{prefix}-{names[sz]}", kind="busbw", system=system, ranks=ranks, algorithm=algorithm, size=sz,
+                 launch_s=launch_s, measured=bw, unit="GB/s", source=source, note=note)
+            for sz, bw in zip(sizes, busbw)]
+
 
 # ChatGLM2-6B is ChatGLM3-6B's architecture (same config.json fields) with seq_length 32768
 # (huggingface.co/THUDM/chatglm2-6b config.json); ChatGLM-6B (first generation) has no preset in
@@ -130,7 +174,92 @@ MEASURED = [
     dict(id="chatglm2-6b-fp16-mem-8k", kind="memory", model="chatglm2-6b", weights="bf16", context=8192,
          measured=12.8e9, unit="B", source=CHATGLM2,
          note="README table, FP16/BF16, decoding 8192 tokens: 12.8 GB"),
+    # ---- many chips: batch-1 decode with tensor parallelism (issue 22) --------------------------------
+    *[dict(id=f"a100x{tp}-llama2-{m}-tp{tp}", kind="decode", aim=True, model=f"llama-2-{m}", system="dgx-a100-x16",
+           tp=tp, context=100, measured=v, unit="tok/s", source=GPTFAST_TP,
+           note=("gpt-fast's box is a hybrid cube mesh with PyTorch's intra-node all-reduce; the preset is an "
+                 "NVSwitch DGX with NCCL's algorithms. The measured steps imply ~3.3 us per kernel and ~6-7 us "
+                 "per all-reduce; tierlab's 1.3 us kernels and NCCL's ~15 us ring LL all-reduce make a similar "
+                 "total with a different split (docs/validation.md)"))
+      for m, tp, v in (("7b", 2, 168.84), ("7b", 4, 254.02), ("7b", 8, 328.43),
+                       ("70b", 2, 21.32), ("70b", 4, 38.01), ("70b", 8, 62.50))],
+    dict(id="a100x8-llama2-70b-tp8-int8", kind="decode", aim=False, model="llama-2-70b", system="dgx-a100-x16", tp=8,
+         context=100, weights="int8", measured=80.44, unit="tok/s", source=GPTFAST_Q,
+         note="int8 weight-only: half the weight bytes. gpt-fast's quantised kernels stream at a lower fraction "
+              "of HBM (its own column: 1069 GB/s int8, 863 GB/s int4, against 1397 GB/s bf16 on one GPU): the "
+              "dequantising GEMV's efficiency, which tierlab does not model per dtype; outside the aim"),
+    dict(id="a100x8-llama2-70b-tp8-int4", kind="decode", aim=False, model="llama-2-70b", system="dgx-a100-x16", tp=8,
+         context=100, weights="int4", quant_group=32, measured=90.77, unit="tok/s", source=GPTFAST_Q,
+         note="int4 weight-only, groups of 32 (scales counted); gpt-fast's int4 kernel dequantises on the fly "
+              "at 863 GB/s on one GPU (its own column), which tierlab does not charge beyond the bytes; outside "
+              "the aim"),
+    dict(id="a100-llama2-7b-int8", kind="decode", aim=False, model="llama-2-7b", chip="a100", context=100,
+         weights="int8", measured=155.58, unit="tok/s", source=GPTFAST_Q,
+         note="one GPU, int8 weight-only: the kernel streams 1069 GB/s (the source's column) against bf16's 1397; "
+              "per-dtype kernel efficiency is not modelled; outside the aim"),
+    dict(id="a100-llama2-7b-int4", kind="decode", aim=False, model="llama-2-7b", chip="a100", context=100,
+         weights="int4", quant_group=32, measured=196.80, unit="tok/s", source=GPTFAST_Q,
+         note="one GPU, int4 weight-only, groups of 32: 863 GB/s (the source's column); outside the aim"),
+    dict(id="tp-scaling-llama2-7b", kind="tp_scaling", model="llama-2-7b", system="dgx-a100-x16", tp=8, tp_low=2,
+         context=100, measured=328.43 / 168.84, unit="x", source=GPTFAST_TP,
+         note="TP8 over TP2 speed-up (328.43 / 168.84): the shape of the scaling, the issue's ±20% target"),
+    dict(id="tp-scaling-llama2-70b", kind="tp_scaling", model="llama-2-70b", system="dgx-a100-x16", tp=8, tp_low=2,
+         context=100, measured=62.50 / 21.32, unit="x", source=GPTFAST_TP,
+         note="TP8 over TP2 speed-up (62.50 / 21.32)"),
+    dict(id="h100x2-llama33-70b-fp8-itl-5000", kind="decode", aim=True, model="llama-3.1-70b", system="dgx-h100", tp=2,
+         context=5250, weights="fp8", kv="fp8", measured=1000 / 18.58, unit="tok/s", source=NIM,
+         note="1 / ITL (18.58 ms) at concurrency 1, 5000 input / 500 output tokens (context ~5250 on average); "
+              "Llama-3.3-70B has Llama-3.1-70B's shapes; fp8 KV assumed (NIM's FP8 profiles)"),
+    dict(id="h100x2-llama33-70b-fp8-itl-500", kind="decode", aim=True, model="llama-3.1-70b", system="dgx-h100", tp=2,
+         context=1500, weights="fp8", kv="fp8", measured=1000 / 18.91, unit="tok/s", source=NIM,
+         note="1 / ITL (18.91 ms) at concurrency 1, 500 input / 2000 output tokens (context ~1500 on average)"),
+    # ---- time to first token (the prefill of the prompt) --------------------------------------------
+    dict(id="h100x2-llama33-70b-fp8-ttft-5000", kind="ttft", model="llama-3.1-70b", system="dgx-h100", tp=2,
+         prompt=5000, weights="fp8", kv="fp8", measured=406.77, unit="ms", source=NIM,
+         note="TTFT at concurrency 1, 5000 input tokens: the prefill plus the client's and server's request "
+              "handling (a few ms, not modelled)"),
+    dict(id="h100x2-llama33-70b-fp8-ttft-500", kind="ttft", model="llama-3.1-70b", system="dgx-h100", tp=2,
+         prompt=500, weights="fp8", kv="fp8", measured=47.77, unit="ms", source=NIM,
+         note="TTFT at concurrency 1, 500 input tokens: at this size the request handling and the first "
+              "decode step are a larger share"),
+    # ---- collectives: nccl-tests all-reduce bus bandwidth and small-message times --------------------
+    *_curve_rows("nccl-h200x8-nvls", "hgx-h200", 8, "in_network",
+                 (1 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30, 8 << 30),
+                 (0.06, 52.96, 240.41, 368.11, 432.24, 467.58, 479.98), AZURE_H200,
+                 "NVLS forced (NCCL_ALGO=NVLS): tierlab's in_network algorithm with NCCL's NVLS latency (25 us) "
+                 "and efficiency (0.85); mid sizes ramp slower in NCCL (fewer channels, chunk pipelining), "
+                 "which the model does not see; launched through the host API (no CUDA graphs)", HOST_LAUNCH_S),
+    *_curve_rows("nccl-gb200x4-ring", "gb200-nvl72", 4, "ring",
+                 (1 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30, 8 << 30),
+                 (0.10, 80.48, 331.09, 550.73, 593.53, 646.87, 679.61), AZURE_GB200,
+                 "Ring forced; NVLink 5 at 900 GB/s per direction and H100's 0.82 achievable fraction; host-API "
+                 "launch (no CUDA graphs)", HOST_LAUNCH_GB200_S),
+    *[dict(id=f"nccl-h100x8-{k}", kind="collective", system="dgx-h100", ranks=8, algorithm="auto", size=sz,
+           launch_s=HOST_LAUNCH_S, measured=us, unit="us", source=TRITON_DIST,
+           note="NCCL through torch.distributed without CUDA graphs: the host API's launch (D8) in place of "
+                "the chip's 1.3 us graph-launched kernel")
+      for k, sz, us in (("16k", 16 << 10, 20.71), ("64k", 64 << 10, 23.05), ("256k", 256 << 10, 24.76),
+                        ("512k", 512 << 10, 25.24), ("1m", 1 << 20, 32.42))],
+    dict(id="nccl-a100x8-small", kind="collective", system="dgx-a100-x16", ranks=8, algorithm="ring", size=128,
+         launch_s=HOST_LAUNCH_S, measured=33.7, unit="us", source=NCCL_TESTS_123,
+         note="one channel (NCCL_MAX_NCHANNELS=1) and an older NCCL: its per-step latency on A100 is ~3x the "
+              "0.6 us NCCL's tuning model carries for LL on NVLink today"),
+    dict(id="nccl-a100x2-small", kind="collective", system="dgx-a100-x16", ranks=2, algorithm="ring", size=128,
+         launch_s=HOST_LAUNCH_S, measured=10.0, unit="us", source=NCCL_TESTS_123, note="the same test on 2 GPUs"),
+    dict(id="nccl-h100x2-graphs", kind="collective", system="dgx-h100", ranks=2, algorithm="auto", size=64 << 10,
+         measured=6.0, unit="us", source=NCCL_1259,
+         note="CUDA graphs hide the launch, and NCCL 2.20 on 2 GPUs beats its own tuning model's 6.6 us base "
+              "latency: outside the band, kept"),
+    # ---- energy on many chips ----------------------------------------------------------------------
+    dict(id="h100x4-llama31-70b-energy-b16", kind="energy", model="llama-3.1-70b", system="dgx-h100", tp=4,
+         context=1024, batch=16, measured=2.09, unit="J/token", source=MLENERGY_70B,
+         note="whole-board energy of 4 GPUs over a serving run against tierlab's dynamic data-movement, "
+              "arithmetic and network energy: a lower bound, outside the band by construction (as the one-GPU "
+              "energy rows)"),
 ]
+
+BAND = {"decode": 0.25, "tp_scaling": 0.20, "ttft": 0.35, "busbw": 0.25, "collective": 0.25, "energy": 0.25,
+        "speed_ratio": 0.25, "context": 0.25, "memory": 0.25}
 
 
 def model_spec(name: str):
@@ -153,23 +282,76 @@ class Predictor:
         self.tmp = tmp
         self.traces: dict[tuple, Path] = {}
 
-    def per_token(self, model: str, chip: str, *, context: int, batch: int = 1, generate: int = 2) -> dict:
-        from emulator.analysis.result import to_json
-        from emulator.pipeline import replay_trace
+    def trace(self, model: str, **run) -> Path:
         from traces.lower import generate_trace
         from traces.run import RunConfig
 
-        key = (model, context, batch, generate)
+        key = (model, tuple(sorted(run.items())))
         if key not in self.traces:
-            run = RunConfig(context=context, generate=generate, batch=batch)
-            self.traces[key] = generate_trace(model_spec(model), run, self.tmp / f"{len(self.traces)}.trace")
-        return to_json(replay_trace(self.traces[key], chip))["per_token"]
+            self.traces[key] = generate_trace(model_spec(model), RunConfig(**run),
+                                              self.tmp / f"{len(self.traces)}.trace")
+        return self.traces[key]
+
+    def per_token(self, model: str, chip: str, *, context: int, batch: int = 1, generate: int = 2) -> dict:
+        return self.result(model, chip=chip, context=context, batch=batch, generate=generate)["per_token"]
+
+    def result(self, model: str, *, chip: str | None = None, system: str | None = None, tp: int = 1,
+               context: int = 0, prompt: int = 0, generate: int = 2, batch: int = 1, weights: str = "bf16",
+               kv: str = "bf16", quant_group: int | None = None) -> dict:
+        """The ``--json`` of ``tierlab run`` for one setup (a chip, or a system with ``tp``)."""
+        run = dict(context=context, prompt=prompt, generate=generate, batch=batch, weights=weights, kv=kv)
+        if tp > 1:
+            run["tp"] = tp
+        if quant_group:
+            run["quant_group"] = quant_group
+        path = self.trace(model, **run)
+        if system is None:
+            from emulator.analysis.result import to_json
+            from emulator.pipeline import replay_trace
+
+            return to_json(replay_trace(path, chip))
+        from emulator.analysis.system_result import to_json as system_json
+        from emulator.system.systemfile import load_system
+        from emulator.system_pipeline import replay_system
+
+        return system_json(replay_system(path, load_system(system)))
 
 
 def predict(row: dict, pred: Predictor) -> dict:
     """The prediction for one row of MEASURED: ``roofline``, ``calibrated`` (where the kind has one) and
     the figures the notes use."""
     kind = row["kind"]
+    setup = {k: row[k] for k in ("chip", "system", "tp", "weights", "kv", "quant_group", "batch") if k in row}
+    if kind in ("busbw", "collective"):
+        from emulator.analysis.collective_curve import bus_bandwidth, curve
+        from emulator.system.systemfile import load_system
+
+        from emulator.network.protocols import Settings
+
+        system = load_system(row["system"])
+        st = Settings(library=system.collective_library, skew_s=system.collective_skew_s,
+                      launch_s=row.get("launch_s", system.chip.execution.kernel_overhead_s))
+        (c,) = curve(system, row["ranks"], (row["size"],), settings=st, algorithm=row["algorithm"])
+        v = c["bus_bandwidth_gb_s"] if kind == "busbw" else c["time_s"] * 1e6
+        r = (bus_bandwidth(row["ranks"], row["size"], c["roofline_time_s"]) / 1e9 if kind == "busbw"
+             else c["roofline_time_s"] * 1e6)
+        return {"roofline": r, "calibrated": v, "algorithm": c["algorithm"], "protocol": c["protocol"]}
+    if kind == "ttft":
+        pf = pred.result(row["model"], prompt=row["prompt"], generate=0, **setup)["prefill"]
+        return {"roofline": pf["latency_s"] * 1e3, "calibrated": pf["latency_calibrated_s"] * 1e3,
+                "bound": pf["bound"], "bound_calibrated": pf["bound_calibrated"]}
+    if kind == "tp_scaling":
+        hi = pred.result(row["model"], context=row["context"], **setup)["per_token"]
+        lo = pred.result(row["model"], context=row["context"], **{**setup, "tp": row["tp_low"]})["per_token"]
+        return {"roofline": hi["tokens_per_s"] / lo["tokens_per_s"],
+                "calibrated": hi["tokens_per_s_calibrated"] / lo["tokens_per_s_calibrated"]}
+    if kind in ("decode", "energy") and ("system" in row or "weights" in row):
+        pt = pred.result(row["model"], context=row["context"], **setup)["per_token"]
+        if kind == "energy":
+            return {"roofline": pt["energy_j"], "calibrated": None, "bound": pt["bound"]}
+        return {"roofline": pt["tokens_per_s"], "calibrated": pt["tokens_per_s_calibrated"], "bound": pt["bound"],
+                "bound_calibrated": pt["bound_calibrated"], "kernels": pt["kernels"],
+                "overhead_s": pt["overhead_s"], "latency_calibrated_s": pt["latency_calibrated_s"]}
     if kind in ("decode", "speed_ratio", "energy"):
         pt = pred.per_token(row["model"], row["chip"], context=row["context"], batch=row.get("batch", 1))
         out = {"roofline": pt["tokens_per_s"], "calibrated": pt["tokens_per_s_calibrated"],
@@ -208,12 +390,17 @@ def rows(selected: list[str] | None = None) -> list[dict]:
         for row in MEASURED:
             if selected and row["id"] not in selected:
                 continue
-            p = predict(row, pred)
+            try:
+                p = predict(row, pred)
+            except UsageError as err:        # a system or chip preset this checkout does not have
+                p = {"roofline": None, "calibrated": None, "missing": str(err)}
             best = p["calibrated"] if p.get("calibrated") is not None else p["roofline"]
-            ratio = best / row["measured"] if row.get("measured") else None
+            ratio = best / row["measured"] if row.get("measured") and best is not None else None
             src, url, date = row["source"]
+            band = BAND.get(row["kind"], 0.25)
             out.append({**{k: v for k, v in row.items() if k != "source"}, "source": src, "url": url,
-                        "date": date, "predicted": p, "ratio": ratio,
+                        "date": date, "predicted": p, "ratio": ratio, "band": band,
+                        "within_band": None if ratio is None else bool(1 - band <= ratio <= 1 + band),
                         "within_25": None if ratio is None else bool(0.75 <= ratio <= 1.25)})
     return out
 
@@ -228,20 +415,35 @@ def _fmt(v, unit: str) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
+def summary(table: list[dict]) -> dict:
+    """Per kind (and for the aim rows) how many rows with a measurement fall within their band."""
+    out = {}
+    for r in table:
+        if r["within_band"] is None:
+            continue
+        for key in (r["kind"], *(["aim"] if r.get("aim") else []), *(["systems"] if "system" in r else [])):
+            e = out.setdefault(key, {"rows": 0, "within": 0, "band": r["band"]})
+            e["rows"] += 1
+            e["within"] += int(r["within_band"])
+    return out
+
+
 def text(table: list[dict]) -> str:
-    head = ["id", "measured", "unit", "roofline", "calibrated", "ratio", "±25%"]
+    head = ["id", "measured", "unit", "roofline", "calibrated", "ratio", "band", "within"]
     body = [[r["id"], _fmt(r["measured"], r["unit"]), r["unit"], _fmt(r["predicted"]["roofline"], r["unit"]),
              _fmt(r["predicted"].get("calibrated"), r["unit"]),
-             "-" if r["ratio"] is None else f"{r['ratio']:.2f}",
-             "-" if r["within_25"] is None else ("yes" if r["within_25"] else "no")] for r in table]
-    aim = [r for r in table if r.get("aim") and r["within_25"] is not None]
+             "-" if r["ratio"] is None else f"{r['ratio']:.2f}", f"±{r['band'] * 100:.0f}%",
+             "-" if r["within_band"] is None else ("yes" if r["within_band"] else "no")] for r in table]
+    aim = [r for r in table if r.get("aim") and r["within_band"] is not None]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in [head, ["-" * w for w in widths], *body]]
     lines.append("")
     if aim:
-        lines.append(f"bs-1 decode on GPUs (compiled, CUDA graphs; the aim): {sum(r['within_25'] for r in aim)} of "
+        lines.append(f"bs-1 decode on GPUs (compiled, CUDA graphs; the aim): {sum(r['within_band'] for r in aim)} of "
                      f"{len(aim)} within ±25%")
-        lines.append("")
+    for kind, e in summary(table).items():
+        lines.append(f"{kind}: {e['within']} of {e['rows']} within ±{e['band'] * 100:.0f}%")
+    lines.append("")
     for r in table:
         extra = r["predicted"].get("implied_overhead_per_kernel_s")
         implied = f" Implied overhead per kernel: {extra * 1e6:.1f} us." if extra is not None and extra > 2e-6 else ""
@@ -249,13 +451,69 @@ def text(table: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def markdown(table: list[dict]) -> str:
+    """The table as Markdown (docs/validation.md)."""
+    out = ["| id | kind | setup | measured | unit | roofline | calibrated | ratio | band | within |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        setup = ", ".join(f"{k} {r[k]}" for k in ("model", "chip", "system", "tp", "ranks", "size", "context",
+                                                   "prompt", "batch", "weights") if k in r)
+        out.append(f"| {r['id']} | {r['kind']} | {setup} | {_fmt(r['measured'], r['unit'])} | {r['unit']} | "
+                   f"{_fmt(r['predicted']['roofline'], r['unit'])} | {_fmt(r['predicted'].get('calibrated'), r['unit'])} | "
+                   + ("-" if r["ratio"] is None else f"{r['ratio']:.2f}") + f" | ±{r['band'] * 100:.0f}% | "
+                   + ("-" if r["within_band"] is None else ("yes" if r["within_band"] else "**no**")) + " |")
+    return "\n".join(out)
+
+
+def plot(table: list[dict], path: str) -> None:
+    """Predicted (calibrated where there is one) against measured, one point per row, log-log, each
+    kind its marker; the diagonal and the ±25 % band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 6.5))
+    kinds = sorted({r["kind"] for r in table if r["ratio"] is not None})
+    marks = dict(zip(kinds, "os^Dv<>ph*"))
+    for kind in kinds:
+        rs = [r for r in table if r["kind"] == kind and r["ratio"] is not None]
+        meas = [r["measured"] for r in rs]
+        ax.scatter(meas, [m * r["ratio"] for m, r in zip(meas, rs)], marker=marks[kind], s=36,
+                   label=f"{kind} ({sum(r['within_band'] for r in rs)}/{len(rs)} in band)", alpha=0.8)
+    lo = min(r["measured"] for r in table if r["ratio"] is not None) / 2
+    hi = max(r["measured"] for r in table if r["ratio"] is not None) * 2
+    xs = [lo, hi]
+    ax.plot(xs, xs, "k-", lw=1)
+    ax.fill_between(xs, [x * 0.75 for x in xs], [x * 1.25 for x in xs], color="grey", alpha=0.15, label="±25%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured (each row's unit: tok/s, ms, us, GB/s, J, x)")
+    ax.set_ylabel("tierlab predicted (calibrated where it has one)")
+    ax.set_title("benchmarks/validate.py: predicted against measured")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    from common.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format=Path(path).suffix.lstrip(".") or "png")
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--plot", default=None, metavar="FILE", help="draw predicted against measured (PNG)")
     ap.add_argument("--only", default=None, help="comma-separated row ids")
     a = ap.parse_args(argv)
     table = rows(a.only.split(",") if a.only else None)
-    print(json.dumps({"rows": table}, indent=2) if a.json else text(table))
+    if a.plot:
+        plot(table, a.plot)
+    if a.json:
+        print(json.dumps({"rows": table, "summary": summary(table)}, indent=2))
+    else:
+        print(markdown(table) if a.markdown else text(table))
     return 0
 
 
