@@ -207,19 +207,20 @@ MEASURED = [
          context=100, measured=62.50 / 21.32, unit="x", source=GPTFAST_TP,
          note="TP8 over TP2 speed-up (62.50 / 21.32)"),
     dict(id="h100x2-llama33-70b-fp8-itl-5000", kind="decode", aim=True, model="llama-3.1-70b", system="dgx-h100", tp=2,
-         context=5250, weights="fp8", kv="fp8", measured=1000 / 18.58, unit="tok/s", source=NIM,
+         context=5250, weights="fp8", kv="fp8", activations="fp8", measured=1000 / 18.58, unit="tok/s", source=NIM,
          note="1 / ITL (18.58 ms) at concurrency 1, 5000 input / 500 output tokens (context ~5250 on average); "
-              "Llama-3.3-70B has Llama-3.1-70B's shapes; fp8 KV assumed (NIM's FP8 profiles)"),
+              "Llama-3.3-70B has Llama-3.1-70B's shapes; NIM's fp8 profile is TensorRT-LLM's FP8 recipe, weights "
+              "and activations in FP8 (FP8 GEMMs), FP8 KV assumed"),
     dict(id="h100x2-llama33-70b-fp8-itl-500", kind="decode", aim=True, model="llama-3.1-70b", system="dgx-h100", tp=2,
-         context=1500, weights="fp8", kv="fp8", measured=1000 / 18.91, unit="tok/s", source=NIM,
+         context=1500, weights="fp8", kv="fp8", activations="fp8", measured=1000 / 18.91, unit="tok/s", source=NIM,
          note="1 / ITL (18.91 ms) at concurrency 1, 500 input / 2000 output tokens (context ~1500 on average)"),
     # ---- time to first token (the prefill of the prompt) --------------------------------------------
     dict(id="h100x2-llama33-70b-fp8-ttft-5000", kind="ttft", model="llama-3.1-70b", system="dgx-h100", tp=2,
-         prompt=5000, weights="fp8", kv="fp8", measured=406.77, unit="ms", source=NIM,
+         prompt=5000, weights="fp8", kv="fp8", activations="fp8", measured=406.77, unit="ms", source=NIM,
          note="TTFT at concurrency 1, 5000 input tokens: the prefill plus the client's and server's request "
               "handling (a few ms, not modelled)"),
     dict(id="h100x2-llama33-70b-fp8-ttft-500", kind="ttft", model="llama-3.1-70b", system="dgx-h100", tp=2,
-         prompt=500, weights="fp8", kv="fp8", measured=47.77, unit="ms", source=NIM,
+         prompt=500, weights="fp8", kv="fp8", activations="fp8", measured=47.77, unit="ms", source=NIM,
          note="TTFT at concurrency 1, 500 input tokens: at this size the request handling and the first "
               "decode step are a larger share"),
     # ---- collectives: nccl-tests all-reduce bus bandwidth and small-message times --------------------
@@ -297,9 +298,10 @@ class Predictor:
 
     def result(self, model: str, *, chip: str | None = None, system: str | None = None, tp: int = 1,
                context: int = 0, prompt: int = 0, generate: int = 2, batch: int = 1, weights: str = "bf16",
-               kv: str = "bf16", quant_group: int | None = None) -> dict:
+               kv: str = "bf16", activations: str = "bf16", quant_group: int | None = None) -> dict:
         """The ``--json`` of ``tierlab run`` for one setup (a chip, or a system with ``tp``)."""
-        run = dict(context=context, prompt=prompt, generate=generate, batch=batch, weights=weights, kv=kv)
+        run = dict(context=context, prompt=prompt, generate=generate, batch=batch, weights=weights, kv=kv,
+                   activations=activations)
         if tp > 1:
             run["tp"] = tp
         if quant_group:
@@ -321,7 +323,8 @@ def predict(row: dict, pred: Predictor) -> dict:
     """The prediction for one row of MEASURED: ``roofline``, ``calibrated`` (where the kind has one) and
     the figures the notes use."""
     kind = row["kind"]
-    setup = {k: row[k] for k in ("chip", "system", "tp", "weights", "kv", "quant_group", "batch") if k in row}
+    setup = {k: row[k] for k in ("chip", "system", "tp", "weights", "kv", "activations", "quant_group", "batch")
+             if k in row}
     if kind in ("busbw", "collective"):
         from emulator.analysis.collective_curve import bus_bandwidth, curve
         from emulator.system.systemfile import load_system
@@ -466,37 +469,58 @@ def markdown(table: list[dict]) -> str:
 
 
 def plot(table: list[dict], path: str) -> None:
-    """Predicted (calibrated where there is one) against measured, one point per row, log-log, each
-    kind its marker; the diagonal and the ±25 % band."""
+    """Left: predicted (calibrated where there is one) against measured, log-log, each kind its
+    marker, the diagonal and the ±25 % band (the capacity rows, in bytes and tokens, left out of this
+    panel). Right: every row's ratio by kind, with its band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 6.5))
-    kinds = sorted({r["kind"] for r in table if r["ratio"] is not None})
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 6), gridspec_kw={"width_ratios": [1, 1.3]})
+    done = [r for r in table if r["ratio"] is not None]
+    kinds = sorted({r["kind"] for r in done})
     marks = dict(zip(kinds, "os^Dv<>ph*"))
+    scatter = [r for r in done if r["kind"] not in ("memory", "context")]
     for kind in kinds:
-        rs = [r for r in table if r["kind"] == kind and r["ratio"] is not None]
-        meas = [r["measured"] for r in rs]
-        ax.scatter(meas, [m * r["ratio"] for m, r in zip(meas, rs)], marker=marks[kind], s=36,
-                   label=f"{kind} ({sum(r['within_band'] for r in rs)}/{len(rs)} in band)", alpha=0.8)
-    lo = min(r["measured"] for r in table if r["ratio"] is not None) / 2
-    hi = max(r["measured"] for r in table if r["ratio"] is not None) * 2
-    xs = [lo, hi]
-    ax.plot(xs, xs, "k-", lw=1)
-    ax.fill_between(xs, [x * 0.75 for x in xs], [x * 1.25 for x in xs], color="grey", alpha=0.15, label="±25%")
+        rs = [r for r in scatter if r["kind"] == kind]
+        if rs:
+            ax.scatter([r["measured"] for r in rs], [r["measured"] * r["ratio"] for r in rs], marker=marks[kind],
+                       s=36, alpha=0.8, label=f"{kind} ({sum(r['within_band'] for r in rs)}/{len(rs)} in band)")
+    lo = min(r["measured"] for r in scatter) / 2
+    hi = max(r["measured"] for r in scatter) * 2
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1)
+    ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="grey", alpha=0.15, label="±25%")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("measured (each row's unit: tok/s, ms, us, GB/s, J, x)")
+    ax.set_xlabel("measured (the row's unit: tok/s, ms, us, GB/s, J/token, x)")
     ax.set_ylabel("tierlab predicted (calibrated where it has one)")
-    ax.set_title("benchmarks/validate.py: predicted against measured")
+    ax.set_title("predicted against measured")
     ax.legend(fontsize=8, loc="upper left")
+    x = 0
+    ticks, labels = [], []
+    for kind in kinds:
+        rs = [r for r in done if r["kind"] == kind]
+        xs = list(range(x, x + len(rs)))
+        b = rs[0]["band"]
+        ax2.fill_between([x - 0.4, x + len(rs) - 0.6], 1 - b, 1 + b, color="grey", alpha=0.15, lw=0)
+        ax2.scatter(xs, [r["ratio"] for r in rs], marker=marks[kind], s=30,
+                    c=["tab:green" if r["within_band"] else "tab:red" for r in rs])
+        ticks.append(x + (len(rs) - 1) / 2)
+        labels.append(kind)
+        x += len(rs) + 1
+    ax2.axhline(1.0, color="k", lw=1)
+    ax2.set_yscale("log")
+    ax2.set_xticks(ticks)
+    ax2.set_xticklabels(labels, rotation=30, ha="right", fontsize=9)
+    ax2.set_ylabel("predicted / measured")
+    ax2.set_title("every row's ratio, its band shaded (green: within)")
+    fig.suptitle("benchmarks/validate.py", fontsize=11)
     fig.tight_layout()
     from common.atomic import atomic_path
 
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format=Path(path).suffix.lstrip(".") or "png")
+    with atomic_path(path, force=True) as tmp:      # a figure is redrawn in place
+        fig.savefig(tmp, dpi=100, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
 
 

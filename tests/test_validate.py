@@ -60,14 +60,12 @@ def test_system_rows_are_the_system_replay_figures(tmp_path):
 
 def test_issue_22_targets_hold():
     """The multi-GPU batch-1 decode rows in the aim within ±25 % calibrated, the TP8/TP2 shape within
-    ±20 %, at least one time-to-first-token row within ±35 % (a row leaving its band is a regression)."""
+    ±20 %, the time-to-first-token rows within ±35 % (a row leaving its band is a regression)."""
     ids = [r["id"] for r in validate.MEASURED
            if (r["kind"] == "decode" and r.get("aim") and "system" in r) or r["kind"] in ("tp_scaling", "ttft")]
     table = validate.rows(ids)
     for r in table:
-        if r["kind"] == "ttft":
-            continue
         assert r["within_band"], (r["id"], r["ratio"])
     assert sum(1 for r in table if r["kind"] == "decode") >= 8
-    assert any(r["within_band"] for r in table if r["kind"] == "ttft")
+    assert sum(1 for r in table if r["kind"] == "ttft") >= 2
     assert len(validate.MEASURED) >= 30
