@@ -1,7 +1,9 @@
 """The trace path end to end: ``tierlab replay TRACE --chip FILE`` against pycachesim, same addresses.
 
-The issue-4 stream (``_common.issue_blocks``: 10 M loads of 64-byte lines) written as a v1 trace,
-one row per load (one tensor, one op, ``nbytes`` 64, ``count`` 1), replayed by ``tierlab replay
+The issue-4 stream (``_common.issue_blocks``: 10 M loads of 64-byte lines) written as an address
+trace (``--kind addresses``, the default: format version 4, one word a load, what ``tierlab
+import`` writes) or as a descriptor trace (``--kind descriptors``: one row per load, one tensor,
+one op, ``nbytes`` 64, ``count`` 1), replayed by ``tierlab replay
 TRACE --chip FILE --json`` in a subprocess (read, check, replay, cost, report) on 1-, 2- and
 3-level LRU and FIFO hierarchies (L1 32 KiB 8-way, L2 1 MiB 16-way, L3 8 MiB 16-way, 64 B lines,
 over a memory tier that homes the tensor). Process start-up is measured apart: the same command on
@@ -13,6 +15,7 @@ split (read and check the trace alone; the whole replay in process) says where t
 
     python benchmarks/bench_trace_path.py [--lines N] [--levels 1,2,3] [--policies lru,fifo]
                                           [--repeat N] [--keep DIR]
+                                          [--kind addresses|descriptors]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from _common import LINE_BYTES, REPO, emit, issue_blocks, log, timed, timed_cpu
+from bench_import import cpu_model
 from bench_replay import GEOMETRY, pycachesim_replay
 
 CHIP_HEAD = """\
@@ -95,6 +99,20 @@ def write_trace(path: Path, blocks: np.ndarray) -> None:
                            np.full(len(b), LINE_BYTES))
 
 
+def write_address_trace(path: Path, blocks: np.ndarray) -> None:
+    """``blocks`` (64-byte line numbers, below 2**30 bytes) as an address trace (format version 4):
+    one word ``line << 1`` a load, one region tensor (what ``tierlab import`` writes)."""
+    from traces.addresses import AddressTraceWriter
+
+    n = len(blocks)
+    with AddressTraceWriter(path, line_bytes=LINE_BYTES, force=True,
+                            extra={"imported": {"records": n, "reads": n, "writes": 0}}) as w:
+        step = 1 << 22
+        for lo in range(0, n, step):
+            w.add(blocks[lo:lo + step] << 1)
+        w.regions([0], [(int(blocks.max()) + 1) * LINE_BYTES])
+
+
 def tierlab_replay(trace: Path, chip: Path, repeat: int) -> tuple[float, float, dict]:
     """(best wall seconds, best CPU seconds (user + system) of ``tierlab replay TRACE --chip CHIP
     --json`` in a fresh process, its JSON). CPU time is the fairer figure on a shared machine."""
@@ -122,7 +140,10 @@ def in_process(trace: Path, chip: Path, repeat: int) -> dict:
     from traces.reader import open_trace
 
     def read():
-        return sum(b.num_rows for b in open_trace(trace).iter_accesses())
+        t = open_trace(trace)
+        if t.kind == "addresses":
+            return sum(len(w) for w in t.iter_lines())
+        return sum(b.num_rows for b in t.iter_accesses())
 
     replay_trace(trace, str(chip))
     _, c_read, _ = timed_cpu(read, repeat=repeat)
@@ -138,6 +159,9 @@ def main() -> None:
     ap.add_argument("--policies", default="lru,fifo", help="policies (default lru,fifo)")
     ap.add_argument("--repeat", type=int, default=3, help="best of N of each timing (default 3)")
     ap.add_argument("--keep", help="write the traces and chip files here and keep them")
+    ap.add_argument("--kind", choices=["addresses", "descriptors"], default="addresses",
+                    help="the trace's kind: an address trace (format 4, what tierlab import writes; default) or "
+                         "descriptors (format 3, one row per load)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     policies = [p.strip() for p in args.policies.split(",")]
@@ -146,8 +170,9 @@ def main() -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     try:
         blocks = issue_blocks(args.lines)
-        t_write, _ = timed(write_trace, tmp / "issue.trace", blocks)
-        write_trace(tmp / "one.trace", blocks[:1])
+        writer = write_address_trace if args.kind == "addresses" else write_trace
+        t_write, _ = timed(writer, tmp / "issue.trace", blocks)
+        writer(tmp / "one.trace", blocks[:1])
         addrs = blocks * LINE_BYTES
         t_list, addr_list = timed(lambda: addrs.tolist())
         disk = sum(f.stat().st_size for f in (tmp / "issue.trace").iterdir())
@@ -174,7 +199,8 @@ def main() -> None:
                        "in_process": in_process(tmp / "issue.trace", chip, args.repeat)}
                 runs.append(row)
                 log(json.dumps(row))
-        emit("bench_trace_path", {"lines": len(blocks), "line_bytes": LINE_BYTES,
+        emit("bench_trace_path", {"kind": args.kind, "cpu_model": cpu_model(), "lines": len(blocks),
+                                  "line_bytes": LINE_BYTES,
                                   "trace_bytes_on_disk": disk, "trace_write_s": t_write,
                                   "pycachesim_list_conversion_s": t_list,
                                   "hierarchy": [{"name": n, "capacity_bytes": c, "ways": w} for n, c, w in GEOMETRY],

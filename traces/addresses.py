@@ -38,18 +38,36 @@ REGION_BYTES = 1 << fmt.REGION_SHIFT
 
 
 @njit(nogil=True)
+def word_range(words):
+    """(smallest, largest) word: one pass the compiler vectorises."""
+    lo = words[0]
+    hi = words[0]
+    for j in range(1, len(words)):
+        w = words[j]
+        lo = min(lo, w)
+        hi = max(hi, w)
+    return lo, hi
+
+
+@njit(nogil=True)
 def check_words(words, sh, nbytes, n_tensors):
     """The first row whose line lies outside its region's tensor (tensor ``b >> 30`` for the line's
-    byte address ``b``, of ``nbytes``), or -1; and whether any row writes."""
-    wrote = 0
+    byte address ``b``, of ``nbytes``), or -1. When every word lies in one region, the range of the
+    words decides (one vectorised pass); otherwise each word is looked at."""
+    if len(words) == 0:
+        return -1
+    lo, hi = word_range(words)
+    if lo >= 0:
+        t = ((lo >> 1) << sh) >> 30
+        if t == ((hi >> 1) << sh) >> 30 and t < n_tensors and (((hi >> 1) << sh) & ((1 << 30) - 1)) + (1 << sh) <= nbytes[t]:
+            return -1
     for j in range(len(words)):
         w = words[j]
         b = (w >> 1) << sh
         t = b >> 30
         if w < 0 or t >= n_tensors or (b & ((1 << 30) - 1)) + (1 << sh) > nbytes[t]:
-            return j, wrote
-        wrote |= w & 1
-    return -1, wrote
+            return j
+    return -1
 
 
 class AddressTraceWriter:
@@ -267,7 +285,7 @@ class AddressTrace(_trace_base()):
                 if col.null_count:
                     raise TraceError(f"rows {rows}..{rows + len(col) - 1}: null words", file=str(path), field="word")
                 words = col.to_numpy().view(np.int64)
-                bad, _ = check_words(words, sh, nbytes, len(nbytes))
+                bad = check_words(words, sh, nbytes, len(nbytes))
                 if bad >= 0:
                     w = int(words[bad])
                     raise TraceError(f"row {rows + bad}: line {w >> 1} ({self.line_bytes} B) lies outside the "

@@ -203,7 +203,11 @@ def _replay_lines(geo: Geometry, tensors: Tensors, lines: LineStream, options: R
     per_op = counts[None].copy()
     by_kind = np.zeros((len(KINDS), n_tiers, N_COUNTERS), np.int64)
     by_kind[int(tensors.kind[0]) if len(tensors.kind) else KINDS.index("other")] = counts
-    return _result(geo, per_op, by_kind, np.zeros_like(counts), lines.n_lines, lines.n_lines, choice, stats, options)
+    result = _result(geo, per_op, by_kind, np.zeros_like(counts), lines.n_lines, lines.n_lines, choice, stats,
+                     options)
+    if "straddle_once" in stats:            # shown in --json as provenance.kernel.straddle_once
+        result.meta["kernel"]["straddle_once"] = stats["straddle_once"]
+    return result
 
 
 def replay_twins(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor_home, tensor_kind,

@@ -8,9 +8,10 @@ tier-0 block; no descriptor is built. Elsewhere the door replays the trace's des
 
 ``once_rows`` (the manifest's ``straddle`` ``"once"``): rows whose line continues the access of
 the row before. Such an access is counted once at tier 0 (cachegrind's convention): one request,
-a miss if any of its lines missed. Its lines are fed one at a time to see which missed; tier 0's
-hits and misses are then corrected (its byte counters and every tier below still see each line:
-the lines are really fetched). Counts are otherwise the stream kernels'.
+a miss if any of its lines missed. Its lines are fed one at a time to see which missed, and tier 0's
+hits and misses so counted are returned beside the counters (``stats["straddle_once"]``); the
+counters themselves count lines, so every law of :mod:`emulator.engine.invariants` holds (each line
+of a straddling access is really looked up and filled).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def _tier0_misses(r: StreamReplayer) -> int:
 def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, options: ReplayOptions,
                  progress=None) -> tuple[np.ndarray, dict]:
     """Replay ``stream`` on the stream kernels (the chain when ``chain``); return the counts
-    ``[tier, counter]`` and the replayer's stats."""
+    ``[tier, counter]`` and the replayer's stats (with ``straddle_once``: tier 0's accesses, hits
+    and misses counting each straddling access once, when the stream has ``once_rows``)."""
     sh0 = int(geo.block_bytes[0]).bit_length() - 1
     shift = 1 + sh0 - (stream.line_bytes.bit_length() - 1)
     once = np.asarray(stream.once_rows, np.int64)
@@ -102,11 +104,12 @@ def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, 
         if progress is not None:
             progress(n)
     counts = r.counts()
-    counts[0, HITS] += hits_off
-    counts[0, MISSES] += misses_off
     stats = r.stats()
     if len(once):
-        stats["straddles_counted_once"] = int(len(once))
+        stats["straddle_once"] = {"tier": geo.names[0], "accesses": int(counts[0, HITS] + counts[0, MISSES]
+                                                                          + hits_off + misses_off),
+                                  "hits": int(counts[0, HITS] + hits_off), "misses": int(counts[0, MISSES] + misses_off),
+                                  "continuation_lines": int(len(once))}
     return counts, stats
 
 

@@ -1,0 +1,203 @@
+"""The address-trace kind (format version 4) and its replay through the stream kernels.
+
+* The words replayed by the stream kernels give every counter of every tier exactly as the same
+  trace's descriptor view does on the walk (a second path), for 1-3 LRU/FIFO levels, with and
+  without writes, on one and two threads; and pycachesim's per-level misses on a read stream.
+* ``--straddle once``: tier 0 counts each access once (a miss if any of its lines missed), exactly
+  as a plain-Python cache of cachegrind's rule; the tiers below see every line either way.
+* The reader refuses a damaged address trace, naming the file; older versions still read
+  (tests/test_trace_format.py, tests/test_trace_forms.py, tests/test_trace_v2.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from common.errors import TraceError, UsageError
+from emulator.chip.chipfile import load_chip
+from emulator.engine.options import ReplayOptions
+from emulator.pipeline import replay_trace
+from traces import format as fmt
+from traces.importers import import_trace
+from traces.reader import open_trace
+
+LEVELS = (("l1", 16, 4), ("l2", 64, 8), ("l3", 256, 8))     # (name, sets, ways), 64-byte lines
+
+
+def chip_toml(levels, policy="lru", line=64) -> str:
+    parts = ['name = "addr"\n[compute]\nflops = { bf16 = "1 TFLOP/s" }\nenergy = { bf16 = "1 pJ" }\n']
+    names = [n for n, _, _ in levels] + ["dram"]
+    for name, sets, ways in levels:
+        parts.append(f'[[tier]]\nname = "{name}"\ncapacity = "{sets * ways * line} B"\nblock = "{line} B"\n'
+                     f'ways = {ways}\npolicy = "{policy}"\nmanaged = "cache"\nbandwidth = "1 TB/s"\n'
+                     'read_energy = "1 pJ/bit"\nwrite_energy = "1 pJ/bit"\n')
+    parts.append(f'[[tier]]\nname = "dram"\ncapacity = "64 GiB"\nblock = "{line} B"\nmanaged = "memory"\n'
+                 'bandwidth = "100 GB/s"\nread_energy = "1 pJ/bit"\nwrite_energy = "1 pJ/bit"\n')
+    for a, b in zip(names, names[1:]):
+        parts.append(f'[[link]]\nfrom = "{a}"\nto = "{b}"\nbandwidth = "1 TB/s"\nenergy = "1 pJ/bit"\n')
+    return "\n".join(parts)
+
+
+def records(seed, n=20000, writes=0.3):
+    """Unaligned accesses of 1-32 bytes over a hot set and a sweep, in two 1 GiB regions."""
+    rng = np.random.default_rng(seed)
+    hot = 0x7F00_0000 + rng.integers(0, 64 * 900, n)
+    sweep = 0x2_0000_0000 + (np.arange(n) * 24) % (1 << 20)
+    a = np.where(rng.random(n) < 0.6, hot, sweep)
+    s = rng.choice([1, 2, 4, 8, 16, 32], n)
+    w = rng.random(n) < writes
+    return [(int(x), int(y), int(z)) for x, y, z in zip(a, s, w)]
+
+
+def write_din(path, recs):
+    path.write_text("".join(f"{w} {a:x} {s}\n" for a, s, w in recs))
+    return path
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    d = tmp_path_factory.mktemp("addr")
+    out = {}
+    for writes in (0.0, 0.3):
+        for straddle in ("both", "once"):
+            src = write_din(d / f"w{writes}.din", records(11, writes=writes))
+            t = d / f"w{writes}-{straddle}.trace"
+            import_trace(src, t, straddle=straddle)
+            out[writes, straddle] = t
+    return d, out
+
+
+def _chip(d, levels, policy):
+    p = d / f"c-{len(levels)}-{policy}.toml"
+    p.write_text(chip_toml(levels, policy))
+    return load_chip(str(p))
+
+
+@pytest.mark.parametrize("writes", [0.0, 0.3])
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("n_levels", [1, 2, 3])
+def test_words_on_the_stream_kernels_equal_the_walk(imported, writes, policy, n_levels):
+    d, traces = imported
+    t = traces[writes, "both"]
+    chip = _chip(d, LEVELS[:n_levels], policy)
+    fast = replay_trace(t, chip)
+    two = replay_trace(t, chip, ReplayOptions(threads=2))
+    walk = replay_trace(t, chip, ReplayOptions(kernel="walk"))
+    assert fast.result.meta["kernel"]["name"] == ("cache_stream_chain" if writes == 0 else "cache_stream_passes")
+    assert walk.result.meta["kernel"]["name"] == "walk"
+    assert np.array_equal(fast.result.tiers, walk.result.tiers)
+    assert np.array_equal(two.result.tiers, walk.result.tiers)
+    assert fast.result.n_accesses == open_trace(t).n_lines
+
+
+def test_read_stream_equals_pycachesim(imported):
+    from cachesim import Cache, CacheSimulator, MainMemory
+
+    d, traces = imported
+    t = traces[0.0, "both"]
+    words = np.concatenate(list(open_trace(t).iter_lines()))
+    mem, below, caches = MainMemory(), None, []
+    for name, sets, ways in reversed(LEVELS):
+        c = Cache(name, sets, ways, 64, "LRU", load_from=below, store_to=below)
+        caches.append(c)
+        below = c
+    mem.load_to(caches[0])
+    mem.store_from(caches[0])
+    sim = CacheSimulator(caches[-1], mem)
+    sim.load(((words >> 1) * 64).tolist())
+    st = {x["name"]: x for x in sim.stats()}
+    r = replay_trace(t, _chip(d, LEVELS, "lru")).result
+    for name, _, _ in LEVELS:
+        assert r.tier(name)["misses"] == st[name]["MISS_count"], name
+
+
+def once_reference(recs, sets, ways, policy="lru"):
+    """One cache, cachegrind's rule: an access touching several lines is one request, a miss if
+    any line missed; every line is looked up (and filled) in order. (hits, misses)."""
+    cache = [OrderedDict() for _ in range(sets)]
+    hits = misses = 0
+    for a, s, w in recs:
+        missed = False
+        for ln in range(a // 64, (a + s - 1) // 64 + 1):
+            st = cache[ln % sets]
+            if ln in st:
+                if policy == "lru":
+                    st.move_to_end(ln)
+            else:
+                missed = True
+                st[ln] = True
+                if len(st) > ways:
+                    st.popitem(last=False)
+        hits += not missed
+        misses += missed
+    return hits, misses
+
+
+@pytest.mark.parametrize("writes", [0.0, 0.3])
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_straddle_once_counts_an_access_once(imported, writes, policy):
+    d, traces = imported
+    recs = records(11, writes=writes)
+    chip = _chip(d, LEVELS[:2], policy)
+    once = replay_trace(traces[writes, "once"], chip).result
+    both = replay_trace(traces[writes, "both"], chip).result
+    so = once.meta["kernel"]["straddle_once"]
+    assert so["continuation_lines"] == open_trace(traces[writes, "once"]).straddle_rows().size > 0
+    # stores touch no LRU order differently here: store_hit_recency is on (the default)
+    assert (so["hits"], so["misses"]) == once_reference(recs, *LEVELS[0][1:], policy)
+    assert so["accesses"] == len(recs) and so["tier"] == "l1"
+    assert both.tier("l1")["hits"] + both.tier("l1")["misses"] == open_trace(traces[writes, "both"]).n_lines
+    assert np.array_equal(once.tiers, both.tiers)          # the counters count lines either way
+    assert "straddle_once" not in both.meta["kernel"]
+
+
+def test_straddle_once_needs_a_stream_kernel(imported):
+    d, traces = imported
+    with pytest.raises(UsageError, match="--straddle once replays on the stream kernels"):
+        replay_trace(traces[0.3, "once"], _chip(d, LEVELS[:1], "lru"), ReplayOptions(kernel="walk"))
+
+
+def test_manifest_and_descriptor_view(imported):
+    _, traces = imported
+    t = open_trace(traces[0.3, "both"])
+    m = json.loads((t.path / fmt.MANIFEST).read_text())
+    assert (m["version"], m["kind"], t.kind, t.line_bytes) == (4, "addresses", "addresses", 64)
+    assert m["lines"] == {"line_bytes": 64, "encoding": "plain", "word": "line << 1 | is_write"}
+    first = records(11, writes=0.3)[0][0] >> 30 << 30          # regions in first-seen order
+    assert [x["name"] for x in t.tensors.to_pylist()] == [f"region_{r:#x}" for r in
+                                                          sorted({0x40000000, 0x200000000}, key=lambda r: r != first)]
+    words = np.concatenate(list(t.iter_lines()))
+    c = t.access_columns()
+    base = t.tensors.column("address").to_numpy().astype(np.int64)
+    assert np.array_equal(base[c["tensor_id"]] + c["offset"].astype(np.int64), (words >> 1) * 64)
+    assert np.array_equal(c["is_write"], (words & 1) == 1) and set(c["nbytes"].tolist()) == {64}
+
+
+def _copy(src, dst):
+    import shutil
+    return shutil.copytree(src, dst)
+
+
+def test_reader_refuses_damaged_address_traces(imported, tmp_path):
+    _, traces = imported
+    t = _copy(traces[0.3, "both"], tmp_path / "t.trace")
+    m = json.loads((t / fmt.MANIFEST).read_text())
+    (t / fmt.MANIFEST).write_text(json.dumps({**m, "lines": {**m["lines"], "line_bytes": 48}}))
+    with pytest.raises(TraceError, match="line_bytes is 48, expected a power of two"):
+        open_trace(t)
+    (t / fmt.MANIFEST).write_text(json.dumps({**m, "tables": {**m["tables"], "lines": m["tables"]["lines"] + 1}}))
+    with pytest.raises(TraceError, match="the manifest says .* \\(truncated\\?\\)") as e:
+        list(open_trace(t).iter_lines())
+    assert str(e.value).startswith(str(t / fmt.LINES_FILE))
+    import pyarrow as pa
+    (t / fmt.MANIFEST).write_text(json.dumps(m))
+    bad = np.array([(1 << 40) << 1], np.uint64)
+    with pa.OSFile(str(t / fmt.LINES_FILE), "wb") as sink, pa.ipc.new_file(sink, fmt.LINES_SCHEMA) as w:
+        w.write_table(pa.table({"word": bad}))
+    (t / fmt.MANIFEST).write_text(json.dumps({**m, "tables": {**m["tables"], "lines": 1}}))
+    with pytest.raises(TraceError, match="row 0: line 1099511627776 \\(64 B\\) lies outside the tensors"):
+        list(open_trace(t).iter_lines())
