@@ -249,3 +249,43 @@ def test_system_file_fields(tmp_path):
     s = load_system(p)
     assert s.collective_library == "custom" and s.collective_skew_s == pytest.approx(2e-6)
     assert math.isclose(s.scale_up.achievable, load_system("dgx-h100").scale_up.achievable)
+
+
+def _two(kind_a, ranks_a, ranks_b, size, spans):
+    from emulator.cost.system_cost import SystemCost, contention
+
+    system = load_system("dgx-h100")
+    a = plan_collective(kind_a, Group(ranks_a, system), size, "ring")
+    b = plan_collective(kind_a, Group(ranks_b, system), size, "ring")
+    sc = SystemCost(devices=[], collectives=[a, b], table=[], system=system)
+    return contention(sc, spans, {0: 1.0, 1: 1.0}), a, b, system
+
+
+def test_contention_of_disjoint_groups_is_zero():
+    extra, *_ = _two("all_reduce", (0, 1), (2, 3), 2**24, {0: (0.0, 1.0), 1: (0.0, 1.0)})
+    assert extra == {0: 0.0, 1: 0.0}
+
+
+def test_contention_sharing_a_link_costs_the_sum_of_bytes():
+    """Two rings through device 0's port at once: each takes at least the sum of their bytes on that
+    link over its rate; apart in time, nothing is added."""
+    extra, a, b, system = _two("all_reduce", (0, 1), (0, 2), 2**24, {0: (0.0, 1.0), 1: (0.5, 1.5)})
+    rate = system.scale_up.bandwidth_bytes_per_s * system.scale_up.achievable
+    la, lb = dict(a.link_loads), dict(b.link_loads)
+    shared = set(la) & set(lb)
+    assert shared
+    own = max(v for v in la.values()) / rate
+    need = max((la[k] + lb[k]) / rate for k in shared)
+    assert own + extra[0] >= need * (1 - 1e-12)
+    assert extra[0] > 0 and extra[1] > 0
+    apart, *_ = _two("all_reduce", (0, 1), (0, 2), 2**24, {0: (0.0, 1.0), 1: (1.0, 2.0)})
+    assert apart == {0: 0.0, 1: 0.0}
+
+
+def test_link_loads_are_the_collectives_bytes(h100x8):
+    """A ring's per-link loads on a switch: each rank's port carries 2(n-1)/n S up and down."""
+    n, S = 8, 2**20
+    cc = plan_collective("all_reduce", Group(tuple(range(n)), h100x8), S, "ring")
+    loads = dict(cc.link_loads)
+    ups = [v for k, v in loads.items() if k[1] == "up"]
+    assert len(ups) == n and all(v == pytest.approx(2 * (n - 1) / n * S) for v in ups)

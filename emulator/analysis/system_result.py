@@ -184,11 +184,15 @@ def calibration_settings(sc: SystemCost) -> dict:
 def calibrated(sr: SystemReplay, sc: SystemCost, steps: dict, tokens: int) -> dict:
     """The calibrated per-token keys of a system (:attr:`SystemCost.calibration`): a decode step's
     critical path with each device's ops organised as one chip's and collectives as they run."""
-    lat, colls, by_res = [], [], {}
+    lat, colls, by_res, cont = [], [], {}, []
+    util: dict[str, list] = {}
     for ids in steps.values():
         p = sc.path(sr, ids, calibrated=True)
         lat.append(p.latency_s)
         colls.append(p.collective_s)
+        cont.append(sum(p.contention_s.values()))
+        for f, u in busiest_utilisation(sc, p.spans, p.latency_s).items():
+            util.setdefault(f, []).append(u)
         for r, t in p.by_resource_s.items():
             by_res[r] = by_res.get(r, 0.0) + t / len(steps)
     step = float(np.mean(lat))
@@ -213,8 +217,27 @@ def calibrated(sr: SystemReplay, sc: SystemCost, steps: dict, tokens: int) -> di
         "_coordination": {
             "collective_time_on_path_calibrated_s": float(np.mean(colls)),
             "collective_time_share_calibrated": float(np.mean([c / t if t > 0 else 0.0 for c, t in zip(colls, lat)])),
+            "contention_s": float(np.mean(cont)),
+            "busiest_link_utilisation": {f: float(np.mean(v)) for f, v in util.items()},
         },
     }
+
+
+def busiest_utilisation(sc: SystemCost, spans: dict, latency_s: float) -> dict:
+    """Per fabric, the busiest link's utilisation over a step: the bytes its collectives put on it /
+    (its rate x the step's calibrated latency)."""
+    from emulator.network.schedule import fabric_obj
+
+    per_link: dict = {}
+    for c in spans:
+        for link, b in sc.collectives[c].link_loads:
+            per_link[link] = per_link.get(link, 0.0) + b
+    out: dict = {}
+    for link, b in per_link.items():
+        fab = fabric_obj(sc.system, link[0])
+        u = b / (fab.bandwidth_bytes_per_s * fab.achievable * latency_s) if latency_s > 0 else 0.0
+        out[link[0]] = max(out.get(link[0], 0.0), u)
+    return out
 
 
 def collectives_table(sc: SystemCost) -> list[dict]:
@@ -232,6 +255,7 @@ def collectives_table(sc: SystemCost) -> list[dict]:
         if cal is not None:
             t = cal.collectives[i]
             e["time_calibrated_s"] = e.get("time_calibrated_s", 0.0) + t.time_s
+            e["contention_s"] = e.get("contention_s", 0.0) + cal.contention_s.get(i, 0.0)
             ways = e.setdefault("calibrated", {})
             ways[f"{t.algorithm}/{t.protocol}"] = ways.get(f"{t.algorithm}/{t.protocol}", 0) + 1
     return list(out.values())

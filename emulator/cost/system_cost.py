@@ -63,6 +63,10 @@ class Path:
     #: per device its walk in order: ``(OP, start_s, end_s, resource)``, ``(RUN, start_s, end_s, item)``
     #: (a run of ops, its item as given: :func:`run_starts` places its ops) or ``(COLL, start_s, end_s, id)``
     segments: list = field(default_factory=list)
+    #: per collective id its span: (start, end), from its last rank's arrival to its end
+    spans: dict = field(default_factory=dict)
+    #: per collective id the time contention added (the calibrated path only, :func:`contention`)
+    contention_s: dict = field(default_factory=dict)
 
 
 def run_starts(start_s: float, item: tuple) -> np.ndarray:
@@ -173,7 +177,8 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
         for kind, start, end, what in seg[d]:
             busy[d] += (end - start) if kind != COLL else (end - resolved[what][0])
     return Path(latency_s=max(clock, default=0.0), collective_s=coll_s, ops_s=ops_s, finish_s=clock,
-                by_resource_s=by_res, busy_s=busy, segments=seg)
+                by_resource_s=by_res, busy_s=busy, segments=seg,
+                spans={c: (v[0], v[1]) for c, v in resolved.items()})
 
 
 OVERLAPS = ("none", "tp", "ep")
@@ -198,6 +203,7 @@ class Calibration:
     settings: object
     overlap: str = "none"
     kernel_start: list = field(default_factory=list)   # per device, per local op: the first op of a kernel
+    contention_s: dict = field(default_factory=dict)   # per collective id: the time sharing links added
 
     def overlapped(self, table: list[dict]) -> frozenset:
         kinds = OVERLAP_KINDS[self.overlap]
@@ -214,14 +220,29 @@ class SystemCost:
     collectives: list[CollectiveCost]
     table: list[dict]
     calibration: Calibration | None = None
+    system: object = None
 
     def path(self, sr: SystemReplay, op_ids: np.ndarray | None = None, calibrated: bool = False) -> Path:
         """The critical path over the global ops ``op_ids`` (all if None): of the roofline, or of
-        the calibrated latency (``calibrated``, which needs :attr:`calibration`)."""
+        the calibrated latency (``calibrated``, which needs :attr:`calibration`: collectives whose
+        spans overlap share the links they cross, :func:`contention`)."""
         if not calibrated:
             return critical_path(*walk_items(sr, self, op_ids))
         cal = self.calibration
-        return critical_path(*walk_items(sr, self, op_ids, cal), overlapped=cal.overlapped(self.table))
+        items, times, res = walk_items(sr, self, op_ids, cal)
+        first = critical_path(items, times, res, overlapped=cal.overlapped(self.table))
+        if not cal.settings.overheads:
+            return first
+        extra = contention(self, first.spans, times)
+        if not any(extra.values()):
+            first.contention_s = extra
+            return first
+        for c, t in extra.items():
+            cal.contention_s[c] = t
+        p = critical_path(items, {c: t + extra.get(c, 0.0) for c, t in times.items()}, res,
+                          overlapped=cal.overlapped(self.table))
+        p.contention_s = extra
+        return p
 
 
 def algorithm_for(kind: str, asked: str) -> str:
@@ -253,7 +274,8 @@ def cost_system(sr: SystemReplay) -> SystemCost:
     for tr in sr.devices:
         if id(tr.result) not in costs:
             costs[id(tr.result)] = cost_of(tr)
-    return SystemCost(devices=[costs[id(tr.result)] for tr in sr.devices], collectives=colls, table=table)
+    return SystemCost(devices=[costs[id(tr.result)] for tr in sr.devices], collectives=colls, table=table,
+                      system=sr.system)
 
 
 def fabric_resource(cc: CollectiveCost) -> str:
@@ -311,6 +333,38 @@ def walk_items(sr: SystemReplay, sc: SystemCost, op_ids: np.ndarray | None = Non
     times = ({c: sc.collectives[c].time_s for c in used} if cal is None
              else {c: cal.collectives[c].time_s for c in used})
     return (items, times, {c: fabric_resource(sc.collectives[c]) for c in used})
+
+
+def contention(sc: SystemCost, spans: dict, times: dict) -> dict:
+    """Per collective id the time contention adds: collectives whose spans overlap share the links
+    they cross, each link's load is the sum of their bytes on it, and a collective's transfer is
+    bounded by its most loaded link. ``extra(c) = max over c's links of (its bytes + the overlapping
+    collectives' bytes) / the link's rate - max over c's links of its own bytes / the rate`` (rate:
+    the fabric's per-link bandwidth x its achievable fraction). A bound, stated as one: every
+    overlapping collective is counted for all of c's span, and the critical path is walked once more
+    with the extra times (no fixed point)."""
+    from emulator.network.schedule import fabric_obj
+
+    out = {c: 0.0 for c in times}
+    ids = sorted((c for c in times if c in spans and sc.collectives[c].link_loads), key=lambda c: spans[c][0])
+    loads = {c: dict(sc.collectives[c].link_loads) for c in ids}
+    rate: dict = {}
+    for i, c in enumerate(ids):
+        s0, e0 = spans[c]
+        if e0 <= s0:
+            continue
+        others = [o for o in ids if o != c and spans[o][0] < e0 and spans[o][1] > s0]
+        if not others:
+            continue
+        own = worst = 0.0
+        for link, b in loads[c].items():
+            if link not in rate:
+                fab = fabric_obj(sc.system, link[0])
+                rate[link] = fab.bandwidth_bytes_per_s * fab.achievable
+            own = max(own, b / rate[link])
+            worst = max(worst, (b + sum(loads[o].get(link, 0.0) for o in others)) / rate[link])
+        out[c] = max(0.0, worst - own)
+    return out
 
 
 def _device_calibration(tr, cst: Cost, coll: np.ndarray):

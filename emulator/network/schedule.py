@@ -131,6 +131,9 @@ class CollectiveCost:
     why: str = ""
     overhead_s: float = 0.0                                      # per-message part of time_s: steps x latency
     peers_by_rank: dict = field(default_factory=dict)            # rank -> the ranks it exchanges with (SWITCH: -1)
+    #: per link, one direction, the bytes it carries over the collective: ((fabric, "up"|"down", chip)
+    #: on a switch, (fabric, "pair", src, dst) on a mesh, ...), for contention between collectives
+    link_loads: tuple = ()
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -219,7 +222,14 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
         bytes_by_fabric=fab_bytes, messages_by_fabric=fab_msgs, busiest_link_bytes_by_fabric=fab_busiest,
         time_by_stage_s=times, time_s=sum(times.values()), energy_j=energy,
         bytes_sent_total=sum(sent.values()), bytes_received_total=sum(recv.values()), why=why,
-        overhead_s=overhead, peers_by_rank={r: tuple(sorted(p)) for r, p in sorted(peers.items())})
+        overhead_s=overhead, peers_by_rank={r: tuple(sorted(p)) for r, p in sorted(peers.items())},
+        link_loads=tuple(sorted((k, v) for k, v in link_total.items() if v)))
+
+
+def link_bandwidth(system: System, link: tuple) -> float:
+    """Bytes per second one way of a link of :attr:`CollectiveCost.link_loads` (its fabric's per-port
+    or per-link bandwidth)."""
+    return fabric_obj(system, link[0]).bandwidth_bytes_per_s
 
 
 def _busiest(system: System, used, up, down, pair) -> dict[str, float]:

@@ -60,7 +60,10 @@ def format_system_text(d: dict) -> str:
                 ["time in collectives on the critical path", format_si(c["collective_time_on_path_s"], "s")],
                 ["share of the step latency", format_percent(c["collective_time_share"])],
                 *([["time in collectives, calibrated", format_si(c["collective_time_on_path_calibrated_s"], "s")],
-                   ["share of the calibrated step", format_percent(c["collective_time_share_calibrated"])]]
+                   ["share of the calibrated step", format_percent(c["collective_time_share_calibrated"])],
+                   ["contention (links shared by overlapping collectives)", format_si(c["contention_s"], "s")],
+                   *[[f"busiest {f} link's utilisation", format_percent(u)]
+                     for f, u in c["busiest_link_utilisation"].items()]]
                   if "collective_time_share_calibrated" in c else []),
                 ["per-message overhead (steps x latency)", format_si(c["per_message_overhead_s"], "s")],
                 ["messages per step", f"{c['messages_per_step']:.4g}"]]
