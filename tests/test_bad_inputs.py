@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from emulator.chip.chipfile import list_presets as chip_presets
+from emulator.system.systemfile import list_presets as system_presets
 from emulator.cli import main
 from traces import format as fmt
 from traces.spec import ARCHITECTURES
@@ -493,12 +494,12 @@ CASES = [
     Case("arg-nothing-to-trace", ["trace", str(TINY), *TRACE_OUT, "--context", "8"],
          "prompt: nothing to trace: give a prompt length and/or tokens to generate"),
     Case("arg-unknown-weights-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--weights", "int3"],
-         "weights: unknown dtype 'int3'; expected one of bf16, fp16, fp32, fp8, int8, int4, mxfp4, fp8-block, "
-         "int4-g128, native"),
+         "weights: unknown dtype 'int3'; expected one of bf16, fp16, fp32, fp8, int8, int4, mxfp4, nvfp4, "
+         "fp8-block, int4-g128, native"),
     Case("arg-unknown-kv-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--kv", "int4"],
          "kv: unknown dtype 'int4'; expected one of bf16, fp16, fp32, fp8, int8"),
     Case("arg-unknown-activations-dtype", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--activations", "int8"],
-         "activations: unknown dtype 'int8'; expected one of bf16, fp16, fp32, fp8"),
+         "activations: unknown dtype 'int8'; expected one of bf16, fp16, fp32, fp8, nvfp4, mxfp4"),
     Case("arg-unknown-model-preset", ["trace", "llama-3.1-9b", *TRACE_OUT, "--generate", "1"],
          "llama-3.1-9b: no such model preset or config file (did you mean llama-3.1-8b?)"),
     Case("arg-unknown-router", ["trace", str(TINY), *TRACE_OUT, "--generate", "1", "--router", "topk"],
@@ -579,7 +580,7 @@ CASES = [
     Case("run-neither-chip-nor-system", ["run", str(TINY), "--generate", "1"],
          "--chip: give --chip NAME or --system NAME"),
     Case("run-unknown-system", ["run", str(TINY), "--generate", "1", "--system", "dgx-h1000"],
-         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: dgx-a100-x16, dgx-h100, dgx-h100-x16, dgx-h100-x2, hgx-h200, sn40l-16)"),
+         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: " + ", ".join(system_presets()) + ")"),
     Case("run-collective-algo-the-fabric-cannot-run",
          ["run", str(TINY), "--generate", "1", "--system", "sn40l-16", "--collective-algo", "in_network"],
          "--collective-algo: 'in_network' cannot run on sn40l-16: the scale_up fabric 'scale_up' is a direct "
@@ -587,7 +588,7 @@ CASES = [
     Case("compare-trace-needs-more-devices-than-the-system", ["compare", "{tmp}/t.trace", "--systems", "dgx-h100"],
          "--system or --tp: the trace needs 9 devices; dgx-h100 has 8 chips", lambda tmp: _nine_devices(tmp)),
     Case("compare-unknown-system", ["compare", str(GOLDEN), "--systems", "dgx-h1000"],
-         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: dgx-a100-x16, dgx-h100, dgx-h100-x16, dgx-h100-x2, hgx-h200, sn40l-16)"),
+         "unknown system preset 'dgx-h1000'; did you mean 'dgx-h100'? (presets: " + ", ".join(system_presets()) + ")"),
     # -- system files: `tierlab systems FILE` loads and validates one -------------------------
     Case("system-unknown-key", ["systems", "{tmp}/s.toml"],
          "{tmp}/s.toml: scale_up.bandwith: unknown key; did you mean 'bandwidth'?",
@@ -612,7 +613,7 @@ CASES = [
          "{tmp}/s.toml: scale_out: missing: 16 chips in nodes of 8 make 2 nodes, which need a [scale_out] fabric",
          {"s.toml": SYSTEM.split("[scale_out]")[0]}),
     Case("system-bad-topology", ["systems", "{tmp}/s.toml"],
-         "{tmp}/s.toml: scale_up.topology: unknown topology 'ring'; expected one of switch, direct",
+         "{tmp}/s.toml: scale_up.topology: unknown topology 'ring'; expected one of switch, direct, torus, mesh",
          {"s.toml": SYSTEM.replace('topology = "switch"', 'topology = "ring"')}),
     Case("system-reduction-on-direct", ["systems", "{tmp}/s.toml"],
          "{tmp}/s.toml: scale_up.in_network_reduction: a 'direct' fabric has no switch to reduce in; expected false (or topology = \"switch\")",
@@ -817,6 +818,28 @@ CASES = [
     Case("run-fp4-strict-on-chip-without-fp4", ["run", str(TINY), "--chip", "h100", "--generate", "1",
                                                 "--activations", "nvfp4", "--strict-dtype"],
          "--activations: h100 has no FP4 compute; expected one of the chip's dtypes (bf16, fp16, fp8, int8, tf32)"),
+    Case("system-torus-dims-not-the-chips", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_up.dims: [4, 3] make 12 chips; expected a grid of the node's 16 chips (chips_per_node)",
+         {"s.toml": (TORUS := 'name = "t"\nchip = "h100"\nchips = 16\n[scale_up]\ntopology = "torus"\ndims = [4, 4]\n'
+                    'bandwidth = "100 GB/s"\nlatency = "1 us"\nenergy = "5 pJ/bit"\n').replace("[4, 4]", "[4, 3]")}),
+    Case("system-torus-without-dims", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_up.dims: missing: a 'torus' needs dims = [..], the chips along each axis (multiplying "
+         "to chips_per_node, 16)", {"s.toml": TORUS.replace("dims = [4, 4]\n", "")}),
+    Case("system-dims-on-a-switch", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_up.dims: dims apply to a 'torus' or 'mesh' fabric, not a 'switch'",
+         {"s.toml": TORUS.replace('"torus"', '"switch"')}),
+    Case("system-torus-scale-out", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_out.topology: a 'torus' joins one node's chips; the scale-out fabric must be a 'switch'",
+         {"s.toml": TORUS.replace("chips = 16", "chips = 32\nchips_per_node = 16") + '[scale_out]\ntopology = "torus"\n'
+                    'dims = [2]\nbandwidth = "50 GB/s"\nlatency = "5 us"\nenergy = "5 pJ/bit"\n'}),
+    Case("system-oversubscription-below-one", ["systems", "{tmp}/s.toml"],
+         "{tmp}/s.toml: scale_out.oversubscription: expected a ratio >= 1 (1 = non-blocking, 4 = 4:1), got 0.5",
+         {"s.toml": TORUS.replace("chips = 16", "chips = 32\nchips_per_node = 16") + '[scale_out]\n'
+                    'bandwidth = "50 GB/s"\nlatency = "5 us"\nenergy = "5 pJ/bit"\noversubscription = 0.5\n'}),
+    Case("run-torus-on-a-switch", ["run", str(TINY), "--generate", "1", "--system", "dgx-h100", "--collective-algo",
+                                   "torus"],
+         "--collective-algo: 'torus' cannot run on dgx-h100: torus needs a 'torus' or 'mesh' scale-up fabric "
+         "(topology = \"torus\", dims = [..]), not a 'switch'"),
     Case("run-nvfp4-strict-on-mxfp4-chip", ["run", str(TINY), "--chip", "mi355x", "--generate", "1",
                                             "--activations", "nvfp4", "--strict-dtype"],
          "--activations: mi355x has no nvfp4 compute (its FP4 rate is for mxfp4); expected one of the chip's "
@@ -881,5 +904,5 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 186   # with issue 14's (families, calibrated latency, capture), 15's and 16's cases
+    assert len(CASES) >= 204   # with issue 14's (families, calibrated latency, capture), 15's, 16's and 24's cases
     assert len({c.id for c in CASES}) == len(CASES)

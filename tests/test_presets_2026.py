@@ -201,7 +201,9 @@ def test_fp8_kv_is_half_of_bf16():
 
 # ---- system presets ------------------------------------------------------------------------------
 
-NEW_SYSTEMS = {"dgx-b200": 8, "gb200-nvl72": 8, "mi300x-8": 8, "mi355x-8": 8, "gaudi3-8": 8, "cs-3": 1}
+NEW_SYSTEMS = {"dgx-b200": 8, "gb200-nvl72": 8, "mi300x-8": 8, "mi355x-8": 8, "gaudi3-8": 8, "cs-3": 1,
+               "tpu-v6e-256": 8, "tpu-v7-4x4x4": 8, "trn2-16": 8}
+GRID_SYSTEMS = ("tpu-v6e-256", "tpu-v7-4x4x4", "trn2-16")
 
 
 def test_system_presets_fabrics():
@@ -229,8 +231,11 @@ def test_system_runs_llama_8b(name, tmp_path, monkeypatch):
     tp = NEW_SYSTEMS[name]
     args = ["run", "llama-3.1-8b", "--system", name, "--context", "128", "--generate", "1", "--json"]
     args += ["--tp", str(tp)] if tp > 1 else []
+    args += ["--collective-algo", "torus"] if name in GRID_SYSTEMS else []
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["system"] == name and d["n_devices"] == tp and d["per_token"]["tokens_per_s"] > 0
     assert (len(d["collectives"]) > 0) == (tp > 1)
+    if name in GRID_SYSTEMS:
+        assert {c["algorithm"] for c in d["collectives"]} == {"torus"}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from emulator.network import direct, hierarchical, in_network, ring, tree, two_shot
+from emulator.network import direct, hierarchical, in_network, ring, torus, tree, two_shot
 
 
 @dataclass(frozen=True)
@@ -32,5 +32,5 @@ def from_module(mod) -> Algorithm:
 
 
 ALGORITHMS: dict[str, Algorithm] = {
-    a.name: a for a in map(from_module, (ring, tree, direct, hierarchical, in_network, two_shot))}
+    a.name: a for a in map(from_module, (ring, tree, direct, hierarchical, in_network, two_shot, torus))}
 ALGORITHM_NAMES = tuple(ALGORITHMS)

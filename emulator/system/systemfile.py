@@ -16,10 +16,14 @@ Layout, with every key's default (``required`` where there is none)::
 
     [scale_up]                 # required: the fabric joining the chips of one node
     description = "..."        # default ""
-    topology = "switch"        # default "switch"; "switch" | "direct" (a full mesh of the node)
+    topology = "switch"        # default "switch"; "switch" | "direct" (a full mesh of the node) |
+                               #   "torus" | "mesh" (neighbour links on a grid of dims; scale-up only)
+    dims = [16, 16]            # torus / mesh only, required there: chips along each axis, multiplying
+                               #   to chips_per_node; wraparound links close each axis of >= 3 on a torus
     bandwidth = "450 GB/s"     # required: per port (per link of a mesh), per direction
     ports = 1                  # default 1 on a switch; on "direct" chips_per_node - 1 (one link
-                               #   per peer), and if given a multiple of it
+                               #   per peer), and if given a multiple of it; on a torus / mesh a
+                               #   chip's most links (2 per axis of >= 3, 1 per axis of 2)
     latency = "1.5 us"         # required: per message
     energy = "5.5 pJ/bit"      # required: per bit (or byte) carried over one link
     in_network_reduction = true  # default false; a "switch" only
@@ -38,6 +42,9 @@ Layout, with every key's default (``required`` where there is none)::
     latency = "5 us"
     energy = "5.5 pJ/bit"
     in_network_reduction = false
+    oversubscription = 1       # scale-out only, default 1 (non-blocking): the spine carries 1/ratio
+                               #   of what the NICs below it send; a number >= 1
+    rail_optimised = false     # scale-out only, default false: NIC j of every node on leaf j (rails)
 
     [sources]                  # default {}: TAG = "citation"
     S16 = "..."
@@ -49,8 +56,10 @@ Layout, with every key's default (``required`` where there is none)::
 
 Refused: an unknown key (with a did-you-mean), a missing required key (a fabric without bandwidth
 among them), an unknown chip, ``chips`` not a multiple of ``chips_per_node``, a system of several
-nodes without ``[scale_out]``, an unknown topology, a ``direct`` scale-out fabric, and
-``in_network_reduction`` on a ``direct`` fabric (there is no switch to reduce in).
+nodes without ``[scale_out]``, an unknown topology, a ``direct``, ``torus`` or ``mesh`` scale-out
+fabric, ``in_network_reduction`` on a fabric without a switch, a torus / mesh without ``dims`` or
+whose ``dims`` do not multiply to ``chips_per_node``, ``dims`` on a switch or direct fabric, and
+``oversubscription`` below 1 or either scale-out key on the scale-up fabric.
 """
 
 from __future__ import annotations
@@ -63,12 +72,13 @@ from emulator.chip.chipfile import list_presets as chip_presets
 from emulator.chip.chipfile import load_chip, price_from_table
 from emulator.chip.hierarchy import Chip
 from emulator.chip.tomlfile import FileReader, read_toml
-from emulator.system.model import TOPOLOGIES, Fabric, System
+from emulator.system.model import GRIDS, TOPOLOGIES, Fabric, System, grid_links_per_chip
 
 _TOP_KEYS = {"name": True, "description": False, "chip": True, "chips": True, "chips_per_node": False,
              "scale_up": True, "scale_out": False, "sources": False, "price": False, "collectives": False}
 _FABRIC_KEYS = {"description": False, "topology": False, "bandwidth": True, "ports": False, "latency": True,
-                "energy": True, "in_network_reduction": False, "link_class": False, "achievable": False}
+                "energy": True, "in_network_reduction": False, "link_class": False, "achievable": False,
+                "dims": False, "oversubscription": False, "rail_optimised": False}
 _COLLECTIVE_KEYS = {"library": False, "skew": False}
 LINK_CLASSES = ("nvlink", "pci", "net")
 COLLECTIVE_LIBRARIES = ("nccl", "custom")
@@ -83,19 +93,24 @@ def _fabric(r: FileReader, d, field: str, chips_per_node: int) -> Fabric:
         raise r.error(f"{field}.topology", "a 'direct' fabric is a full mesh of one node's chips; "
                                            "the scale-out fabric must be a 'switch'")
     inr = r.boolean(d.get("in_network_reduction", False), f"{field}.in_network_reduction")
+    dims, oversubscription, rail = _grid_and_scale_out(r, d, field, topology, chips_per_node, inr)
     if inr and topology == "direct":
         raise r.error(f"{field}.in_network_reduction",
                       "a 'direct' fabric has no switch to reduce in; expected false (or topology = \"switch\")")
     peers = chips_per_node - 1
     if topology == "direct" and peers == 0:
         raise r.error(f"{field}.topology", "a 'direct' fabric needs at least 2 chips per node, got 1")
+    grid_ports = grid_links_per_chip(dims, topology == "torus") if dims else 0
     if "ports" in d:
         ports = r.count(d["ports"], f"{field}.ports")
+        if dims and ports % max(grid_ports, 1):
+            raise r.error(f"{field}.ports", f"a {topology} of dims {list(dims)} gives a chip up to {grid_ports} links: "
+                                            f"expected a multiple of {grid_ports}, got {ports}")
         if topology == "direct" and ports % peers:
             raise r.error(f"{field}.ports", f"a 'direct' fabric joins every pair of the node's {chips_per_node} chips: "
                                             f"expected a multiple of chips_per_node - 1 ({peers}), got {ports}")
     else:
-        ports = peers if topology == "direct" else 1
+        ports = peers if topology == "direct" else (max(grid_ports, 1) if dims else 1)
     link_class = d.get("link_class", "")
     if "link_class" in d and (not isinstance(link_class, str) or link_class not in LINK_CLASSES):
         raise r.error(f"{field}.link_class", f"unknown link class {link_class!r}; expected one of "
@@ -113,7 +128,51 @@ def _fabric(r: FileReader, d, field: str, chips_per_node: int) -> Fabric:
         energy_j_per_byte=r.quantity(d["energy"], "energy_per_byte", f"{field}.energy", positive=False),
         ports=ports, in_network_reduction=inr,
         description=r.string(d.get("description", ""), f"{field}.description", empty=True),
+        dims=dims, oversubscription=oversubscription, rail_optimised=rail,
     )
+
+
+def _grid_and_scale_out(r: FileReader, d, field: str, topology: str, chips_per_node: int, inr: bool):
+    """``(dims, oversubscription, rail_optimised)`` of a fabric table: ``dims`` only on a ``torus`` /
+    ``mesh`` scale-up fabric, multiplying to the node's chips; the other two only on the scale-out
+    switch (``oversubscription`` a ratio >= 1)."""
+    if topology in GRIDS:
+        if field == "scale_out":
+            raise r.error(f"{field}.topology", f"a '{topology}' joins one node's chips; the scale-out fabric "
+                                               "must be a 'switch'")
+        if inr:
+            raise r.error(f"{field}.in_network_reduction",
+                          f"a '{topology}' has no switch to reduce in; expected false (or topology = \"switch\")")
+        if "dims" not in d:
+            raise r.error(f"{field}.dims", f"missing: a '{topology}' needs dims = [..], the chips along each axis "
+                                           f"(multiplying to chips_per_node, {chips_per_node})")
+        raw = d["dims"]
+        if (not isinstance(raw, list) or not raw
+                or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in raw)):
+            raise r.error(f"{field}.dims", f"expected a non-empty array of positive integers, e.g. [16, 16], got {raw!r}")
+        product = 1
+        for k in raw:
+            product *= k
+        if product != chips_per_node:
+            raise r.error(f"{field}.dims", f"{raw} make {product} chips; expected a grid of the node's "
+                                           f"{chips_per_node} chips (chips_per_node)")
+        dims = tuple(raw)
+    elif "dims" in d:
+        raise r.error(f"{field}.dims", f"dims apply to a 'torus' or 'mesh' fabric, not a '{topology}'")
+    else:
+        dims = ()
+    oversubscription, rail = 1.0, False
+    for key in ("oversubscription", "rail_optimised"):
+        if key in d and field != "scale_out":
+            raise r.error(f"{field}.{key}", f"{key} applies to the scale-out fabric (a switch of NICs), not {field}")
+    if "oversubscription" in d:
+        v = d["oversubscription"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1:
+            raise r.error(f"{field}.oversubscription", f"expected a ratio >= 1 (1 = non-blocking, 4 = 4:1), got {v!r}")
+        oversubscription = float(v)
+    if "rail_optimised" in d:
+        rail = r.boolean(d["rail_optimised"], f"{field}.rail_optimised")
+    return dims, oversubscription, rail
 
 
 def _chip(r: FileReader, value) -> Chip:
