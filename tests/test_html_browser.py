@@ -9,10 +9,14 @@ which ``.ci/run`` sets after installing Chromium), where a missing browser fails
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
+
+import pyarrow.parquet as pq
 
 import pytest
 from test_html_report import _cli
@@ -48,28 +52,34 @@ def reports(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reports")
     trace = tmp / "t.trace"
     _cli("trace", TINY, "--prompt", "16", "--generate", "3", "-o", trace)
-    out = {}
+    out, bounds = {}, {}
     out["replay"] = tmp / "replay.html"
-    _cli("replay", trace, "--chip", "h100", "--html", out["replay"], "--mrc", "l2")
-    out["system"] = tmp / "system.html"
-    _cli("run", TINY, "--system", "dgx-h100", "--tp", "2", "--generate", "2", "--html", out["system"])
+    d = json.loads(_cli("replay", trace, "--chip", "h100", "--html", out["replay"], "--mrc", "l2", "--json").stdout)
+    bounds["replay"] = [d["per_token"]["bound"]]
+    out["system"] = tmp / "system.html"       # its trace made in a temporary directory, removed after the run
+    d = json.loads(_cli("run", TINY, "--system", "dgx-h100", "--tp", "2", "--generate", "2", "--html", out["system"],
+                        "--json").stdout)
+    bounds["system"] = [d["per_token"]["bound"]]
     out["compare"] = tmp / "compare.html"
-    _cli("compare", TINY, "--chips", "h100,sn40l", "--systems", "dgx-h100", "--generate", "2", "--html",
-         out["compare"])
+    d = json.loads(_cli("compare", TINY, "--chips", "h100,sn40l", "--systems", "dgx-h100", "--generate", "2", "--html",
+                        out["compare"], "--json").stdout)
+    bounds["compare"] = [c["replay"]["per_token"]["bound"] for c in d["chips"]]
     out["sweep"] = tmp / "sweep.html"
     _cli("sweep", "--model", TINY, "--chip", "h100,a100", "--batch", "1,4", "--context", "16", "--generate", "1",
          "-o", tmp / "s.parquet", "--workers", "1", "--html", out["sweep"])
-    return out
+    bounds["sweep"] = sorted({r["bound"] for r in pq.read_table(tmp / "s.parquet").to_pylist()})
+    return out, bounds
 
 
-EXPECTED = {"replay": {"bytes", "hit_rates", "energy", "latency", "roofline", "mrc"},
-            "system": {"bytes", "energy", "hit_rates", "latency", "roofline"},
+EXPECTED = {"replay": {"time", "busy", "bytes", "hit_rates", "energy", "latency", "roofline", "mrc"},
+            "system": {"time", "devices", "busy", "bytes", "energy", "hit_rates", "latency", "roofline"},
             "compare": {"comparison"}, "sweep": {"pareto"}}
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_report_in_headless_chromium(reports, name):
     sync_playwright, exe = _browser_or_skip()
+    reports, bounds = reports
     path = reports[name]
     declared = set(re.findall(r'<figure data-figure="([^"]+)"', path.read_text()))
     assert EXPECTED[name] <= declared
@@ -90,6 +100,15 @@ def test_report_in_headless_chromium(reports, name):
                 "figure[data-figure] img",
                 "els => els.map(e => ({name: e.closest('figure').dataset.figure, complete: e.complete, "
                 "w: e.naturalWidth, h: e.naturalHeight, shown: e.getBoundingClientRect().width}))")
+            # what a person sees: each figure's pixels (drawn into a canvas), not only its element
+            inked = page.eval_on_selector_all(
+                "figure[data-figure] img",
+                "els => els.map(e => { const c = document.createElement('canvas'); c.width = e.naturalWidth; "
+                "c.height = e.naturalHeight; const g = c.getContext('2d'); g.drawImage(e, 0, 0); "
+                "const px = g.getImageData(0, 0, c.width, c.height).data; let n = 0; "
+                "for (let i = 0; i < px.length; i += 4) if (px[i + 3] > 0 && (px[i] < 200 || px[i + 1] < 200 || "
+                "px[i + 2] < 200)) n++; return n / (c.width * c.height); })")
+            text = page.inner_text("body")
             title = page.title()
             sections = page.eval_on_selector_all("section", "els => els.map(e => e.id)")
             page.screenshot(path=str(ARTIFACTS / f"report-{name}.png"), full_page=True)
@@ -101,4 +120,8 @@ def test_report_in_headless_chromium(reports, name):
     for f in figs:
         assert f["complete"] and f["w"] > 100 and f["h"] > 100 and f["shown"] > 100, f
     assert title.startswith("tierlab") and sections[-1] == "provenance"
+    assert all(share > 0.005 for share in inked), inked         # every figure has ink, not a blank box
+    for bound in bounds[name]:                                   # the page names the bound
+        assert bound in text, bound
+    assert tempfile.gettempdir() + "/" not in text and tempfile.gettempdir() + "/" not in path.read_text()
     assert (ARTIFACTS / f"report-{name}.png").stat().st_size > 10_000

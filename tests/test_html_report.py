@@ -18,7 +18,7 @@ from emulator.present.format import format_si
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "models" / "tiny-llama.json"
-CHIP_FIGURES = {"bytes", "hit_rates", "energy", "latency", "roofline"}
+CHIP_FIGURES = {"time", "busy", "bytes", "hit_rates", "energy", "latency", "roofline"}
 
 
 def _cli(*args, code=0):
@@ -59,7 +59,7 @@ def test_replay_report(tmp_path):
     self_contained(html)
     figs = figures_of(html)
     assert set(figs) == CHIP_FIGURES and all(s.startswith("<svg") for s in figs.values())
-    for sid in ("placement", "bytes", "hits", "energy", "latency", "roofline", "provenance"):
+    for sid in ("summary", "time", "placement", "bytes", "hits", "energy", "latency", "roofline", "provenance"):
         assert f'<section id="{sid}">' in html
     assert html.index('id="roofline"') < html.index('id="provenance"')      # provenance at the bottom
     pt = d["per_token"]
@@ -155,3 +155,107 @@ def test_outputs_are_not_replaced_without_force(tmp_path, opt, name):
     assert r.stderr == f"tierlab: error: {out}: output exists; pass --force to replace it\n"
     _cli("replay", trace, "--chip", "h100", opt, out, "--force")
     assert out.read_bytes() != b"old"
+
+
+# ---- where the time goes, the header, no temporary paths -------------------------------------------
+
+def _rows(html: str, section_id: str) -> list[list[str]]:
+    """The cells of every table row in a section."""
+    sec = html[html.index(f'<section id="{section_id}">'):]
+    sec = sec[:sec.index("</section>")]
+    return [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", r) for r in re.findall(r"<tr>(.*?)</tr>", sec)]
+
+
+def _text(svg: str) -> str:
+    return " ".join(re.findall(r">([^<>]+)</text>", svg))
+
+
+def test_time_breakdown_of_a_chip_run(tmp_path):
+    import tempfile
+
+    out = tmp_path / "r.html"
+    d = json.loads(_cli("run", TINY, "--chip", "h100", "--prompt", "8", "--generate", "3", "--html", out,
+                        "--json").stdout)
+    pt, html = d["per_token"], out.read_text()
+    rows = {r[0]: r[1:] for r in _rows(html, "time")}
+    # the bars add up to the step's latency: roofline and calibrated, the launch overhead its own part
+    assert rows["total (the step&#x27;s latency)"] == ["-", format_si(pt["latency_s"], "s"),
+                                                      format_si(pt["latency_calibrated_s"], "s")]
+    assert rows["launch overhead"][2] == format_si(pt["overhead_s"], "s")
+    for r, busy in pt["time_by_resource_s"].items():
+        assert rows[r][0] == format_si(busy, "s")
+    assert rows[pt["bound"]][1] != format_si(0.0, "s")          # the bound carries roofline time
+    svg = figures_of(html)["time"]
+    assert "roofline" in _text(svg) and "calibrated" in _text(svg) and "launch overhead" in _text(svg)
+    # the header a person cites, the bound named, the temporary trace not shown as a path
+    head = html[html.index('<table class="header">'):html.index("</table>")]
+    assert "tiny-llama" in head and "h100" in head and "batch 1, context 0, prompt 8, generate 3" in head
+    assert "pim True" in head and "kernel that ran" in head and "temporary, removed after the run" in head
+    assert f"<td>{pt['bound']}</td>" in html
+    assert tempfile.gettempdir() + "/" not in html and "(temporary)/tiny-llama.trace" in html
+
+
+def test_time_breakdown_sums_against_the_per_op_table(tmp_path):
+    """Each resource's roofline share is the per-op Parquet's latency of the decode ops it bounds."""
+    import pyarrow.parquet as pq
+
+    from emulator.api.handover import receiving
+    from emulator.present import breakdown
+
+    trace = make_trace(tmp_path)
+    _cli("replay", trace, "--chip", "sn40l", "-o", tmp_path / "ops.parquet")
+    ops = pq.read_table(tmp_path / "ops.parquet").to_pylist()
+    from emulator.api.options import call
+    from emulator.cli.replay import command
+
+    with receiving(lambda d, o: (d, breakdown.time_breakdown(o["replay"], o["cost"]))) as got:
+        call(command, {"chip": "sn40l"}, {"trace": str(trace)})     # the replay, its objects kept
+    d, tb = got[0]
+    steps = len({o["step"] for o in ops if o["phase"] == "decode"})
+    for r, t in tb["roofline"].items():
+        want = sum(o["latency_s"] for o in ops if o["phase"] == "decode" and o["bound"] == r) / steps
+        assert t == pytest.approx(want, rel=1e-12), r
+    assert sum(tb["calibrated"].values()) == pytest.approx(d["per_token"]["latency_calibrated_s"], rel=1e-12)
+    assert sum(tb["roofline"].values()) == pytest.approx(d["per_token"]["latency_s"], rel=1e-12)
+
+
+def test_time_breakdown_of_a_system_run(tmp_path):
+    from emulator.api.handover import receiving
+    from emulator.present import breakdown
+    from emulator.present.format import format_percent
+
+    out = tmp_path / "s.html"
+    d = json.loads(_cli("run", TINY, "--system", "dgx-h100", "--tp", "2", "--generate", "2", "--html", out,
+                        "--json").stdout)
+    pt, html = d["per_token"], out.read_text()
+    figs = figures_of(html)
+    assert {"time", "devices", "bytes"} <= set(figs)
+    rows = {r[0]: r[1:] for r in _rows(html, "time")}
+    assert rows["total (the step&#x27;s latency)"] == [format_si(pt["latency_s"], "s"),
+                                                      format_si(pt["latency_calibrated_s"], "s")]
+    for r, t in pt["time_by_resource_s"].items():
+        assert rows[r][0] == format_si(t, "s")
+    share = d["coordination"]["collective_time_share"]
+    assert rows["collectives&#x27; share of the critical path (roofline)"] == [format_percent(share)]
+    assert "device 0" in _text(figs["devices"]) and "device 1" in _text(figs["devices"])
+    # every device's bar adds up to the step: its ops, its collectives, its wait
+    from emulator.api.options import call
+    from emulator.cli.run import command
+
+    with receiving(lambda d, o: breakdown.system_time(o["replay"], o["cost"])) as got:
+        call(command, {"system": "dgx-h100", "tp": 2, "generate": 2}, {"model": str(TINY)})
+    st = got[0]
+    assert len(st["devices"]) == 2 and st["collective_share"] == pytest.approx(share, rel=1e-12)
+    for row in st["devices"]:
+        assert sum(row.values()) == pytest.approx(pt["latency_s"], rel=1e-9)
+        assert row[breakdown.COLLECTIVES] > 0
+    assert sum(st["path"].values()) == pytest.approx(pt["latency_s"], rel=1e-12)
+    # the scale-up fabric's bytes, a sliver beside HBM's, still carry their value on the bar
+    uri = re.search(r'<figure data-figure="bytes"><img alt="bytes per decode token by link and fabric" src="([^"]+)"',
+                    html).group(1)
+    svg = _text(base64.b64decode(uri.split(",", 1)[1]).decode())
+    sup = pt["bytes_by_link"]["scale_up"]
+    unit = "KiB" if max(pt["bytes_by_link"].values()) >= 1024 else "B"
+    scale = 1024.0 if unit == "KiB" else 1.0
+    assert "link scale_up" in svg and f"{sup / scale:.3g} {unit}" in svg and sup > 0
+    assert f"<td>{pt['bound']}</td>" in html and "dgx-h100" in html[:html.index("</table>")]

@@ -5,6 +5,9 @@ here, only the per-op counts of :class:`emulator.pipeline.TraceReplay` and the p
 * :func:`latency_by_kind` -- per op kind, the latency of a decode step (or, without decode, of the
   whole run) split by each op's bound resource;
 * :func:`tier_bytes_per_token` -- bytes read and written at each tier per decode token;
+* :func:`time_breakdown` / :func:`system_time` -- where a decode step's time goes: by the resource
+  bounding each op (roofline) or kernel group (calibrated, with the kernels' launch overhead), and on
+  a system the critical path and each device's busy and waiting time;
 * :func:`roofline_points` / :func:`roofline_ceilings` -- a hierarchical roofline: per phase and op
   kind and per tier, the arithmetic intensity FLOPs / (bytes read + written at that tier) and the
   attained FLOP/s = FLOPs / the ops' summed roofline latency, against the compute peak of the run's
@@ -91,3 +94,100 @@ def roofline_ceilings(chip, cst) -> dict:
     """``{"compute": peak FLOP/s of the run's dtype, "dtype": ..., "tiers": {tier: bytes/s}}``."""
     return {"compute": float(chip.compute.flop_per_s[cst.dtype]), "dtype": cst.dtype,
             "tiers": {t.name: float(t.bandwidth_bytes_per_s) for t in chip.tiers}}
+
+
+# ---- where the time goes ------------------------------------------------------------------------
+
+LAUNCH = "launch overhead"
+COLLECTIVES = "collectives"
+WAITING = "waiting for other devices"
+
+
+def time_breakdown(tr, cst) -> dict:
+    """Where a decode step's time goes on one chip (or, without decode, the whole run's): each op's
+    roofline latency under the resource bounding it (``roofline``, adding up to
+    ``per_token.latency_s``); the calibrated latency's kernel groups under their busiest resource
+    and the kernels' fixed time as ``launch overhead`` (``calibrated``, adding up to
+    ``latency_calibrated_s``; None without the organisation); ``busy``: each resource's busy time
+    (``per_token.time_by_resource_s``). Seconds per step, resources in the Cost's order."""
+    rows, n = _decode_rows(tr)
+    res = list(cst.resources)
+    lat = np.asarray(cst.latency_s, np.float64)[rows]
+    bound = np.asarray(cst.bound, np.int64)[rows]
+    roof = np.bincount(bound, weights=lat, minlength=len(res)) / n
+    busy = np.asarray(cst.time_s, np.float64)[rows].sum(0) / n
+    out = {"per": "decode step" if _has_decode(tr) else "run", "steps": n,
+           "resources": res,
+           "roofline": {r: float(t) for r, t in zip(res, roof) if t > 0},
+           "busy": {r: float(t) for r, t in zip(res, busy)},
+           "calibrated": None}
+    org = getattr(cst, "organisation", None)
+    if org is not None and len(rows):
+        groups = np.unique(org.group[rows])
+        cal = np.bincount(np.asarray(org.group_bound, np.int64)[groups], weights=org.group_s[groups],
+                          minlength=len(res)) / n
+        out["calibrated"] = {r: float(t) for r, t in zip(res, cal) if t > 0}
+        over = org.overhead_s(rows) / n
+        if over > 0:
+            out["calibrated"][LAUNCH] = float(over)
+    return out
+
+
+def _has_decode(tr) -> bool:
+    return "decode" in tr.trace.ops.column("phase").to_pylist()
+
+
+def _device_split(segments) -> tuple[dict, float]:
+    """A device's walk (:attr:`emulator.cost.system_cost.Path.segments`): its ops' time by bound
+    resource, and that time's sum."""
+    from emulator.cost.system_cost import OP, RUN
+
+    by: dict[str, float] = {}
+    total = 0.0
+    for kind, start, end, what in segments:
+        if kind == OP:
+            by[what] = by.get(what, 0.0) + end - start
+            total += end - start
+        elif kind == RUN:
+            lats, bound, names = what[1], what[2], what[3]
+            for i, t in enumerate(np.bincount(np.asarray(bound, np.int64), weights=lats, minlength=len(names))):
+                if t:
+                    by[names[i]] = by.get(names[i], 0.0) + float(t)
+            total += end - start
+    return by, total
+
+
+def system_time(sr, sc) -> dict:
+    """Where a decode step's time goes on a system (averaged over the steps; the whole run without
+    decode): ``path`` and ``path_calibrated`` -- the critical path by resource (an op's bound,
+    ``network:FABRIC`` or ``memory`` for a collective; :attr:`~emulator.cost.system_cost.Path.by_resource_s`,
+    adding up to the step's latency); ``devices`` -- per device its ops' roofline time by bound
+    resource, its time in collectives (from its last rank's arrival to the end) and its wait for
+    other devices, adding up to the step's latency; ``collective_share`` of the critical path."""
+    from emulator.cost.system_cost import decode_steps
+
+    steps = decode_steps(sr) or {-1: np.arange(sr.trace.n_ops)}
+    n = len(steps)
+    path: dict[str, float] = {}
+    cal: dict[str, float] | None = {} if sc.calibration is not None else None
+    devices = [dict() for _ in sr.devices]
+    share = latency = 0.0
+    for ids in steps.values():
+        p = sc.path(sr, ids)
+        latency += p.latency_s / n
+        share += (p.collective_s / p.latency_s if p.latency_s > 0 else 0.0) / n
+        for r, t in p.by_resource_s.items():
+            path[r] = path.get(r, 0.0) + t / n
+        if cal is not None:
+            for r, t in sc.path(sr, ids, calibrated=True).by_resource_s.items():
+                cal[r] = cal.get(r, 0.0) + t / n
+        for d, segs in enumerate(p.segments):
+            by, ops_s = _device_split(segs)
+            row = devices[d]
+            for r, t in by.items():
+                row[r] = row.get(r, 0.0) + t / n
+            busy = p.busy_s[d] if d < len(p.busy_s) else ops_s
+            row[COLLECTIVES] = row.get(COLLECTIVES, 0.0) + max(busy - ops_s, 0.0) / n
+            row[WAITING] = row.get(WAITING, 0.0) + max(p.latency_s - busy, 0.0) / n
+    return {"per": "decode step" if -1 not in steps else "run", "steps": n, "latency_s": latency,
+            "path": path, "path_calibrated": cal, "devices": devices, "collective_share": share}

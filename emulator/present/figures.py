@@ -6,6 +6,9 @@ as SVG text for the HTML report (:mod:`emulator.present.html`) or saved by suffi
 * :func:`hit_rate_figure` -- hit rate by tensor kind at each caching tier;
 * :func:`energy_figure` -- the energy split (tiers, links, compute, PIM, network);
 * :func:`latency_figure` -- latency by op kind, stacked by each op's bound resource;
+* :func:`time_figure` -- where the time goes: stacked bars by resource (roofline and calibrated,
+  a system's critical path, each device's busy and waiting time), every part's value readable;
+* :func:`busy_figure` -- each resource's busy time on a log axis, every bar labelled;
 * :func:`roofline_figure` -- :func:`emulator.present.breakdown.roofline_points` against the compute
   peak and each tier's bandwidth (log-log; attainable = min(peak, bandwidth x intensity));
 * :func:`svg_of_plot` -- any drawing of :mod:`emulator.present.plots` that writes a file, as SVG text.
@@ -29,6 +32,7 @@ def _plt():
     import matplotlib
 
     matplotlib.rcParams["svg.hashsalt"] = "tierlab"        # the same figure gives the same SVG
+    matplotlib.rcParams["svg.fonttype"] = "none"           # text stays text: searchable, selectable, smaller
     return plt
 
 
@@ -74,10 +78,20 @@ def _hbar(title: str, labels, stacks: dict, unit: str, scale: float):
     ax.invert_yaxis()
     ax.set_xlabel(unit)
     ax.set_title(title)
+    _label_bars(ax, labels, left, unit.split(" ")[0])
     if len(stacks) > 1:
         ax.legend(fontsize=8, loc="lower right")
     ax.grid(True, axis="x", alpha=0.3)
     return fig
+
+
+def _label_bars(ax, labels, totals, unit: str) -> None:
+    """Each bar's value at its end, so that a bar too short to see still reads (a scale-up fabric's
+    bytes beside HBM's, a link that carries nothing)."""
+    top = max(totals, default=0.0) or 1.0
+    for y, v in zip(range(len(labels)), totals):
+        ax.text(v + top * 0.01, y, f"{v:.3g} {unit}" if v else "0", va="center", fontsize=7, color="#333")
+    ax.set_xlim(0, top * 1.18)
 
 
 def bytes_figure(bytes_by_link: dict, tier_bytes: dict | None = None) -> str:
@@ -185,3 +199,74 @@ def svg_of_plot(draw, *args, **kw) -> str:
         draw(*args, path, **kw)
         text = path.read_text()
     return text[text.index("<svg"):]
+
+
+def time_figure(columns: dict[str, dict[str, float]], title: str, order: list[str] | None = None) -> str | None:
+    """Stacked horizontal bars, one per column of ``columns`` (``label -> {part: seconds}``; e.g.
+    roofline and calibrated, or one per device), each part a colour shared across bars; parts wide
+    enough carry their value inside, each bar its total at its end followed by the parts too narrow
+    to see, so that every value reads; ``order``: the parts' colour order (shared by a page's
+    figures). None when there is nothing to draw."""
+    from emulator.present.format import format_si
+
+    labels = [k for k, v in columns.items() if v]
+    if not labels:
+        return None
+    plt = _plt()
+    present = set(p for k in labels for p, s in columns[k].items() if s > 0)
+    parts = [p for p in dict.fromkeys([*(order or []), *(p for k in labels for p in columns[k])]) if p in present]
+    colour_of = {p: _COLOURS[i % len(_COLOURS)] for i, p in enumerate(dict.fromkeys([*(order or []), *parts]))}
+    totals = [sum(columns[k].values()) for k in labels]
+    unit, scale = _si_unit(max(totals), "s")
+    top = max(totals) / scale
+    fig, ax = plt.subplots(figsize=(8.5, 0.55 * len(labels) + 2.0))
+    left = [0.0] * len(labels)
+    small: list[list[str]] = [[] for _ in labels]
+    for j, part in enumerate(parts):
+        v = [columns[k].get(part, 0.0) / scale for k in labels]
+        ax.barh(labels, v, left=left, label=part, color=colour_of[part], edgecolor="white", lw=0.5)
+        for i, x in enumerate(v):
+            if x <= 0:
+                continue
+            if x >= 0.09 * top:
+                ax.text(left[i] + x / 2, i, f"{x:.3g}", ha="center", va="center", fontsize=7, color="white")
+            else:
+                small[i].append(f"{part} {format_si(x * scale, 's')}")
+        left = [a + b for a, b in zip(left, v)]
+    for i, total in enumerate(left):
+        note = f"{total:.3g} {unit}" + (f"  ({'; '.join(small[i])})" if small[i] else "")
+        ax.text(total + top * 0.01, i, note, va="center", fontsize=7, color="#333")
+    ax.set_xlim(0, top * 1.9 if any(small) else top * 1.2)
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    ax.grid(True, axis="x", alpha=0.3)
+    return to_svg(fig)
+
+
+def busy_figure(busy_s: dict[str, float], title: str) -> str | None:
+    """Each resource's busy time (seconds), one bar each on a log axis (compute's nanoseconds beside
+    a tier's microseconds), every bar labelled; resources never busy listed as 0."""
+    from emulator.present.format import format_si
+
+    items = list(busy_s.items())
+    if not any(v > 0 for _, v in items):
+        return None
+    plt = _plt()
+    labels = [k for k, _ in items]
+    vals = [v for _, v in items]
+    floor = min(v for v in vals if v > 0) / 10
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(labels) + 1.6))
+    ax.barh(labels, [max(v, floor) if v > 0 else 0 for v in vals], color=[_COLOURS[i % len(_COLOURS)]
+                                                                         for i in range(len(labels))])
+    ax.set_xscale("log")
+    ax.set_xlim(floor, max(vals) * 30)
+    for y, v in enumerate(vals):
+        ax.text(max(v, floor) * 1.15 if v > 0 else floor * 1.15, y, format_si(v, "s") if v > 0 else "0 (never busy)",
+                va="center", fontsize=7, color="#333")
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds (log scale)")
+    ax.set_title(title)
+    ax.grid(True, axis="x", which="both", alpha=0.25)
+    return to_svg(fig)

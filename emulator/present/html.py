@@ -33,6 +33,7 @@ td:first-child,th:first-child,td.text{text-align:left}
 figure{margin:.8rem 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.8rem;color:#555}.note{font-size:.85rem;color:#555}
 pre{background:#f7f7f7;padding:.6rem;font-size:.75rem;overflow-x:auto}
+table.header th{text-align:left;background:#f4f4f4;width:9rem}table.header td{text-align:left}
 """
 
 
@@ -60,14 +61,89 @@ def section(sid: str, title: str, *parts: str) -> str:
     return f'<section id="{sid}"><h2>{escape(title)}</h2>{"".join(parts)}</section>'
 
 
-def page(title: str, subtitle: str, sections: list[str], provenance) -> str:
+def page(title: str, subtitle: str, sections: list[str], provenance, *, header: str = "") -> str:
+    """The whole page: title, ``subtitle`` (text) or ``header`` (HTML, :func:`header_html`), the
+    sections, the provenance; a path under the temporary directory (a trace ``tierlab run`` made
+    and removed) is shown as ``(temporary)/NAME``."""
     prov = section("provenance", "Provenance", f"<pre>{escape(json.dumps(provenance, indent=1, default=str))}</pre>",
                    f'<p class="note">written {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC '
                    "by tierlab</p>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width\"><title>{escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1><p>{escape(subtitle)}</p>"
-            + "".join(sections) + prov + "</body></html>\n")
+    top = header or f"<p>{escape(subtitle)}</p>"
+    return scrub_temporary("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                           f"<meta name=\"viewport\" content=\"width=device-width\"><title>{escape(title)}</title>"
+                           f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>{top}"
+                           + "".join(sections) + prov + "</body></html>\n")
+
+
+def _temporary_roots() -> list[str]:
+    import os
+    import tempfile
+
+    roots = {tempfile.gettempdir(), os.path.realpath(tempfile.gettempdir())}
+    return sorted((r.rstrip("/") for r in roots if r and r != "/"), key=len, reverse=True)
+
+
+def is_temporary(path) -> bool:
+    """``path`` lies under the temporary directory (where ``tierlab run`` and ``compare`` trace)."""
+    text = str(path)
+    return any(text == r or text.startswith(r + "/") for r in _temporary_roots())
+
+
+def scrub_temporary(text: str) -> str:
+    """Every path under the temporary directory in ``text`` as ``(temporary)/LAST-PART``: it names
+    nothing a reader can open (the trace of a run is removed when the run ends)."""
+    import re
+
+    for root in _temporary_roots():
+        text = re.sub(re.escape(root) + r"(?:/[^\s\"'<>,;:)(\]\[]*)?",
+                      lambda m: "(temporary)/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], text)
+    return text
+
+
+def trace_text(path) -> str:
+    """A trace's path for the header: as given, or its name where it lies under the temporary
+    directory (removed after the run when ``tierlab run`` or ``compare`` made it there)."""
+    path = str(path).rstrip("/")
+    if not is_temporary(path):
+        return path
+    parts = path.rsplit("/", 2)
+    made = len(parts) == 3 and parts[1].startswith("tierlab-")
+    return f"{parts[-1]} ({'temporary, removed after the run' if made else 'under the temporary directory'})"
+
+
+def header_html(rows: list[list]) -> str:
+    """The header a person cites: what ran, on what, with which options."""
+    body = "".join(f'<tr><th scope="row">{escape(str(k))}</th><td class="text">{escape(str(v))}</td></tr>'
+                   for k, v in rows)
+    return f'<table class="header"><tbody>{body}</tbody></table>'
+
+
+_RUN_KEYS = ("batch", "context", "prompt", "generate", "weights", "kv", "activations", "router", "attention")
+
+
+def run_rows(trace, d: dict) -> list[list]:
+    """Header rows of a replay's ``--json`` dict ``d``: model, run, parallelism, options, versions."""
+    prov = d.get("provenance") or {}
+    run = prov.get("trace_run") or trace.manifest.get("run") or {}
+    rows = [["model", model_text(trace)],
+            ["run", ", ".join(f"{k} {run[k]}" for k in _RUN_KEYS if k in run) or "-"]]
+    par = {k: run.get(k, 1) for k in ("tp", "pp", "ep", "dp")}
+    if any(v not in (1, None) for v in par.values()):
+        rows.append(["parallelism", ", ".join(f"{k} {v}" for k, v in par.items())])
+    opts = prov.get("options") or {}
+    shown = ("pim", "flush", "inclusive", "kernel", "store_hit_recency", "fetch_on_write_miss", "seed")
+    rows.append(["replay options", ", ".join(f"{k} {opts[k]}" for k in shown if k in opts)
+                 + (f"; kernel that ran: {prov['kernel']['name']}" if (prov.get("kernel") or {}).get("name") else "")])
+    cal = (d.get("per_token") or {}).get("calibration")
+    if cal:
+        rows.append(["calibration", f"fusion {cal.get('fusion')}, overlap {cal.get('overlap')}, "
+                                    f"kernel overhead {format_si(cal.get('kernel_overhead_s') or 0.0, 's')}"
+                     + (f", collectives {cal['collectives'].get('library')}" if cal.get("collectives") else "")])
+    rows.append(["trace", trace_text(trace.path)])
+    sha = prov.get("trace_manifest_sha256")
+    rows.append(["tierlab", f"{prov.get('tierlab', '?')}, trace format {prov.get('trace_format', '?')}"
+                 + (f", trace manifest sha256 {sha[:16]}" if sha else "")])
+    return rows
 
 
 def write_html(text: str, path, *, force: bool = False) -> None:
@@ -125,9 +201,38 @@ def comparison_table_html(rows) -> str:
 
 # ---- one chip ------------------------------------------------------------------------------------
 
+def _time_rows(tb: dict) -> list[list]:
+    cal = tb["calibrated"] or {}
+    names = list(dict.fromkeys([*tb["busy"], *tb["roofline"], *cal]))
+    return [[r, format_si(tb["busy"][r], "s") if r in tb["busy"] else "-",
+             format_si(tb["roofline"].get(r, 0.0), "s"), format_si(cal[r], "s") if r in cal else "-"]
+            for r in names] + [["total (the step's latency)", "-", format_si(sum(tb["roofline"].values()), "s"),
+                                format_si(sum(cal.values()), "s") if cal else "-"]]
+
+
+def time_section(tr, cst, *, prefix: str = "") -> str:
+    """Where a decode step's time goes on one chip: roofline and calibrated side by side."""
+    tb = breakdown.time_breakdown(tr, cst)
+    cols = {"roofline": tb["roofline"]}
+    if tb["calibrated"]:
+        cols["calibrated"] = tb["calibrated"]
+    what = f"per {tb['per']}" + (f" (mean of {tb['steps']})" if tb["steps"] > 1 else "")
+    return section(prefix + "time", f"Where the time goes ({what})",
+                   figure_html("time", figures.time_figure(cols, f"time {what}: each op (roofline) or kernel group "
+                                                                 "(calibrated) under the resource bounding it"),
+                               "time per decode step by bounding resource, roofline and calibrated"),
+                   table_html(["resource", "busy", "roofline: bound by it", "calibrated: bound by it"], _time_rows(tb)),
+                   figure_html("busy", figures.busy_figure(tb["busy"], f"each resource's busy time {what}"),
+                               "each resource's busy time per step (log scale)"),
+                   '<p class="note">busy: the time each resource works in the step at its peak rate; the '
+                   "roofline charges each op its busiest resource, ops one after another; the calibrated "
+                   "latency charges each kernel group its busiest resource at the achievable fractions, "
+                   "plus a fixed launch overhead per kernel (docs/accounting.md).</p>")
+
+
 def replay_sections(d: dict, tr, cst, *, prefix: str = "") -> list[str]:
     """The sections of one chip's replay ``d`` (its ``--json`` dict) with its replay and cost."""
-    out = []
+    out = [time_section(tr, cst, prefix=prefix)]
     pl = table_html(["tier", "managed", "caches", "home", "lent"],
                     [[t["name"], t["managed"], "yes" if t.get("caching") else "no", format_bytes(t["home_bytes"]),
                       format_bytes(t["lent_bytes"])] for t in d["tiers"]])
@@ -194,8 +299,14 @@ def chip_report(d: dict, tr, cst, *, mrc: tuple[str, str] | None = None) -> str:
     if mrc is not None:
         secs.append(section("mrc", "Miss-ratio curve", figure_html("mrc", mrc[0], "miss ratio against capacity"),
                             f"<pre>{escape(mrc[1])}</pre>"))
-    return page(f"tierlab: {model_text(tr.trace)} on {d['chip']}", f"trace {d['provenance']['trace']}", secs,
-                d["provenance"])
+    head = header_html([["chip", f"{d['chip']} ({d['provenance'].get('chip_file')})"], *run_rows(tr.trace, d)])
+    return page(f"tierlab: {_model_name(tr.trace)} on {d['chip']}", "",
+                [section("summary", "Summary", replay_summary_html(d)), *secs],
+                d["provenance"], header=head)
+
+
+def _model_name(trace) -> str:
+    return model_text(trace).split(":", 1)[0]
 
 
 # ---- a system ------------------------------------------------------------------------------------
@@ -204,7 +315,7 @@ def system_report(d: dict, sr, sc) -> str:
     """The report of a system run: devices, network, per token, and device 0's replay sections."""
     from emulator.analysis.result import to_json
 
-    secs = []
+    secs = [section("summary", "Summary", replay_summary_html(d)), system_time_section(d, sr, sc)]
     rows = [[dev["device"], dev["chip"], format_bytes(sum(t["bytes_read"] for t in dev["tiers"])),
              format_bytes(sum(lk["bytes_down"] + lk["bytes_up"] for lk in dev["links"])),
              format_si(dev["energy_j"]["total"], "J"), format_si(dev["latency_s"], "s")] for dev in d["devices"]]
@@ -232,7 +343,47 @@ def system_report(d: dict, sr, sc) -> str:
         tr, cst = sr.devices[0], sc.devices[0]
         secs.append('<h2 id="device0">Device 0</h2>')
         secs += [s for s in replay_sections(to_json(tr, cst), tr, cst, prefix="d0-") if 'id="d0-placement"' not in s]
-    return page(f"tierlab: {model_text(sr.trace)} on {d['system']}", f"trace {sr.trace.path}", secs, d["provenance"])
+    head = header_html([["system", f"{d['system']}: {d['n_devices']} device(s) of {d['chip']} "
+                                   f"({d['provenance'].get('system_file')})"],
+                        ["collective algorithm", d["provenance"].get("collective_algo", "auto")],
+                        *run_rows(sr.trace, d)])
+    return page(f"tierlab: {_model_name(sr.trace)} on {d['system']}", "", secs, d["provenance"], header=head)
+
+
+def system_time_section(d: dict, sr, sc) -> str:
+    """Where a decode step's time goes on a system: the critical path by resource, roofline and
+    calibrated; each device's ops by bound, its collectives and its wait; the collectives' share."""
+    st = breakdown.system_time(sr, sc)
+    what = f"per {st['per']}" + (f" (mean of {st['steps']})" if st["steps"] > 1 else "")
+    cols = {"critical path, roofline": st["path"]}
+    if st["path_calibrated"]:
+        cols["critical path, calibrated"] = st["path_calibrated"]
+    devs = {f"device {i}": row for i, row in enumerate(st["devices"])}
+    co = d.get("coordination") or {}
+    share = [["collectives' share of the critical path (roofline)", format_percent(st["collective_share"])]]
+    if co.get("collective_time_share_calibrated") is not None:
+        share.append(["collectives' share of the critical path (calibrated)",
+                      format_percent(co["collective_time_share_calibrated"])])
+    share.append(["collectives per step", f"{co.get('collectives_per_step', 0):.4g}"])
+    names = list(dict.fromkeys(r for c in cols.values() for r in c))
+    path_rows = [[r] + [format_si(c.get(r, 0.0), "s") for c in cols.values()] for r in names]
+    path_rows.append(["total (the step's latency)"] + [format_si(sum(c.values()), "s") for c in cols.values()])
+    order = list(dict.fromkeys([*(r for c in cols.values() for r in c), *(r for row in devs.values() for r in row)]))
+    return section("time", f"Where the time goes ({what})",
+                   figure_html("time", figures.time_figure(cols, f"critical path {what} by resource "
+                                                                 "(an op's bound, a collective's fabric)", order),
+                               "the system's critical path by resource, roofline and calibrated"),
+                   table_html(["resource", *cols], path_rows),
+                   figure_html("devices", figures.time_figure(devs, f"each device {what} (roofline): its ops by "
+                                                                    "bound, its collectives, its wait", order),
+                               "each device's time per step: busy in ops and collectives, waiting for the others"),
+                   table_html(["", "value"], share),
+                   '<p class="note">the critical path walks back from the device finishing last: its ops '
+                   "at their roofline (or calibrated) latency and each collective it waits for, from its last "
+                   "rank's arrival to its end (network:FABRIC when the network bounds it, memory when its "
+                   "buffers' memory time does); in the calibrated path each kernel's launch overhead is inside "
+                   "the bar of the resource bounding it. A device's bar adds up to the step: its ops, its time "
+                   "in collectives, and its wait for the others.</p>")
 
 
 # ---- a comparison and a sweep ----------------------------------------------------------------------
@@ -249,7 +400,10 @@ def compare_report(rows, trace, *, pim: bool) -> str:
                                 "bytes and energy per decode token"),
                     comparison_table_html(rows), notes)]
     prov = {"trace": str(trace.path), "pim": pim, "chips": {r.chip: (r.result or {}).get("provenance") for r in rows}}
-    return page(f"tierlab compare: {model_text(trace)}", f"PIM {'on' if pim else 'off'}", secs, prov)
+    head = header_html([["model", model_text(trace)], ["chips and systems", ", ".join(r.chip for r in rows)],
+                        ["options", f"PIM {'on' if pim else 'off'}"],
+                        ["trace", trace_text(trace.path)]])
+    return page(f"tierlab compare: {_model_name(trace)}", "", secs, prov, header=head)
 
 
 SWEEP_COLUMNS = ("model", "chip", "system", "batch", "context", "prompt", "generate", "weights", "tokens_per_s",
