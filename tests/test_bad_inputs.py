@@ -748,6 +748,28 @@ CASES = [
     Case("import-npy-not-addresses", ["import", "{tmp}/a.npy", *TRACE_OUT],
          "{tmp}/a.npy: expected a 1-d integer array of addresses, got 1-d float64",
          lambda tmp: __import__("numpy").save(tmp / "a.npy", __import__("numpy").ones(3))),
+    # -- address traces (issue 27): tracers' logs, compressed input, binary data ------------------
+    Case("import-lackey-unknown-record", ["import", "{tmp}/a.lackey", *TRACE_OUT],
+         "{tmp}/a.lackey: line 4: unknown Lackey record 'X 1234,8'; expected 'I  addr,size' or ' L|S|M addr,size' "
+         "(hex address)",
+         {"a.lackey": "==7== Lackey\nI  0400,3\n L 1000,8\nX 1234,8\n"}),
+    Case("import-lackey-malformed-line", ["import", "{tmp}/a.lackey", *TRACE_OUT],
+         "{tmp}/a.lackey: line 2: cannot parse ' L 10zz,8' as 'I  addr,size' or ' L|S|M addr,size' (hex address)",
+         {"a.lackey": " S 1000,8\n L 10zz,8\n"}),
+    Case("import-gzip-truncated", ["import", "{tmp}/a.din.gz", *TRACE_OUT],
+         "{tmp}/a.din.gz: line 301: the gzip stream ends before its end-of-stream marker (truncated?)",
+         {"a.din.gz": __import__("gzip").compress("".join(f"0 {i * 64:x} 8\n" for i in range(300)).encode(),
+                                                  mtime=0)[:-4]}),
+    Case("import-binary-as-text", ["import", "{tmp}/a.txt", *TRACE_OUT],
+         "{tmp}/a.txt: line 1: binary data (byte 0x01 at column 7), not text (--format text)",
+         {"a.txt": b"\x93NUMPY\x01\x00v\x00{'descr': '<i8'}\n"}),
+    Case("import-champsim-truncated", ["import", "{tmp}/a.champsim", *TRACE_OUT],
+         "{tmp}/a.champsim: ends inside record 3 (10 of its 64 bytes): not a whole number of ChampSim input_instr "
+         "records (truncated?)",
+         {"a.champsim": bytes(64 * 3 + 10)}),
+    Case("import-din-flush-label", ["import", "{tmp}/a.din", *TRACE_OUT],
+         "{tmp}/a.din: line 2: din label 4 (escape or flush) is not an access; expected 0, 1 or 2",
+         {"a.din": "0 1000\n4 0\n"}),
     Case("export-unknown-tier", ["export", str(GOLDEN), "--format", "ramulator", "--chip", "h100", "--tier", "l3",
                                  "-o", "{tmp}/r.txt"],
          "--tier: unknown tier 'l3'; chip h100 has l2, hbm, ddr"),
@@ -904,5 +926,5 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 204   # with issue 14's (families, calibrated latency, capture), 15's, 16's and 24's cases
+    assert len(CASES) >= 209   # with issue 14's (families, calibrated latency, capture), 15's, 16's, 24's and 27's cases
     assert len({c.id for c in CASES}) == len(CASES)

@@ -26,7 +26,6 @@ default each line counts. The result is a version-4 address trace (:mod:`traces.
 
 from __future__ import annotations
 
-import gzip
 import lzma
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -80,29 +79,46 @@ def compression_of(path: Path) -> str | None:
     return "gzip" if magic[:2] == b"\x1f\x8b" else "xz" if magic == b"\xfd7zXZ\x00" else None
 
 
-def _open(path: Path):
-    """(a binary file object, the compression: None, 'gzip' or 'xz')."""
+def _chunks(path: Path, size: int | None = None):
+    """The file's (decompressed) bytes in chunks. A gzip or xz stream is decompressed here, so that
+    a truncated one still yields all it holds before :class:`_Truncated` is raised (the parser
+    then names the first line it could not read whole); a damaged one raises :class:`_Damaged`."""
+    size = size or CHUNK_BYTES
     comp = compression_of(path)
     try:
-        return {"gzip": gzip.open, "xz": lzma.open, None: open}[comp](path, "rb"), comp
+        f = open(path, "rb")
     except OSError as err:
         raise TraceError(f"cannot read: {err.strerror or err}", file=str(path)) from None
-
-
-def _chunks(path: Path, size: int = CHUNK_BYTES):
-    """The file's (decompressed) bytes in chunks; a damaged or truncated stream is a TraceError."""
-    f, comp = _open(path)
     with f:
-        while True:
-            try:
+        if comp is None:
+            while True:
                 data = f.read(size)
-            except EOFError:
-                raise _Truncated(comp) from None
-            except (OSError, lzma.LZMAError, zlib.error) as err:
+                if not data:
+                    return
+                yield data
+        new = (lambda: zlib.decompressobj(47)) if comp == "gzip" else lzma.LZMADecompressor   # 47: gzip header
+        d = new()
+        pending = b""
+        while True:
+            raw = pending or f.read(1 << 20)
+            pending = b""
+            if not raw:
+                break
+            try:
+                data = d.decompress(raw)
+            except (zlib.error, lzma.LZMAError) as err:
                 raise _Damaged(comp, err) from None
-            if not data:
-                return
-            yield data
+            if data:
+                yield data
+            if d.eof:
+                pending = d.unused_data          # a further member (gzip) or stream (xz)
+                if not pending:
+                    pending = f.read(1 << 20)
+                    if not pending:
+                        return
+                d = new()
+        if not d.eof:
+            raise _Truncated(comp)
 
 
 class _Truncated(Exception):
@@ -152,11 +168,11 @@ class Records:
                 yield from self._text()
         except _Truncated as t:
             where = f"line {self.lines + 1}: " if self.fmt not in ("npy", "champsim") else ""
-            raise TraceError(f"{where}the {t.comp or 'compressed'} stream ends before its end-of-stream marker "
-                             "(truncated?)", file=str(self.path)) from None
+            raise TraceError(f"{where}the {t.comp} stream ends before its end-of-stream marker (truncated?)",
+                             file=str(self.path)) from None
         except _Damaged as d:
             where = f"line {self.lines + 1}: " if self.fmt not in ("npy", "champsim") else ""
-            raise TraceError(f"{where}damaged {d.comp or ''} data: {' '.join(str(d.err).split())}".replace("  ", " "),
+            raise TraceError(f"{where}damaged {d.comp} data: {' '.join(str(d.err).split())}",
                              file=str(self.path)) from None
 
     def _text(self):
@@ -200,10 +216,10 @@ class Records:
     def _bad_line(self, buf: bytes, lines_before: int, start: int, end: int, err: int):
         n = self.lines + lines_before + 1
         raw = buf[start:end]
-        text = raw.decode("utf-8", "replace").strip()[:60]
+        text = raw.decode("utf-8", "replace").rstrip()[:60]
         if err == tp.BINARY:
-            bad = next(b for b in raw if b < 32 and b not in (9, 13))
-            msg = f"line {n}: binary data (byte {bad:#04x}), not a {self.fmt} text trace"
+            col = next(i for i, b in enumerate(raw) if b < 32 and b not in (9, 13))
+            msg = f"line {n}: binary data (byte {raw[col]:#04x} at column {col + 1}), not text (--format {self.fmt})"
         elif err == tp.UNKNOWN_RECORD:
             what = "Lackey record" if self.fmt == "lackey" else "drcachesim record"
             msg = f"line {n}: unknown {what} {text!r}; expected {_EXPECTED[self.fmt]}"
