@@ -217,7 +217,7 @@ def test_system_presets_fabrics():
         assert (s.scale_up.topology, s.scale_up.ports) == ("direct", 7) and not s.scale_up.in_network_reduction
         assert s.scale_up.bandwidth_bytes_per_s == pytest.approx(link)
     g = load_system("gaudi3-8").scale_up
-    assert (g.topology, g.ports, g.bandwidth_bytes_per_s) == ("direct", 21, 25e9)   # 21 of 24 x 200 GbE
+    assert (g.topology, g.ports, g.bandwidth_bytes_per_s) == ("direct", 7, 75e9)    # 21 of 24 x 200 GbE, 3 a peer
     assert load_system("mi300x-8").price.usd_per_hour == pytest.approx(8 * 1.85)
     assert load_system("cs-3").n_chips == 1 and load_system("dgx-b200").chip.name == "b200"
 

@@ -98,6 +98,17 @@ def test_four_k_minus_one_steps_on_k_by_k_versus_a_ring():
     assert t.bytes_sent_per_rank == pytest.approx(r.bytes_sent_per_rank)
 
 
+@pytest.mark.parametrize("dims", [(4, 8), (2, 8), (3, 4, 5)])
+def test_rectangular_tori(dims):
+    """Axes of different lengths: still a ring's 2(n-1)/n * S per chip; each phase as long as its
+    longest ring, so 2d(max k - 1) steps."""
+    g = whole(grid(dims))
+    n = g.n_ranks
+    c = plan_collective("all_reduce", g, S, "torus")
+    assert c.bytes_sent_per_rank == pytest.approx(2 * (n - 1) / n * S)
+    assert c.steps == 2 * len(dims) * (max(dims) - 1)
+
+
 @pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
 @pytest.mark.parametrize("dims", [(4, 4), (4, 4, 4)])
 def test_gather_and_scatter_closed_forms(kind, dims):
