@@ -34,11 +34,10 @@ class Result:
     def to_pandas(self):
         """The rows as a pandas DataFrame (needs pandas)."""
         try:
-            import pandas  # noqa: F401
+            return self._table.to_pandas()      # pyarrow imports pandas, an optional library
         except ImportError:
             raise UsageError("needs pandas: pip install pandas (or use to_arrow() / to_polars())",
                              field="to_pandas") from None
-        return self._table.to_pandas()
 
     def to_polars(self):
         """The rows as a polars DataFrame (needs polars)."""
