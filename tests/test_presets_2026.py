@@ -239,3 +239,14 @@ def test_system_runs_llama_8b(name, tmp_path, monkeypatch):
     assert (len(d["collectives"]) > 0) == (tp > 1)
     if name in GRID_SYSTEMS:
         assert {c["algorithm"] for c in d["collectives"]} == {"torus"}
+
+
+def test_collectives_curve_over_every_preset_skips_the_one_chip_system():
+    """``tierlab collectives`` (every system preset) runs with cs-3 among them: a one-chip system has
+    no all-reduce and is left out; asked for by name it is refused in one line."""
+    from emulator.cli import main
+    from emulator.system.systemfile import list_presets as systems
+    r = CliRunner().invoke(main, ["collectives", "--json"])
+    assert r.exit_code == 0, r.output
+    names = {x["system"] for x in json.loads(r.stdout)["systems"]}
+    assert names == set(systems()) - {"cs-3"} and {"tpu-v6e-256", "gb200-nvl72"} <= names
