@@ -106,6 +106,9 @@ def test_run_on_a_system(tmp_path):
     _same(d, cli)
     t = r.to_arrow()
     assert t.column_names[0] == "device" and set(t.column("device").to_pylist()) == {0, 1}
+    html = r._repr_html_()
+    assert "dgx-h100 (2 x h100)" in html and d["per_token"]["bound"] in html
+    assert r.bound == d["per_token"]["bound"] and r.system
     # each device's rows are its own replay's ops
     assert t.num_rows == sum(dev["counts"]["ops"] for dev in d["devices"])
 
