@@ -226,3 +226,15 @@ def test_bytes_carried_count_one_link_per_flow():
     g = whole(grid((4, 4)))
     c = plan_collective("all_reduce", g, S, "torus")
     assert c.bytes_by_fabric["scale_up"] == pytest.approx(sum(link_loads(g, "all_reduce", S).values()))
+
+
+def test_v6e_pod_all_reduce_bandwidth_is_googles():
+    """Google gives a v6e pod's all-reduce bandwidth as 102.4 TB/s [S26 of chips-2026.md], i.e.
+    400 GB/s a chip: four 100 GB/s links each way. The torus all-reduce's bus bandwidth on
+    tpu-v6e-256 (2(n-1)/n * S over its roofline time) tends to it as the buffer grows."""
+    s = load_system("tpu-v6e-256")
+    g = whole(s)
+    n, size = g.n_ranks, 1e12
+    c = plan_collective("all_reduce", g, size, "torus")
+    busbw = 2 * (n - 1) / n * size / c.time_s
+    assert busbw * n == pytest.approx(102.4e12, rel=1e-3)
