@@ -235,6 +235,8 @@ BAD = [
     ("compare", lambda: emulator.compare(TINY, chips=[3]), "chips", "expected a name or path"),
     ("compare", lambda: emulator.compare(TINY, chips=5), "chips", "expected a list"),
     ("compare", lambda: emulator.compare(TINY), "--chips", "give --chips"),
+    ("compare", lambda: emulator.compare(DATA / "golden-v1-tiny-llama.trace", chips=["h100"], context=5), "MODEL",
+     "got --context"),
     ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"]}, workers=0), "workers", "range"),
     ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"]}, workers="2"), "workers", "integer"),
     ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"]}, price=-1.0), "price", "range"),
