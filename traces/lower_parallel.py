@@ -347,6 +347,9 @@ class _DeviceLowering(Lowering):
             yield sy
 
 
+DeviceLowering = _DeviceLowering      # the public name of one device's lowering (for subclasses elsewhere)
+
+
 def _shift(ops: list[Op], by: dict[int, int]) -> list[Op]:
     """Move the accesses of the given tensors by the given bytes (a rank's rows of a shared buffer)."""
     for op in ops:
@@ -355,8 +358,10 @@ def _shift(ops: list[Op], by: dict[int, int]) -> list[Op]:
 
 
 def lower_parallel(spec, run, segments: list[Segment], out_dir, *, force: bool = False, progress=None,
-                   record_routing: bool = False):
-    """Write the sharded trace of ``segments`` (see the module docstring)."""
+                   record_routing: bool = False, device_lowering=None):
+    """Write the sharded trace of ``segments`` (see the module docstring). ``device_lowering``: the
+    callable making each device's lowering (``DeviceLowering`` or a subclass; :mod:`traces.mixed`
+    lowers a serving step with one)."""
     check_shardable(spec)
     plan = ShardPlan(spec, run)
     if record_routing:
@@ -365,7 +370,8 @@ def lower_parallel(spec, run, segments: list[Segment], out_dir, *, force: bool =
     extra = {"spec": spec.to_dict(), "segments": [s.to_dict() for s in segments], "shard": plan.to_dict()}
     with TraceWriter(out_dir, model=spec.config or None, run=run, force=force, alignment=run.alignment,
                      extra=extra, devices=plan.devices) as w:
-        lows = [_DeviceLowering(spec, run, w, segments, plan, sh) for sh in plan.shards]
+        make = device_lowering or _DeviceLowering
+        lows = [make(spec, run, w, segments, plan, sh) for sh in plan.shards]
         op_ranges = []
         for n, seg in enumerate(segments):
             first = w.n_ops

@@ -33,6 +33,7 @@ COMMANDS = {
     "collectives": "emulator.cli.collectives",
     "replay": "emulator.cli.replay",
     "run": "emulator.cli.run",
+    "throughput": "emulator.cli.throughput",
     "compare": "emulator.cli.compare",
     "capacity": "emulator.cli.capacity",
     "sweep": "emulator.cli.sweep",

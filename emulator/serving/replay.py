@@ -1,0 +1,100 @@
+"""A serving step replayed exactly: lowered (:func:`traces.mixed.lower_step`), replayed on one chip
+(:func:`emulator.pipeline.replay_trace`) or a system (:func:`emulator.system_pipeline.replay_system`),
+and costed with the calibrated latency, read from the replay's ``--json`` dict as ``tierlab run``
+prints it: ``per_token.latency_calibrated_s`` (the step is the trace's one decode step) and
+``per_token.energy_j`` (the trace's batch is one, so that is the step's energy).
+
+:class:`StepReplayer` keeps every step it has replayed by its exact shape: a shape met again (at
+another concurrency, or twice in one window) is one replay. Traces are written under one temporary
+directory for the replayer's life.
+
+The replays raise ``max_set_groups`` (a tuning that never changes a count): the decodes of a large
+batch each read their own span of the KV cache, which cuts the cache's sets into more groups than
+the default allows, and the walk that would take over is a hundred times slower here.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from emulator.engine.options import ReplayOptions
+from traces.mixed import MixedStep, lower_step
+from traces.run import RunConfig
+from traces.spec import ModelSpec
+
+SET_GROUPS = 1 << 16
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One replayed step: calibrated and roofline latency (s), energy (J), the bound."""
+
+    latency_s: float
+    latency_roofline_s: float
+    energy_j: float
+    bound: str
+
+
+class StepReplayer:
+    """Replays :class:`~traces.mixed.MixedStep` s of ``spec`` under ``run`` (dtypes, parallelism) on
+    ``chip`` (a Chip) or ``system`` (a System), one replay per distinct shape."""
+
+    def __init__(self, spec: ModelSpec, run: RunConfig, *, chip=None, system=None,
+                 options: ReplayOptions | None = None, collective_algo: str = "auto"):
+        if (chip is None) == (system is None):
+            raise ValueError("give a chip or a system")
+        self.spec, self.run, self.chip, self.system = spec, run, chip, system
+        o = options or ReplayOptions()
+        self.options = replace(o, max_set_groups=max(o.max_set_groups, SET_GROUPS))
+        self.collective_algo = collective_algo
+        self.cache: dict[MixedStep, StepCost] = {}
+        self.replays = 0
+        self._tmp = tempfile.TemporaryDirectory(prefix="tierlab-serving-")
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def cost(self, step: MixedStep) -> StepCost:
+        """The step's cost, replayed the first time its shape is asked for."""
+        hit = self.cache.get(step)
+        if hit is None:
+            hit = self.cache[step] = self._replay(step)
+        return hit
+
+    def _replay(self, step: MixedStep) -> StepCost:
+        path = Path(self._tmp.name) / f"step-{self.replays}.trace"
+        trace = lower_step(self.spec, self.run, step, path)
+        self.replays += 1
+        if self.system is None:
+            from emulator.analysis.result import to_json
+            from emulator.cost.trace_cost import cost_of
+            from emulator.pipeline import replay_trace
+
+            tr = replay_trace(trace, self.chip, self.options)
+            d = to_json(tr, cost_of(tr))
+        else:
+            from emulator.analysis.system_result import to_json
+            from emulator.cost.system_cost import cost_system
+            from emulator.system_pipeline import replay_system
+
+            sr = replay_system(trace, self.system, self.options, collective_algo=self.collective_algo)
+            d = to_json(sr, cost_system(sr))
+        pt = d["per_token"]
+        _remove(path)
+        return StepCost(latency_s=float(pt["latency_calibrated_s"]), latency_roofline_s=float(pt["latency_s"]),
+                        energy_j=float(pt["energy_j"]) * int(pt.get("batch", 1)),
+                        bound=str(pt.get("bound_calibrated", pt.get("bound"))))
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
