@@ -188,3 +188,18 @@ def test_import_json_keys(tmp_path):
     assert s["straddle"] == "once" and open_trace(tmp_path / "p.trace").straddle == "once"
     t = open_trace(tmp_path / "p.trace")
     assert t.straddle_rows().tolist() == [5, 7]      # the second lines of the two straddling accesses
+
+
+def test_many_regions(tmp_path, monkeypatch):
+    """Addresses over thousands of 1 GiB regions (a hash of them, not a scan): first-seen order kept;
+    more than the importer holds is refused."""
+    rng = np.random.default_rng(8)
+    recs = [(int(r) << 30 | int(o), 1, 0) for r, o in zip(rng.integers(0, 3000, 20000), rng.integers(0, 1 << 30, 20000))]
+    (tmp_path / "t.txt").write_text("".join(f"{a:#x}\n" for a, _, _ in recs))
+    s = import_trace(tmp_path / "t.txt", tmp_path / "t.trace", line=8)
+    assert _words(tmp_path / "t.trace") == _expected(recs, line=8)
+    assert s["tensors"] == len({a >> 30 for a, _, _ in recs})
+    monkeypatch.setattr(importers, "MAX_REGIONS", 64)
+    with pytest.raises(Exception, match="reach more than 64 regions of 1 GiB"):
+        import_trace(tmp_path / "t.txt", tmp_path / "u.trace", line=8)
+    assert not (tmp_path / "u.trace").exists()

@@ -136,7 +136,7 @@ def test_lines_and_regions():
     k = np.array([0, 0, 1, 0, 3], np.uint8)
     regions, end, nr, stats = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(1, np.int64), np.zeros(9, np.int64)
     words, cont = np.empty(16, np.int64), np.empty(16, np.int64)
-    m = to_lines(a, s, k, len(a), 6, regions, end, nr, 10, words, cont, stats)
+    m = to_lines(a, s, k, len(a), 6, regions, end, nr, np.full(8, -1, np.int64), 10, words, cont, stats)
     per = (1 << 30) >> 6
     lines, w = (words[:m] >> 1).tolist(), (words[:m] & 1).tolist()
     # region 1 first (tensor 0), then region 0 (tensor 1); the modify at 200: a load then a store

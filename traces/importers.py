@@ -298,6 +298,7 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
     regions = np.zeros(MAX_REGIONS, np.int64)
     region_end = np.zeros(MAX_REGIONS, np.int64)
     n_regions = np.zeros(1, np.int64)
+    table = np.full(2 * MAX_REGIONS, -1, np.int64)
     stats = np.zeros(9, np.int64)
     n_records = 0
     words, cont = np.empty(0, np.int64), np.empty(0, np.int64)
@@ -310,7 +311,7 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
             if need > len(words):
                 words, cont = np.empty(need, np.int64), np.empty(need, np.int64)
             before = int(stats[6])
-            m = tp.to_lines(a, s, k, len(a), sh, regions, region_end, n_regions, w.rows, words, cont, stats)
+            m = tp.to_lines(a, s, k, len(a), sh, regions, region_end, n_regions, table, w.rows, words, cont, stats)
             if m < 0:
                 raise TraceError(f"the addresses reach more than {MAX_REGIONS} regions of 1 GiB", file=str(src))
             w.add(words[:m], cont[:int(stats[6]) - before])

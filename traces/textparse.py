@@ -393,13 +393,14 @@ def parse_lines(buf, n, fmt, instructions, final, header, out_addr, out_size, ou
 
 
 @njit(nogil=True)
-def to_lines(addr, size, kind, n, sh, regions, region_end, n_regions, row0, out_words, out_cont, stats):
+def to_lines(addr, size, kind, n, sh, regions, region_end, n_regions, table, row0, out_words, out_cont, stats):
     """Records ``[:n]`` as line words ``line << 1 | is_write`` in the trace's address space.
 
     Each record touches the ``2**sh``-byte lines covering ``[addr, addr + size)``, in address
     order; a :data:`MODIFY` touches them as reads, then as writes; an :data:`IFETCH` is a read.
     The 2**30-byte region of a line is mapped to a tensor index by ``regions`` (the regions seen,
-    in first-seen order, ``n_regions[0]`` of them; a new one is appended, -1 returned when full);
+    in first-seen order, ``n_regions[0]`` of them; a new one is appended, -1 returned when full;
+    ``table``: a hash of them, a power of two of at least twice ``len(regions)`` slots, -1 empty);
     line ``L`` of region index ``t`` becomes ``(t << 30 | L << sh & (2**30 - 1)) >> sh``.
     ``region_end[t]``: the end of the highest line touched in region ``t`` (bytes from its start).
     The row (``row0`` + index) of each line after the first of an access goes to ``out_cont`` (from
@@ -430,17 +431,21 @@ def to_lines(addr, size, kind, n, sh, regions, region_end, n_regions, row0, out_
                 b = ln << sh
                 r = b >> 30
                 if r != last_r:
+                    # open addressing over ``table`` (2 * len(regions) slots, -1 empty): region index
+                    h = ((r * 0x9E3779B1) & 0xFFFFFFFF) & (len(table) - 1)
                     t = -1
-                    for q in range(n_regions[0]):
-                        if regions[q] == r:
-                            t = q
+                    while table[h] >= 0:
+                        if regions[table[h]] == r:
+                            t = table[h]
                             break
+                        h = (h + 1) & (len(table) - 1)
                     if t < 0:
                         if n_regions[0] == len(regions):
                             return -1
                         t = n_regions[0]
                         regions[t] = r
                         region_end[t] = 0
+                        table[h] = t
                         n_regions[0] += 1
                     last_r = r
                     last_t = t
