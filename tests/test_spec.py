@@ -31,6 +31,8 @@ def closed_form(name: str) -> int:
         return 80 * (gqa_layer(8192, 64, 8, 128) + 3 * 8192 * 28672 + 2 * 8192) + 2 * 128256 * 8192 + 8192
     if name == "llama-2-7b":   # full multi-head attention (32 KV heads), vocabulary 32,000
         return 32 * (gqa_layer(4096, 32, 32, 128) + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096 + 4096
+    if name == "llama-2-70b":  # grouped-query attention (8 KV heads), vocabulary 32,000
+        return 80 * (gqa_layer(8192, 64, 8, 128) + 3 * 8192 * 28672 + 2 * 8192) + 2 * 32000 * 8192 + 8192
     if name == "mistral-7b":
         return 32 * (gqa_layer(4096, 32, 8, 128) + 3 * 4096 * 14336 + 2 * 4096) + 2 * 32000 * 4096 + 4096
     if name == "qwen2-0.5b":   # tied embeddings counted once
@@ -70,6 +72,7 @@ PUBLISHED = {
     "qwen3-30b-a3b": 30_532_122_624,
     "deepseek-v3": 671_026_419_200,   # without the multi-token-prediction layer
     "llama-2-7b": 6_738_415_616,      # meta-llama/Llama-2-7b-hf model card: 6.74 B (safetensors total)
+    "llama-2-70b": 68_976_648_192,    # meta-llama/Llama-2-70b-hf model card: 69 B (safetensors total 68,976,648,192)
     "deepseek-r1": 671_026_419_200,   # DeepSeek-R1 card: 671B total, the V3 architecture
 }
 
@@ -139,12 +142,23 @@ def test_unknown_preset_suggests(tmp_path):
         load_model("llama-3.1-8")
 
 
-def test_missing_field_is_named():
+def test_missing_field_takes_the_config_class_default():
+    """A config written by save_pretrained leaves out what equals its Transformers class's default
+    (LlamaConfig's intermediate_size 11008): the default applies, as Transformers applies it."""
     cfg = json.loads((DATA / "tiny-llama.json").read_text())
     del cfg["intermediate_size"]
+    assert spec_from_config(cfg).intermediate_size == 11008
+
+
+def test_missing_field_without_default_is_named():
+    """A field the class gives no default (DeepSeek-V3's routed experts need n_routed_experts'
+    partner moe_intermediate_size only when experts exist; gpt-oss's sliding window per layer_types)."""
+    cfg = json.loads((DATA / "tiny-llama.json").read_text())
+    cfg.update(architectures=["MixtralForCausalLM"], model_type="mixtral")
+    cfg["num_local_experts"] = None          # explicitly null: no default replaces it
     with pytest.raises(ConfigError) as e:
         spec_from_config(cfg, file="x.json")
-    assert e.value.field == "intermediate_size" and "x.json" in str(e.value)
+    assert e.value.field == "num_local_experts" and "x.json" in str(e.value)
 
 
 def test_glm_missing_field_is_named():
