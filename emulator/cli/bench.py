@@ -26,6 +26,7 @@ QUICK_ARGS = {
     "model": ["--model", "tests/data/models/tiny-llama.json", "--context", "64", "--generate", "2"],
     "sweep": ["--lines", "200000"],
     "trace_path": ["--lines", "200000", "--levels", "2", "--repeat", "1"],
+    "import": ["--records", "200000", "--repeat", "1", "--per-record-lines", "20000"],
 }
 
 
