@@ -107,6 +107,9 @@ def closed_form(name: str) -> int:
         mamba = 2 * d * h + d * k + d + (r + 2 * n) * d + d * r + d + d * n + d + r + 2 * n + h * d
         return 4 * attn(h, 32, 8, 128) + 28 * mamba + 16 * mlp(h, 14336) + 16 * (16 * h + 16 * mlp(h, 14336)) \
             + 32 * 2 * h + 2 * 65536 * h + h
+    if name == "chatglm-6b":     # ChatGLM-6B v1: MHA, LayerNorms with bias, plain GELU MLP of 16384, biases, untied
+        h = 4096
+        return 28 * (attn(h, 32, 32, 128, True, True) + mlp(h, 16384, False, True) + 4 * h) + 2 * 130528 * h + 2 * h
     raise KeyError(name)
 
 
@@ -136,6 +139,9 @@ PUBLISHED = {   # name: (total, 0 = exact, else the relative tolerance of the pu
     "llama-4-scout-17b-16e": (109e9, 0.02),  # Meta Llama 4 card: 109B total incl. the vision encoder (not modelled)
     "jamba-v0.1": (51.6e9, 0.001),          # huggingface.co/ai21labs/Jamba-v0.1: 51.6B params ("52B")
     "mamba-codestral-7b": (7.29e9, 0.001),
+    # THUDM/chatglm-6b README: "62 亿参数" (6.2B), the embedding counted once: the untied lm_head (130,528 x 4,096,
+    # in modeling_chatglm.py and in the checkpoint) comes on top
+    "chatglm-6b": (6.2e9 + 130528 * 4096, 0.005),
     "qwen3-next-80b-a3b": (80e9, 0.01),     # huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct: "80B in total"  # huggingface.co/mistralai/Mamba-Codestral-7B-v0.1: 7.29B params
 }
 # Published active parameters (per token), and which embedding tables the publisher leaves out.

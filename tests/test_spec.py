@@ -109,6 +109,7 @@ def test_active_params_moe():
     ("llama-3.1-8b", "bf16", 32 * 2 * 8 * 128 * 2),
     ("llama-3.1-70b", "fp8", 80 * 2 * 8 * 128 * 1),
     ("chatglm3-6b", "bf16", 28 * 2 * 2 * 128 * 2),       # MQA with 2 groups
+    ("chatglm-6b", "bf16", 28 * 2 * 32 * 128 * 2),       # ChatGLM-6B v1: multi-head, 32 K and V heads per layer
     ("qwen3-30b-a3b", "bf16", 48 * 2 * 4 * 128 * 2),     # head_dim 128 though hidden/heads = 64
     ("deepseek-v3", "bf16", 61 * (512 + 64) * 2),         # MLA: latent + rope key
     ("deepseek-v3", "fp32", 61 * (512 + 64) * 4),
@@ -151,8 +152,7 @@ def test_missing_field_takes_the_config_class_default():
 
 
 def test_missing_field_without_default_is_named():
-    """A field the class gives no default (DeepSeek-V3's routed experts need n_routed_experts'
-    partner moe_intermediate_size only when experts exist; gpt-oss's sliding window per layer_types)."""
+    """A field the config sets to null where the family needs a value is named (no default replaces it)."""
     cfg = json.loads((DATA / "tiny-llama.json").read_text())
     cfg.update(architectures=["MixtralForCausalLM"], model_type="mixtral")
     cfg["num_local_experts"] = None          # explicitly null: no default replaces it

@@ -15,9 +15,12 @@ field.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from common.errors import ConfigError
+from common.paths import configs_dir
 
 MAX_DIMENSION = 2**31 - 1
 
@@ -36,6 +39,7 @@ class Family:
     mlp_bias: object = False
     mlp_gated: bool = True
     qk_norm: object = False        # False | "head" (per head_dim) | "full" (over all heads) | a config key
+    # (true: "head") | (a config key, "full")
     sinks: bool = False            # learned per-head attention-sink logits
     learned_positions: int = -1    # -1: rotary; else the table's extra rows beyond max positions (OPT: 2)
     tied_default: bool = False
@@ -49,6 +53,11 @@ class Family:
     # "qkv" (Phi-3's qkv_proj, GPT-2's c_attn, Falcon's query_key_value), "gate_up" (Phi-3's gate_up_proj)
     partial_rotary: float | None = None   # reads partial_rotary_factor (this default): rotary turns that
     # fraction of each head's dimensions (GLM-4.5: 0.5, Qwen3-Next: 0.25, as Transformers' configs default)
+    router_bias: bool = False      # the router's score-correction bias, always (MiniMax-M2's e_score_correction_bias)
+    lm_head_bias: object = False   # the LM head's bias (Phi-2), or the config key saying so (PhiMoE's lm_head_bias)
+    nope: str = ""                 # which layers run without rotary: "no_rope_layers" (SmolLM3: 0 there)
+    parallel: tuple = ()           # (config key, its default, layout when true): the key switches norm_layout
+    # between that parallel layout and "pre" (GPT-NeoX's and StableLM's use_parallel_residual)
 
 
 LLAMA_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -113,11 +122,60 @@ FAMILIES: dict[str, Family] = {
     "qwen3_next": Family(("Qwen3NextForCausalLM",), ("qwen3_next",), _keys(), qk_norm="head", moe="qwen_moe",
                          layers="qwen3_next", partial_rotary=0.25),
     "jamba": Family(("JambaForCausalLM",), ("jamba",), _keys(), moe="jamba", mamba=True, layers="jamba"),
+    # ---- issue 25: the families people deploy, each exact against Transformers' meta-device count ----
+    "gemma": Family(("GemmaForCausalLM",), ("gemma",), _keys(), tied_default=True, layers="full"),
+    "phi": Family(("PhiForCausalLM",), ("phi",), _keys(), norm="layer", norm_layout="parallel", qkv_bias=True,
+                  o_bias=True, mlp_bias=True, mlp_gated=False, lm_head_bias=True, partial_rotary=0.5,
+                  qk_norm="qk_layernorm", layers="full"),
+    "olmo2": Family(("Olmo2ForCausalLM",), ("olmo2",), _keys(), norm_layout="post", qk_norm="full", layers="full",
+                    qkv_bias="attention_bias", o_bias="attention_bias"),
+    "olmo3": Family(("Olmo3ForCausalLM",), ("olmo3",), _keys(), norm_layout="post", qk_norm="full",
+                    layers="layer_types", qkv_bias="attention_bias", o_bias="attention_bias"),
+    "granite": Family(("GraniteForCausalLM",), ("granite",), _keys(), layers="full", qkv_bias="attention_bias",
+                      o_bias="attention_bias", mlp_bias="mlp_bias"),
+    "granitemoe": Family(("GraniteMoeForCausalLM",), ("granitemoe",), _keys(), layers="full",
+                         qkv_bias="attention_bias", o_bias="attention_bias", moe="mixtral"),
+    "granitemoeshared": Family(("GraniteMoeSharedForCausalLM",), ("granitemoeshared",), _keys(), layers="full",
+                               qkv_bias="attention_bias", o_bias="attention_bias", moe="granite_shared"),
+    "cohere": Family(("CohereForCausalLM",), ("cohere",), _keys(), norm_layout="parallel", tied_default=True,
+                     layers="full", qkv_bias="attention_bias", o_bias="attention_bias",
+                     qk_norm=("use_qk_norm", "full")),
+    "cohere2": Family(("Cohere2ForCausalLM",), ("cohere2",), _keys(), norm_layout="parallel", tied_default=True,
+                      layers="layer_types", qkv_bias="attention_bias", o_bias="attention_bias",
+                      nope_full_layers=True),
+    "starcoder2": Family(("Starcoder2ForCausalLM",), ("starcoder2",), _keys(), norm="layer", qkv_bias="use_bias",
+                         o_bias="use_bias", mlp_bias="use_bias", mlp_gated=False, tied_default=True),
+    "gpt_neox": Family(("GPTNeoXForCausalLM",), ("gpt_neox",), _keys(num_kv_heads="", head_dim=""), norm="layer",
+                       qkv_bias=("attention_bias", True), o_bias=("attention_bias", True), mlp_bias=True,
+                       mlp_gated=False, partial_rotary=0.25, layers="full", fused=("qkv",),
+                       parallel=("use_parallel_residual", True, "parallel2")),
+    "smollm3": Family(("SmolLM3ForCausalLM",), ("smollm3",), _keys(), tied_default=True, layers="qwen_window",
+                      qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias", nope="no_rope_layers"),
+    "stablelm": Family(("StableLmForCausalLM",), ("stablelm",), _keys(), norm="layer", qkv_bias="use_qkv_bias",
+                       qk_norm=("qk_layernorm", "full"), partial_rotary=0.25, layers="full",
+                       parallel=("use_parallel_residual", False, "parallel")),
+    "exaone4": Family(("Exaone4ForCausalLM",), ("exaone4",), _keys(), norm_layout="post", qk_norm="head",
+                      layers="layer_types", nope_full_layers=True),
+    "seed_oss": Family(("SeedOssForCausalLM",), ("seed_oss",), _keys(), layers="full", qkv_bias="attention_bias",
+                       o_bias="attention_out_bias", mlp_bias="mlp_bias"),
+    "ernie4_5": Family(("Ernie4_5ForCausalLM",), ("ernie4_5",), _keys(), layers="full", qkv_bias="use_bias",
+                       o_bias="use_bias", mlp_bias="use_bias", tied_default=True),
+    "phimoe": Family(("PhimoeForCausalLM",), ("phimoe",), _keys(), norm="layer", qkv_bias="attention_bias",
+                     o_bias="attention_bias", moe="mixtral", lm_head_bias="lm_head_bias"),
+    "glm": Family(("GlmForCausalLM",), ("glm",), _keys(), layers="full", qkv_bias="attention_bias",
+                  partial_rotary=0.5, fused=("gate_up",)),
+    "glm4": Family(("Glm4ForCausalLM",), ("glm4",), _keys(), norm_layout="sandwich", layers="full",
+                   qkv_bias="attention_bias", partial_rotary=0.5, fused=("gate_up",)),
+    "glm4_moe_lite": Family(("Glm4MoeLiteForCausalLM",), ("glm4_moe_lite",), _keys(), layers="full", moe="deepseek",
+                            mla=True),
+    "minimax_m2": Family(("MiniMaxM2ForCausalLM",), ("minimax_m2",), _keys(), qk_norm="full", moe="mixtral",
+                         partial_rotary=1.0, router_bias=True),
     "mamba2": Family(("Mamba2ForCausalLM",), ("mamba2",), {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers"},
                      mamba=True, layers="mamba2"),
 }
 
 ARCHITECTURES = {a: name for name, f in FAMILIES.items() for a in f.architectures}
+REMOTE_CODE_ARCHITECTURES = ("ChatGLMModel", "ChatGLMForConditionalGeneration")   # read apart (spec._glm_spec)
 MODEL_TYPES = {t: name for name, f in FAMILIES.items() for t in f.model_types}
 # Fields a family reads whose values tierlab does not model unless they take the value given here.
 UNMODELLED = {
@@ -203,7 +261,10 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
         what = archs[0] if isinstance(archs, list) and archs else mt
         raise ConfigError(f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}",
                           file=file, field="architectures")
-    defaults = FAMILIES[name].defaults
+    mt_text = text.get("model_type") if isinstance(text, dict) else mt
+    given = {**config, **text} if isinstance(text, dict) else config
+    defaults = {**transformers_defaults(mt_text if isinstance(mt_text, str) else "", name, given),
+                **FAMILIES[name].defaults}
     if text is not None:
         if not isinstance(text, dict):
             raise ConfigError(f"expected a JSON object, got {type(text).__name__}", file=file, field="text_config")
@@ -211,6 +272,24 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
         merged.update(text)
         return name, merged, "text_config."
     return name, {**defaults, **config}, ""
+
+
+@lru_cache(maxsize=None)
+def _defaults_table() -> dict:
+    return json.loads((configs_dir("models") / "defaults" / "transformers.json").read_text())
+
+
+def transformers_defaults(model_type: str, family: str, config: dict) -> dict:
+    """The field defaults of the Transformers config class of ``model_type`` (else of the family's first
+    model type) that ``config`` leaves out: what a config written by ``save_pretrained`` omits
+    (``configs/models/defaults/``, written from Transformers by :func:`traces.capture.census.write_defaults`).
+    A default is not applied where the config gives the key in its older spelling (Transformers 4's
+    ``num_experts`` for Transformers 5's ``num_local_experts``)."""
+    table = _defaults_table()
+    if model_type not in table["defaults"]:
+        model_type = next((t for t in FAMILIES[family].model_types if t in table["defaults"]), "")
+    given = {new for old, new in table["aliases"].get(model_type, {}).items() if old in config}
+    return {k: v for k, v in table["defaults"].get(model_type, {}).items() if k not in given}
 
 
 # ---- attention patterns: per layer ("full", 0) | ("sliding", W) | ("chunked", C) | ("mamba", 0) ----
@@ -304,7 +383,8 @@ def _mixtral(r: Reader, n: int, f: int) -> dict:
 
 
 def _qwen_moe(r: Reader, n: int, f: int) -> dict:
-    e = r.int("num_experts")
+    # Transformers 4 writes num_experts, Transformers 5 num_local_experts (Qwen3-MoE, Qwen3-Next)
+    e = r.int("num_experts") if r.config.get("num_experts") is not None else r.int("num_local_experts")
     step = r.pos("decoder_sparse_step", 1)
     only = r.config.get("mlp_only_layers") or []
     if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
@@ -328,10 +408,19 @@ def _deepseek(r: Reader, n: int, f: int) -> dict:
     mf = r.pos("moe_intermediate_size") if e else r.int("moe_intermediate_size", 0)
     shared = r.int("n_shared_experts", 0)
     method = r.config.get("topk_method")
-    return dict(num_experts=e, num_experts_per_tok=r.int("num_experts_per_tok"), moe_intermediate_size=mf,
+    mt = r.config.get("model_type")
+    if r.config.get("mlp_layer_types") is not None:       # GLM-4.7-Flash: "dense" / "sparse" per layer
+        moe = [t == "sparse" for t in r.int_list("mlp_layer_types", n, ("dense", "sparse"))]
+    else:
+        moe = [i >= dense and i % freq == 0 for i in range(n)]
+    # DeepSeek-V2's released configs (V2, V2-Lite) route each token to 6 experts; Transformers' class leaves
+    # num_experts_per_tok None, so a config written without it means those 6 (DeepSeek-V2 paper, sec. 3.1)
+    k = r.int("num_experts_per_tok", 6 if mt == "deepseek_v2" else r._MISSING)
+    return dict(num_experts=e, num_experts_per_tok=k, moe_intermediate_size=mf,
                 num_shared_experts=shared, shared_expert_size=shared * mf,
-                router_bias=method == "noaux_tc" or r.config.get("model_type") == "glm4_moe",
-                moe_layers=tuple(e > 0 and i >= dense and i % freq == 0 for i in range(n)))
+                # Transformers' V3-style routers always hold the correction bias (a persistent buffer)
+                router_bias=method == "noaux_tc" or mt in ("glm4_moe", "glm4_moe_lite", "deepseek_v3"),
+                moe_layers=tuple(e > 0 and moe[i] for i in range(n)))
 
 
 def _gpt_oss(r: Reader, n: int, f: int) -> dict:
@@ -357,5 +446,10 @@ def _jamba_moe(r: Reader, n: int, f: int) -> dict:
                 moe_layers=tuple(e > 1 and i % period == offset for i in range(n)))
 
 
-MOE_READERS = {"mixtral": _mixtral, "qwen_moe": _qwen_moe, "olmoe": _olmoe, "deepseek": _deepseek,
+def _granite_shared(r: Reader, n: int, f: int) -> dict:
+    """GraniteMoeShared: Mixtral's experts plus one always-on expert of ``shared_intermediate_size`` (no gate)."""
+    return dict(_mixtral(r, n, f), shared_expert_size=r.int("shared_intermediate_size", 0))
+
+
+MOE_READERS = {"granite_shared": _granite_shared, "mixtral": _mixtral, "qwen_moe": _qwen_moe, "olmoe": _olmoe, "deepseek": _deepseek,
                "gpt_oss": _gpt_oss, "llama4": _llama4_moe, "jamba": _jamba_moe}

@@ -258,6 +258,8 @@ class Lowering:
         def add(x: str) -> Op:
             return norm_k.elementwise("residual_add", [a["hidden"], a[x]], a["hidden"], m=m, width=h, act_bytes=ab)
 
+        if s.norm_layout == "post":
+            return self._post_norm_layer(i, p, m, seg, add)
         ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
         ops += self._mamba_block(i, p, m, seg) if s.keeps_state(i) else self._attention_block(i, p, m, seg)
         if s.norm_layout == "mixer":                        # Mamba-2: no MLP
@@ -285,6 +287,24 @@ class Lowering:
             ops.append(self._norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out", "mlp_out",
                                   m, h))
         ops.append(add("mlp_out"))
+        return ops
+
+    def _post_norm_layer(self, i: int, p: str, m: int, seg: Segment, add) -> list[Op]:
+        """OLMo 2's layer (EXAONE 4's): the blocks read the residual stream itself; each block's output is
+        normed (in place) before its residual add. The blocks' input buffer is the residual (``hidden``)."""
+        s, h, act = self.spec, self.spec.hidden_size, self.act
+        self.act = {**act, "norm": act["hidden"]}
+        try:
+            ops = self._attention_block(i, p, m, seg)
+            ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out",
+                                  m, h))
+            ops.append(add("attn_out"))
+            ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size, m, seg)
+            ops.append(self._norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out",
+                                  "mlp_out", m, h))
+            ops.append(add("mlp_out"))
+        finally:
+            self.act = act
         return ops
 
     def _mlp(self, prefix: str, ffn: int, m: int, seg: Segment, name: str = "mlp.", x: str = "norm") -> list[Op]:
@@ -400,7 +420,8 @@ class Lowering:
             elif s.qk_norm == "full":         # OLMoE: over all heads of the token
                 ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m, self.q_width))
                 ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m, kvw))
-            if not s.learned_positions and not (s.nope_full_layers and s.layer_kind(i) == "full"):
+            if not s.learned_positions and not (s.nope_full_layers and s.layer_kind(i) == "full") \
+                    and i not in s.nope_layers:
                 rd = s.rotary_dim or s.head_dim        # partial rotary: the first rotary_dim of each head turn
                 ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [s.num_heads * rd, s.num_kv_heads * rd], m=m,
                                          act_bytes=ab))

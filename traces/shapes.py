@@ -41,7 +41,8 @@ def weight_shapes(s) -> list[WeightShape]:
         out.append(WeightShape("embed_positions", -1, -1, s.learned_positions, h))
     for i in range(s.num_layers):
         p = f"layers.{i}."
-        out += _norm(s, p + "input_layernorm", i, h)
+        if s.norm_layout != "post":
+            out += _norm(s, p + "input_layernorm", i, h)
         if s.layer_kind(i) == "mamba":
             out += _mamba_shapes(s, i, p + "mamba.")
         elif s.layer_kind(i) == "linear":
@@ -50,17 +51,21 @@ def weight_shapes(s) -> list[WeightShape]:
             out += _attention_shapes(s, i, p + "self_attn.")
         if s.norm_layout == "sandwich":
             out += _norm(s, p + "post_attention_layernorm", i, h) + _norm(s, p + "pre_feedforward_layernorm", i, h)
+        elif s.norm_layout == "post":     # OLMo 2: each block's output normed before its residual add
+            out += _norm(s, p + "post_attention_layernorm", i, h)
         elif s.norm_layout == "pre":
             out += _norm(s, p + "post_attention_layernorm", i, h)
         elif s.norm_layout == "parallel2":
             out += _norm(s, p + "ln_mlp", i, h)
         if s.norm_layout != "mixer":       # Mamba-2: a layer is its mixer alone
             out += _mlp_shapes(s, i, p + "mlp.")
-        if s.norm_layout == "sandwich":
+        if s.norm_layout in ("sandwich", "post"):
             out += _norm(s, p + "post_feedforward_layernorm", i, h)
     out += _norm(s, "norm", -1, h)
     if not s.tie_word_embeddings:
         out.append(WeightShape("lm_head", -1, -1, s.vocab_size, h))
+    if s.lm_head_bias:
+        out.append(WeightShape("lm_head.bias", -1, -1, s.vocab_size, 1))
     return out
 
 
@@ -102,9 +107,9 @@ def _attention_shapes(s, i: int, a: str) -> list[WeightShape]:
         out += [WeightShape(a + "q_proj.bias", i, -1, q, 1), WeightShape(a + "k_proj.bias", i, -1, kv, 1),
                 WeightShape(a + "v_proj.bias", i, -1, kv, 1)]
     if s.qk_norm == "head":
-        out += [WeightShape(a + "q_norm", i, -1, s.head_dim, 1), WeightShape(a + "k_norm", i, -1, s.head_dim, 1)]
-    elif s.qk_norm == "full":
-        out += [WeightShape(a + "q_norm", i, -1, q, 1), WeightShape(a + "k_norm", i, -1, kv, 1)]
+        out += _norm(s, a + "q_norm", i, s.head_dim) + _norm(s, a + "k_norm", i, s.head_dim)
+    elif s.qk_norm == "full":   # OLMoE, OLMo 2; StableLM's and Cohere's per-head norms, one gain per element
+        out += _norm(s, a + "q_norm", i, q) + _norm(s, a + "k_norm", i, kv)
     if s.sinks:
         out.append(WeightShape(a + "sinks", i, -1, s.num_heads, 1))
     out += _linear(a + "o_proj", i, -1, h, q, s.o_bias)

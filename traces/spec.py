@@ -21,8 +21,8 @@ from traces.dtypes import KV_DTYPES, check_dtype, nbytes_of
 from common.errors import ConfigError
 from common.suggest import closest
 from common.paths import configs_dir
-from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MODEL_TYPES, MOE_READERS, UNMODELLED,  # noqa: F401
-                             UNMODELLED_EQUALS, Reader, family_of)
+from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MODEL_TYPES, MOE_READERS,  # noqa: F401
+                             REMOTE_CODE_ARCHITECTURES, UNMODELLED, UNMODELLED_EQUALS, Reader, family_of)
 from traces.shapes import WeightShape, weight_shapes  # noqa: F401  (WeightShape is part of this module's API)
 
 STATE_KINDS = ("mamba", "linear")
@@ -89,6 +89,8 @@ class ModelSpec:
     ssm_groups: int = 0
     ssm_heads: int = 0
     fused: tuple = ()             # "qkv" / "gate_up": projections run as one GEMM (same weights, one input read)
+    lm_head_bias: bool = False    # Phi-2, PhiMoE: the LM head adds a bias of vocab_size
+    nope_layers: tuple = ()       # layers that turn no rotary (SmolLM3's no_rope_layers), beside nope_full_layers
     rotary_dim: int = 0           # dimensions of each head rotary turns (partial_rotary_factor); 0: all of head_dim
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
     source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
@@ -259,8 +261,9 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     if not isinstance(config, dict):
         raise ConfigError("expected a JSON object", file=file)
     archs = config.get("architectures") or []
-    if (isinstance(archs, list) and archs and archs[0] in ("ChatGLMModel", "ChatGLMForConditionalGeneration",
-                                                            "GlmForCausalLM")) or config.get("model_type") == "chatglm":
+    # THUDM's remote-code ChatGLM (v1, 2, 3); Transformers' own GLM-4 (GlmForCausalLM, model_type glm) is a family
+    if (isinstance(archs, list) and archs and archs[0] in REMOTE_CODE_ARCHITECTURES) \
+            or config.get("model_type") == "chatglm":
         return _check_scale(_glm_spec(Reader(config, file), name, config), file, "num_layers")
     family, cfg, prefix = family_of(config, file)
     fam = FAMILIES[family]
@@ -280,7 +283,8 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     kv_heads = r.pos(k["num_kv_heads"], heads) if k.get("num_kv_heads") else heads
     if family == "falcon" and not cfg.get("new_decoder_architecture"):
         kv_heads = 1 if r.flag("multi_query", True) else heads
-    head_dim = (r.pos(k["head_dim"], None) if k.get("head_dim") else None) or _div(h, heads, r, k["hidden_size"])
+    head_dim = (r.pos(k["head_dim"], None) if k.get("head_dim") else None) \
+        or (0 if fam.mla else _div(h, heads, r, k["hidden_size"]))      # MLA: from its own head dims below
     ffn = r.pos(k["intermediate_size"], None)
     if ffn is None:
         if fam.mlp_gated:
@@ -295,13 +299,22 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
         tie_word_embeddings=r.flag("tie_word_embeddings", fam.tied_default), config=config,
         sliding_window=max(windows) if windows else None, layer_attention=spans,
         qkv_bias=r.flag(fam.qkv_bias), o_bias=r.flag(fam.o_bias), mlp_bias=r.flag(fam.mlp_bias),
-        qk_norm=fam.qk_norm if fam.qk_norm in ("head", "full", "") else ("head" if r.flag(fam.qk_norm) else ""),
+        qk_norm=_qk_norm(r, fam.qk_norm),
         norm=fam.norm, norm_layout=fam.norm_layout, mlp_gated=fam.mlp_gated, sinks=fam.sinks,
         nope_full_layers=fam.nope_full_layers, fused=fam.fused,
         learned_positions=max_pos + fam.learned_positions if fam.learned_positions >= 0 else 0,
     )
-    if fam.qk_norm is False:
-        kw["qk_norm"] = ""
+    if fam.lm_head_bias:
+        kw["lm_head_bias"] = r.flag(fam.lm_head_bias)
+    if fam.router_bias:
+        kw["router_bias"] = True
+    if fam.parallel:
+        key, default, layout = fam.parallel
+        kw["norm_layout"] = layout if r.flag(key, default) else "pre"
+    if fam.nope and r.config.get(fam.nope) is not None:      # SmolLM3: no_rope_layers[i] is 0 where i has no rotary
+        kw["nope_layers"] = tuple(i for i, x in enumerate(r.int_list(fam.nope, layers, (0, 1))) if not x)
+    if fam.nope_full_layers and not windows:   # EXAONE 4: without a sliding window every layer turns rotary
+        kw["nope_full_layers"] = family != "exaone4"
     if fam.partial_rotary is not None:
         kw["rotary_dim"] = _rotary_dim(r, head_dim, fam.partial_rotary)
     if family == "falcon" and cfg.get("new_decoder_architecture") and r.int("num_ln_in_parallel_attn", 2) == 2:
@@ -377,8 +390,11 @@ def _check_scale(spec: ModelSpec, file: str | None, layers_key: str) -> ModelSpe
 
 
 def _glm_spec(r: Reader, name: str, config: dict) -> ModelSpec:
-    """GLM / ChatGLM configs: fused query_key_value and dense_h_to_4h are lowered as separate
-    q/k/v and gate/up tensors of the same total size."""
+    """ChatGLM2/3 configs (THUDM's remote code): fused query_key_value and dense_h_to_4h are lowered as separate
+    q/k/v and gate/up tensors of the same total size. The first ChatGLM-6B (``inner_hidden_size``) is
+    :func:`_chatglm_v1_spec`."""
+    if "inner_hidden_size" in config or "position_encoding_2d" in config or "max_sequence_length" in config:
+        return _chatglm_v1_spec(r, name, config)
     h = r.pos("hidden_size")
     heads = r.pos("num_attention_heads")
     mqa = bool(config.get("multi_query_attention", False))
@@ -392,6 +408,24 @@ def _glm_spec(r: Reader, name: str, config: dict) -> ModelSpec:
         qkv_bias=bool(config.get("add_qkv_bias", False) or config.get("add_bias_linear", False)),
         config=config,
     )
+
+
+def _chatglm_v1_spec(r: Reader, name: str, config: dict) -> ModelSpec:
+    """The first ChatGLM-6B (THUDM/chatglm-6b's modeling_chatglm.py): multi-head attention (a fused
+    query_key_value with bias, dense with bias), LayerNorms with bias before attention and MLP (GLM's
+    DeepNorm residual scales the normed input, no weights), a plain GELU MLP of ``inner_hidden_size``
+    (default 4 x hidden) with biases, a final LayerNorm and an untied lm_head. ``position_encoding_2d``
+    turns two rotaries, each over half of every head (the position and the block position): the whole
+    head turns, as one rotary over head_dim does."""
+    h = r.pos("hidden_size")
+    heads = r.pos("num_attention_heads")
+    return ModelSpec(
+        name=name, family="chatglm", hidden_size=h, num_layers=r.pos("num_layers"), num_heads=heads,
+        num_kv_heads=heads, head_dim=_div(h, heads, r, "hidden_size"),
+        intermediate_size=r.pos("inner_hidden_size", None) or 4 * h, vocab_size=r.pos("vocab_size"),
+        max_position_embeddings=r.pos("max_sequence_length", 2048),
+        tie_word_embeddings=r.flag("tie_word_embeddings", False), norm="layer", qkv_bias=True, o_bias=True,
+        mlp_bias=True, mlp_gated=False, fused=("qkv",), config=config)
 
 
 def _mamba2_spec(r: Reader, name: str, config: dict, fam) -> ModelSpec:
@@ -414,6 +448,17 @@ def _mamba2_spec(r: Reader, name: str, config: dict, fam) -> ModelSpec:
         ssm_conv_bias=r.flag("use_conv_bias", True), ssm_proj_bias=r.flag("use_bias", False))
 
 
+def _qk_norm(r: Reader, trait) -> str:
+    """A family's q/k norms: ``"head"`` / ``"full"`` / ``""`` as they are, a config key (true: per head),
+    or (a config key, the layout when true)."""
+    if trait in ("head", "full", "") or trait is False:
+        return trait or ""
+    if isinstance(trait, tuple):
+        key, layout = trait
+        return layout if r.flag(key) else ""
+    return "head" if r.flag(trait) else ""
+
+
 def _rotary_dim(r: Reader, head_dim: int, default: float) -> int:
     """Dimensions of a head rotary turns: ``int(head_dim * partial_rotary_factor)``, the factor at the top
     level or in ``rope_parameters`` / ``rope_scaling`` (Transformers reads it from either), else the
@@ -422,6 +467,11 @@ def _rotary_dim(r: Reader, head_dim: int, default: float) -> int:
     for nest in ("rope_parameters", "rope_scaling"):
         if f is None and isinstance(r.config.get(nest), dict) and "partial_rotary_factor" in r.config[nest]:
             key, f = f"{nest}.partial_rotary_factor", r.config[nest]["partial_rotary_factor"]
+    if f is None and r.config.get("rotary_pct") is not None:      # GPT-NeoX as Transformers 4 writes it
+        key, f = "rotary_pct", r.config["rotary_pct"]
+    if f is None and r.config.get("rotary_dim") is not None:      # MiniMax-M2: the rotated dimensions themselves
+        d = r.pos("rotary_dim")
+        return 0 if d >= head_dim else d
     if f is None:
         f = default
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:

@@ -17,12 +17,14 @@ def _traits(f) -> str:
 
     out = ["LayerNorm" if f.norm == "layer" else "RMSNorm"]
     if f.norm_layout != "pre":
-        out.append({"sandwich": "4 norms/layer", "parallel": "parallel attn+MLP"}[f.norm_layout])
+        out.append({"sandwich": "4 norms/layer", "parallel": "parallel attn+MLP",
+                    "post": "norms after attention and MLP"}.get(f.norm_layout, f.norm_layout))
     if f.mla:
         out.append("MLA")
     out.append(LAYER_PATTERNS[f.layers])
     if f.qk_norm:
-        out.append("q/k norms" if f.qk_norm in ("head", "full") else f"q/k norms if {f.qk_norm}")
+        key = f.qk_norm[0] if isinstance(f.qk_norm, tuple) else f.qk_norm
+        out.append("q/k norms" if f.qk_norm in ("head", "full") else f"q/k norms if {key}")
     if f.qkv_bias is True:
         out.append("qkv bias")
     elif f.qkv_bias:
@@ -56,9 +58,11 @@ def command(families, as_json):
             by.setdefault(s.family, []).append(s.name)
         rows = [dict(family=n, architectures=list(f.architectures), model_types=list(f.model_types),
                      traits=_traits(f), presets=by.get(n, [])) for n, f in FAMILIES.items()]
-        rows.append(dict(family="chatglm", architectures=["ChatGLMModel", "ChatGLMForConditionalGeneration",
-                                                          "GlmForCausalLM"], model_types=["chatglm"],
-                         traits="RMSNorm, fused qkv with bias, multi-query groups", presets=by.get("chatglm", [])))
+        rows.append(dict(family="chatglm", architectures=["ChatGLMModel", "ChatGLMForConditionalGeneration"],
+                         model_types=["chatglm"],
+                         traits="ChatGLM2/3: RMSNorm, fused qkv with bias, multi-query groups; ChatGLM-6B v1 "
+                                "(inner_hidden_size): LayerNorm, multi-head, plain GELU MLP, biases",
+                         presets=by.get("chatglm", [])))
         if as_json:
             click.echo(json.dumps(rows, indent=1))
             return
