@@ -870,6 +870,25 @@ CASES = [
     Case("config-partial-rotary-out-of-range", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: partial_rotary_factor: expected a fraction in (0, 1], got 1.5",
          {"m.json": json.dumps(_preset("glm-4.5-air", partial_rotary_factor=1.5))}),
+    # -- throughput (issue 23): the serving curve --------------------------------------------------
+    Case("throughput-beyond-positions", ["throughput", str(TINY), "--chip", "h100", "--input", "4000",
+                                         "--output", "200"],
+         "--input: --input 4000 + --output 200 = 4200 positions exceeds tiny-llama's max_position_embeddings 4096"),
+    Case("throughput-kv-does-not-fit", ["throughput", "llama-3.1-8b", "--chip", "h100", "--input", "1000",
+                                        "--output", "1000", "--concurrency", "300"],
+         "--concurrency: concurrency 300: the KV of 300 requests of 1000+1000 tokens does not fit; at most 209 do "
+         "(hbm of h100)"),
+    Case("throughput-batch-tokens-below-decodes", ["throughput", str(TINY), "--chip", "h100", "--input", "100",
+                                                   "--output", "10", "--concurrency", "8", "--max-batch-tokens", "4"],
+         "--max-batch-tokens: --max-batch-tokens 4 is below one decode batch of 8 sequences (every running decode "
+         "takes a token of each step)"),
+    Case("throughput-slo-unmet", ["throughput", str(TINY), "--chip", "h100", "--input", "16", "--output", "4",
+                                  "--concurrency", "1", "--slo-tpot", "0.000001"],
+         "--slo-tpot: no point meets the SLO (TPOT <= 1e-06 ms); the nearest is concurrency 1: TPOT 0.043 ms, "
+         "TTFT 0.043 ms"),
+    Case("throughput-two-targets", ["throughput", str(TINY), "--chip", "h100", "--system", "dgx-h100",
+                                    "--input", "16", "--output", "4"],
+         "--chip: give exactly one of --chip, --system, --chips and --systems"),
 ]
 
 
@@ -926,5 +945,5 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 209   # with issue 14's (families, calibrated latency, capture), 15's, 16's, 24's and 27's cases
+    assert len(CASES) >= 214   # with issue 14's (families, calibrated latency, capture), 15's, 16's, 23's, 24's and 27's cases
     assert len({c.id for c in CASES}) == len(CASES)

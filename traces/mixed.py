@@ -122,6 +122,9 @@ def lower_step(spec: ModelSpec, run: RunConfig, step: MixedStep, out_dir, *, for
     return Path(out_dir)
 
 
+BULK_MIN = 256
+
+
 class _Mixed:
     """What a mixed step changes in a lowering (mixed into :class:`~traces.lowering.Lowering` and
     :class:`~traces.lower_parallel.DeviceLowering`; see the module docstring)."""
@@ -141,25 +144,32 @@ class _Mixed:
     def _declare_kv(self) -> None:
         spec, run = self.spec, self.run
         self.kv_row = nbytes_of(spec.kv_row_elements, run.kv)
-        self.caches, self.states, self.seq_caches = {}, {}, {}
-        caps = self.step.capacity
+        self.caches, self.states, self.seq_layout = {}, {}, {}
+        caps = np.asarray(self.step.capacity, np.int64)
+        parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
+        row = self.kv_row // len(parts)
+        layouts: dict[tuple, tuple] = {}
         for i in self.layers:
             if spec.keeps_state(i):
                 raise UsageError(f"{spec.name} has recurrent (Mamba / DeltaNet) layers; serving steps are "
                                  "lowered for attention models only", field="model")
-            parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
-            row = self.kv_row // len(parts)
-            rows = np.array([spec.kv_rows(i, c) for c in caps], np.int64)
-            base = np.concatenate([[0], np.cumsum(rows * row)[:-1]])
-            total = int((rows * row).sum())
-            layer, per_seq = [], []
-            for p in parts:
-                t = Ten(self.w.add_tensor(f"layers.{i}.kv.{p}", "kv", total, run.kv, i, device=self.device), total)
-                layer.append(attn.Cache(t, row, 0, 0))
-                per_seq.append([attn.Cache(t, row, int(r) * row, int(r) if r < c else 0) for r, c in zip(rows, caps)])
-            self.caches[i] = layer
-            self.seq_caches[i] = (base, per_seq)
+            kind, span = spec.layer_span(i)
+            if (kind, span) not in layouts:    # rows as ModelSpec.kv_rows keeps them: all, or a ring of the span
+                rows = caps.copy() if kind == "full" else np.minimum(caps, span)
+                base = np.concatenate([[0], np.cumsum(rows * row)[:-1]]).astype(np.int64)
+                layouts[kind, span] = (base, rows, bool((rows < caps).any()), int((rows * row).sum()))
+            base, rows, ringed, total = layouts[kind, span]
+            self.caches[i] = [attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{p}", "kv", total, run.kv, i,
+                                                               device=self.device), total), row, 0, 0)
+                              for p in parts]
+            self.seq_layout[i] = (base, rows, ringed)
         self.positions = self.step.positions
+
+    def _seq(self, i: int, c, j: int):
+        """Sequence ``j``'s part of cache ``c`` of layer ``i`` (a ring where it keeps fewer rows than positions)."""
+        base, rows, _ = self.seq_layout[i]
+        r = int(rows[j])
+        return attn.Cache(c.ten, c.row_bytes, r * c.row_bytes, r if r < self.step.capacity[j] else 0)
 
     def _act(self, name: str, rows: int, width: int):
         if name in ("logits", "logits_all"):
@@ -187,34 +197,35 @@ class _Mixed:
 
     def _cache_reads(self, i: int, write: bool):
         """Bulk descriptors of every decode's keys and values (``write``: its new row) in layer ``i``,
-        cache by cache (all keys, then all values, as the decode kernel reads them); the rings of
-        windowed layers one sequence at a time."""
+        cache by cache (all keys, then all values, as the decode kernel reads them), as one set of
+        columns; the rings of windowed layers one sequence at a time."""
         s = self.spec
         kind, span = s.layer_span(i)
         window = span if kind == "sliding" else None
         chunk = span if kind == "chunked" else None
-        base, per_seq = self.seq_caches[i]
+        base, _, ringed = self.seq_layout[i]
         ctx = np.asarray(self.step.decode, np.int64)
         D = len(ctx)
-        cols = []
-        for c, seqs in zip(self.caches[i], per_seq):
-            if not D:
-                continue
-            if write:
-                lo, hi = ctx, ctx + 1
-            else:
-                lo = np.array([attn.key_range(int(x), window, chunk)[0] for x in ctx]) if (window or chunk) \
-                    else np.zeros(D, np.int64)
-                hi = ctx + 1
-            if not any(q.ring for q in seqs[:D]):
-                cols.append((np.full(D, c.ten.id), base[:D] + lo * c.row_bytes, (hi - lo) * c.row_bytes))
-                continue
-            op = Op("ring", "kv", 0, 0)
+        if not D:
+            return []
+        if write:
+            lo = ctx
+        elif window or chunk:
+            lo = np.array([attn.key_range(int(x), window, chunk)[0] for x in ctx], np.int64)
+        else:
+            lo = np.zeros(D, np.int64)
+        hi = ctx + 1
+        if not ringed:
+            n = len(self.caches[i])
+            return [(np.repeat([c.ten.id for c in self.caches[i]], D),
+                     np.concatenate([base[:D] + lo * c.row_bytes for c in self.caches[i]]),
+                     np.tile((hi - lo) * self.caches[i][0].row_bytes, n))]
+        op = Op("ring", "kv", 0, 0)
+        for c in self.caches[i]:
             for j in range(D):
-                attn.read_positions(op, seqs[j], int(base[j]), int(lo[j]), int(hi[j]), write=write)
-            cols.append((np.array([a.tensor for a in op.accesses]), np.array([a.offset for a in op.accesses]),
-                         np.array([a.nbytes for a in op.accesses])))
-        return cols
+                attn.read_positions(op, self._seq(i, c, j), int(base[j]), int(lo[j]), int(hi[j]), write=write)
+        return [(np.array([a.tensor for a in op.accesses]), np.array([a.offset for a in op.accesses]),
+                 np.array([a.nbytes for a in op.accesses]))]
 
     def _chunks(self, i: int, op: Op, q, o, qrow: int, orow: int, write: bool) -> None:
         """Each prefill chunk's accesses (``write``: its new KV rows; else its attention tiles)."""
@@ -222,21 +233,21 @@ class _Mixed:
         kind, span = s.layer_span(i)
         window = span if kind == "sliding" else None
         chunk = span if kind == "chunked" else None
-        base, per_seq = self.seq_caches[i]
+        base = self.seq_layout[i][0]
         D = len(self.step.decode)
         row0 = D                               # the chunk's first row among the step's tokens
         for n, (start, t, _) in enumerate(self.step.prefill):
             j = D + n
+            seqs = [self._seq(i, c, j) for c in self.caches[i]]
             if write:
-                for seqs in per_seq:
-                    attn.read_positions(op, seqs[j], int(base[j]), start, start + t, write=True)
+                for c in seqs:
+                    attn.read_positions(op, c, int(base[j]), start, start + t, write=True)
             else:
-                caches = list(dict.fromkeys(seqs[j] for seqs in per_seq))
                 for q0 in range(0, t, self.run.attn_tile):
                     q1 = min(t, q0 + self.run.attn_tile)
                     lo = attn.key_range(start + q0, window, chunk)[0]
                     op.read(q, (row0 + q0) * qrow, (q1 - q0) * qrow)
-                    for c in caches:
+                    for c in seqs:
                         attn.read_positions(op, c, int(base[j]), lo, start + q1)
                     op.write(o, (row0 + q0) * orow, (q1 - q0) * orow)
             row0 += t
@@ -293,10 +304,14 @@ class _Mixed:
                                 op.pim_eligible, device=self.device)
             for a in op.accesses:
                 self.w.add_access(oid, a.tensor, a.offset, a.nbytes, a.count, a.stride, a.is_write)
+            wr = op.kind == "kv_append"
             for tid, off, nb in op.bulk:
                 n = len(tid)
-                self.w.add_accesses(np.full(n, oid), tid, off, nb,
-                                    is_write=np.full(n, op.kind == "kv_append"))
+                if n < BULK_MIN:      # the writer's bulk call checks against every tensor: dearer for a few
+                    for t, o, b in zip(tid.tolist(), off.tolist(), nb.tolist()):
+                        self.w.add_access(oid, t, o, b, 1, 0, wr)
+                else:
+                    self.w.add_accesses(np.full(n, oid), tid, off, nb, is_write=np.full(n, wr))
             for a in op.tail.accesses:
                 self.w.add_access(oid, a.tensor, a.offset, a.nbytes, a.count, a.stride, a.is_write)
         if plain:

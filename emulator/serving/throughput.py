@@ -70,16 +70,16 @@ def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency:
     limit = kv_limit(spec, run, target, isl, osl, max_batch_tokens, utilisation=utilisation)
     limit = limit.__class__(**{**limit.__dict__, "dp": dp, "max_concurrency": limit.max_concurrency * dp})
     asked = concurrencies(concurrency, limit.max_concurrency, max_batch_tokens * dp)
-    for c in asked:
-        if c > max_batch_tokens * dp:
-            raise UsageError(f"--max-batch-tokens {max_batch_tokens} is below one decode batch of {c // dp} "
-                             "sequences", field="--max-batch-tokens")
     fit = [c for c in asked if c <= limit.max_concurrency]
     beyond = [c for c in asked if c > limit.max_concurrency]
     if not fit:
         raise UsageError(f"concurrency {beyond[0]}: the KV of {beyond[0]} requests of {isl}+{osl} tokens does not fit; "
                          f"at most {limit.max_concurrency} do ({limit.memory_tier} of {target.name})",
                          field="--concurrency")
+    for c in fit:
+        if c > max_batch_tokens * dp:
+            raise UsageError(f"--max-batch-tokens {max_batch_tokens} is below one decode batch of {c // dp} "
+                             "sequences (every running decode takes a token of each step)", field="--max-batch-tokens")
     price = _price(chip, system, devices)
     own = replayer is None
     rep = replayer or StepReplayer(spec, run, chip=chip, system=system, options=options,
@@ -150,7 +150,7 @@ def _miss(p, tpot, ttft) -> float:
 
 
 def _ms(v) -> str:
-    return "n/a" if v is None else f"{v * 1e3:.1f} ms"
+    return "n/a" if v is None else f"{v * 1e3:.3g} ms"
 
 
 def _slo_text(tpot, ttft) -> str:
