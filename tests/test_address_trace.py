@@ -201,3 +201,26 @@ def test_reader_refuses_damaged_address_traces(imported, tmp_path):
     (t / fmt.MANIFEST).write_text(json.dumps({**m, "tables": {**m["tables"], "lines": 1}}))
     with pytest.raises(TraceError, match="row 0: line 1099511627776 \\(64 B\\) lies outside the tensors"):
         list(open_trace(t).iter_lines())
+
+
+def test_region_tensors_cover_the_lines_touched(tmp_path):
+    """A region's tensor starts at the 1 MiB boundary below its lowest line and ends after its highest
+    (a stack near the top of its region is not a 1 GiB tensor); a word below it is refused."""
+    from traces.addresses import AddressTraceWriter
+
+    recs = [(0x1FFEFFF000 + 8 * i, 8, i % 2) for i in range(1000)] + [(0x4000000 + 64 * i, 8, 0) for i in range(50)]
+    write_din(tmp_path / "s.din", recs)
+    import_trace(tmp_path / "s.din", tmp_path / "s.trace")
+    t = open_trace(tmp_path / "s.trace")
+    addr, nb = t.tensors.column("address").to_pylist(), t.tensors.column("nbytes").to_pylist()
+    off = 0x1FFEFFF000 & ((1 << 30) - 1)            # the stack's offset in its region
+    lo, end = off >> 20 << 20, -(-(off + 8 * 1000) // 64) * 64
+    assert addr == [(0 << 30) + lo, (1 << 30) + 0x4000000]
+    assert nb == [end - lo, 50 * 64] and sum(nb) < 1 << 21
+    c = t.access_columns()
+    assert (c["offset"] + c["nbytes"] <= np.array(nb)[c["tensor_id"]]).all()
+    with AddressTraceWriter(tmp_path / "b.trace", line_bytes=64) as w:
+        w.add(np.array([(0x100000 >> 6) << 1, (0xF0000 >> 6) << 1]))
+        w.regions([0], [0x200000], [0x100000])
+    with pytest.raises(TraceError, match="row 1: line 15360 \\(64 B\\) lies outside the tensors"):
+        list(open_trace(tmp_path / "b.trace").iter_lines())

@@ -136,13 +136,14 @@ def test_lines_and_regions():
     k = np.array([0, 0, 1, 0, 3], np.uint8)
     regions, end, nr, stats = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(1, np.int64), np.zeros(9, np.int64)
     words, cont = np.empty(16, np.int64), np.empty(16, np.int64)
-    m = to_lines(a, s, k, len(a), 6, regions, end, nr, np.full(8, -1, np.int64), 10, words, cont, stats)
+    lo = np.zeros(4, np.int64)
+    m = to_lines(a, s, k, len(a), 6, regions, lo, end, nr, np.full(8, -1, np.int64), 10, words, cont, stats)
     per = (1 << 30) >> 6
     lines, w = (words[:m] >> 1).tolist(), (words[:m] & 1).tolist()
     # region 1 first (tensor 0), then region 0 (tensor 1); the modify at 200: a load then a store
     assert lines == [0, per + 1, per + 1, per + per - 1, 0, per + 3, per + 3]
     assert w == [0, 0, 1, 0, 0, 0, 1]
-    assert regions[:int(nr[0])].tolist() == [1, 0] and end[:2].tolist() == [64, 1 << 30]
+    assert regions[:int(nr[0])].tolist() == [1, 0] and end[:2].tolist() == [64, 1 << 30] and lo[:2].tolist() == [0, 64]
     assert cont[:int(stats[6])].tolist() == [14]          # row 10 + 4: the second line of the straddling access
     assert stats.tolist() == [6, 7, 5, 2, 1, 0, 1, 4, 2]
 

@@ -6,7 +6,7 @@ write. It holds no descriptors: ``lines.arrow`` is one column, ``word = line << 
 >> log2 ``line_bytes``) in the trace's address space, where the 2**30-byte region holding the k-th
 region the recorded addresses reached (in first-seen order) is tensor k, at address ``k * 2**30``
 (so addresses keep their value modulo 2**30, and every set index of a cache of up to 1 GiB a way
-is the recorded address's). ``straddles.arrow`` lists the rows whose line continues the access of
+is the recorded address's); its tensor covers the lines touched there, from a multiple of 1 MiB. ``straddles.arrow`` lists the rows whose line continues the access of
 the row before (an access straddling lines): with the manifest's ``straddle`` ``"once"``
 (cachegrind's convention), a replay counts such an access once at tier 0 (a miss if any of its
 lines missed); with ``"both"`` every line counts.
@@ -35,6 +35,7 @@ from emulator.engine.jit import njit
 from traces import format as fmt
 
 REGION_BYTES = 1 << fmt.REGION_SHIFT
+TENSOR_ALIGN = 1 << 20     # a region's tensor starts at a multiple of this inside it (every preset's blocks divide it)
 
 
 @njit(nogil=True)
@@ -50,22 +51,23 @@ def word_range(words):
 
 
 @njit(nogil=True)
-def check_words(words, sh, nbytes, n_tensors):
+def check_words(words, sh, address, nbytes, n_tensors):
     """The first row whose line lies outside its region's tensor (tensor ``b >> 30`` for the line's
-    byte address ``b``, of ``nbytes``), or -1. When every word lies in one region, the range of the
-    words decides (one vectorised pass); otherwise each word is looked at."""
+    byte address ``b``, at ``address``, of ``nbytes``), or -1. When every word lies in one region,
+    the range of the words decides (one vectorised pass); otherwise each word is looked at."""
     if len(words) == 0:
         return -1
     lo, hi = word_range(words)
     if lo >= 0:
-        t = ((lo >> 1) << sh) >> 30
-        if t == ((hi >> 1) << sh) >> 30 and t < n_tensors and (((hi >> 1) << sh) & ((1 << 30) - 1)) + (1 << sh) <= nbytes[t]:
+        b0, b1 = (lo >> 1) << sh, (hi >> 1) << sh
+        t = b0 >> 30
+        if t == b1 >> 30 and t < n_tensors and b0 >= address[t] and b1 + (1 << sh) <= address[t] + nbytes[t]:
             return -1
     for j in range(len(words)):
         w = words[j]
         b = (w >> 1) << sh
         t = b >> 30
-        if w < 0 or t >= n_tensors or (b & ((1 << 30) - 1)) + (1 << sh) > nbytes[t]:
+        if w < 0 or t >= n_tensors or b < address[t] or b + (1 << sh) > address[t] + nbytes[t]:
             return j
     return -1
 
@@ -116,10 +118,12 @@ class AddressTraceWriter:
             self._writer.write_batch(pa.RecordBatch.from_arrays([pa.array(col, pa.uint64())], schema=fmt.LINES_SCHEMA))
         self._pending, self._pending_rows = [], 0
 
-    def regions(self, bases: list[int], used: list[int]) -> None:
-        """The tensors: region k (recorded base byte address ``bases[k]``) at ``k * 2**30``, of
-        ``used[k]`` bytes."""
-        self._regions = list(zip(bases, used))
+    def regions(self, bases: list[int], ends: list[int], lows: list[int] | None = None) -> None:
+        """The tensors: region k (recorded base byte address ``bases[k]``) covers its lines from
+        ``lows[k]`` (default 0) to ``ends[k]`` (bytes from the region's start); its tensor starts at
+        ``k * 2**30`` plus ``lows[k]`` rounded down to :data:`TENSOR_ALIGN` and ends at ``ends[k]``."""
+        lows = [0] * len(bases) if lows is None else lows
+        self._regions = [(b, lo // TENSOR_ALIGN * TENSOR_ALIGN, e) for b, lo, e in zip(bases, lows, ends)]
 
     def __exit__(self, exc_type, exc, tb):
         try:
@@ -143,11 +147,13 @@ class AddressTraceWriter:
 
         n = len(self._regions)
         tensors = pa.table({"tensor_id": pa.array(range(n), pa.uint32()),
-                            "name": [f"region_{b:#x}" for b, _ in self._regions], "kind": ["other"] * n,
+                            "name": [f"region_{b:#x}" for b, _, _ in self._regions], "kind": ["other"] * n,
                             "layer": pa.array([-1] * n, pa.int32()), "expert": pa.array([-1] * n, pa.int32()),
                             "dtype": ["u8"] * n,
-                            "address": pa.array([k * REGION_BYTES for k in range(n)], pa.uint64()),
-                            "nbytes": pa.array([u for _, u in self._regions], pa.uint64())}, schema=fmt.TENSORS_SCHEMA)
+                            "address": pa.array([k * REGION_BYTES + lo for k, (_, lo, _) in enumerate(self._regions)],
+                                                pa.uint64()),
+                            "nbytes": pa.array([e - lo for _, lo, e in self._regions], pa.uint64())},
+                           schema=fmt.TENSORS_SCHEMA)
         ops = pa.table({"op_id": pa.array([0], pa.uint32()), "name": ["imported"], "kind": ["other"],
                         "layer": pa.array([-1], pa.int32()), "phase": ["decode"], "step": pa.array([0], pa.int32()),
                         "tokens": pa.array([1], pa.uint32()), "flops": pa.array([0], pa.uint64()),
@@ -160,7 +166,7 @@ class AddressTraceWriter:
                 w.write_table(table)
         manifest = {"format": fmt.FORMAT_NAME, "version": fmt.ADDRESS_VERSION, "kind": fmt.ADDRESS_KIND,
                     "devices": 1, "generator": _generator(), "model": None, "run": None,
-                    "alignment": REGION_BYTES,
+                    "alignment": TENSOR_ALIGN,
                     "tables": {"tensors": n, "ops": 1, "lines": self.rows, "straddles": int(len(cont))},
                     "lines": {"line_bytes": self.line_bytes, "encoding": "plain", "word": "line << 1 | is_write"},
                     "straddle": self.straddle, **self.extra}
@@ -201,9 +207,10 @@ def open_address_trace(p: Path, manifest: dict, mpath: Path):
     if ops.num_rows != 1:
         raise TraceError(f"an address trace has one op, this one {ops.num_rows}", file=str(p / fmt.OPS_FILE))
     address = tensors.column("address").to_numpy()
-    if np.any(address != np.arange(len(address), dtype=np.uint64) * np.uint64(REGION_BYTES)) or \
-            np.any(tensors.column("nbytes").to_numpy() > REGION_BYTES):
-        raise TraceError("an address trace's tensor k lies at k * 2**30 and holds at most 2**30 bytes",
+    k = np.arange(len(address), dtype=np.uint64)
+    if np.any(address >> np.uint64(fmt.REGION_SHIFT) != k) or \
+            np.any(address + tensors.column("nbytes").to_numpy() > (k + np.uint64(1)) * np.uint64(REGION_BYTES)):
+        raise TraceError("an address trace's tensor k lies inside the 2**30 bytes from k * 2**30",
                          file=str(p / fmt.TENSORS_FILE), field="address")
     _check_tensor_layout(tensors, manifest, str(p / fmt.TENSORS_FILE), str(mpath))
     return AddressTrace(p, manifest, tensors, ops)
@@ -265,6 +272,7 @@ class AddressTrace(_trace_base()):
         path = self.path / fmt.LINES_FILE
         sh = self.line_bytes.bit_length() - 1
         nbytes = self._tensor_nbytes.astype(np.int64)
+        address = self.tensors.column("address").to_numpy().astype(np.int64)
         form = ipc_form(path)
         rows = 0
         try:
@@ -285,7 +293,7 @@ class AddressTrace(_trace_base()):
                 if col.null_count:
                     raise TraceError(f"rows {rows}..{rows + len(col) - 1}: null words", file=str(path), field="word")
                 words = col.to_numpy().view(np.int64)
-                bad = check_words(words, sh, nbytes, len(nbytes))
+                bad = check_words(words, sh, address, nbytes, len(nbytes))
                 if bad >= 0:
                     w = int(words[bad])
                     raise TraceError(f"row {rows + bad}: line {w >> 1} ({self.line_bytes} B) lies outside the "
@@ -301,14 +309,16 @@ class AddressTrace(_trace_base()):
         """The lines as descriptor batches (``ACCESSES_SCHEMA``): op 0, the line's region tensor,
         its offset there, ``line_bytes`` bytes, count 1."""
         sh = self.line_bytes.bit_length() - 1
+        address = self.tensors.column("address").to_numpy().astype(np.int64)
         for words in self.iter_lines():
             for lo in range(0, len(words), batch_rows):
                 w = words[lo:lo + batch_rows]
                 b = (w >> 1) << sh
                 n = len(w)
+                tid = b >> fmt.REGION_SHIFT
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(np.zeros(n, np.uint32)), pa.array((b >> fmt.REGION_SHIFT).astype(np.uint32)),
-                     pa.array((b & (REGION_BYTES - 1)).astype(np.uint64)),
+                    [pa.array(np.zeros(n, np.uint32)), pa.array(tid.astype(np.uint32)),
+                     pa.array((b - address[tid]).astype(np.uint64)),
                      pa.array(np.full(n, self.line_bytes, np.uint64)), pa.array(np.ones(n, np.uint32)),
                      pa.array(np.zeros(n, np.uint64)), pa.array((w & 1).astype(bool))], schema=fmt.ACCESSES_SCHEMA)
 

@@ -297,6 +297,7 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
     recs = Records(src, fmt, instructions)
     regions = np.zeros(MAX_REGIONS, np.int64)
     region_end = np.zeros(MAX_REGIONS, np.int64)
+    region_lo = np.zeros(MAX_REGIONS, np.int64)
     n_regions = np.zeros(1, np.int64)
     table = np.full(2 * MAX_REGIONS, -1, np.int64)
     stats = np.zeros(9, np.int64)
@@ -311,12 +312,14 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
             if need > len(words):
                 words, cont = np.empty(need, np.int64), np.empty(need, np.int64)
             before = int(stats[6])
-            m = tp.to_lines(a, s, k, len(a), sh, regions, region_end, n_regions, table, w.rows, words, cont, stats)
+            m = tp.to_lines(a, s, k, len(a), sh, regions, region_lo, region_end, n_regions, table, w.rows, words, cont,
+                            stats)
             if m < 0:
                 raise TraceError(f"the addresses reach more than {MAX_REGIONS} regions of 1 GiB", file=str(src))
             w.add(words[:m], cont[:int(stats[6]) - before])
         r = int(n_regions[0])
-        w.regions([int(x) << REGION_SHIFT for x in regions[:r]], [int(x) for x in region_end[:r]])
+        w.regions([int(x) << REGION_SHIFT for x in regions[:r]], [int(x) for x in region_end[:r]],
+                  [int(x) for x in region_lo[:r]])
         summary.update(records=n_records, accesses=int(stats[0]), lines=int(stats[1]), reads=int(stats[7]),
                        writes=int(stats[8]), read_lines=int(stats[2]), write_lines=int(stats[3]),
                        straddles=int(stats[4]), instruction_fetches=int(stats[5]), compression=recs.compression,

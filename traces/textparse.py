@@ -393,7 +393,8 @@ def parse_lines(buf, n, fmt, instructions, final, header, out_addr, out_size, ou
 
 
 @njit(nogil=True)
-def to_lines(addr, size, kind, n, sh, regions, region_end, n_regions, table, row0, out_words, out_cont, stats):
+def to_lines(addr, size, kind, n, sh, regions, region_lo, region_end, n_regions, table, row0, out_words, out_cont,
+             stats):
     """Records ``[:n]`` as line words ``line << 1 | is_write`` in the trace's address space.
 
     Each record touches the ``2**sh``-byte lines covering ``[addr, addr + size)``, in address
@@ -402,7 +403,8 @@ def to_lines(addr, size, kind, n, sh, regions, region_end, n_regions, table, row
     in first-seen order, ``n_regions[0]`` of them; a new one is appended, -1 returned when full;
     ``table``: a hash of them, a power of two of at least twice ``len(regions)`` slots, -1 empty);
     line ``L`` of region index ``t`` becomes ``(t << 30 | L << sh & (2**30 - 1)) >> sh``.
-    ``region_end[t]``: the end of the highest line touched in region ``t`` (bytes from its start).
+    ``region_lo[t]`` / ``region_end[t]``: the start of the lowest and the end of the highest line
+    touched in region ``t`` (bytes from its start).
     The row (``row0`` + index) of each line after the first of an access goes to ``out_cont`` (from
     its start; ``stats[6]`` grows by their number).
     ``stats`` (added to): accesses (a MODIFY is two), lines, read lines, write lines, straddling
@@ -444,6 +446,7 @@ def to_lines(addr, size, kind, n, sh, regions, region_end, n_regions, table, row
                             return -1
                         t = n_regions[0]
                         regions[t] = r
+                        region_lo[t] = 1 << 30
                         region_end[t] = 0
                         table[h] = t
                         n_regions[0] += 1
@@ -453,6 +456,8 @@ def to_lines(addr, size, kind, n, sh, regions, region_end, n_regions, table, row
                 end = off + (1 << sh)
                 if end > region_end[last_t]:
                     region_end[last_t] = end
+                if off < region_lo[last_t]:
+                    region_lo[last_t] = off
                 out_words[m] = (((last_t << 30) | off) >> sh) << 1 | w
                 if ln > first:
                     out_cont[nc] = row0 + m
