@@ -289,3 +289,32 @@ def test_link_loads_are_the_collectives_bytes(h100x8):
     loads = dict(cc.link_loads)
     ups = [v for k, v in loads.items() if k[1] == "up"]
     assert len(ups) == n and all(v == pytest.approx(2 * (n - 1) / n * S) for v in ups)
+
+
+def _oversubscribed(ratio, rails=False):
+    s = load_system("dgx-h100-x2")
+    return replace(s, scale_out=replace(s.scale_out, oversubscription=ratio, rail_optimised=rails))
+
+
+def test_oversubscribed_spine_bounds_an_all_to_all():
+    """16 chips in 2 nodes, a uniform all_to_all: each chip's NIC carries half its buffer out of the
+    node, the node's spine 8 x that; at ratio r the spine's share is 8 NICs / r, so past r = 1 the
+    spine binds and the transfer takes r times the NICs' time."""
+    S = 2**26
+    base = plan_collective("all_to_all", Group(tuple(range(16)), _oversubscribed(1.0)), S, "direct")
+    two = plan_collective("all_to_all", Group(tuple(range(16)), _oversubscribed(2.0)), S, "direct")
+    lat = base.overhead_s
+    nic = load_system("dgx-h100-x2").scale_out
+    assert base.time_s - lat == pytest.approx(S / 16 * 8 / nic.bandwidth_bytes_per_s / nic.ports, rel=1e-9)
+    assert two.time_s - lat == pytest.approx(2 * (base.time_s - lat), rel=1e-9)
+    spine = {k: v for k, v in two.link_loads if str(k[1]).startswith("spine")}
+    assert spine and all(v == pytest.approx(8 * 8 * S / 16) for v in spine.values())
+    assert not any(str(k[1]).startswith("spine") for k, _ in base.link_loads)
+
+
+def test_rail_optimised_keeps_same_index_traffic_off_the_spine():
+    s = _oversubscribed(4.0, rails=True)
+    same = plan_collective("all_reduce", Group((0, 8), s), 2**24, "ring")
+    cross = plan_collective("all_reduce", Group((0, 9), s), 2**24, "ring")
+    assert not any(str(k[1]).startswith("spine") for k, _ in same.link_loads)
+    assert any(str(k[1]).startswith("spine") for k, _ in cross.link_loads)

@@ -219,9 +219,6 @@ def test_presets():
     assert trn.scale_up.chip_bandwidth_bytes_per_s * 2 == pytest.approx(1.28e12)
 
 
-@pytest.mark.xfail(strict=True, reason="emulator.network.schedule.account counts a flow on a non-'direct' fabric as "
-                                       "two link traversals (chip to switch to chip); a torus/mesh flow crosses one "
-                                       "link. Needs schedule.py to treat Fabric.is_grid as it treats 'direct' (lead)")
 def test_bytes_carried_count_one_link_per_flow():
     g = whole(grid((4, 4)))
     c = plan_collective("all_reduce", g, S, "torus")
@@ -238,3 +235,26 @@ def test_v6e_pod_all_reduce_bandwidth_is_googles():
     c = plan_collective("all_reduce", g, size, "torus")
     busbw = 2 * (n - 1) / n * size / c.time_s
     assert busbw * n == pytest.approx(102.4e12, rel=1e-3)
+
+
+def test_grid_route_is_dimension_ordered_and_shortest():
+    from emulator.network.schedule import grid_route
+
+    s = grid((4, 4))                       # a 4 x 4 torus: device = 4 row + column
+    assert grid_route(s, 0, 1) == [(0, 1)]                   # neighbours: one link
+    assert grid_route(s, 0, 3) == [(0, 3)]                   # the wraparound is the short way
+    assert grid_route(s, 0, 10) == [(0, 4), (4, 8), (8, 9), (9, 10)]   # rows first, then columns
+    m = grid((4, 4), "mesh")
+    assert len(grid_route(m, 0, 3)) == 3                     # no wraparound on a mesh
+
+
+def test_a_ring_far_apart_on_a_grid_pays_every_hop():
+    """A ring in group order over one 1 x 8 row of a 16-wide torus: its closing edge 7 -> 0 crosses
+    7 links, so that link-path carries the ring's per-edge bytes on each hop and the fabric carries
+    (7 + 7) x more than the neighbour edges."""
+    s = load_system("tpu-v6e-256")
+    g = Group(tuple(range(8)), s)
+    S = 2**24
+    ring = plan_collective("all_reduce", g, S, "ring")
+    per_edge = 2 * 7 / 8 * S
+    assert ring.bytes_by_fabric["scale_up"] == pytest.approx(per_edge * (7 + 7))

@@ -343,7 +343,7 @@ def contention(sc: SystemCost, spans: dict, times: dict) -> dict:
     the fabric's per-link bandwidth x its achievable fraction). A bound, stated as one: every
     overlapping collective is counted for all of c's span, and the critical path is walked once more
     with the extra times (no fixed point)."""
-    from emulator.network.schedule import fabric_obj
+    from emulator.network.schedule import fabric_obj, link_bandwidth
 
     out = {c: 0.0 for c in times}
     ids = sorted((c for c in times if c in spans and sc.collectives[c].link_loads), key=lambda c: spans[c][0])
@@ -359,8 +359,7 @@ def contention(sc: SystemCost, spans: dict, times: dict) -> dict:
         own = worst = 0.0
         for link, b in loads[c].items():
             if link not in rate:
-                fab = fabric_obj(sc.system, link[0])
-                rate[link] = fab.bandwidth_bytes_per_s * fab.achievable
+                rate[link] = link_bandwidth(sc.system, link) * fabric_obj(sc.system, link[0]).achievable
             own = max(own, b / rate[link])
             worst = max(worst, (b + sum(loads[o].get(link, 0.0) for o in others)) / rate[link])
         out[c] = max(0.0, worst - own)

@@ -2,6 +2,9 @@
 :func:`choose_auto`, in the spirit of NCCL's tuner (which picks by modelled latency and bandwidth per
 algorithm and protocol; here fixed thresholds stand in for that model).
 
+On a ``torus`` / ``mesh`` scale-up fabric, a collective the ``torus`` algorithm serves (a box of the
+grid in one node) takes it: its rings run between neighbours, the only links a grid has.
+
 For ``all_reduce`` (S the buffer, n ranks), first match wins:
 
 1. one rank: ``direct`` (nothing moves);
@@ -36,6 +39,8 @@ def choose_auto(kind, group, size_bytes, supported) -> tuple[str, str]:
         return "direct", f"{kind} goes straight to its peers"
     if n <= 1:
         return "direct", "one rank: nothing moves"
+    if getattr(group.system.scale_up, "is_grid", False) and supported("torus") is None:
+        return "torus", "a torus/mesh grid: dimension-ordered rings over neighbour links"
     if kind in ("all_gather", "reduce_scatter"):
         if one_shot:
             return "direct", f"one node, {n} <= {ONE_SHOT_MAX_RANKS} ranks, {size_bytes:g} B <= ONE_SHOT_MAX_BYTES"

@@ -23,7 +23,9 @@ same stages (each algorithm's :func:`stages`, the same bytes on the same links) 
 the library runs, as NCCL's tuner does. Library ``nccl``: ring, tree, in-network (NVLS / SHARP where
 the switch reduces) with LL / LL128 / Simple; p2p (``direct``) for all_to_all and send_recv.
 Library ``custom`` adds vLLM's / TensorRT-LLM's one-shot (``direct``) and ``two_shot`` all-reduce
-on one node up to the custom buffer's size (a kernel, then ``barrier`` per round).
+on one node up to the custom buffer's size (a kernel, then ``barrier`` per round). On a ``torus`` /
+``mesh`` scale-up fabric the ``torus`` algorithm (rings along each axis) is a candidate too (its
+constants are the ring's, an estimate).
 
 With every overhead off (:data:`ROOFLINE`: no launch, base, step latency or skew, every efficiency
 1) and the roofline's algorithm, the time is the roofline's but for its per-message latency (the
@@ -210,6 +212,8 @@ def candidates(kind: str, group: Group, size_bytes: float, lib: Library, setting
         names = [algorithm]
     else:
         names = list(NCCL.get(kind, ()))
+        if getattr(group.system.scale_up, "is_grid", False):      # a grid's own rings (TPU ICI, NeuronLink)
+            names.append("torus")
         if settings.library == "custom" and kind == "all_reduce" and group.n_nodes <= 1 \
                 and size_bytes <= lib.custom_max_bytes:
             names += list(CUSTOM)

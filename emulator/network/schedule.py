@@ -22,9 +22,16 @@ in-network reduction. :func:`account` turns the stages into a :class:`Collective
   slowest-latency fabric it touches; ``peers_by_rank``: each rank's peers (ranks, or :data:`SWITCH`)
   it sends to or receives from.
 
+On a ``torus`` or ``mesh`` a flow crosses the links of its dimension-ordered route
+(:func:`grid_route`: one for neighbours, as the ``torus`` algorithm's flows are; a ring or a one-shot
+between chips far apart pays every hop). On an ``oversubscribed`` scale-out switch, bytes that cross the spine
+(:meth:`~emulator.system.model.System.crosses_spine`: all between nodes, or with ``rail_optimised``
+NICs those between chips of different indices) also load their nodes' spine links, each a node's
+NICs over the ratio.
+
 Modelled: per-link bandwidth and per-message latency, the busiest link as the bottleneck. Not
-modelled: congestion beyond the busiest link (no contention between stages, no switch oversubscription
-or adaptive routing), packets, protocol overheads (NCCL's LL/LL128/Simple), kernel launch, the
+modelled: congestion beyond the busiest link (contention between collectives is the calibrated
+path's, :func:`emulator.cost.system_cost.contention`; no adaptive routing), packets, protocol overheads (NCCL's LL/LL128/Simple), kernel launch, the
 compute of the reduction, overlap of stages, chunk pipelining beyond the steps counted.
 """
 
@@ -174,6 +181,7 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
         up = defaultdict(float)       # (fabric, chip) -> bytes into the fabric
         down = defaultdict(float)     # (fabric, chip) -> bytes out of the fabric
         pair = defaultdict(float)     # (fabric, src, dst) -> bytes on a mesh link
+        spine = defaultdict(float)    # (fabric, "spine-up" | "spine-down", node) -> bytes through the spine
         used = set()
         for fl in st.flows:
             f = fabric_of(group, fl)
@@ -189,18 +197,30 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
                 peers[fl.dst].add(fl.src)
                 down[f, fl.dst] += fl.bytes
             fab_msgs[f] += fl.messages
-            links = 1 if fab.topology == "direct" or SWITCH in (fl.src, fl.dst) else 2
-            fab_bytes[f] += links * fl.bytes
-            pair[f, fl.src, fl.dst] += fl.bytes
+            if f == SCALE_UP and getattr(fab, "is_grid", False) and SWITCH not in (fl.src, fl.dst):
+                hops = grid_route(system, fl.src, fl.dst)       # neighbour to neighbour, axis by axis
+                fab_bytes[f] += len(hops) * fl.bytes
+                for a, b in hops:
+                    pair[f, a, b] += fl.bytes
+            else:
+                links = 1 if point_to_point(fab) or SWITCH in (fl.src, fl.dst) else 2
+                fab_bytes[f] += links * fl.bytes
+                pair[f, fl.src, fl.dst] += fl.bytes
+            if f == SCALE_OUT and fab.oversubscription > 1 and SWITCH not in (fl.src, fl.dst) \
+                    and system.crosses_spine(fl.src, fl.dst):
+                spine[f, "spine-up", system.node_of(fl.src)] += fl.bytes
+                spine[f, "spine-down", system.node_of(fl.dst)] += fl.bytes
         stage_t = 0.0
         overhead += st.steps * max(fabric_obj(system, f).latency_s for f in used)
-        for f, busiest in _busiest(system, used, up, down, pair).items():
+        for f, busiest in _busiest(system, used, up, down, pair, spine).items():
             fab = fabric_obj(system, f)
             stage_t = max(stage_t, st.steps * fab.latency_s + busiest / fab.bandwidth_bytes_per_s)
         times[st.name] = times.get(st.name, 0.0) + stage_t
+        for k, v in spine.items():
+            link_total[k] += v
         for f in used:
             fab = fabric_obj(system, f)
-            if fab.topology == "direct":
+            if point_to_point(fab):
                 for (g, a, b), v in pair.items():
                     if g == f:
                         link_total[f, "pair", a, b] += v
@@ -227,21 +247,59 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
 
 
 def link_bandwidth(system: System, link: tuple) -> float:
-    """Bytes per second one way of a link of :attr:`CollectiveCost.link_loads` (its fabric's per-port
-    or per-link bandwidth)."""
-    return fabric_obj(system, link[0]).bandwidth_bytes_per_s
+    """Bytes per second one way of a link of :attr:`CollectiveCost.link_loads`: its fabric's per-port
+    or per-link bandwidth, a node's spine share for a spine link (:func:`spine_rate`)."""
+    fab = fabric_obj(system, link[0])
+    return spine_rate(system, fab) if str(link[1]).startswith("spine") else fab.bandwidth_bytes_per_s
 
 
-def _busiest(system: System, used, up, down, pair) -> dict[str, float]:
-    """Per fabric of a stage the bytes its busiest link carries one way (the module docstring)."""
+def grid_route(system: System, src: int, dst: int) -> list[tuple[int, int]]:
+    """The links a flow from ``src`` to ``dst`` (one node's grid) crosses: dimension-ordered routing,
+    the first axis first, each axis the shorter way round (wrapping only on a ``torus`` axis of 3 or
+    more chips; a tie goes the positive way). Neighbours: one link."""
+    fab = system.scale_up
+    node = system.node_of(src)
+    cur, goal = list(system.grid_coord(src)), system.grid_coord(dst)
+    hops = []
+    for a, k in enumerate(fab.dims):
+        while cur[a] != goal[a]:
+            fwd = (goal[a] - cur[a]) % k
+            if fab.wraps and k >= 3:
+                step = 1 if fwd <= k - fwd else -1
+            else:
+                step = 1 if goal[a] > cur[a] else -1
+            here = system.grid_device(node, cur)
+            cur[a] = (cur[a] + step) % k
+            hops.append((here, system.grid_device(node, cur)))
+    return hops
+
+
+def point_to_point(fab: Fabric) -> bool:
+    """Whether the fabric's links join chips directly (a full ``direct`` mesh, a ``torus`` or a
+    ``mesh`` grid): a flow crosses one link, the pair's; else a switch (two: chip to switch to chip)."""
+    return fab.topology == "direct" or bool(getattr(fab, "is_grid", False))
+
+
+def spine_rate(system: System, fab: Fabric) -> float:
+    """One node's spine share one way: its chips' NICs over ``oversubscription``."""
+    return system.chips_per_node * fab.ports * fab.bandwidth_bytes_per_s / fab.oversubscription
+
+
+def _busiest(system: System, used, up, down, pair, spine=None) -> dict[str, float]:
+    """Per fabric of a stage the bytes its busiest link carries one way (the module docstring), in
+    bytes of one port's (or one link's) rate: an oversubscribed spine's load counts as
+    ``bytes x port rate / spine rate``."""
     out = {}
     for f in sorted(used):
         fab = fabric_obj(system, f)
-        if fab.topology == "direct":
+        if point_to_point(fab):
             out[f] = max(b for (g, _, _), b in pair.items() if g == f)
         else:
             out[f] = max([b for (g, _), b in up.items() if g == f]
                          + [b for (g, _), b in down.items() if g == f]) / fab.ports
+        sp = [b for (g, _, _), b in (spine or {}).items() if g == f]
+        if sp:
+            out[f] = max(out[f], max(sp) * fab.bandwidth_bytes_per_s / spine_rate(system, fab))
     return out
 
 
@@ -250,6 +308,8 @@ def stage_loads(group: Group, stage: Stage) -> dict[str, float]:
     :func:`account` times a stage by, for models that time the same stages another way
     (:mod:`emulator.network.protocols`)."""
     up, down, pair, used = defaultdict(float), defaultdict(float), defaultdict(float), set()
+    spine = defaultdict(float)
+    system = group.system
     for fl in stage.flows:
         f = fabric_of(group, fl)
         used.add(f)
@@ -257,8 +317,16 @@ def stage_loads(group: Group, stage: Stage) -> dict[str, float]:
             up[f, fl.src] += fl.bytes
         if fl.dst != SWITCH:
             down[f, fl.dst] += fl.bytes
-        pair[f, fl.src, fl.dst] += fl.bytes
-    return _busiest(group.system, used, up, down, pair)
+        if f == SCALE_UP and getattr(system.scale_up, "is_grid", False) and SWITCH not in (fl.src, fl.dst):
+            for a, b in grid_route(system, fl.src, fl.dst):
+                pair[f, a, b] += fl.bytes
+        else:
+            pair[f, fl.src, fl.dst] += fl.bytes
+        if f == SCALE_OUT and fabric_obj(system, f).oversubscription > 1 and SWITCH not in (fl.src, fl.dst) \
+                and system.crosses_spine(fl.src, fl.dst):
+            spine[f, "spine-up", system.node_of(fl.src)] += fl.bytes
+            spine[f, "spine-down", system.node_of(fl.dst)] += fl.bytes
+    return _busiest(system, used, up, down, pair, spine)
 
 
 def ring_flows(ranks, chunk_bytes: float, rounds: int) -> tuple[Flow, ...]:
