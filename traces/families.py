@@ -25,6 +25,15 @@ from common.paths import configs_dir
 MAX_DIMENSION = 2**31 - 1
 
 
+class UnknownFamily(ConfigError):
+    """A config of a family with no hand lowering (``family``: its architecture or model type): ``tierlab
+    trace`` takes it to the capture path (:mod:`traces.capture`) when the capture extra is installed."""
+
+    def __init__(self, message: str, *, family=None, **kw):
+        super().__init__(message, **kw)
+        self.family = family
+
+
 @dataclass(frozen=True)
 class Family:
     """One family's dialect and traits (see the module docstring)."""
@@ -259,8 +268,10 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
         name = MODEL_TYPES.get(tmt) if isinstance(tmt, str) else None
     if name is None:
         what = archs[0] if isinstance(archs, list) and archs else mt
-        raise ConfigError(f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}",
-                          file=file, field="architectures")
+        msg = f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}"
+        if not isinstance(what, str):           # not a name at all: nothing to build it from either
+            raise ConfigError(msg, file=file, field="architectures")
+        raise UnknownFamily(msg, file=file, field="architectures", family=what)
     mt_text = text.get("model_type") if isinstance(text, dict) else mt
     given = {**config, **text} if isinstance(text, dict) else config
     defaults = {**transformers_defaults(mt_text if isinstance(mt_text, str) else "", name, given),

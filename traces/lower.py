@@ -84,7 +84,8 @@ def lower_segments(spec: ModelSpec, run: RunConfig, segments: list[Segment], out
 
         return Path(lower_parallel(spec, run, segments, out_dir, force=force, progress=progress,
                                    record_routing=record_routing))
-    extra = {"spec": spec.to_dict(), "segments": [s.to_dict() for s in segments]}
+    extra = {"spec": spec.to_dict(), "segments": [s.to_dict() for s in segments],
+             "lowering": {"path": "hand", "family": spec.family}}
     with TraceWriter(out_dir, model=spec.config or None, run=run, force=force, alignment=run.alignment,
                      extra=extra) as w:
         low = Lowering(spec, run, w, segments)

@@ -128,6 +128,17 @@ def run_config_from_options(options: dict, spec=None):
                      collective_buffers=options.get("collective_buffers", "in_place"))
 
 
+def trace_unmapped(manifest: dict) -> str:
+    """One line naming the operators a capture ran that no tierlab op maps, or ''."""
+    ops = (manifest.get("capture") or {}).get("unmapped_ops") or []
+    if not ops:
+        return ""
+    named = ", ".join(f"{o['op']} in {o['module']} x{o['count']}" for o in ops[:8])
+    more = f" and {len(ops) - 8} more" if len(ops) > 8 else ""
+    return f"capture: {len(ops)} operator(s) ran that tierlab does not map (their bytes are not in the trace): " \
+           f"{named}{more}"
+
+
 @click.command("trace")
 @click.argument("model")
 @click.option("-o", "--output", required=True, type=click.Path(), help="Trace directory to write (e.g. llama.trace).")
@@ -143,7 +154,18 @@ def run_config_from_options(options: dict, spec=None):
 def command(model, output, force, as_json, record_routing, capture, **options):
     """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
     from common.atomic import check_output
+    from traces.families import UnknownFamily
 
+    why = "--capture" if capture else ""
+    if not capture:      # a family with no hand lowering goes through Transformers (docs/capture.md)
+        from traces.spec import load_model
+
+        try:
+            spec = load_model(model)
+        except UnknownFamily as err:
+            from traces.capture import without_hand_lowering
+
+            capture, why = True, without_hand_lowering(err)
     if capture:
         run = run_config_from_options(options)
         from traces.capture import capture_trace, read_config
@@ -154,12 +176,15 @@ def command(model, output, force, as_json, record_routing, capture, **options):
 
         config, name, file = read_config(model)
         check_output(output, force=force, directory=True)
-        path = capture_trace(config, run, output, name=name, file=file, force=force)
+        path = capture_trace(config, run, output, name=name, file=file, force=force, why=why)
+        from traces.reader import open_trace
+
+        unmapped = trace_unmapped(open_trace(path).manifest)
+        if unmapped:
+            click.echo(f"tierlab: warning: {unmapped}", err=True)
     else:
         from traces.lower import generate_trace
-        from traces.spec import load_model
 
-        spec = load_model(model)
         run = run_config_from_options(options, spec)
         name = spec.name
         check_output(output, force=force, directory=True)
@@ -169,7 +194,8 @@ def command(model, output, force, as_json, record_routing, capture, **options):
 
     trace = open_trace(path)
     info = {"path": str(path), "model": name, "tables": trace.manifest["tables"],
-            "bytes_on_disk": sum(f.stat().st_size for f in path.iterdir())}
+            "bytes_on_disk": sum(f.stat().st_size for f in path.iterdir()),
+            "lowering": trace.manifest.get("lowering", {"path": "hand"})}
     if capture:
         info["capture"] = trace.manifest.get("capture")
     from emulator.api.handover import hand_over

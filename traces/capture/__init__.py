@@ -33,9 +33,24 @@ def read_config(name_or_path: str) -> tuple[dict, str, str]:
     return config, (p.parent.name if p.name == "config.json" else p.stem), str(p)
 
 
+def without_hand_lowering(err) -> str:
+    """The capture path for a config whose family has no hand lowering (``err``, a
+    :class:`traces.families.UnknownFamily`): the reason the provenance gives, or, without the capture
+    extra, a ConfigError in one line naming the extra to install."""
+    import importlib.util
+
+    what = err.family if isinstance(err.family, str) else "this model"
+    if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers")):
+        raise ConfigError(f"{what} has no hand lowering; tracing it through Transformers needs the optional extra "
+                          "'capture' (PyTorch and Transformers): pip install -e '.[capture]'",
+                          file=err.file, field=err.field) from None
+    return f"no hand lowering of {what}"
+
+
 def capture_trace(config: dict, run: RunConfig, out_dir: str | os.PathLike, *, name: str = "model",
-                  file: str | None = None, force: bool = False) -> Path:
-    """Record ``run`` on the Transformers model of ``config`` and write its trace to ``out_dir``."""
+                  file: str | None = None, force: bool = False, why: str = "") -> Path:
+    """Record ``run`` on the Transformers model of ``config`` and write its trace to ``out_dir``; ``why``
+    says why the capture made it (``--capture``, or no hand lowering of the family), in the provenance."""
     if run.turns or run.sharded:
         raise UsageError("--capture traces one device's --prompt/--context/--generate run (no --turns, --tp, --pp, "
                          "--ep, --dp or microbatches)", field="capture")
@@ -61,4 +76,6 @@ def capture_trace(config: dict, run: RunConfig, out_dir: str | os.PathLike, *, n
         w.extra["spec"] = {"name": name, "params": low.params}
         for seg, events in cap.segments:
             low.segment(seg, events)
+        w.extra["capture"]["unmapped_ops"] = low.unmapped_ops()
+        w.extra["lowering"] = {"path": "capture", "why": why} if why else {"path": "capture"}
     return Path(out_dir)

@@ -26,7 +26,9 @@ from kernels import linear as lin
 from kernels import moe as moe_k
 from kernels import norm as norm_k
 from kernels.base import Op, Ten
-from traces.capture.opmap import ELEMENTWISE_ATEN, is_decoder_layer, layer_of
+from collections import Counter
+
+from traces.capture.opmap import ELEMENTWISE_ATEN, MOVES_NOTHING, ROTARY_CLASS, is_decoder_layer, layer_of
 from traces.capture.record import Capture
 from traces.dtypes import (DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, activation_storage, nbytes_of, scale_bytes,
                            vector_dtype)
@@ -52,6 +54,7 @@ class CaptureLowering:
         self._declare_activations()
         self.routers: dict[int, dict] = {}
         self.router = None
+        self.unmapped: Counter = Counter()     # (operator, module class) -> times run, of what no op maps
 
     # ---- tensors ------------------------------------------------------------------------------
     def _matrix(self, name, rows, cols, layer, expert) -> tuple[Ten, Ten | None]:
@@ -211,10 +214,27 @@ class CaptureLowering:
                 self._router(e, layer, seg, short)
             elif e.kind == "experts":
                 self._emit(self._experts(e, layer, seg, short), layer, seg)
+            elif e.kind == "aten":
+                self._note_unmapped(e, rotary_scopes)
         if pending_act is not None:
             self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
         if pending_emb is not None:
             self._emit(pending_emb, -1, seg)
+
+    def _note_unmapped(self, e, rotary_scopes) -> None:
+        """Count an ATen operator outside a leaf that no op maps, unless it moves nothing tierlab models
+        (:data:`~traces.capture.opmap.MOVES_NOTHING`), works on integers or booleans (positions, masks),
+        computes a rotary table, or is rotary's own arithmetic (rotate_half's negation and concatenation,
+        the sum of the two products) in an attention module whose rotary is lowered."""
+        cls = self._module_classes.get(e.scope, "")
+        if e.name in MOVES_NOTHING or ROTARY_CLASS in cls or e.scope in rotary_scopes \
+                or not e.dtype.startswith(("torch.float", "torch.bfloat", "torch.complex")):
+            return
+        self.unmapped[(e.name, cls)] += 1
+
+    def unmapped_ops(self) -> list[dict]:
+        """What ran that the lowering does not map, most frequent first: operator, module class, times."""
+        return [{"op": op, "module": cls, "count": n} for (op, cls), n in self.unmapped.most_common()]
 
     def _add_positions(self, op: Op, e, seg) -> None:
         """A second embedding gathered right after the token embedding (a learned position table) is

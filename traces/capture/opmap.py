@@ -26,6 +26,23 @@ ELEMENTWISE_ATEN = {"aten.add": "add", "aten.add_": "add", "aten.mul": "mul", "a
 
 DECODER_LAYER_SUFFIXES = ("DecoderLayer", "Block", "Layer")
 
+# ATen operators that move no data tierlab models: views and layout changes, factories, casts (tierlab
+# keeps each tensor in one dtype), and the bookkeeping of a forward. Anything else outside a leaf that
+# the lowering does not map is named in the capture's ``unmapped_ops`` (and on stderr), never dropped
+# silently.
+MOVES_NOTHING = frozenset({
+    "aten.view", "aten._unsafe_view", "aten.reshape", "aten.transpose", "aten.t", "aten.permute", "aten.unsqueeze",
+    "aten.squeeze", "aten.expand", "aten.slice", "aten.select", "aten.split", "aten.split_with_sizes",
+    "aten.chunk", "aten.unbind", "aten.alias", "aten.detach", "aten.contiguous", "aten.clone", "aten._to_copy",
+    "aten.to", "aten.copy_", "aten.new_empty", "aten.new_zeros", "aten.new_ones", "aten.empty", "aten.empty_like",
+    "aten.zeros", "aten.zeros_like", "aten.ones", "aten.ones_like", "aten.full", "aten.full_like", "aten.arange",
+    "aten.lift_fresh", "aten.scalar_tensor", "aten.view_as_complex", "aten.view_as_real", "aten._local_scalar_dense",
+    "aten.sym_size", "aten.sym_numel", "aten.sym_stride", "aten.as_strided", "aten.unflatten", "aten.flatten",
+    "aten.fill_", "aten.zero_", "aten.empty_strided", "aten.resolve_conj", "aten.resolve_neg", "aten.is_nonzero",
+    "aten.item", "aten.detach_", "aten._assert_tensor_metadata", "aten.dim", "aten.numel", "aten.size", "aten.stride",
+})
+ROTARY_CLASS = "Rotary"           # a rotary-embedding module computes its cos/sin table: no weights, no cache
+
 
 def leaf_kind(module, name: str, torch_nn) -> str | None:
     """The tierlab kind of a module lowered as one op, or None for a container."""

@@ -108,6 +108,7 @@ def build_model(config: dict, file: str | None = None):
     if not isinstance(model_type, str):
         raise ConfigError("missing model_type, which --capture needs to find the Transformers class",
                           file=file, field="model_type")
+    refuse_unbuildable(config, model_type, transformers, file)
     for k in NON_ARCHITECTURE_KEYS:
         cfg.pop(k, None)
     try:
@@ -132,6 +133,29 @@ def build_model(config: dict, file: str | None = None):
                           field="model_type") from None
     model.eval()
     return model, hf
+
+
+def refuse_unbuildable(config: dict, model_type: str, transformers, file: str | None) -> None:
+    """One line for what Transformers cannot build as a decoder-only causal LM from its config alone:
+    a remote-code model (``auto_map`` naming code in its repository, a model type Transformers does not
+    know: tierlab runs no downloaded code), an encoder or the decoder of an encoder-decoder model."""
+    from transformers.models.auto import modeling_auto as ma
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        auto = config.get("auto_map")
+        if isinstance(auto, dict) and auto:
+            code = auto.get("AutoModelForCausalLM") or next(iter(auto.values()))
+            raise ConfigError(f"remote-code model: model_type {model_type!r} is defined by code in its repository "
+                              f"(auto_map: {code}), which Transformers {transformers.__version__} does not ship and "
+                              "tierlab does not run; write its config in a family `tierlab models --families` lists, "
+                              "or one Transformers knows", file=file, field="auto_map")
+        return                        # AutoConfig names the unknown type
+    not_decoder = set(ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES) | set(ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES) \
+        | set(getattr(ma, "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", {}))
+    if model_type in not_decoder:
+        raise ConfigError(f"model_type {model_type!r} is an encoder or an encoder-decoder model, not a decoder-only "
+                          "causal LM: tierlab traces decoder-only models", file=file, field="model_type")
 
 
 _RECORDER: list = []          # the active recorder while a forward runs (the attention function reads it)
