@@ -259,8 +259,63 @@ MEASURED = [
               "energy rows)"),
 ]
 
+# ---- SERVING_ROWS (issue 23; kept by the serving work, one block): max-load throughput of ----------
+# continuous batching, `tierlab throughput`'s max_output_tokens_per_s (the best point of the curve up to
+# the KV limit) against published offline maximum-load runs. Band +-30%. The chips' calibration is not
+# fitted to these rows.
+TRTLLM_PERF = ("TensorRT-LLM docs, performance/perf-overview.md (v1.0), 'Throughput Measurements': trtllm-bench "
+               "throughput, PyTorch backend, offline maximum load (every request queued at once, synthetic "
+               "requests of fixed ISL/OSL, stdev 0; 3000 requests at 1000/1000 and 500/2000 and 2048/128, 3000 at "
+               "128/2048), nvidia/*-FP8 ModelOpt checkpoints (FP8 weights, activations and KV), CUDA graphs up to "
+               "batch 8192, kv_cache_free_gpu_mem_fraction 0.90-0.95; 'Total Output Throughput (tokens/sec)' of "
+               "the whole system (chips-2026.md cites a mirror as S56)",
+               "https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/performance/perf-overview.md",
+               "2025 (read 2026-12-02)")
+
+
+def _serving(rid, model, where, tp, isl, osl, measured, note):
+    place = {"system": where, "tp": tp} if tp > 1 else {"chip": where}
+    return dict(id=rid, kind="throughput", model=model, **place, isl=isl, osl=osl, weights="fp8", kv="fp8",
+                activations="fp8", measured=measured, unit="tok/s", source=TRTLLM_PERF, note=note,
+                predictor="serving")
+
+
+def serving_prediction(row: dict, pred) -> dict:
+    """``tierlab throughput``'s best point for the row's setup (concurrency auto, up to the KV limit)."""
+    from emulator.chip.chipfile import load_chip
+    from emulator.serving.throughput import throughput
+    from emulator.system.systemfile import load_system
+
+    where = {"system": load_system(row["system"])} if "system" in row else {"chip": load_chip(row["chip"])}
+    d = throughput(model_spec(row["model"]), **where, isl=row["isl"], osl=row["osl"], weights=row["weights"],
+                   kv=row["kv"], activations=row["activations"], tp=row.get("tp", 1))
+    best = next(p for p in d["curve"] if p["concurrency"] == d["best_concurrency"])
+    return {"roofline": None, "calibrated": d["max_output_tokens_per_s"], "best_concurrency": d["best_concurrency"],
+            "max_concurrency": d["max_concurrency"], "tpot_s": best["tpot_s"], "ttft_s": best["ttft_s"],
+            "replays": d["provenance"]["representative_steps"]["replays"]}
+
+
+SERVING_ROWS = [
+    _serving("h100-llama31-8b-fp8-serve-1000-1000", "llama-3.1-8b", "h100", 1, 1000, 1000, 15220,
+             "one H100, TP1, ISL/OSL 1000/1000 (the issue's example row)"),
+    _serving("h100-llama31-8b-fp8-serve-500-2000", "llama-3.1-8b", "h100", 1, 500, 2000, 17660,
+             "one H100, TP1, ISL/OSL 500/2000"),
+    _serving("h100-llama31-8b-fp8-serve-128-2048", "llama-3.1-8b", "h100", 1, 128, 2048, 22714,
+             "one H100, TP1, ISL/OSL 128/2048: decode-heavy"),
+    _serving("h100-llama31-8b-fp8-serve-2048-128", "llama-3.1-8b", "h100", 1, 2048, 128, 3450,
+             "one H100, TP1, ISL/OSL 2048/128: prefill-heavy"),
+    _serving("h200-llama31-8b-fp8-serve-1000-1000", "llama-3.1-8b", "h200", 1, 1000, 1000, 17744,
+             "one H200, TP1, ISL/OSL 1000/1000"),
+    _serving("h100x2-llama33-70b-fp8-serve-1000-1000", "llama-3.1-70b", "dgx-h100", 2, 1000, 1000, 4205,
+             "2 x H100 (DGX H100), TP2, ISL/OSL 1000/1000; Llama-3.3-70B has Llama-3.1-70B's shapes"),
+    _serving("h100x2-llama33-70b-fp8-serve-2048-128", "llama-3.1-70b", "dgx-h100", 2, 2048, 128, 762,
+             "2 x H100 (DGX H100), TP2, ISL/OSL 2048/128"),
+]
+MEASURED += SERVING_ROWS
+ROW_PREDICTORS = {"serving": serving_prediction}     # a row's "predictor" names its own prediction
+
 BAND = {"decode": 0.25, "tp_scaling": 0.20, "ttft": 0.35, "busbw": 0.25, "collective": 0.25, "energy": 0.25,
-        "speed_ratio": 0.25, "context": 0.25, "memory": 0.25}
+        "speed_ratio": 0.25, "context": 0.25, "memory": 0.25, "throughput": 0.30}
 
 
 def model_spec(name: str):
@@ -323,6 +378,8 @@ def predict(row: dict, pred: Predictor) -> dict:
     """The prediction for one row of MEASURED: ``roofline``, ``calibrated`` (where the kind has one) and
     the figures the notes use."""
     kind = row["kind"]
+    if "predictor" in row:           # a block of rows predicting itself (SERVING_ROWS)
+        return ROW_PREDICTORS[row["predictor"]](row, pred)
     setup = {k: row[k] for k in ("chip", "system", "tp", "weights", "kv", "activations", "quant_group", "batch")
              if k in row}
     if kind in ("busbw", "collective"):

@@ -31,6 +31,8 @@ def _names(text):
               help="Requests in flight, e.g. 1,8,64, or auto (powers of two up to the KV limit, and the limit).")
 @click.option("--weights", default="bf16", show_default=True, help="Weights dtype.")
 @click.option("--kv", default="bf16", show_default=True, help="KV-cache dtype.")
+@click.option("--activations", default="bf16", show_default=True,
+              help="Activations dtype (fp8: FP8 GEMMs, as TensorRT-LLM's FP8 recipe).")
 @click.option("--max-batch-tokens", type=int, default=None,
               help="Tokens a step may process (chunked prefill's budget). [default: 8192]")
 @click.option("--memory-utilisation", type=float, default=None,
@@ -44,7 +46,7 @@ def _names(text):
               help="Write the curve's rows to this Parquet file.")
 @force_option
 @json_option
-def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concurrency, weights, kv,
+def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concurrency, weights, kv, activations,
             max_batch_tokens, memory_utilisation, slo_tpot, slo_ttft, collective_algo, plot_path, html_path,
             parquet_path, force, as_json):
     """The serving curve of MODEL: output tokens/s against tokens/s per user, from continuous batching
@@ -80,7 +82,7 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
     if not targets:
         raise UsageError("no chip or system named", field="--chips" if chips else "--systems")
     spec = load_model(model)
-    kw = dict(isl=isl, osl=osl, concurrency=concurrency, weights=weights, kv=kv,
+    kw = dict(isl=isl, osl=osl, concurrency=concurrency, weights=weights, kv=kv, activations=activations,
               max_batch_tokens=MAX_BATCH_TOKENS if max_batch_tokens is None else max_batch_tokens,
               tp=tp, pp=pp, ep=ep, dp=dp, slo_tpot_s=None if slo_tpot is None else slo_tpot / 1e3,
               slo_ttft_s=None if slo_ttft is None else slo_ttft / 1e3,
@@ -95,6 +97,10 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
         view.write_html(curves, html_path, force=force)
     if parquet_path:
         view.write_parquet(curves, parquet_path, force=force)
+    from emulator.api.handover import hand_over
+
+    if hand_over(curves[0] if len(curves) == 1 else {"curves": curves}, curves=curves):   # the Python API takes it
+        return
     if as_json:
         click.echo(json.dumps(curves[0] if len(curves) == 1 else {"curves": curves}, indent=2))
     else:

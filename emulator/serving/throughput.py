@@ -42,7 +42,7 @@ BOUND = ("within a class the token counts differ by less than a factor 1 + token
 
 
 def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency: str | None = "auto",
-               weights: str = "bf16", kv: str = "bf16", max_batch_tokens: int = MAX_BATCH_TOKENS, tp: int = 1,
+               weights: str = "bf16", kv: str = "bf16", activations: str = "bf16", max_batch_tokens: int = MAX_BATCH_TOKENS, tp: int = 1,
                pp: int = 1, ep: int = 1, dp: int = 1, slo_tpot_s: float | None = None,
                slo_ttft_s: float | None = None, utilisation: float = UTILISATION, collective_algo: str = "auto",
                options=None, replayer: StepReplayer | None = None, progress=None) -> dict:
@@ -56,7 +56,7 @@ def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency:
     for name, v in (("--slo-tpot", slo_tpot_s), ("--slo-ttft", slo_ttft_s)):
         if v is not None and not v > 0:
             raise UsageError(f"expected a positive time in milliseconds, got {v!r}", field=name)
-    run = RunConfig(generate=1, weights=weights, kv=kv, tp=tp, pp=pp, ep=ep)      # one replica
+    run = RunConfig(generate=1, weights=weights, kv=kv, activations=activations, tp=tp, pp=pp, ep=ep)  # one replica
     devices = run.devices * dp
     target = chip if system is None else system.chip
     if system is not None and devices > system.n_chips:
@@ -109,7 +109,7 @@ def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency:
         "model": spec.name, **where,
         "parallelism": {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "chips": devices},
         "input_tokens": isl, "output_tokens": osl, "max_batch_tokens": max_batch_tokens,
-        "weights": weights, "kv": kv,
+        "weights": weights, "kv": kv, "activations": activations,
         "max_output_tokens_per_s": best.output_tokens_per_s, "best_concurrency": best.concurrency,
         "max_concurrency": limit.max_concurrency, "kv_limit": limit.to_dict(),
         "curve": [p.to_dict() for p in points], "beyond_memory": beyond,
