@@ -9,7 +9,7 @@ The Python API (``docs/api.md``; :mod:`emulator.api`)::
     r = emulator.run("llama-3.1-8b", chip="h100", context=1024, generate=4)
     r.to_dict()["per_token"]["tokens_per_s"]; r.to_arrow()    # the --json dict; one row per op
 
-``trace``, ``replay``, ``run``, ``compare``, ``sweep``, ``load_chip`` and ``load_system`` are
+``trace``, ``replay``, ``run``, ``compare``, ``sweep``, ``throughput``, ``load_chip`` and ``load_system`` are
 imported on first use, so ``import emulator`` (and every ``tierlab`` command) stays cheap.
 """
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__all__ = ["trace", "replay", "run", "compare", "sweep", "load_chip", "load_system"]
+__all__ = ["trace", "replay", "run", "compare", "sweep", "throughput", "load_chip", "load_system"]
 
 if TYPE_CHECKING:
-    from emulator.api import compare, load_chip, load_system, replay, run, sweep, trace
+    from emulator.api import compare, load_chip, load_system, replay, run, sweep, throughput, trace
 
 
 def __getattr__(name: str):

@@ -171,6 +171,19 @@ def test_sweep_callable_after_its_package_is_imported():
     assert e.value.field == "colour"
 
 
+def test_throughput_is_the_cli_throughput(tmp_path):
+    c = emulator.throughput(TINY, chip="h100", input=32, output=8, concurrency=[1, 4], tp=1)
+    cli = _cli_json("throughput", TINY, "--chip", "h100", "--input", 32, "--output", 8, "--concurrency", "1,4",
+                    "-o", tmp_path / "curve.parquet")
+    _same(c.to_dict(), cli)
+    assert c.to_arrow().equals(pq.read_table(tmp_path / "curve.parquet"))
+    assert c.to_arrow().column("concurrency").to_pylist() == [1, 4]
+    both = emulator.throughput(TINY, chips=["h100", "a100"], input=32, output=8, concurrency="1,4")
+    _same(both.to_dict(), _cli_json("throughput", TINY, "--chips", "h100,a100", "--input", 32, "--output", 8,
+                                    "--concurrency", "1,4"))
+    assert both.to_arrow().num_rows == 4 and "TPOT" in both._repr_html_()
+
+
 def test_load_chip_and_system_overrides():
     base = emulator.load_chip("h100")
     big = emulator.load_chip("h100", {"tier.l2.capacity": "100 MiB"})
@@ -243,6 +256,14 @@ BAD = [
     ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"]}, batch=[1]), "batch", "unknown option"),
     ("sweep", lambda: emulator.sweep(7), "grid", "expected a name or path"),
     ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"], "overrides": 3}), "overrides", "dict"),
+    ("throughput", lambda: emulator.throughput(TINY, chip="h100", input="32", output=8), "input", "integer"),
+    ("throughput", lambda: emulator.throughput(TINY, chip="h100", input=32, output=8, concurrency=[1.5]),
+     "concurrency", "list of integers"),
+    ("throughput", lambda: emulator.throughput(TINY, chip="h100", input=32, output=8, slo_tpot="fast"), "slo_tpot",
+     "a number"),
+    ("throughput", lambda: emulator.throughput(TINY, chip="h100", input=32, output=8, batch=4), "batch",
+     "unknown option"),
+    ("throughput", lambda: emulator.throughput(TINY, input=32, output=8), "--chip", "give --chip"),
     ("load_chip", lambda: emulator.load_chip(None), "name_or_path", "expected a name or path"),
     ("load_chip", lambda: emulator.load_chip("h100", {"tier.l2.capacity": True}), "overrides.tier.l2.capacity",
      "string or number"),

@@ -37,7 +37,7 @@ def _load(name: str):
 
 
 def test_every_example_is_tested():
-    tested = {"compare_chips.py", "what_if_l2.py", "dask_sweep.py", "imported_address_trace.py"}
+    tested = {"compare_chips.py", "what_if_l2.py", "dask_sweep.py", "imported_address_trace.py", "serving_curve.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -94,3 +94,21 @@ def test_imported_address_trace():
         assert got[order]["records"] == n_records
         assert tiers["l1"]["misses"] == 384 and tiers["l1"]["hits"] == n_records - 384
         assert tiers["l2"]["misses"] == 384 and tiers["dram"]["bytes_read"] == 384 * 64
+
+
+def test_serving_curve():
+    out = _script("serving_curve.py", "--concurrency", "1,8", "--input", 128, "--output", 16)
+    r = CliRunner().invoke(cli, ["throughput", "qwen2-0.5b", "--chips", "h100,a100", "--input", "128", "--output",
+                                 "16", "--concurrency", "1,8", "--json"], catch_exceptions=False)
+    curves = json.loads(r.stdout)["curves"]
+    lines = [s.split() for s in out.splitlines()[2:]]
+    assert len(lines) == 4
+    for d in curves:
+        for p in d["curve"]:
+            line = next(s for s in lines if s[0] == d["chip"] and s[1] == str(p["concurrency"]))
+            assert line[2] == f"{p['output_tokens_per_s']:.1f}" and line[3] == f"{p['tokens_per_s_per_user']:.1f}"
+        one, eight = d["curve"]
+        # one request in flight: the system's output is that user's; eight share the steps
+        assert one["output_tokens_per_s"] == pytest.approx(one["tokens_per_s_per_user"], rel=0.05)
+        assert eight["output_tokens_per_s"] > one["output_tokens_per_s"] and \
+            eight["tokens_per_s_per_user"] <= one["tokens_per_s_per_user"]

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 from common.errors import UsageError
 
 if TYPE_CHECKING:
-    from emulator.api.results import ComparisonResult, ReplayResult, SweepResult, TraceResult
+    from emulator.api.results import ComparisonResult, CurveResult, ReplayResult, SweepResult, TraceResult
     from emulator.chip.hierarchy import Chip
     from emulator.system.model import System
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-__all__ = ["trace", "replay", "run", "compare", "sweep", "load_chip", "load_system"]
+__all__ = ["trace", "replay", "run", "compare", "sweep", "throughput", "load_chip", "load_system"]
 
 
 def _text(v, field: str, *, allow=()) -> Any:
@@ -210,6 +210,38 @@ def sweep(grid: "PathLike | Mapping[str, Any]", scheduler: str | None = None, wo
     finally:
         if keep is not None:
             keep.cleanup()
+
+
+def throughput(model: PathLike, chip: "str | Chip | None" = None, system: "str | System | None" = None, *,
+               input: int, output: int, concurrency: "str | Sequence[int]" = "auto", chips: Sequence[str] = (),
+               systems: Sequence[str] = (), **options) -> "CurveResult":
+    """The serving curve of continuous batching, as ``tierlab throughput``: requests of ``input``
+    prompt and ``output`` generated tokens at each ``concurrency`` (a list of requests in flight, or
+    ``"auto"``: powers of two up to the paged-KV limit) on ``chip`` or ``system`` (or overlaid on
+    ``chips`` / ``systems``, names or files). ``options``: ``tp=``, ``pp=``, ``ep=``, ``dp=``,
+    ``weights=``, ``kv=``, ``activations=``, ``max_batch_tokens=``, ``memory_utilisation=``,
+    ``slo_tpot=`` and ``slo_ttft=`` (ms), ``collective_algo=``, ``plot=``, ``html=``, ``parquet=``,
+    ``force=``. Returns a :class:`~emulator.api.results.CurveResult` (``to_dict()`` is
+    ``tierlab throughput --json``; ``to_arrow()`` one row per point of each curve); see docs/serving.md."""
+    from emulator.api.handover import receiving
+    from emulator.api.options import call
+    from emulator.api.results import CurveResult
+    from emulator.cli.throughput import command
+
+    Chip, System = _loaded()
+    model = _text(model, "model")
+    if not isinstance(concurrency, str):
+        if not isinstance(concurrency, (list, tuple)) or not concurrency or any(
+                isinstance(c, bool) or not isinstance(c, int) for c in concurrency):
+            raise UsageError(f"expected 'auto' or a list of integers, got {concurrency!r}", field="concurrency")
+        concurrency = ",".join(map(str, concurrency))
+    given = dict(options, chip=chip, system=system, input=input, output=output, concurrency=concurrency,
+                 chips=",".join(_names(chips, "chips", ()) or []) or None,
+                 systems=",".join(_names(systems, "systems", ()) or []) or None)
+    with receiving(lambda d, o: CurveResult(d, o["curves"])) as got:
+        call(command, given, {"model": model}, passthrough={"chip": (Chip,), "system": (System,)},
+             function="throughput")
+    return _replay_result(got)
 
 
 def load_chip(name_or_path: PathLike, overrides: Mapping[str, Any] | None = None) -> "Chip":

@@ -169,3 +169,19 @@ class SweepResult(Result):
         from emulator.present.html import sweep_table_html
 
         return sweep_table_html(self._table.to_pylist())
+
+
+class CurveResult(Result):
+    """A serving curve (:func:`emulator.throughput`): ``to_dict()`` is ``tierlab throughput --json``
+    (one curve, or ``{"curves": [...]}`` for several chips or systems); ``to_arrow()`` one row per
+    point of each curve (the columns of ``tierlab throughput -o FILE.parquet``)."""
+
+    def __init__(self, d: dict, curves: list):
+        from emulator.present.serving import rows
+
+        super().__init__(d, pa.Table.from_pylist(rows(curves)))
+
+    def _repr_html_(self) -> str:
+        from emulator.present.html import curve_table_html
+
+        return curve_table_html(self._table.to_pylist())

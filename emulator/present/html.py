@@ -199,6 +199,23 @@ def comparison_table_html(rows) -> str:
     return table_html(["per decode token"] + [r.chip for r in rows], body)
 
 
+def curve_table_html(rows: list[dict]) -> str:
+    """A serving curve's points (:func:`emulator.present.serving.rows`) as a table."""
+    cols = [("chip", "chip"), ("system", "system"), ("concurrency", "concurrency"),
+            ("output_tokens_per_s", "output tokens/s"), ("tokens_per_s_per_user", "tokens/s per user"),
+            ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("meets_slo", "meets SLO")]
+    cols = [(k, h) for k, h in cols if any(r.get(k) is not None for r in rows)]
+
+    def cell(k, v):
+        if v is None:
+            return "-"
+        if k in ("ttft_s", "tpot_s"):
+            return format_si(v, "s")
+        return f"{v:.4g}" if isinstance(v, float) else v
+
+    return table_html([h for _, h in cols], [[cell(k, r.get(k)) for k, _ in cols] for r in rows])
+
+
 # ---- one chip ------------------------------------------------------------------------------------
 
 def _time_rows(tb: dict) -> list[list]:
