@@ -174,3 +174,33 @@ def test_system_tp1_equals_chip(spec):
     b = throughput(spec, system=load_system("dgx-h100"), isl=64, osl=8, concurrency="2")
     assert b["curve"][0]["tpot_s"] == pytest.approx(a["curve"][0]["tpot_s"], rel=1e-9)
     assert b["parallelism"]["chips"] == 1
+
+
+# ---- the sweep's serving axes -----------------------------------------------------------------
+
+def test_sweep_row_equals_single_command(spec):
+    from emulator.sweep.grid import grid_from_dict
+    from emulator.sweep.point import run_group
+
+    grid = grid_from_dict({"model": [TINY], "chip": ["h100"], "input": [64], "output": [16], "concurrency": [1, 4]})
+    assert grid.columns[-3:] == ["input", "output", "concurrency"]
+    pts = grid.points()
+    assert len({p.trace_key() for p in pts}) == 1          # one curve: one group, its replays shared
+    rows = run_group(pts, grid.override_keys)
+    d = throughput(spec, chip=load_chip("h100"), isl=64, osl=16, concurrency="1,4")
+    for row, p in zip(rows, d["curve"]):
+        assert row["error"] is None
+        assert row["concurrency"] == p["concurrency"]
+        for k in ("output_tokens_per_s", "tpot_s", "ttft_s", "tokens_per_s_per_user", "energy_j_per_token"):
+            assert row[k] == p[k], k
+        assert row["usd_per_mtok"] == pytest.approx(p["usd_per_mtok"])
+
+
+def test_serving_grid_needs_both_lengths():
+    from common.errors import UsageError
+    from emulator.sweep.grid import grid_from_dict
+
+    with pytest.raises(UsageError, match="needs both input and output"):
+        grid_from_dict({"model": [TINY], "chip": ["h100"], "input": [64]})
+    g = grid_from_dict({"model": [TINY], "chip": ["h100"], "batch": [1]})
+    assert "concurrency" not in g.columns and not g.points()[0].serving     # other grids unchanged

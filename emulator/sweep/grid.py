@@ -32,7 +32,11 @@ RUN_AXES = ("batch", "context", "prompt", "generate", "weights", "kv", "tp", "pp
 # run axes that are a grid's columns (and part of its points' hashes) only when the grid names them,
 # so the files and hashes of sweeps made before they existed stay as they were
 OPTIONAL_AXES = ("pp_microbatches", "activations")
-INT_AXES = ("batch", "context", "prompt", "generate", "tp", "pp", "ep", "dp", "pp_microbatches")
+# the serving axes (issue 23): a grid naming them sweeps ``tierlab throughput`` points (each row one
+# concurrency of a serving curve, emulator.sweep.point.serving_rows); grid files only (the command
+# line's --output is the sweep's file)
+SERVING_AXES = ("input", "output", "concurrency")
+INT_AXES = ("batch", "context", "prompt", "generate", "tp", "pp", "ep", "dp", "pp_microbatches", *SERVING_AXES)
 AXES = ("model", "chip", "system", *RUN_AXES, *OPTIONAL_AXES)
 # the grid's columns, in order, before any override column
 BASE_COLUMNS = ("model", "chip", "system", *RUN_AXES)
@@ -69,9 +73,16 @@ class Point:
     def hash(self) -> str:
         return hashlib.sha256(json.dumps(self.params(), sort_keys=True).encode()).hexdigest()
 
+    @property
+    def serving(self) -> bool:
+        """A point of a serving curve (the grid names the serving axes)."""
+        return "input" in self.run
+
     def trace_key(self) -> str:
-        """Points with the same key replay the same trace (same model and run options)."""
-        return json.dumps({"model": self.model, **self.run}, sort_keys=True)
+        """Points with the same key replay the same trace (same model and run options); serving
+        points of one curve (all but the concurrency alike) are one group, sharing their replays."""
+        run = {k: v for k, v in self.run.items() if not (self.serving and k == "concurrency")}
+        return json.dumps({"model": self.model, **run}, sort_keys=True)
 
     def columns(self, override_keys) -> dict:
         """The point's grid columns of a result row."""
@@ -93,7 +104,7 @@ class Grid:
 
     @property
     def optional_axes(self) -> list[str]:
-        return [a for a in OPTIONAL_AXES if a in self.axes]
+        return [a for a in (*OPTIONAL_AXES, *SERVING_AXES) if a in self.axes]
 
     @property
     def columns(self) -> list[str]:
@@ -111,7 +122,7 @@ class Grid:
             raise UsageError(f"the grid has {n:,} points, more than the limit of {max_points:,}; raise it with "
                              f"--max-points {n} or sweep fewer values", field="grid")
         target = "chip" if "chip" in self.axes else "system"
-        run_axes = [a for a in (*RUN_AXES, *OPTIONAL_AXES) if a in self.axes]
+        run_axes = [a for a in (*RUN_AXES, *OPTIONAL_AXES, *SERVING_AXES) if a in self.axes]
         keys = self.override_keys
         econ = {k: v for k, v in self.economics.items() if v != ECONOMICS[k]}
         out = []
@@ -149,8 +160,8 @@ def grid_from_dict(d: dict, overrides: dict | None = None) -> Grid:
     """Validate axes (``axis -> value or list``) and overrides (``key -> value or list``)."""
     axes = {}
     for name, raw in d.items():
-        if name not in AXES:
-            raise UsageError(f"unknown axis; {did_you_mean(name, [*AXES, 'overrides'])}", field=name)
+        if name not in AXES and name not in SERVING_AXES:
+            raise UsageError(f"unknown axis; {did_you_mean(name, [*AXES, *SERVING_AXES, 'overrides'])}", field=name)
         axes[name] = [_scalar(name, v) for v in _values(name, raw)]
         if len(set(map(str, axes[name]))) != len(axes[name]):
             raise UsageError("a value appears twice", field=name)
@@ -158,6 +169,11 @@ def grid_from_dict(d: dict, overrides: dict | None = None) -> Grid:
         raise UsageError("missing axis: give at least one model", field="model")
     if ("chip" in axes) == ("system" in axes):
         raise UsageError("give exactly one of the axes chip and system", field="chip")
+    if any(a in axes for a in SERVING_AXES):
+        for a in ("input", "output"):
+            if a not in axes:
+                raise UsageError("a serving grid (input, output, concurrency) needs both input and output", field=a)
+        axes.setdefault("concurrency", [1])
     ov = {}
     for key, raw in (overrides or {}).items():
         vals = _values(f"overrides.{key}", raw)

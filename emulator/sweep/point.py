@@ -32,7 +32,7 @@ def run_config(point: Point):
     ``tierlab run`` has it)."""
     from traces.run import RunConfig
 
-    return RunConfig(**point.run)
+    return RunConfig(**{k: v for k, v in point.run.items() if k not in ("input", "output", "concurrency")})
 
 
 def error_line(err: BaseException) -> str:
@@ -134,10 +134,62 @@ def row_of(point: Point, override_keys, d: dict | None, error: str | None) -> di
     return row
 
 
+SERVING_COLUMNS = ("output_tokens_per_s", "output_tokens_per_s_per_chip", "total_tokens_per_s_per_chip",
+                   "tokens_per_s_per_user", "ttft_s", "tpot_s", "max_concurrency")
+
+
+def serving_rows(points: list[Point], override_keys: list[str]) -> list[dict]:
+    """The rows of serving points (one curve: model, target and run alike, concurrencies differing):
+    each the curve entry ``tierlab throughput`` gives at the point's concurrency (one replayer per
+    chip or system, so a step shape met at two concurrencies replays once). ``tokens_per_s`` is the
+    output tokens/s, ``latency_s`` the TPOT, ``energy_j_per_token`` per output token."""
+    from emulator.serving.replay import StepReplayer
+    from emulator.serving.throughput import throughput
+    from traces.run import RunConfig
+    from traces.spec import load_model
+
+    rows, replayers = [], {}
+    try:
+        for p in points:
+            r = p.run
+            try:
+                spec = load_model(p.model)
+                where = ({"system": build_system(p.system, p.overrides)} if p.system is not None
+                         else {"chip": build_chip(p.chip, p.overrides)})
+                key = json.dumps([p.chip, p.system, p.overrides], sort_keys=True, default=str)
+                if key not in replayers:
+                    replayers[key] = StepReplayer(spec, RunConfig(
+                        generate=1, weights=r["weights"], kv=r["kv"], activations=r.get("activations", "bf16"),
+                        tp=r["tp"], pp=r["pp"], ep=r["ep"]), **where)
+                d = throughput(spec, **where, isl=r["input"], osl=r["output"], concurrency=str(r["concurrency"]),
+                               weights=r["weights"], kv=r["kv"], activations=r.get("activations", "bf16"),
+                               tp=r["tp"], pp=r["pp"], ep=r["ep"], dp=r["dp"], replayer=replayers[key])
+            except Exception as err:  # noqa: BLE001 - a failing point records its error, the sweep goes on
+                rows.append(row_of(p, override_keys, None, error_line(err)))
+                continue
+            row = row_of(p, override_keys, None, None)
+            c = d["curve"][0]
+            row.update({k: c.get(k, d.get(k)) for k in SERVING_COLUMNS})
+            row.update(tokens_per_s=c["output_tokens_per_s"], steady_tokens_per_s=c["output_tokens_per_s"],
+                       latency_s=c["tpot_s"], energy_j_per_token=c["energy_j_per_token"],
+                       serving_usd_per_mtok=c["usd_per_mtok"])
+            row.update(cost_columns(p, row))
+            row["per_token_json"] = json.dumps(c)
+            rows.append(row)
+    finally:
+        for rep in replayers.values():
+            rep.close()
+    return rows
+
+
 def run_group(points: list[Point], override_keys: list[str]) -> list[dict]:
-    """Trace once, replay every point of the group; one row per point (errors recorded)."""
+    """Trace once, replay every point of the group; one row per point (errors recorded). Serving
+    points: :func:`serving_rows`."""
     from traces.lower import generate_trace
     from traces.spec import load_model
+
+    if points[0].serving:
+        return serving_rows(points, override_keys)
 
     tmp = Path(tempfile.mkdtemp(prefix="tierlab-sweep-"))
     try:
