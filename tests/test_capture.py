@@ -119,7 +119,7 @@ def _reduce(config: dict, family: str) -> dict:
         c["sliding_window"] = 4
     if c.get("attention_chunk_size") is not None:
         c["attention_chunk_size"] = 4
-    for key in ("layer_types", "no_rope_layers"):
+    for key in ("layer_types", "no_rope_layers", "mlp_layer_types"):
         if isinstance(c.get(key), list) and c[key]:
             c[key] = _two(c[key])
     if family == "gemma3":            # 5 sliding : 1 global -> 1 : 1
@@ -191,7 +191,10 @@ CAPTURE_REFUSES = {
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_capture_equals_lowering(preset, transformers, tmp_path):
-    config = reduced(_preset(preset))
+    _check_both(reduced(_preset(preset)), transformers, tmp_path)
+
+
+def _check_both(config: dict, transformers, tmp_path) -> None:
     if config["model_type"] not in transformers.CONFIG_MAPPING:
         pytest.skip(f"Transformers {transformers.__version__} does not know model_type {config['model_type']!r}")
     refusal = CAPTURE_REFUSES.get(_family(config))
@@ -221,6 +224,14 @@ def test_capture_equals_lowering(preset, transformers, tmp_path):
     if gap:
         for phase, positions_read in (("prefill", RUN["prompt"]), ("decode", RUN["generate"])):
             cap["bytes"][phase]["weight"]["read"] += gap * positions_read
+    if spec.norm_layout in ("parallel", "parallel2"):
+        # attention and MLP of the same input (Phi-2, Cohere, GPT-NeoX): Transformers adds the two blocks'
+        # outputs and the residual in two sums, each a read and a write of the residual stream; the hand
+        # lowering in one (a fused three-operand add, as engines run it): one row each way per token per layer
+        row = spec.hidden_size * 2 * spec.num_layers * RUN["batch"]
+        for phase, tokens in (("prefill", RUN["prompt"]), ("decode", RUN["generate"])):
+            for way in ("read", "write"):
+                hand["bytes"][phase]["activation"][way] += row * tokens
     if spec.attention != "mla":
         assert [s["flops"] for s in cap["steps"]] == [s["flops"] for s in hand["steps"]]
         assert cap["flops"] == hand["flops"]
@@ -241,6 +252,20 @@ def test_capture_equals_lowering(preset, transformers, tmp_path):
     for kind in set(cap_k) | set(hand_k):
         if kind not in ("linear", "attention"):
             assert cap_k[kind] == hand_k[kind], kind
+
+
+# The hand families of issue 25, from Transformers' own default config of each (no preset ships them):
+# the same cross-check as the presets'.
+NEW_HAND_TYPES = ["gemma", "phi", "olmo2", "olmo3", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2",
+                  "starcoder2", "gpt_neox", "smollm3", "stablelm", "exaone4", "seed_oss", "ernie4_5", "phimoe", "glm",
+                  "glm4", "glm4_moe_lite", "minimax_m2"]
+
+
+@pytest.mark.parametrize("model_type", NEW_HAND_TYPES)
+def test_capture_equals_lowering_of_transformers_defaults(model_type, transformers, tmp_path):
+    from traces.capture.census import default_config
+
+    _check_both(reduced(default_config(model_type)), transformers, tmp_path)
 
 
 def test_capture_quantised_weights_and_kv(transformers, tmp_path):

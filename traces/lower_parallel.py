@@ -234,7 +234,7 @@ class _DeviceLowering(Lowering):
 
         def add(*xs: str) -> Op:
             return norm_k.elementwise("residual_add", [a["hidden"]] + [a[x] for x in xs], a["hidden"], m=m, width=h,
-                                      act_bytes=ab)
+                                      act_bytes=ab, flops_per_element=len(xs))   # a sum per operand added
 
         ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
         if s.keeps_state(i):

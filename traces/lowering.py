@@ -272,7 +272,7 @@ class Lowering:
                 x = "norm_mlp"
             ops += self._mlp(p + "mlp.", s.intermediate_size, m, seg, x=x)
             ops.append(norm_k.elementwise("residual_add", [a["hidden"], a["attn_out"], a["mlp_out"]], a["hidden"],
-                                          m=m, width=h, act_bytes=ab))
+                                          m=m, width=h, act_bytes=ab, flops_per_element=2))   # two sums
             return ops
         if s.norm_layout == "sandwich":                     # Gemma: norms after each block too
             ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out",

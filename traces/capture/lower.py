@@ -345,6 +345,10 @@ class CaptureLowering:
         wt, sc = self.weights[wname]
         m = _numel(e.shapes[0]) // hidden
         bias = [self.weights[n][0] for n in mod["buffers"].values() if n in self.weights]
+        # a score-correction bias the MoE block holds beside its router (MiniMax-M2's mlp.e_score_correction_bias)
+        parent = e.scope.rsplit(".", 1)[0] + "."
+        bias += [t for n, (t, _) in self.weights.items() if n.startswith(parent) and "." not in n[len(parent):]
+                 and "bias" in n[len(parent):] and t not in bias]
         self.routers[layer] = {"experts": E, "top_k": mod.get("top_k"), "bias": bias}
         self._emit(lin.linear(short, wt, self._buf(hidden), self._buf(E), m=m, in_features=hidden, out_features=E,
                               act_bytes=self.ab, phase=seg.phase, tile_m=self.run.tile_m, tile_n=self.run.tile_n,
