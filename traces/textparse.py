@@ -18,7 +18,6 @@ headers and separators skipped). Blank lines and lines starting with ``#`` are s
 
 from __future__ import annotations
 
-
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
