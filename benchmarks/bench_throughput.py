@@ -12,6 +12,7 @@ context) lowered and replayed the same way, so a slower or busier machine shows 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 from _common import emit, log, timed_cpu
@@ -27,6 +28,7 @@ def main(argv=None):
     ap.add_argument("--input", type=int, default=1000)
     ap.add_argument("--output", type=int, default=1000)
     ap.add_argument("--concurrency", default=POINTS)
+    ap.add_argument("--workers", type=int, default=1, help="replay processes (throughput --workers)")
     args = ap.parse_args(argv)
 
     from emulator.serving.replay import StepReplayer
@@ -44,11 +46,15 @@ def main(argv=None):
         warm.cost(MixedStep(decode=[args.input + args.output // 2] * 64))
         ref = time.perf_counter() - t0
     log("the curve")
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall, cpu, d = timed_cpu(throughput, spec, system=system, isl=args.input, osl=args.output,
-                             concurrency=args.concurrency, tp=args.tp)
+                             concurrency=args.concurrency, tp=args.tp, workers=args.workers)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child_cpu = (after.ru_utime + after.ru_stime) - (kids.ru_utime + kids.ru_stime)
     emit("bench_throughput", {
         "model": args.model, "system": args.system, "tp": args.tp, "input": args.input, "output": args.output,
-        "points": len(d["curve"]), "curve_wall_s": wall, "curve_cpu_s": cpu,
+        "points": len(d["curve"]), "workers": args.workers, "curve_wall_s": wall,
+        "curve_cpu_s": cpu + child_cpu, "curve_cpu_s_workers": child_cpu,
         "replays": d["provenance"]["representative_steps"]["replays"],
         "reference_step_wall_s": ref, "curve_over_reference": wall / ref,
         "target_wall_s": 30.0, "max_output_tokens_per_s": d["max_output_tokens_per_s"],

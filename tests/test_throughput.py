@@ -204,3 +204,10 @@ def test_serving_grid_needs_both_lengths():
         grid_from_dict({"model": [TINY], "chip": ["h100"], "input": [64]})
     g = grid_from_dict({"model": [TINY], "chip": ["h100"], "batch": [1]})
     assert "concurrency" not in g.columns and not g.points()[0].serving     # other grids unchanged
+
+
+def test_workers_change_no_figure(spec):
+    """Representative steps replayed on two forked processes give the figures of one process."""
+    kw = dict(chip=load_chip("h100"), isl=64, osl=16, concurrency="1,4")
+    a, b = throughput(spec, **kw, workers=1), throughput(spec, **kw, workers=2)
+    assert a["curve"] == b["curve"]

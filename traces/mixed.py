@@ -84,7 +84,7 @@ class MixedStep:
         """Sequences sampling a token in this step."""
         return len(self.decode) + sum(1 for *_, last in self.prefill if last)
 
-    @property
+    @functools.cached_property
     def capacity(self) -> list[int]:
         """KV positions each sequence holds after the step (decodes first, then the chunks)."""
         return [c + 1 for c in self.decode] + [s + t for s, t, _ in self.prefill]
@@ -122,7 +122,7 @@ def lower_step(spec: ModelSpec, run: RunConfig, step: MixedStep, out_dir, *, for
     return Path(out_dir)
 
 
-BULK_MIN = 256
+BULK_MIN = 64
 
 
 class _Mixed:
@@ -271,8 +271,7 @@ class _Mixed:
             sd, vd = s.head_dim, s.head_dim
         per_pair = 2 * s.num_heads * (sd + vd)
         absorb = parent.flops - per_pair * attn.causal_pairs(0, self.step.tokens, window, chunk)
-        pairs = sum(attn.causal_pairs(c, 1, window, chunk) for c in self.step.decode) + \
-            sum(attn.causal_pairs(st, t, window, chunk) for st, t, _ in self.step.prefill)
+        pairs = self._pairs(window, chunk)
         q, o = self.act["q"], self.act["attn"]
         qrow, orow = self.q_width * ab, self.o_width * ab
         skip = {c.ten.id for c in self.caches[i]} | {q.id, o.id}
@@ -288,34 +287,51 @@ class _Mixed:
         self._chunks(i, op.tail, q, o, qrow, orow, write=False)
         return op
 
+    def _pairs(self, window, chunk) -> int:
+        """Query-key pairs of the step's attention in a layer of this window / chunk (kept per kind)."""
+        memo = self.__dict__.setdefault("_pairs_memo", {})
+        if (window, chunk) not in memo:
+            if window is None and not chunk:
+                dec = sum(self.step.decode) + len(self.step.decode)       # causal_pairs(c, 1) = c + 1
+            else:
+                dec = sum(attn.causal_pairs(c, 1, window, chunk) for c in self.step.decode)
+            memo[window, chunk] = dec + sum(attn.causal_pairs(st, t, window, chunk) for st, t, _ in self.step.prefill)
+        return memo[window, chunk]
+
     def _emit(self, ops, layer, seg, *rest):
-        """Every op labelled as the step (phase decode, step 0); a bulk op's cache descriptors
-        written as arrays."""
-        label = Segment("decode", 0, self.step.tokens, 0)
-        plain = []
+        """Every op labelled as the step (phase decode, step 0). The ops of one call are declared
+        first, then all their descriptors in op order (as the writer allows) as one set of columns:
+        the rows :class:`~traces.writer.TraceWriter` gets are those of writing them one by one. (No
+        access is moved: a serving step is one microbatch, and attention models keep no state.)"""
+        collective = rest[0] if rest else -1
+        w, parts = self.w, []
         for op in ops if isinstance(ops, list) else [ops]:
-            if not isinstance(op, BulkOp):
-                plain.append(op)
-                continue
-            if plain:
-                super()._emit(plain, layer, label, *rest)
-                plain = []
-            oid = self.w.add_op(op.name, op.kind, layer, "decode", 0, op.tokens, op.flops, op.expert,
-                                op.pim_eligible, device=self.device)
-            for a in op.accesses:
-                self.w.add_access(oid, a.tensor, a.offset, a.nbytes, a.count, a.stride, a.is_write)
-            wr = op.kind == "kv_append"
-            for tid, off, nb in op.bulk:
-                n = len(tid)
-                if n < BULK_MIN:      # the writer's bulk call checks against every tensor: dearer for a few
-                    for t, o, b in zip(tid.tolist(), off.tolist(), nb.tolist()):
-                        self.w.add_access(oid, t, o, b, 1, 0, wr)
-                else:
-                    self.w.add_accesses(np.full(n, oid), tid, off, nb, is_write=np.full(n, wr))
-            for a in op.tail.accesses:
-                self.w.add_access(oid, a.tensor, a.offset, a.nbytes, a.count, a.stride, a.is_write)
-        if plain:
-            super()._emit(plain, layer, label, *rest)
+            oid = w.add_op(op.name, op.kind, layer, "decode", 0, op.tokens, op.flops, op.expert, op.pim_eligible,
+                           device=self.device, collective=collective)
+            if op.accesses:
+                parts.append(_columns(oid, op.accesses))
+            if isinstance(op, BulkOp):
+                wr = op.kind == "kv_append"
+                for tid, off, nb in op.bulk:
+                    n = len(tid)
+                    parts.append(np.stack([np.full(n, oid), tid, off, nb, np.ones(n, np.int64), np.zeros(n, np.int64),
+                                           np.full(n, int(wr))], axis=1))
+                if op.tail.accesses:
+                    parts.append(_columns(oid, op.tail.accesses))
+        if not parts:
+            return
+        c = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        if len(c) < BULK_MIN:     # the writer's bulk call checks against every tensor: dearer for a few
+            for r in c.tolist():
+                w.add_access(*r[:6], bool(r[6]))
+            return
+        w.add_accesses(c[:, 0], c[:, 1], c[:, 2], c[:, 3], c[:, 4], c[:, 5], c[:, 6].astype(bool))
+
+
+def _columns(oid: int, accesses) -> np.ndarray:
+    """Rows ``(op, tensor, offset, nbytes, count, stride, is_write)`` of ``accesses``."""
+    a = np.array(accesses, dtype=np.int64).reshape(-1, 6)
+    return np.concatenate([np.full((len(a), 1), oid, np.int64), a], axis=1)
 
 
 class BulkOp(Op):

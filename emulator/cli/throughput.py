@@ -40,6 +40,8 @@ def _names(text):
 @click.option("--slo-tpot", type=float, default=None, help="Time per output token limit, ms.")
 @click.option("--slo-ttft", type=float, default=None, help="Time to first token limit, ms.")
 @click.option("--collective-algo", default="auto", show_default=True, help="Collective algorithm (systems).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes replaying the representative steps (default 1; identical figures with more).")
 @click.option("--plot", "plot_path", type=click.Path(), default=None, help="Draw the curve (PNG, SVG, PDF).")
 @click.option("--html", "html_path", type=click.Path(), default=None, help="Write one self-contained HTML page.")
 @click.option("-o", "--parquet", "parquet_path", type=click.Path(), default=None,
@@ -47,7 +49,7 @@ def _names(text):
 @force_option
 @json_option
 def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concurrency, weights, kv, activations,
-            max_batch_tokens, memory_utilisation, slo_tpot, slo_ttft, collective_algo, plot_path, html_path,
+            max_batch_tokens, memory_utilisation, slo_tpot, slo_ttft, collective_algo, workers, plot_path, html_path,
             parquet_path, force, as_json):
     """The serving curve of MODEL: output tokens/s against tokens/s per user, from continuous batching
     whose representative steps are replayed exactly."""
@@ -87,7 +89,7 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
               tp=tp, pp=pp, ep=ep, dp=dp, slo_tpot_s=None if slo_tpot is None else slo_tpot / 1e3,
               slo_ttft_s=None if slo_ttft is None else slo_ttft / 1e3,
               utilisation=UTILISATION if memory_utilisation is None else memory_utilisation,
-              collective_algo=collective_algo)
+              collective_algo=collective_algo, workers=workers)
     curves = [throughput(spec, **t, **kw) for t in targets]
     from emulator.present import serving as view
 

@@ -69,17 +69,27 @@ def window_figures(s, step_s: np.ndarray, step_j: np.ndarray) -> dict:
             "tpot_s": tpot, "energy_j_per_token": float(step_j.sum()) / out, "requests": int(ok.sum())}
 
 
-def point(replayer, isl: int, osl: int, concurrency: int, max_batch_tokens: int, *, chips: int, dp: int = 1,
-          price_per_hour: float | None = None, tokens_rel: float = TOKENS_REL,
-          context_rel: float = CONTEXT_REL) -> Point:
-    """The figures at ``concurrency`` (over the ``dp`` replicas; ``chips`` in all)."""
+def plan(isl: int, osl: int, concurrency: int, max_batch_tokens: int, *, dp: int = 1,
+         tokens_rel: float = TOKENS_REL, context_rel: float = CONTEXT_REL):
+    """The window (one replica's) and its classes at ``concurrency``; ``(schedule, classes, shapes)``,
+    ``shapes`` the representatives' :class:`~traces.mixed.MixedStep` s."""
     if concurrency % dp:
         raise UsageError(f"concurrency {concurrency} is not a multiple of --dp {dp} (each replica serves its share)",
                          field="--concurrency")
     s = schedule(isl, osl, concurrency // dp, max_batch_tokens)
     cl = classify(s, tokens_rel, context_rel)
+    return s, cl, [s.step(int(k)) for k in cl.rep]
+
+
+def point(replayer, isl: int, osl: int, concurrency: int, max_batch_tokens: int, *, chips: int, dp: int = 1,
+          price_per_hour: float | None = None, tokens_rel: float = TOKENS_REL,
+          context_rel: float = CONTEXT_REL, planned=None, replays: int | None = None) -> Point:
+    """The figures at ``concurrency`` (over the ``dp`` replicas; ``chips`` in all). ``planned``: its
+    :func:`plan`, when made already; ``replays``: the replays it took, when made beforehand."""
+    s, cl, shapes = planned or plan(isl, osl, concurrency, max_batch_tokens, dp=dp, tokens_rel=tokens_rel,
+                                    context_rel=context_rel)
     before = replayer.replays
-    costs = [replayer.cost(s.step(int(k))) for k in cl.rep]
+    costs = [replayer.cost(x) for x in shapes]
     step_s = np.array([c.latency_s for c in costs])[cl.of_step]
     step_j = np.array([c.energy_j for c in costs])[cl.of_step]
     f = window_figures(s, step_s, step_j)
@@ -95,7 +105,8 @@ def point(replayer, isl: int, osl: int, concurrency: int, max_batch_tokens: int,
                  tokens_per_s_per_user=None if not tpot else 1.0 / tpot, ttft_s=f["ttft_s"], tpot_s=tpot,
                  usd_per_mtok=usd, energy_j_per_token=f["energy_j_per_token"],
                  steps={"window_steps": s.n_steps, "warmup_steps": s.warmup_steps, "classes": cl.n,
-                        "replays": replayer.replays - before, "requests": f["requests"],
+                        "replays": replayer.replays - before if replays is None else replays,
+                        "requests": f["requests"],
                         "window_s": f["time_s"],
                         "bounds": sorted({c.bound for c in costs})})
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from common.errors import UsageError
 from common.version import tierlab_version
 from emulator.serving.capacity import UTILISATION, kv_limit
-from emulator.serving.curve import concurrencies, point
+from emulator.serving.curve import concurrencies, plan, point
 from emulator.serving.replay import StepReplayer
 from emulator.serving.steps import CONTEXT_REL, TOKENS_REL
 from traces.run import RunConfig
@@ -45,7 +45,7 @@ def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency:
                weights: str = "bf16", kv: str = "bf16", activations: str = "bf16", max_batch_tokens: int = MAX_BATCH_TOKENS, tp: int = 1,
                pp: int = 1, ep: int = 1, dp: int = 1, slo_tpot_s: float | None = None,
                slo_ttft_s: float | None = None, utilisation: float = UTILISATION, collective_algo: str = "auto",
-               options=None, replayer: StepReplayer | None = None, progress=None) -> dict:
+               options=None, replayer: StepReplayer | None = None, progress=None, workers: int | None = None) -> dict:
     """The serving curve of ``spec`` (a ModelSpec) on ``chip`` (a Chip) or ``system`` (a System)."""
     for name, v in (("--input", isl), ("--output", osl), ("--max-batch-tokens", max_batch_tokens)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -85,9 +85,17 @@ def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency:
     rep = replayer or StepReplayer(spec, run, chip=chip, system=system, options=options,
                                    collective_algo=collective_algo)
     try:
+        plans = [plan(isl, osl, c, max_batch_tokens, dp=dp) for c in fit]
+        seen, new = set(rep.cache), []
+        for _, _, shapes in plans:                 # the shapes each point replays first, in order
+            fresh = list(dict.fromkeys(x for x in shapes if x not in seen))
+            seen.update(fresh)
+            new.append(len(fresh))
+        rep.prefetch([x for _, _, shapes in plans for x in shapes], workers=workers)
         points = []
-        for i, c in enumerate(fit):
-            points.append(point(rep, isl, osl, c, max_batch_tokens, chips=devices, dp=dp, price_per_hour=price))
+        for i, (c, pl, n) in enumerate(zip(fit, plans, new)):
+            points.append(point(rep, isl, osl, c, max_batch_tokens, chips=devices, dp=dp, price_per_hour=price,
+                                planned=pl, replays=n))
             if progress is not None:
                 progress(i + 1, len(fit))
     finally:

@@ -163,7 +163,8 @@ def serving_rows(points: list[Point], override_keys: list[str]) -> list[dict]:
                         tp=r["tp"], pp=r["pp"], ep=r["ep"]), **where)
                 d = throughput(spec, **where, isl=r["input"], osl=r["output"], concurrency=str(r["concurrency"]),
                                weights=r["weights"], kv=r["kv"], activations=r.get("activations", "bf16"),
-                               tp=r["tp"], pp=r["pp"], ep=r["ep"], dp=r["dp"], replayer=replayers[key])
+                               tp=r["tp"], pp=r["pp"], ep=r["ep"], dp=r["dp"], replayer=replayers[key],
+                               workers=1)      # the sweep's workers are the parallelism
             except Exception as err:  # noqa: BLE001 - a failing point records its error, the sweep goes on
                 rows.append(row_of(p, override_keys, None, error_line(err)))
                 continue
