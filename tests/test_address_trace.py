@@ -224,3 +224,7 @@ def test_region_tensors_cover_the_lines_touched(tmp_path):
         w.regions([0], [0x200000], [0x100000])
     with pytest.raises(TraceError, match="row 1: line 15360 \\(64 B\\) lies outside the tensors"):
         list(open_trace(tmp_path / "b.trace").iter_lines())
+    # the replay checks the words on a second thread beside the kernel: the same refusal
+    (tmp_path / "c.toml").write_text(chip_toml(LEVELS[:1]))
+    with pytest.raises(TraceError, match="b.trace/lines.arrow: word: row 1: line 15360 \\(64 B\\) lies outside"):
+        replay_trace(tmp_path / "b.trace", load_chip(str(tmp_path / "c.toml")))

@@ -263,9 +263,11 @@ class AddressTrace(_trace_base()):
             raise TraceError(f"rows must increase within 1..{self.n_lines - 1}", file=str(path), field="row")
         return rows
 
-    def iter_lines(self) -> Iterator[np.ndarray]:
+    def iter_lines(self, check: bool = True) -> Iterator[np.ndarray]:
         """The checked words (int64 views of the memory-mapped file, read-only), one array per
-        stored record batch, then the row count."""
+        stored record batch, then the row count. ``check=False``: the words are not checked
+        against the tensors here (the caller runs :meth:`check_lines` on each, e.g. beside the
+        replay); everything else is."""
         from traces.ipc import IpcTable, corrupt, ipc_form
         from traces.reader import _check_schema, _one_line
 
@@ -293,17 +295,26 @@ class AddressTrace(_trace_base()):
                 if col.null_count:
                     raise TraceError(f"rows {rows}..{rows + len(col) - 1}: null words", file=str(path), field="word")
                 words = col.to_numpy().view(np.int64)
-                bad = check_words(words, sh, address, nbytes, len(nbytes))
-                if bad >= 0:
-                    w = int(words[bad])
-                    raise TraceError(f"row {rows + bad}: line {w >> 1} ({self.line_bytes} B) lies outside the "
-                                     "tensors", file=str(path), field="word")
+                if check:
+                    self.check_lines(words, rows, address, nbytes)
                 rows += len(words)
                 yield words
         finally:
             src.close()
         if rows != self.n_lines:
             raise TraceError(f"holds {rows} lines, the manifest says {self.n_lines} (truncated?)", file=str(path))
+
+    def check_lines(self, words: np.ndarray, row0: int, address=None, nbytes=None) -> None:
+        """Raise the TraceError naming the first of ``words`` (rows from ``row0``) whose line lies
+        outside its region's tensor."""
+        if nbytes is None:
+            nbytes = self._tensor_nbytes.astype(np.int64)
+            address = self.tensors.column("address").to_numpy().astype(np.int64)
+        bad = check_words(words, self.line_bytes.bit_length() - 1, address, nbytes, len(nbytes))
+        if bad >= 0:
+            w = int(words[bad])
+            raise TraceError(f"row {row0 + bad}: line {w >> 1} ({self.line_bytes} B) lies outside the tensors",
+                             file=str(self.path / fmt.LINES_FILE), field="word")
 
     def iter_accesses(self, batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
         """The lines as descriptor batches (``ACCESSES_SCHEMA``): op 0, the line's region tensor,
@@ -334,8 +345,8 @@ class AddressTrace(_trace_base()):
         from emulator.engine.lines import LineStream
 
         once = self.straddle_rows() if self.straddle == "once" else np.zeros(0, np.int64)
-        return LineStream(line_bytes=self.line_bytes, chunks=self.iter_lines, writes=self.writes,
-                          once_rows=once, n_lines=self.n_lines)
+        return LineStream(line_bytes=self.line_bytes, chunks=lambda: self.iter_lines(check=False),
+                          writes=self.writes, once_rows=once, n_lines=self.n_lines, check=self.check_lines)
 
 
 def _read_table(path: Path, schema: pa.Schema) -> pa.Table:

@@ -16,6 +16,7 @@ of a straddling access is really looked up and filled).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -40,6 +41,7 @@ class LineStream:
     writes: bool | None
     once_rows: np.ndarray
     n_lines: int
+    check: Callable[[np.ndarray, int], None] | None = None
 
 
 def serves(geo: Geometry, stream: LineStream) -> bool:
@@ -68,6 +70,18 @@ def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, 
         bit = None      # one tier is less work per block than splitting the stream (as replay_blocks)
     r = StreamReplayer(geo, n_caches, options, chain=chain, dtype=np.int32 if chain and narrow else np.int64,
                        bit=bit, hand_over=chain and stream.writes is None)
+    with ThreadPoolExecutor(1) as pool:
+        checks: list = []
+        try:
+            counts, stats = _replay(r, stream, geo, shift, once, progress, checks, pool)
+        finally:
+            for c in checks:                # the first failing check raises (its TraceError names the row)
+                c.result()
+    return counts, stats
+
+
+def _replay(r: StreamReplayer, stream: LineStream, geo: Geometry, shift: int, once: np.ndarray, progress,
+            checks: list, pool) -> tuple[np.ndarray, dict]:
     hits_off = misses_off = 0
     row = 0
     g = 0                                   # next once-row group
@@ -75,6 +89,8 @@ def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, 
         n = len(words)
         if n == 0:
             continue
+        if stream.check is not None:
+            checks.append(pool.submit(stream.check, words, row))
         # the groups of rows (an access's first line, then its continuations) starting in this chunk
         lo = 0
         while g < len(once) and once[g] - 1 < row + n:
