@@ -40,13 +40,16 @@ def combine(name: str, buf: Ten, y: Ten, *, m: int, k: int, row_bytes: int, hidd
 
 def expert_mlp(name: str, expert: int, weights: list[Ten], scales: list[Ten | None], disp: Ten, inter: Ten,
                out: Ten, *, first_row: int, rows: int, hidden: int, ffn: int, act_bytes: int, phase: str,
-               tile_m: int, biases: list[Ten] | None = None) -> Op:
+               tile_m: int, biases: list[Ten] | None = None, gated: bool = True) -> Op:
     """Gated MLP of one expert over its ``rows`` tokens (dispatch rows ``first_row..``).
 
     ``weights`` = [gate, up, down] (``biases`` the same, gpt-oss). Reads the token tile, the gate
     and up weights (and biases), writes and re-reads the gated intermediate, reads the down weight
-    (and bias), writes the output tile."""
-    flops = 2 * rows * 3 * hidden * ffn + 5 * rows * ffn + (rows * (2 * ffn + hidden) if biases else 0)
+    (and bias), writes the output tile. ``gated=False`` (Nemotron-H's ReLU² experts): [up, None, down],
+    two matrices, the activation 4 FLOPs per element."""
+    mats = 3 if gated else 2
+    flops = 2 * rows * mats * hidden * ffn + (5 if gated else 4) * rows * ffn \
+        + (rows * ((2 if gated else 1) * ffn + hidden) if biases else 0)
     op = Op(name, "linear", rows, flops, pim_eligible=(phase == "decode"), expert=expert)
     b = biases or [None, None, None]
     h_row, f_row = hidden * act_bytes, ffn * act_bytes

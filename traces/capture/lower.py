@@ -51,6 +51,7 @@ class CaptureLowering:
         self.params = 0
         self._declare_weights()
         self._declare_kv(positions)
+        self._declare_states()
         self._declare_activations()
         self.routers: dict[int, dict] = {}
         self.router = None
@@ -108,6 +109,56 @@ class CaptureLowering:
                                         row, keep * row, keep if keep < positions else 0))
             self.caches[i] = layer
 
+    def _declare_states(self) -> None:
+        """Each state layer's recurrent-state tensors (kind ``state``, ``batch x`` the elements per sequence
+        the cache object held, in the KV dtype, as the hand lowering keeps Mamba's), and the mixer's own
+        parameters no leaf op reads (its convolution, ``A_log``, ``D``, ``dt_bias``): the state op reads them."""
+        kvd = self.run.kv
+        self.states: dict[int, list[Ten]] = {}
+        self.mixer_params: dict[int, list[Ten]] = {}
+        self.mixer_scopes: dict[int, set] = {}
+        leaf_read = {n for m in self.cap.modules.values() for n in m["params"].values()}
+        entered = {e.scope for _seg, events in self.cap.segments for e in events if e.kind != "aten"}
+        for i, parts in sorted(self.cap.info.get("states", {}).items()):
+            i = int(i)
+            ts = []
+            for part, n in parts:
+                nb = self.B * nbytes_of(n, kvd)
+                ts.append(Ten(self.w.add_tensor(f"layers.{i}.state.{part}", "state", nb, kvd, i), nb))
+            self.states[i] = ts
+            own = [name for name, _shape, _d, kind, layer in self.cap.weights
+                   if layer == i and kind is None and name not in leaf_read and name in self.weights]
+            self.mixer_params[i] = [self.weights[n][0] for n in own]
+            owners = {n.rsplit(".", 1)[0] for n in own}
+            # a convolution module (nn.Conv1d, no leaf) holds its weight: its mixer is the module around it
+            self.mixer_scopes[i] = {o.rsplit(".", 1)[0] if self._module_classes.get(o, "").startswith("Conv") else o
+                                    for o in owners}
+            # a leaf inside the mixer that never runs as a module (Jamba's slow scan multiplies by
+            # dt_proj.weight itself): its parameters are the scan's to read
+            for scope, mod in self.cap.modules.items():
+                if scope not in entered and any(scope.startswith(m + ".") for m in self.mixer_scopes[i]):
+                    self.mixer_params[i] += [self.weights[n][0] for n in mod["params"].values() if n in self.weights]
+
+    def _state_op(self, i: int, seg) -> Op:
+        """A state layer's recurrence over the segment: every sequence's state read once and written once
+        (the scan carries it through the segment's tokens on chip, as kernels/ssm.py's scan does), the
+        mixer's own parameters read. FLOPs an estimate: 6 per recurrent-state element and 2 per
+        convolution-window element, per token (kernels/ssm.py's closed forms)."""
+        m = self.B * seg.tokens
+        elems = sum(n for part, n in self.cap.info["states"][i])
+        conv = sum(n for part, n in self.cap.info["states"][i] if part.startswith("conv"))
+        op = Op("state_update", "ssm_scan", m, m * (6 * (elems - conv) + 2 * conv))
+        for p in self.mixer_params[i]:
+            op.read_all(p)
+        for t in self.states[i]:
+            op.read_all(t)
+            op.write(t, 0, t.nbytes)
+        return op
+
+    def _in_mixer(self, e, layer: int) -> bool:
+        scopes = self.mixer_scopes.get(layer)
+        return bool(scopes) and any(e.scope == s or e.scope.startswith(s + ".") for s in scopes)
+
     def _declare_activations(self) -> None:
         widths: dict[int, int] = {}
         k = max([m.get("top_k") or 0 for m in self.cap.modules.values()] + [1])
@@ -149,7 +200,12 @@ class CaptureLowering:
         rotary_scopes: dict[str, dict] = {}   # attention scope -> rotated tensor shape -> elements per token x 2
         held_kv: dict[str, object] = {}
         pending_emb = None          # the token embedding, held while a position embedding may add into it
+        scanned: set[int] = set()   # state layers whose recurrence this segment has emitted
         for e in events:
+            lay = layer_of(e.scope)
+            if lay in self.states and lay not in scanned and e.kind == "aten" and self._in_mixer(e, lay):
+                self._emit(self._state_op(lay, seg), lay, seg)     # the mixer's arithmetic starts: its scan
+                scanned.add(lay)
             if pending_emb is not None and e.kind not in ("aten", "embedding"):
                 self._emit(pending_emb, -1, seg)
                 pending_emb = None
@@ -214,12 +270,14 @@ class CaptureLowering:
                 self._router(e, layer, seg, short)
             elif e.kind == "experts":
                 self._emit(self._experts(e, layer, seg, short), layer, seg)
-            elif e.kind == "aten":
+            elif e.kind == "aten" and not self._in_mixer(e, layer):     # a state mixer's arithmetic: its scan
                 self._note_unmapped(e, rotary_scopes)
         if pending_act is not None:
             self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
         if pending_emb is not None:
             self._emit(pending_emb, -1, seg)
+        for lay in sorted(set(self.states) - scanned):     # a mixer that ran no operator of its own
+            self._emit(self._state_op(lay, seg), lay, seg)
 
     def _note_unmapped(self, e, rotary_scopes) -> None:
         """Count an ATen operator outside a leaf that no op maps, unless it moves nothing tierlab models
@@ -369,8 +427,13 @@ class CaptureLowering:
         hidden = e.shapes[0][-1]
         m = self.B * seg.tokens      # every token is routed (Llama 4 hands its experts a copy per expert)
         ffn = self._ffn(e.scope, hidden)
+        gated = True
         if fused:
             triples = [(g, (None, None), dn) for g, dn in zip(self.experts[fused[0]], self.experts[down])]
+        elif not any("gate" in s for s in names):      # Nemotron-H: up and down, a plain activation between
+            up = next(n for s, n in names.items() if "up" in s)
+            triples = [(u, (None, None), dn) for u, dn in zip(self.experts[up], self.experts[down])]
+            gated = False
         else:
             gate = next(n for s, n in names.items() if "gate" in s)
             up = next(n for s, n in names.items() if "up" in s and "gate" not in s)
@@ -391,7 +454,7 @@ class CaptureLowering:
             ws = triples[x]
             op = moe_k.expert_mlp(short, x, [t for t, _ in ws], [s for _, s in ws], disp, inter, out,
                                   first_row=first, rows=int(counts[x]), hidden=hidden, ffn=ffn, act_bytes=ab,
-                                  phase=seg.phase, tile_m=self.run.tile_m)
+                                  phase=seg.phase, tile_m=self.run.tile_m, gated=gated)
             for b in biases:          # gpt-oss: a bias per expert on gate_up and on down
                 bias = self.experts[b][x][0]
                 op.read_all(bias)

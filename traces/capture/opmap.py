@@ -55,6 +55,8 @@ def leaf_kind(module, name: str, torch_nn) -> str | None:
     if isinstance(module, torch_nn.LayerNorm) or any(c in cls for c in NORM_CLASSES):
         return "norm"
     bare_children = not any(True for c in module.children() for _ in c.parameters())
+    if isinstance(module, (torch_nn.Conv1d, torch_nn.Conv2d)):
+        return None                # a recurrent mixer's causal convolution: its state op reads it
     if bare_children and any(p.dim() == 3 for p in params) and all(p.dim() in (2, 3) for p in params) \
             and len({p.shape[0] for p in params}) == 1:
         return "experts"           # experts stored as [expert, out, in] tensors (Transformers 5), biases [expert, out]

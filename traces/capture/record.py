@@ -80,23 +80,45 @@ def text_model_config(config: dict) -> dict:
     return {**outer, **text}
 
 
-def layer_caches(hf, file: str | None = None) -> list[tuple[str, int]]:
+def layer_caches(hf, file: str | None = None) -> tuple[list[tuple[str, int]], list[int]]:
     """Each decoder layer's cache as Transformers lays it out: ``("full", 0)``, ``("sliding", W)`` or
     ``("chunked", C)`` (a window or chunk of W / C positions, whatever the attention call is told:
-    Llama 4's chunk lives in its mask). A layer keeping a recurrent state (Mamba, Gated DeltaNet:
-    Transformers' linear-attention cache layers) is refused: --capture does not record it."""
+    Llama 4's chunk lives in its mask), ``("none", 0)`` for a layer with no cache; and the layers that
+    keep a recurrent state (Transformers' linear-attention, conv and hybrid cache layers: Mamba, Gated
+    DeltaNet, short convolutions; a hybrid layer keeps KV as well)."""
     from transformers.cache_utils import get_layer_types_and_kwargs
 
     types, kwargs = get_layer_types_and_kwargs(hf)
-    state = sorted({t for t in types if t in STATE_LAYER_TYPES})
-    if state:
-        raise ConfigError(f"the {hf.model_type} model keeps a recurrent state ({', '.join(state)} cache layers: "
-                          "Mamba or linear-attention mixers), which --capture does not record; trace it without "
-                          "--capture", file=file, field="model_type")
-    out = []
-    for t, kw in zip(types, kwargs):
-        kind = {"sliding_attention": "sliding", "chunked_attention": "chunked"}.get(t, "full")
+    out, state = [], []
+    for i, (t, kw) in enumerate(zip(types, kwargs)):
+        if t in STATE_LAYER_TYPES:
+            state.append(i)
+        if t in ("linear_attention", "conv", "dummy"):
+            out.append(("none", 0))
+            continue
+        kind = {"sliding_attention": "sliding", "chunked_attention": "chunked", "hybrid_sliding": "sliding"}.get(t,
+                                                                                                               "full")
         out.append((kind, int(kw["sliding_window"]) if kind != "full" else 0))
+    return out, state
+
+
+def state_shapes(cache, batch: int) -> dict[int, list[tuple[str, int]]]:
+    """Per state layer, each recurrent-state tensor the cache object holds after a forward: (part name,
+    elements per sequence) — the convolution windows and the recurrent (SSM / delta-rule) states."""
+    out: dict[int, list[tuple[str, int]]] = {}
+    for i, layer in enumerate(getattr(cache, "layers", [])):
+        parts = []
+        for attr, short in (("conv_states", "conv"), ("recurrent_states", "ssm")):
+            held = getattr(layer, attr, None)
+            items = held.items() if isinstance(held, dict) else enumerate(held or [])
+            for j, t in items:
+                if hasattr(t, "shape") and len(t.shape) >= 1:
+                    n = 1
+                    for d in t.shape:
+                        n *= int(d)
+                    parts.append((f"{short}{j}" if j else short, n // max(1, batch)))
+        if parts:
+            out[i] = parts
     return out
 
 
@@ -316,7 +338,7 @@ def record(config: dict, segments, batch: int, context: int, file: str | None = 
 
 def _record(torch, transformers, config, segments, batch, context, file) -> Capture:
     model, hf = build_model(config, file)
-    caches = layer_caches(hf, file)
+    caches, state_layers = layer_caches(hf, file)
     rec = _Recorder(torch, model)
     _silence_experts(torch, model, rec.kinds)
     weights, modules = _weights(model, rec.kinds)
@@ -348,12 +370,17 @@ def _record(torch, transformers, config, segments, batch, context, file) -> Capt
                 finally:
                     _RECORDER.pop()
                 out_segments.append((seg, rec.events))
-    except (RuntimeError, NotImplementedError, TypeError) as err:
-        raise UsageError(f"the {hf.model_type} model could not run on the meta device: "
-                         f"{str(err).splitlines()[0][:160]}", field="capture") from None
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
+        # a forward that reads its tensors' values (data-dependent control flow) needs real weights, which a
+        # capture on the meta device does not have; or Transformers' own code fails for this model
+        raise UsageError(f"the {hf.model_type} model could not run on the meta device (a capture has no weights: "
+                         f"its forward needs values, or Transformers' code fails for it): "
+                         f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}",
+                         field="capture") from None
     finally:
         rec.close()
     info = {"classes": {n: type(m).__name__ for n, m in model.named_modules()},
             "top_k": getattr(hf, "num_experts_per_tok", None), "layers": caches,
+            "states": {i: p for i, p in state_shapes(cache, batch).items() if i in state_layers},
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
     return Capture(hf.model_type, weights, out_segments, modules, rec.ops, info)
