@@ -211,3 +211,12 @@ def test_workers_change_no_figure(spec):
     kw = dict(chip=load_chip("h100"), isl=64, osl=16, concurrency="1,4")
     a, b = throughput(spec, **kw, workers=1), throughput(spec, **kw, workers=2)
     assert a["curve"] == b["curve"]
+
+
+def test_ttft_at_concurrency_one_is_runs_prefill(spec):
+    """A prompt alone in its step: TTFT at concurrency 1 is ``tierlab run --prompt ISL --generate 0``'s
+    calibrated prefill (the mixed lowering of a chunk against the run's prefill segment)."""
+    d = throughput(spec, chip=load_chip("h100"), isl=300, osl=8, concurrency="1")
+    r = CliRunner().invoke(main, ["run", TINY, "--chip", "h100", "--prompt", "300", "--generate", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    assert d["curve"][0]["ttft_s"] == pytest.approx(json.loads(r.stdout)["prefill"]["latency_calibrated_s"], rel=1e-4)
