@@ -22,7 +22,7 @@ COLUMNS = (("concurrency", "conc", "{:d}"), ("output_tokens_per_s", "out tok/s",
            ("total_tokens_per_s_per_chip", "in+out/chip", "{:,.0f}"),
            ("tokens_per_s_per_user", "tok/s/user", "{:,.1f}"), ("ttft_s", "TTFT ms", "ms"),
            ("tpot_s", "TPOT ms", "ms"), ("usd_per_mtok", "USD/Mtok", "{:.3f}"),
-           ("energy_j_per_token", "J/tok", "{:.4f}"))
+           ("energy_j_per_token", "J/tok", "{:.3g}"))
 
 
 def label(d: dict) -> str:
