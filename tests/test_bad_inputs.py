@@ -903,6 +903,9 @@ CASES = [
     Case("throughput-two-targets", ["throughput", str(TINY), "--chip", "h100", "--system", "dgx-h100",
                                     "--input", "16", "--output", "4"],
          "--chip: give exactly one of --chip, --system, --chips and --systems"),
+    Case("throughput-parquet-suffix", ["throughput", str(TINY), "--chip", "h100", "--input", "16", "--output", "4",
+                                       "-o", "{tmp}/c.csv"],
+         "-o: expected a .parquet file, got '{tmp}/c.csv'"),
 ]
 
 

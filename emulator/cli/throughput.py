@@ -63,7 +63,7 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
         raise UsageError("give exactly one of --chip, --system, --chips and --systems" if given else
                          "give --chip NAME or --system NAME", field="--chip")
     if parquet_path and not str(parquet_path).endswith(".parquet"):
-        raise UsageError(f"expected a .parquet file, got {parquet_path!r}", field="--output")
+        raise UsageError(f"expected a .parquet file, got {parquet_path!r}", field="-o")
     for p in (plot_path, html_path, parquet_path):
         if p:
             check_output(p, force=force)
