@@ -26,6 +26,10 @@ ROUTING_SCHEMA = pa.schema([(c, pa.int32()) for c in ROUTING_COLUMNS])
 ROUTING_FILE = "routing.arrow"   # optional side table of a trace (``tierlab trace --record-routing``)
 
 
+_ROUTES: dict = {}        # (router, seed, experts, k, layer, step, tokens) -> experts drawn
+_ROUTES_MAX = 512
+
+
 class Router:
     """Routes tokens to experts: :meth:`route` returns an int array ``(tokens, k)``."""
 
@@ -36,8 +40,22 @@ class Router:
             self._table = _load_table(spec.path, n_experts)
 
     def route(self, layer: int, step: int, n_tokens: int) -> np.ndarray:
+        """The experts of each of ``n_tokens`` tokens at (``layer``, ``step``): an int array
+        ``(n_tokens, k)``, read-only. A random router's draws depend only on (seed, layer, step,
+        tokens), so they are kept (:data:`_ROUTES`): the devices of a sharded replica, which route the
+        same tokens with the same seed, draw them once."""
         if self.spec.kind == "table":
             return self._from_table(layer, step, n_tokens)
+        key = (str(self.spec), self.seed, self.n_experts, self.k, layer, step, n_tokens)
+        hit = _ROUTES.get(key)
+        if hit is None:
+            if len(_ROUTES) >= _ROUTES_MAX:
+                _ROUTES.clear()
+            hit = _ROUTES[key] = self._draw(layer, step, n_tokens)
+            hit.flags.writeable = False
+        return hit
+
+    def _draw(self, layer: int, step: int, n_tokens: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, layer, step + 1])
         log_p = np.zeros(self.n_experts)
         if self.spec.kind == "zipf":
