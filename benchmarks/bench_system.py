@@ -13,7 +13,9 @@ wall time can be far above it), and ``host_cpu_s_per_decode_token`` split as the
 Reported against the system's own time: host seconds per decode token (the replay's host time
 split over decode steps in proportion to the devices' tier-0 requests, then divided by the tokens
 of a step, dp x batch) over the system's modelled seconds per decode token (``per_token.latency_s``
-/ ``tokens_per_step`` of ``tierlab run --system --json``): ``host_over_system``. The counts' check:
+/ ``tokens_per_step`` of ``tierlab run --system --json``): ``host_over_system``; over the calibrated
+seconds per token (``per_token.latency_calibrated_s``, tierlab's prediction of what the system takes):
+``host_over_system_calibrated``. The counts' check:
 every device's counters (``per_op`` and ``flush``) identical between the first replay and every
 repeat, and between those and the baseline.
 
@@ -169,7 +171,11 @@ def main() -> None:
         "host_over_system_with_cost": (host_token + t_cost / max(len(host_by_step), 1) / tokens) / system_token,
         "system_time_source": "to_json(sr)['per_token']['latency_s'] / tokens_per_step: a decode step's "
                               "critical path over devices (emulator.cost.system_cost)",
+        # the calibrated latency (issue 22): tierlab's prediction of the system's own time per token
+        "system_s_per_decode_token_calibrated": pt["latency_calibrated_s"] / tokens,
+        "host_over_system_calibrated": host_token / (pt["latency_calibrated_s"] / tokens),
         "system_tokens_per_s": pt["tokens_per_s"], "system_bound": pt["bound"],
+        "system_tokens_per_s_calibrated": pt["tokens_per_s_calibrated"],
         "collective_time_share": d["coordination"].get("collective_time_share"),
         "host_s_by_step": host_by_step,
         "counts_equal_across_repeats": bool(counts_equal),
