@@ -28,7 +28,7 @@ from pathlib import Path
 
 from _common import REPO, emit, log
 
-from common.errors import TierlabError
+from common.errors import TierlabError, TraceError
 from traces.families import UnknownFamily
 from traces.spec import spec_from_config
 
@@ -73,6 +73,8 @@ def one(model_type: str, tmp: Path) -> dict:
             row.update(path="capture", tierlab_params=m["capture"]["params"],
                        unmapped_ops=m["capture"].get("unmapped_ops", []))
             shutil.rmtree(out, ignore_errors=True)
+    except TraceError as err:       # the writer caught the lowering writing outside a tensor: a tierlab bug
+        row.update(path="traceback", reason=f"TraceError: {err}"[:200])
     except TierlabError as err:
         row.update(path="refused", reason=str(err).split(": ", 1)[-1][:200])
     except _Slow:

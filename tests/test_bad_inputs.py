@@ -367,6 +367,11 @@ CASES = [
          "{tmp}/m.json: model_type: model_type 'bert' is an encoder or an encoder-decoder model, not a decoder-only "
          "causal LM: tierlab traces decoder-only models",
          config(LLAMA, architectures=["BertForMaskedLM"], model_type="bert")),
+    Case("config-transformers-cannot-build", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: model_type: Transformers " + _TRANSFORMERS + " cannot build this cohere2_moe config: "
+         "`num_hidden_layers` (2) must be equal to the number of `layer_types` (3)",
+         config(LLAMA, architectures=["Cohere2MoeForCausalLM"], model_type="cohere2_moe",
+                layer_types=["full_attention"] * 3)),
     Case("config-remote-code", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: auto_map: remote-code model: model_type 'mycustom' is defined by code in its repository "
          "(auto_map: modeling_my.MyForCausalLM), which Transformers " + _TRANSFORMERS + " does not ship and tierlab "
@@ -962,5 +967,5 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 216   # with issue 14's (families, calibrated latency, capture), 15's, 16's, 23's, 24's, 25's and 27's cases
+    assert len(CASES) >= 217   # with issue 14's (families, calibrated latency, capture), 15's, 16's, 23's, 24's, 25's and 27's cases
     assert len({c.id for c in CASES}) == len(CASES)

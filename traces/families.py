@@ -98,9 +98,11 @@ FAMILIES: dict[str, Family] = {
                         layers="qwen_window"),
     "olmoe": Family(("OlmoeForCausalLM",), ("olmoe",), _keys(), layers="full", qk_norm="full", moe="olmoe"),
     "deepseek_v2": Family(("DeepseekV2ForCausalLM",), ("deepseek_v2",), _keys(), layers="full", moe="deepseek", mla=True),
-    "deepseek_v3": Family(("DeepseekV3ForCausalLM",), ("deepseek_v3",), _keys(), layers="full", moe="deepseek", mla=True),
+    # Transformers' V3-style routers always hold the score-correction bias (a persistent buffer)
+    "deepseek_v3": Family(("DeepseekV3ForCausalLM",), ("deepseek_v3",), _keys(), layers="full", moe="deepseek", mla=True,
+                          router_bias=True),
     "glm4_moe": Family(("Glm4MoeForCausalLM",), ("glm4_moe",), _keys(), layers="full", qkv_bias="attention_bias",
-                       qk_norm="use_qk_norm", moe="deepseek", partial_rotary=0.5),
+                       qk_norm="use_qk_norm", moe="deepseek", partial_rotary=0.5, router_bias=True),
     "gemma2": Family(("Gemma2ForCausalLM",), ("gemma2",), _keys(), norm_layout="sandwich", tied_default=True,
                      layers="gemma2"),
     "gemma3": Family(("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), ("gemma3_text", "gemma3"), _keys(),
@@ -176,7 +178,7 @@ FAMILIES: dict[str, Family] = {
     "glm4": Family(("Glm4ForCausalLM",), ("glm4",), _keys(), norm_layout="sandwich", layers="full",
                    qkv_bias="attention_bias", partial_rotary=0.5, fused=("gate_up",)),
     "glm4_moe_lite": Family(("Glm4MoeLiteForCausalLM",), ("glm4_moe_lite",), _keys(), layers="full", moe="deepseek",
-                            mla=True),
+                            mla=True, router_bias=True),
     "minimax_m2": Family(("MiniMaxM2ForCausalLM",), ("minimax_m2",), _keys(), qk_norm="full", moe="mixtral",
                          partial_rotary=1.0, router_bias=True),
     "mamba2": Family(("Mamba2ForCausalLM",), ("mamba2",), {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers"},
@@ -429,8 +431,7 @@ def _deepseek(r: Reader, n: int, f: int) -> dict:
     k = r.int("num_experts_per_tok", 6 if mt == "deepseek_v2" else r._MISSING)
     return dict(num_experts=e, num_experts_per_tok=k, moe_intermediate_size=mf,
                 num_shared_experts=shared, shared_expert_size=shared * mf,
-                # Transformers' V3-style routers always hold the correction bias (a persistent buffer)
-                router_bias=method == "noaux_tc" or mt in ("glm4_moe", "glm4_moe_lite", "deepseek_v3"),
+                router_bias=method == "noaux_tc",       # else the family's trait (Family.router_bias)
                 moe_layers=tuple(e > 0 and moe[i] for i in range(n)))
 
 

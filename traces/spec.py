@@ -306,8 +306,6 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     )
     if fam.lm_head_bias:
         kw["lm_head_bias"] = r.flag(fam.lm_head_bias)
-    if fam.router_bias:
-        kw["router_bias"] = True
     if fam.parallel:
         key, default, layout = fam.parallel
         kw["norm_layout"] = layout if r.flag(key, default) else "pre"
@@ -331,6 +329,8 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
             kw["num_shared_experts"] = size // kw["moe_intermediate_size"]
         else:
             kw.pop("shared_expert_size", None)
+    if fam.router_bias and kw.get("num_experts"):
+        kw["router_bias"] = True
     if fam.mla:
         q_lora = cfg.get("q_lora_rank")
         kw.update(attention="mla", q_lora_rank=r.pos("q_lora_rank") if q_lora is not None else None,

@@ -46,7 +46,7 @@ def meta_param_count(config: dict) -> int:
     builds it)."""
     from traces.capture.record import build_model
 
-    model, _ = build_model(config)
+    model, _ = build_model(config, record_attention=False)
     seen, n = set(), 0
     for _, p in model.named_parameters():
         if id(p) not in seen:

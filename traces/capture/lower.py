@@ -96,6 +96,7 @@ class CaptureLowering:
                     k, v = e.shapes
                     rows[e.info["layer"]] = (k[1] * k[3], v[1] * v[3])
         self.caches: dict[int, list[attn.Cache]] = {}
+        self._kv_widths = rows
         kvd = self.run.kv
         spans = self.cap.info.get("layers") or []
         for i in sorted(rows):
@@ -161,7 +162,7 @@ class CaptureLowering:
 
     def _declare_activations(self) -> None:
         widths: dict[int, int] = {}
-        k = max([m.get("top_k") or 0 for m in self.cap.modules.values()] + [1])
+        k = self._top_k
         for _seg, events in self.cap.segments:
             for e in events:
                 shapes = list(e.shapes + ((e.out,) if e.out else ()))
@@ -179,7 +180,17 @@ class CaptureLowering:
                     for wd, r in sorted(widths.items())}
 
     def _buf(self, width: int) -> Ten:
+        """The activation buffer of rows ``width`` wide; one the recorded shapes did not foresee (a router's
+        output, a block's inner width) is declared when first used, for every routed row of a segment."""
+        if width not in self.act:
+            rows = self.B * max(seg.tokens for seg, _ in self.cap.segments) * self._top_k
+            nb = max(1, rows * width * self.ab)
+            self.act[width] = Ten(self.w.add_tensor(f"act.w{width}", "activation", nb, self.run.activations), nb)
         return self.act[width]
+
+    @property
+    def _top_k(self) -> int:
+        return max([m.get("top_k") or 0 for m in self.cap.modules.values()] + [self.cap.info.get("top_k") or 1, 1])
 
     # ---- ops ----------------------------------------------------------------------------------
     def _emit(self, ops, layer: int, seg) -> None:
@@ -373,8 +384,18 @@ class CaptureLowering:
 
     def _attention(self, e, seg, kv, rotary: list[int]) -> list[Op]:
         (b, h, t, d), kshape, vshape = e.shapes
-        i = e.info["layer"]
-        caches = self.caches[i]
+        i = kv.info["layer"] if kv is not None else e.info["layer"]
+        caches = self.caches.get(i)
+        if caches is None:     # a layer attending to another layer's cache (Gemma 3n's shared KV): the latest
+            # earlier layer holding K and V of this call's widths
+            want = (kshape[1] * kshape[3], vshape[1] * vshape[3])
+            src = [j for j, c in self.caches.items() if (i is None or j < i)
+                   and self._kv_widths.get(j) == want]
+            if not src:
+                raise UsageError(f"{e.scope}: an attention call with no KV cache of its own or of an earlier layer "
+                                 f"(layer {i})", field="capture")
+            caches = self.caches[max(src)]
+            i = max(src)
         ab = self.ab
         ops = []
         if rotary:
@@ -443,8 +464,10 @@ class CaptureLowering:
         for b in r.get("bias", []):
             r_op.read_all(b)
         ops = [r_op]
-        if self.router is None:
-            self.router = Router(self.run.router, self.run.seed, E, k)
+        k = min(k, E)
+        if self.router is None or (self.router.n_experts, self.router.k) != (E, k):   # layers of other sizes
+            self._routers_by_size = getattr(self, "_routers_by_size", {})
+            self.router = self._routers_by_size.setdefault((E, k), Router(self.run.router, self.run.seed, E, k))
         routes = self.router.route(layer, seg.step, m)
         counts = moe_k.expert_counts(routes, E)
         disp, inter, out = self._buf(hidden), self._buf(ffn), self._buf(hidden)

@@ -122,8 +122,9 @@ def state_shapes(cache, batch: int) -> dict[int, list[tuple[str, int]]]:
     return out
 
 
-def build_model(config: dict, file: str | None = None):
-    """The causal-LM of ``config`` (a config.json dict) on the meta device, and its config object."""
+def build_model(config: dict, file: str | None = None, *, record_attention: bool = True):
+    """The causal-LM of ``config`` (a config.json dict) on the meta device, and its config object;
+    ``record_attention``: its attention through the capture's recording function (else Transformers' default)."""
     torch, transformers = require_extra()
     cfg = text_model_config(config)
     model_type = cfg.pop("model_type", None)
@@ -135,11 +136,18 @@ def build_model(config: dict, file: str | None = None):
         cfg.pop(k, None)
     try:
         hf = transformers.AutoConfig.for_model(model_type, **cfg)
-    except (ValueError, KeyError) as err:
-        raise ConfigError(f"Transformers {transformers.__version__} does not know model_type {model_type!r} "
-                          f"({str(err).splitlines()[0][:120]})", file=file, field="model_type") from None
-    _register_attention(transformers)
-    hf._attn_implementation = ATTENTION_NAME
+    except Exception as err:      # ValueError, KeyError, huggingface_hub's StrictDataclassClassValidationError
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        why = " ".join(x.strip() for x in str(err).splitlines() if x.strip())[:200]
+        if model_type not in CONFIG_MAPPING:
+            raise ConfigError(f"Transformers {transformers.__version__} does not know model_type {model_type!r} "
+                              f"({why})", file=file, field="model_type") from None
+        raise ConfigError(f"Transformers {transformers.__version__} cannot build this {model_type} config: {why}",
+                          file=file, field="model_type") from None
+    if record_attention:
+        _register_attention(transformers)
+        hf._attn_implementation = ATTENTION_NAME
     dtype = torch.bfloat16
     try:
         with torch.device("meta"):
