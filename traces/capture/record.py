@@ -122,7 +122,7 @@ def state_shapes(cache, batch: int) -> dict[int, list[tuple[str, int]]]:
     return out
 
 
-def build_model(config: dict, file: str | None = None, *, record_attention: bool = True):
+def build_model(config: dict, file: str | None = None, *, record_attention: bool = True, masked: bool = False):
     """The causal-LM of ``config`` (a config.json dict) on the meta device, and its config object;
     ``record_attention``: its attention through the capture's recording function (else Transformers' default)."""
     torch, transformers = require_extra()
@@ -147,7 +147,7 @@ def build_model(config: dict, file: str | None = None, *, record_attention: bool
                           file=file, field="model_type") from None
     if record_attention:
         _register_attention(transformers)
-        hf._attn_implementation = ATTENTION_NAME
+        hf._attn_implementation = ATTENTION_NAME + ("_masked" if masked else "")
     dtype = torch.bfloat16
     try:
         with torch.device("meta"):
@@ -206,6 +206,12 @@ def _register_attention(transformers) -> None:
         return query.new_empty((b, t, h, value.shape[-1])), None
 
     AttentionInterface.register(ATTENTION_NAME, attention)
+    # the same with the masks sdpa builds (boolean, on meta: no bytes tierlab models), for a model that reads
+    # its mask outside the attention call (DeepSeek-V3.2's sparse-attention indexer)
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME + "_masked", attention)
+    AttentionMaskInterface.register(ATTENTION_NAME + "_masked", sdpa_mask)
 
 
 class _Recorder:
@@ -345,20 +351,47 @@ def record(config: dict, segments, batch: int, context: int, file: str | None = 
 
 
 def _record(torch, transformers, config, segments, batch, context, file) -> Capture:
-    model, hf = build_model(config, file)
-    caches, state_layers = layer_caches(hf, file)
+    try:
+        return _record_once(torch, transformers, config, segments, batch, context, file, masked=False)
+    except _NeedsMask:
+        # the model reads an attention mask outside the attention call (DeepSeek-V3.2's indexer): sdpa's
+        # masks (boolean, on meta) are built for it; not for every model, since some build theirs from values
+        return _record_once(torch, transformers, config, segments, batch, context, file, masked=True)
+
+
+class _NeedsMask(Exception):
+    pass
+
+
+def _record_once(torch, transformers, config, segments, batch, context, file, masked: bool) -> Capture:
+    model, hf = build_model(config, file, masked=masked)
+    try:
+        caches, state_layers = layer_caches(hf, file)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"Transformers gives no cache layout for the {hf.model_type} model ({type(err).__name__}: "
+                          f"{str(err).splitlines()[0][:120]}), which --capture needs", file=file,
+                          field="model_type") from None
     rec = _Recorder(torch, model)
     _silence_experts(torch, model, rec.kinds)
     weights, modules = _weights(model, rec.kinds)
     cache = transformers.DynamicCache(config=hf)
-    update = cache.update
+    update, seq_length = cache.update, cache.get_seq_length
+    seen = [0]                    # positions every sequence has run, for a cache that cannot say (below)
 
     def wrapped(key_states, value_states, layer_idx, *a, **k):
         if _RECORDER:
             rec.kv_append(layer_idx, key_states, value_states)
         return update(key_states, value_states, layer_idx, *a, **k)
 
-    cache.update = wrapped
+    def length(layer_idx: int = 0, *a, **k):
+        # a cache whose first layers keep only a recurrent state (Bamba, Granite-4.0-H) has no length of
+        # its own there; the positions run so far are the answer
+        try:
+            return seq_length(layer_idx, *a, **k)
+        except ValueError:
+            return seen[0]
+
+    cache.update, cache.get_seq_length = wrapped, length
     import inspect
 
     key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -368,6 +401,7 @@ def _record(torch, transformers, config, segments, batch, context, file) -> Capt
             if context:
                 model(input_ids=torch.zeros((batch, context), dtype=torch.long, device="meta"),
                       **{key: cache}, use_cache=True, logits_to_keep=1)
+                seen[0] += context
             for seg in segments:
                 ids = torch.zeros((batch, seg.tokens), dtype=torch.long, device="meta")
                 rec.events = []
@@ -377,8 +411,11 @@ def _record(torch, transformers, config, segments, batch, context, file) -> Capt
                         model(input_ids=ids, **{key: cache}, use_cache=True, logits_to_keep=1)
                 finally:
                     _RECORDER.pop()
+                seen[0] += seg.tokens
                 out_segments.append((seg, rec.events))
     except (RuntimeError, NotImplementedError, TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
+        if not masked and isinstance(err, TypeError) and "NoneType" in str(err) and "subscriptable" in str(err):
+            raise _NeedsMask() from None
         # a forward that reads its tensors' values (data-dependent control flow) needs real weights, which a
         # capture on the meta device does not have; or Transformers' own code fails for this model
         raise UsageError(f"the {hf.model_type} model could not run on the meta device (a capture has no weights: "
