@@ -45,6 +45,7 @@ def _expected(records, line=64):
 LACKEY = """==4242== Lackey, an example Valgrind tool
 ==4242== Command: ./prog
 ==4242==
+SB 0401ab70
 I  0401ab70,3
  S 1fff000778,8
 I  0401ab73,5

@@ -10,7 +10,8 @@ Forms (``--format``, else from the extension, after a ``.gz`` / ``.xz`` one):
 * ``csv`` (``.csv``): ``address,size,kind`` (kind ``R``/``W`` or ``read``/``write``, size optional),
   an optional header line.
 * ``lackey`` (``.lackey``): Valgrind Lackey's ``--trace-mem=yes`` log: `` L``/`` S`` a load/store,
-  `` M`` a load then a store, ``I`` an instruction fetch (left out unless ``instructions``).
+  `` M`` a load then a store, ``I`` an instruction fetch (left out unless ``instructions``);
+  ``SB`` lines (``--trace-superblocks=yes``) are skipped.
 * ``drcachesim`` (``.view``): DynamoRIO drcachesim's ``-simulator_type view`` text: ``read``,
   ``write``, ``prefetch*`` (a read), ``ifetch`` (left out unless ``instructions``).
 * ``champsim`` (``.champsim``, ``.champsimtrace``): ChampSim's binary trace, 64-byte ``input_instr``

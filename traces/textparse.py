@@ -174,6 +174,8 @@ def _line(buf, i, e, fmt, instructions, header):
         c0 = _at(buf, i)
         if e - i >= 2 and ((c0 == 61 and _at(buf, i + 1) == 61) or (c0 == 45 and _at(buf, i + 1) == 45)):
             return OK, 0, 0, 0, False, header                   # ==PID== / --PID--: Valgrind's messages
+        if c0 == 83 and e - i > 2 and _at(buf, i + 1) == 66 and _at(buf, i + 2) == 32:
+            return OK, 0, 0, 0, False, header     # SB addr: a superblock (--trace-superblocks=yes)
         if c0 == 73 and e - i > 1 and _at(buf, i + 1) == 32:
             kind = IFETCH
             p = i + 1
