@@ -43,7 +43,8 @@ def default_config(model_type: str, *, diff: bool = False) -> dict:
 def meta_param_count(config: dict) -> int:
     """Elements of every parameter (a tied one once) and persistent buffer of the causal LM Transformers
     builds from ``config`` on the meta device (the text model of a multimodal wrapper, as the capture
-    builds it)."""
+    builds it): parameters, a tied one once, and persistent buffers (DeepSeek's router correction bias,
+    DeepSeek-V4's hash-routing table), which its checkpoint holds."""
     from traces.capture.record import build_model
 
     model, _ = build_model(config, record_attention=False)
@@ -54,7 +55,7 @@ def meta_param_count(config: dict) -> int:
             n += p.numel()
     persistent = set(model.state_dict().keys())
     for name, b in model.named_buffers():
-        if name in persistent and b.is_floating_point():
+        if name in persistent:         # what a checkpoint holds beside the parameters, as the capture traces it
             n += b.numel()
     return n
 

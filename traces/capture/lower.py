@@ -56,6 +56,7 @@ class CaptureLowering:
         self.routers: dict[int, dict] = {}
         self.router = None
         self.unmapped: Counter = Counter()     # (operator, module class) -> times run, of what no op maps
+        self._wide: dict[tuple[int, int], Ten] = {}
 
     # ---- tensors ------------------------------------------------------------------------------
     def _matrix(self, name, rows, cols, layer, expert) -> tuple[Ten, Ten | None]:
@@ -179,14 +180,24 @@ class CaptureLowering:
                                               activation_storage(self.run.activations)), max(1, r * wd * self.ab))
                     for wd, r in sorted(widths.items())}
 
-    def _buf(self, width: int) -> Ten:
+    def _buf(self, width: int, rows: int = 0) -> Ten:
         """The activation buffer of rows ``width`` wide; one the recorded shapes did not foresee (a router's
-        output, a block's inner width) is declared when first used, for every routed row of a segment."""
+        output, a block's inner width) is declared when first used, for every routed row of a segment; a
+        use of more ``rows`` than it holds (a module whose input is not the shape it was entered with:
+        DeepSeek-V4's grouped output projection) gets a buffer of its own that holds them."""
         if width not in self.act:
-            rows = self.B * max(seg.tokens for seg, _ in self.cap.segments) * self._top_k
-            nb = max(1, rows * width * self.ab)
+            n = self.B * max(seg.tokens for seg, _ in self.cap.segments) * self._top_k
+            nb = max(1, n * width * self.ab)
             self.act[width] = Ten(self.w.add_tensor(f"act.w{width}", "activation", nb, self.run.activations), nb)
-        return self.act[width]
+        t = self.act[width]
+        if rows * width * self.ab > t.nbytes:
+            key = (width, rows)
+            if key not in self._wide:
+                nb = rows * width * self.ab
+                self._wide[key] = Ten(self.w.add_tensor(f"act.w{width}x{rows}", "activation", nb,
+                                                        self.run.activations), nb)
+            t = self._wide[key]
+        return t
 
     @property
     def _top_k(self) -> int:
@@ -251,7 +262,8 @@ class CaptureLowering:
                 out_f, in_f = self._shape(name)
                 if self.cap.modules[e.scope]["cls"] == "Conv1D":    # GPT-2 stores its weights in x out
                     out_f, in_f = in_f, out_f
-                self._emit(lin.linear(short, wt, self._buf(in_f), self._buf(out_f), m=_numel(e.shapes[0]) // in_f,
+                rows = _numel(e.shapes[0]) // in_f
+                self._emit(lin.linear(short, wt, self._buf(in_f, rows), self._buf(out_f, rows), m=rows,
                                       in_features=in_f, out_features=out_f, act_bytes=ab, phase=seg.phase,
                                       tile_m=run.tile_m, tile_n=run.tile_n, scales=sc, bias=bias), layer, seg)
             elif e.kind == "act":
