@@ -313,6 +313,53 @@ def test_capture_cli(transformers, tmp_path):
     assert r.exit_code == 0, r.stderr
 
 
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_no_hand_lowering_goes_through_capture(transformers, tmp_path):
+    """`tierlab trace CONFIG.json` of a family with no hand lowering (OLMo 1) is captured by itself; the
+    provenance says so and why; its traced weights hold Transformers' parameter count. A hand family's
+    trace says it is the hand lowering's."""
+    from traces.capture.census import default_config, meta_param_count
+
+    config = default_config("olmo")
+    config.update(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=256)
+    (tmp_path / "olmo.json").write_text(json.dumps(config))
+    r = _cli("trace", tmp_path / "olmo.json", "--prompt", 3, "--generate", 1, "-o", tmp_path / "o.trace", "--json")
+    assert r.exit_code == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["lowering"] == {"path": "capture", "why": "no hand lowering of OlmoForCausalLM"}
+    assert info["capture"]["params"] == meta_param_count(config) > 0
+    assert open_trace(tmp_path / "o.trace").manifest["lowering"]["path"] == "capture"
+    r = _cli("trace", "qwen2-0.5b", "--generate", 1, "-o", tmp_path / "h.trace", "--json")
+    assert json.loads(r.stdout)["lowering"] == {"path": "hand", "family": "qwen2"}
+
+
+def test_unmapped_operators_are_named(transformers, tmp_path):
+    """Qwen3.5's attention output gate (a sigmoid and a product outside any module tierlab lowers) is named
+    in one stderr line and in the manifest, with how many times it ran; its Gated DeltaNet layers keep
+    state tensors, read and written once per decode step."""
+    from traces.capture.census import default_config
+
+    config = default_config("qwen3_5_text")
+    config.update(num_hidden_layers=4, layer_types=config["layer_types"][:4])
+    (tmp_path / "q.json").write_text(json.dumps(config))
+    r = _cli("trace", tmp_path / "q.json", "--prompt", 2, "--generate", 1, "-o", tmp_path / "q.trace")
+    assert r.exit_code == 0
+    warn = [x for x in r.stderr.splitlines() if x.startswith("tierlab: warning: capture:")]
+    assert len(warn) == 1 and "aten.sigmoid in Qwen3_5Attention x2" in warn[0]
+    m = open_trace(tmp_path / "q.trace").manifest
+    assert {"op": "aten.sigmoid", "module": "Qwen3_5Attention", "count": 2} in m["capture"]["unmapped_ops"]
+    s = summarize(open_trace(tmp_path / "q.trace"))
+    state = s["bytes"]["decode"]["state"]
+    assert state["read"] == state["write"] > 0
+
+
 def test_capture_unknown_model_type(transformers, tmp_path):
     """A model_type Transformers does not know is one line naming the field."""
     from click.testing import CliRunner
