@@ -22,6 +22,7 @@ from emulator.chip.placement import place
 from emulator.cost.pim import pim_tiers, plan_for_trace
 from emulator.engine.counters import ReplayResult
 from emulator.engine.door import replay_arrays
+from emulator.engine.lines import of_trace
 from emulator.engine.geometry import kind_index
 from emulator.engine.options import ReplayOptions
 from traces.reader import Trace, open_trace
@@ -124,5 +125,5 @@ def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions
                                batches=lambda: access_batches(trace, pim, options.batch_rows, p.held),
                                n_ops=trace.n_ops, lent_bytes=p.placement.lent_bytes, options=options,
                                progress=progress, pim=pim is not None,
-                               lines=trace.line_stream() if trace.kind == "addresses" and pim is None else None)
+                               lines=of_trace(trace) if trace.kind == "addresses" and pim is None else None)
     return TraceReplay(chip=chip, trace=trace, placement=p.placement, options=options, result=result, pim=pim)

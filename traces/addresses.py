@@ -31,8 +31,9 @@ import pyarrow as pa
 
 from common.atomic import atomic_path
 from common.errors import TraceError
-from emulator.engine.jit import njit
+from common.jit import njit
 from traces import format as fmt
+from traces.trace import Trace
 
 REGION_BYTES = 1 << fmt.REGION_SHIFT
 TENSOR_ALIGN = 1 << 20     # a region's tensor starts at a multiple of this inside it (every preset's blocks divide it)
@@ -143,7 +144,7 @@ class AddressTraceWriter:
         return self._ctx.__exit__(None, None, None)
 
     def _write_small(self) -> None:
-        from traces.writer import _generator
+        from traces.writer import generator_name
 
         n = len(self._regions)
         tensors = pa.table({"tensor_id": pa.array(range(n), pa.uint32()),
@@ -165,7 +166,7 @@ class AddressTraceWriter:
             with pa.OSFile(str(self.tmp / file), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
                 w.write_table(table)
         manifest = {"format": fmt.FORMAT_NAME, "version": fmt.ADDRESS_VERSION, "kind": fmt.ADDRESS_KIND,
-                    "devices": 1, "generator": _generator(), "model": None, "run": None,
+                    "devices": 1, "generator": generator_name(), "model": None, "run": None,
                     "alignment": TENSOR_ALIGN,
                     "tables": {"tensors": n, "ops": 1, "lines": self.rows, "straddles": int(len(cont))},
                     "lines": {"line_bytes": self.line_bytes, "encoding": "plain", "word": "line << 1 | is_write"},
@@ -175,7 +176,7 @@ class AddressTraceWriter:
 
 def open_address_trace(p: Path, manifest: dict, mpath: Path):
     """Open the version-4 address trace ``p`` (manifest read): check its tables, return an :class:`AddressTrace`."""
-    from traces.reader import _check_tensor_layout, _read_small_table
+    from traces.tables import check_tensor_layout, read_small_table
 
     tables = manifest.get("tables")
     if not isinstance(tables, dict):
@@ -198,8 +199,8 @@ def open_address_trace(p: Path, manifest: dict, mpath: Path):
     if manifest.get("straddle", "both") not in fmt.STRADDLE_CONVENTIONS:
         raise TraceError(f"straddle {manifest.get('straddle')!r}; expected one of "
                          f"{', '.join(fmt.STRADDLE_CONVENTIONS)}", file=str(mpath), field="straddle")
-    tensors = _read_small_table(p / fmt.TENSORS_FILE, fmt.TENSORS_SCHEMA)
-    ops = _read_small_table(p / fmt.OPS_FILE, fmt.OPS_SCHEMA)
+    tensors = read_small_table(p / fmt.TENSORS_FILE, fmt.TENSORS_SCHEMA)
+    ops = read_small_table(p / fmt.OPS_FILE, fmt.OPS_SCHEMA)
     for name, table in (("tensors", tensors), ("ops", ops)):
         if table.num_rows != tables[name]:
             raise TraceError(f"holds {table.num_rows} rows, the manifest says {tables[name]}",
@@ -212,16 +213,11 @@ def open_address_trace(p: Path, manifest: dict, mpath: Path):
             np.any(address + tensors.column("nbytes").to_numpy() > (k + np.uint64(1)) * np.uint64(REGION_BYTES)):
         raise TraceError("an address trace's tensor k lies inside the 2**30 bytes from k * 2**30",
                          file=str(p / fmt.TENSORS_FILE), field="address")
-    _check_tensor_layout(tensors, manifest, str(p / fmt.TENSORS_FILE), str(mpath))
+    check_tensor_layout(tensors, manifest, str(p / fmt.TENSORS_FILE), str(mpath))
     return AddressTrace(p, manifest, tensors, ops)
 
 
-def _trace_base():
-    from traces.reader import Trace
-    return Trace
-
-
-class AddressTrace(_trace_base()):
+class AddressTrace(Trace):
     """A validated address trace (see the module's docstring). Descriptor consumers see one
     descriptor per line (:meth:`iter_accesses`); the replay takes the words (:meth:`iter_lines`)."""
 
@@ -269,7 +265,7 @@ class AddressTrace(_trace_base()):
         against the tensors here (the caller runs :meth:`check_lines` on each, e.g. beside the
         replay); everything else is."""
         from traces.ipc import IpcTable, corrupt, ipc_form
-        from traces.reader import _check_schema, _one_line
+        from traces.tables import check_schema, one_line
 
         path = self.path / fmt.LINES_FILE
         sh = self.line_bytes.bit_length() - 1
@@ -280,9 +276,9 @@ class AddressTrace(_trace_base()):
         try:
             src = IpcTable(path, form)
         except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
-            raise TraceError(f"{corrupt(form)} after 0 rows: {_one_line(err)}", file=str(path)) from None
+            raise TraceError(f"{corrupt(form)} after 0 rows: {one_line(err)}", file=str(path)) from None
         try:
-            _check_schema(src.schema, fmt.LINES_SCHEMA, path)
+            check_schema(src.schema, fmt.LINES_SCHEMA, path)
             batches = src.batches()
             while True:
                 try:
@@ -290,7 +286,7 @@ class AddressTrace(_trace_base()):
                 except StopIteration:
                     break
                 except (pa.ArrowException, OSError) as err:
-                    raise TraceError(f"{corrupt(form)} after {rows} rows: {_one_line(err)}", file=str(path)) from None
+                    raise TraceError(f"{corrupt(form)} after {rows} rows: {one_line(err)}", file=str(path)) from None
                 col = b.column(0)
                 if col.null_count:
                     raise TraceError(f"rows {rows}..{rows + len(col) - 1}: null words", file=str(path), field="word")
@@ -340,15 +336,12 @@ class AddressTrace(_trace_base()):
         return {f.name: np.concatenate([b.column(i).to_numpy(zero_copy_only=False) for b in batches])
                 for i, f in enumerate(fmt.ACCESSES_SCHEMA)}
 
-    def line_stream(self):
-        """The stream as the engine's door takes it (:class:`emulator.engine.lines.LineStream`)."""
-        from emulator.engine.lines import LineStream
-
-        once = self.straddle_rows() if self.straddle == "once" else np.zeros(0, np.int64)
-        return LineStream(line_bytes=self.line_bytes, chunks=lambda: self.iter_lines(check=False),
-                          writes=self.writes, once_rows=once, n_lines=self.n_lines, check=self.check_lines)
+    def once_rows(self) -> np.ndarray:
+        """Rows continuing a straddling access, counted once at tier 0 under ``--straddle once``
+        (empty under ``both``)."""
+        return self.straddle_rows() if self.straddle == "once" else np.zeros(0, np.int64)
 
 
 def _read_table(path: Path, schema: pa.Schema) -> pa.Table:
-    from traces.reader import _read_small_table
-    return _read_small_table(path, schema)
+    from traces.tables import read_small_table
+    return read_small_table(path, schema)

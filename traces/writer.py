@@ -44,7 +44,7 @@ def _pause(point: str) -> None:
         time.sleep(0.01)
 
 
-def _generator() -> str:
+def generator_name() -> str:
     v = tierlab_version()
     return GENERATOR if v is None else f"{GENERATOR} {v}"     # None: running from a checkout
 
@@ -184,7 +184,7 @@ class TraceWriter:
             "format": fmt.FORMAT_NAME,
             "version": self.version,
             "devices": self.devices,
-            "generator": _generator(),
+            "generator": generator_name(),
             "model": self.model,
             "run": run,
             "alignment": self.alignment,

@@ -44,6 +44,14 @@ class LineStream:
     check: Callable[[np.ndarray, int], None] | None = None
 
 
+def of_trace(trace) -> LineStream:
+    """The stream of an address trace (:class:`traces.addresses.AddressTrace`) as the door takes it:
+    its words unchecked here (each chunk checked beside the kernel), its straddling rows."""
+    return LineStream(line_bytes=trace.line_bytes, chunks=lambda: trace.iter_lines(check=False),
+                      writes=trace.writes, once_rows=trace.once_rows(), n_lines=trace.n_lines,
+                      check=trace.check_lines)
+
+
 def serves(geo: Geometry, stream: LineStream) -> bool:
     """Whether tier 0's blocks hold whole lines (the words feed the kernels as they are)."""
     return int(geo.block_bytes[0]) >= stream.line_bytes
