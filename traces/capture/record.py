@@ -353,14 +353,20 @@ def record(config: dict, segments, batch: int, context: int, file: str | None = 
 def _record(torch, transformers, config, segments, batch, context, file) -> Capture:
     try:
         return _record_once(torch, transformers, config, segments, batch, context, file, masked=False)
-    except _NeedsMask:
-        # the model reads an attention mask outside the attention call (DeepSeek-V3.2's indexer): sdpa's
-        # masks (boolean, on meta) are built for it; not for every model, since some build theirs from values
-        return _record_once(torch, transformers, config, segments, batch, context, file, masked=True)
+    except _Retry as first:
+        # once more with sdpa's masks (boolean, on meta) built, for a model that reads its attention mask
+        # outside the attention call (DeepSeek-V3.2's indexer); not the first time, since some models build
+        # their masks from values (BioGPT). If it fails again, the first error is the one named.
+        try:
+            return _record_once(torch, transformers, config, segments, batch, context, file, masked=True)
+        except (_Retry, UsageError):
+            raise first.error from None
 
 
-class _NeedsMask(Exception):
-    pass
+class _Retry(Exception):
+    def __init__(self, error: UsageError):
+        super().__init__(str(error))
+        self.error = error
 
 
 def _record_once(torch, transformers, config, segments, batch, context, file, masked: bool) -> Capture:
@@ -414,14 +420,15 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
                 seen[0] += seg.tokens
                 out_segments.append((seg, rec.events))
     except (RuntimeError, NotImplementedError, TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
-        if not masked and isinstance(err, TypeError) and "NoneType" in str(err) and "subscriptable" in str(err):
-            raise _NeedsMask() from None
         # a forward that reads its tensors' values (data-dependent control flow) needs real weights, which a
         # capture on the meta device does not have; or Transformers' own code fails for this model
-        raise UsageError(f"the {hf.model_type} model could not run on the meta device (a capture has no weights: "
-                         f"its forward needs values, or Transformers' code fails for it): "
-                         f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}",
-                         field="capture") from None
+        error = UsageError(f"the {hf.model_type} model could not run on the meta device (a capture has no weights: "
+                           f"its forward needs values, or Transformers' code fails for it): "
+                           f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}",
+                           field="capture")
+        if not masked:
+            raise _Retry(error) from None
+        raise error from None
     finally:
         rec.close()
     info = {"classes": {n: type(m).__name__ for n, m in model.named_modules()},
