@@ -220,3 +220,16 @@ def test_ttft_at_concurrency_one_is_runs_prefill(spec):
     r = CliRunner().invoke(main, ["run", TINY, "--chip", "h100", "--prompt", "300", "--generate", "0", "--json"])
     assert r.exit_code == 0, r.output
     assert d["curve"][0]["ttft_s"] == pytest.approx(json.loads(r.stdout)["prefill"]["latency_calibrated_s"], rel=1e-4)
+
+
+@pytest.mark.parametrize("chip,tiers", [("h100", ["hbm"]), ("sn40l", ["sram", "hbm"]), ("tpu-v7", ["vmem", "hbm"]),
+                                        ("wse-3", ["sram", "memoryx"]), ("groq-lpu", ["sram"])])
+def test_kv_home_tiers_stop_at_the_first_memory(chip, tiers):
+    """A serving engine keeps weights and KV in the scratchpads and memories nearest first, up to the
+    first memory tier (host DDR is not a KV home): the capacity of the closed form is their sum."""
+    from emulator.chip.chipfile import load_chip
+    from emulator.serving.capacity import memory_tier, memory_tiers
+
+    c = load_chip(chip)
+    assert [t.name for t in memory_tiers(c)] == tiers
+    assert memory_tier(c).capacity_bytes == sum(t.capacity_bytes for t in c.tiers if t.name in tiers)

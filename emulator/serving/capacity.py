@@ -4,8 +4,9 @@ Per device, in bytes (the busiest device of the plan)::
 
     max_concurrency = floor((utilisation x memory - weights - workspace) / kv_per_sequence) x dp
 
-- ``memory``: the capacity of the chip's nearest home tier (the first ``memory`` or
-  ``scratchpad`` tier: HBM on a GPU), where a serving engine keeps weights and KV.
+- ``memory``: the capacity of the chip's home tiers (:func:`memory_tiers`: its scratchpads and
+  memories nearest first, up to its first ``memory`` tier: HBM on a GPU), where a serving engine
+  keeps weights and KV.
 - ``utilisation``: the share of it the engine may take (vLLM's ``gpu_memory_utilization``,
   default 0.9); the rest is the **reserve** (CUDA context, allocator slack), with the workspace.
 - ``weights``: the device's weight tensors exactly as the trace declares them
@@ -56,11 +57,28 @@ class KvLimit:
                 "formula": "floor((utilisation x memory - weights - workspace) / kv_per_sequence) x dp"}
 
 
-def memory_tier(chip: Chip):
+def memory_tiers(chip: Chip) -> list:
+    """The tiers a serving engine keeps weights and KV in: the chip's scratchpads and memories nearest
+    first, up to and including its first ``memory`` tier (HBM on a GPU, TPU, Trainium or SN40L, with
+    the SRAM scratchpad above it where the chip has one; SRAM and MemoryX on a WSE-3; the SRAM alone
+    on a chip with no memory tier). Farther memories (host DDR) are not used for KV."""
+    out = []
     for t in chip.tiers:
         if t.managed in ("memory", "scratchpad"):
-            return t
-    raise UsageError(f"chip {chip.name!r} has no memory or scratchpad tier to hold the KV cache", field="--chip")
+            out.append(t)
+            if t.managed == "memory":
+                break
+    if not out:
+        raise UsageError(f"chip {chip.name!r} has no memory or scratchpad tier to hold the KV cache", field="--chip")
+    return out
+
+
+def memory_tier(chip: Chip):
+    """The home tiers of :func:`memory_tiers` as one: its ``name`` (``a+b``) and ``capacity_bytes``."""
+    from types import SimpleNamespace
+
+    tiers = memory_tiers(chip)
+    return SimpleNamespace(name="+".join(t.name for t in tiers), capacity_bytes=sum(t.capacity_bytes for t in tiers))
 
 
 def device_terms(spec: ModelSpec, run: RunConfig, positions: int, max_batch_tokens: int) -> list[tuple[int, int, int]]:
