@@ -181,9 +181,7 @@ def _decode_flops_by_kind(path: Path) -> Counter:
 
 # families --capture refuses, in one line documented in docs/capture.md (the refusal itself is checked:
 # when --capture learns one of them, its preset fails here until it is taken off this list)
-CAPTURE_REFUSES = {
-    "falcon": "picks its attention from a table of its own, not Transformers' attention interface",
-}
+CAPTURE_REFUSES: dict[str, str] = {}     # Falcon's own attention table: recorded through its sdpa class now
 STATE_FAMILIES = ("jamba", "mamba2", "qwen3_next")   # recurrent mixers: lowered by hand op by op, by capture as
 # its linears plus one state op per layer and segment (docs/capture.md): checked on what both model alike
 

@@ -19,6 +19,7 @@ torch and transformers are the optional ``capture`` extra, imported here only in
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from common.errors import ConfigError, UsageError
@@ -158,11 +159,46 @@ def build_model(config: dict, file: str | None = None, *, record_attention: bool
     except KeyError as err:
         if ATTENTION_NAME not in str(err):
             raise
-        raise ConfigError(f"the {model_type} model picks its attention from a table of its own, not Transformers' "
-                          "attention interface, so --capture cannot record its attention", file=file,
-                          field="model_type") from None
+        # its own table of attention classes (Falcon): its sdpa class, whose call to
+        # torch.nn.functional.scaled_dot_product_attention the recorder takes as the attention call
+        hf._attn_implementation = "sdpa"
+        try:
+            with torch.device("meta"):
+                model = transformers.AutoModelForCausalLM.from_config(hf, dtype=dtype)
+        except (KeyError, ValueError):
+            raise ConfigError(f"the {model_type} model picks its attention from a table of its own, with no sdpa "
+                              "class, not Transformers' attention interface, so --capture cannot record its "
+                              "attention", file=file, field="model_type") from None
+        model._tierlab_sdpa = True
     model.eval()
     return model, hf
+
+
+class _SdpaCall:
+    """While a forward runs, ``torch.nn.functional.scaled_dot_product_attention`` recorded as the attention
+    call (of the innermost module that made it) and answered with an empty output of its shape."""
+
+    def __init__(self, torch, rec, modules: dict):
+        self.torch, self.rec, self.modules = torch, rec, modules
+
+    def __enter__(self):
+        F = self.torch.nn.functional
+        self.orig = F.scaled_dot_product_attention
+        rec, modules = self.rec, self.modules
+
+        def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+            scope = rec.stack[-1][0] if rec.stack else ""
+            module = modules.get(scope)
+            if module is not None:
+                rec.attention(module, query, key, value, None, None)
+            return query.new_empty(tuple(query.shape[:-1]) + (value.shape[-1],))
+
+        F.scaled_dot_product_attention = sdpa
+        return self
+
+    def __exit__(self, *exc):
+        self.torch.nn.functional.scaled_dot_product_attention = self.orig
+        return False
 
 
 def refuse_unbuildable(config: dict, model_type: str, transformers, file: str | None) -> None:
@@ -413,7 +449,9 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
                 rec.events = []
                 _RECORDER.append(rec)
                 try:
-                    with _dispatch_mode(torch, rec):
+                    with _dispatch_mode(torch, rec), (_SdpaCall(torch, rec, dict(model.named_modules()))
+                                                      if getattr(model, "_tierlab_sdpa", False)
+                                                      else contextlib.nullcontext()):
                         model(input_ids=ids, **{key: cache}, use_cache=True, logits_to_keep=1)
                 finally:
                     _RECORDER.pop()
