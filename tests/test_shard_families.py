@@ -242,3 +242,42 @@ def test_refusals_name_the_mixer_dimension():
     from traces.shard import check_shardable
     with pytest.raises(UsageError, match="lowered on one device only"):
         check_shardable(replace(spec, norm_layout="post"))
+
+
+# issue 25's hand families, tiny, in their own keys (no preset ships them): weight bytes add up at tp 2,
+# tp 2 x pp 2 x dp 2 and (MoE) ep 2 — LM-head biases (Phi-2, PhiMoE), per-head q/k LayerNorms with bias
+# (StableLM, Phi-2), q/k norms over all heads (Cohere, MiniMax-M2), a shared expert without gate
+# (GraniteMoeShared), MLA with dense / sparse layers (GLM-4.7-Flash)
+_T = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+          vocab_size=128, max_position_embeddings=256)
+NEW_FAMILIES = {
+    "PhiForCausalLM": dict(_T, num_key_value_heads=4, qk_layernorm=True),
+    "PhimoeForCausalLM": dict(_T, num_local_experts=4, num_experts_per_tok=2, attention_bias=True, lm_head_bias=True),
+    "GPTNeoXForCausalLM": dict(_T),
+    "StableLmForCausalLM": dict(_T, qk_layernorm=True, use_qkv_bias=True),
+    "CohereForCausalLM": dict(_T, use_qk_norm=True),
+    "Cohere2ForCausalLM": dict(_T, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+    "Starcoder2ForCausalLM": dict(_T, use_bias=True),
+    "GraniteMoeSharedForCausalLM": dict(_T, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=96),
+    "MiniMaxM2ForCausalLM": dict(_T, num_local_experts=4, num_experts_per_tok=2, head_dim=16),
+    "Glm4ForCausalLM": dict(_T, attention_bias=True, head_dim=16),
+    "Glm4MoeLiteForCausalLM": dict(_T, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                                   moe_intermediate_size=32, kv_lora_rank=16, q_lora_rank=24, qk_nope_head_dim=8,
+                                   qk_rope_head_dim=8, v_head_dim=8, mlp_layer_types=["dense", "sparse"]),
+    "SmolLM3ForCausalLM": dict(_T, no_rope_layers=[1, 0]),
+}
+NEW_MOE = ("PhimoeForCausalLM", "GraniteMoeSharedForCausalLM", "MiniMaxM2ForCausalLM", "Glm4MoeLiteForCausalLM")
+NEW_CASES = [(a, kw) for a in NEW_FAMILIES for kw in [dict(tp=2), dict(tp=2, pp=2, dp=2)]
+             + ([dict(tp=2, ep=2)] if a in NEW_MOE else [])]
+
+
+@pytest.mark.parametrize("case", NEW_CASES, ids=[_id(c) for c in NEW_CASES])
+def test_new_families_weight_bytes_add_up(tmp_path, case):
+    arch, kw = case
+    spec = spec_from_config({"architectures": [arch], **NEW_FAMILIES[arch]}, name=f"tiny-{arch}")
+    spec, run, t = trace(tmp_path, spec, generate=1, context=8, **{"batch": 2, **kw})
+    plan = ShardPlan(spec, run)
+    tens = t.tensor_arrays()
+    unique = sum(int(n) / plan.copies(str(nm), int(e)) for nm, kind, n, e in
+                 zip(tens["name"], tens["kind"], tens["nbytes"], tens["expert"]) if kind == "weight")
+    assert unique == 2 * spec.param_count()
