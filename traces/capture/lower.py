@@ -417,9 +417,10 @@ class CaptureLowering:
             ops.append(attn.kv_append("kv_append", [(self._buf(ks[1] * ks[3]), ks[1] * ks[3] * ab),
                                                     (self._buf(vs[1] * vs[3]), vs[1] * vs[3] * ab)], caches,
                                       batch=b, start=seg.start, t=t))
-        window = e.info["window"]
         spans = self.cap.info.get("layers") or []
-        kind, span = spans[i] if i < len(spans) else ("full", 0)
+        kind, span = spans[i] if i is not None and i < len(spans) else ("full", 0)
+        # the call's window, else the cache's (GPT-Neo's local layers: the window lives in a mask buffer)
+        window = e.info["window"] or (span if kind == "sliding" else None)
         chunk = span if kind == "chunked" else None      # Llama 4: the chunk is in the mask, not the call
         ops += attn.flash_attention("attention", self._buf(h * d), self._buf(h * vshape[3]), [caches[0]], [caches[1]],
                                     batch=b, start=seg.start, t=t, window=window, heads=h, score_dim=d,

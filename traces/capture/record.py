@@ -161,17 +161,55 @@ def build_model(config: dict, file: str | None = None, *, record_attention: bool
             raise
         # its own table of attention classes (Falcon): its sdpa class, whose call to
         # torch.nn.functional.scaled_dot_product_attention the recorder takes as the attention call
-        hf._attn_implementation = "sdpa"
-        try:
-            with torch.device("meta"):
-                model = transformers.AutoModelForCausalLM.from_config(hf, dtype=dtype)
-        except (KeyError, ValueError):
-            raise ConfigError(f"the {model_type} model picks its attention from a table of its own, with no sdpa "
-                              "class, not Transformers' attention interface, so --capture cannot record its "
-                              "attention", file=file, field="model_type") from None
-        model._tierlab_sdpa = True
+        # or its eager class, when that computes attention in one method of its own (GPT-Neo's _attn)
+        model = None
+        for impl in ("sdpa", "eager"):
+            hf._attn_implementation = impl
+            try:
+                with torch.device("meta"):
+                    model = transformers.AutoModelForCausalLM.from_config(hf, dtype=dtype)
+            except (KeyError, ValueError):
+                continue
+            if impl == "sdpa" or any(callable(getattr(m, "_attn", None)) for m in model.modules()):
+                model._tierlab_attention = impl
+                break
+            model = None
+        if model is None:
+            raise ConfigError(f"the {model_type} model picks its attention from a table of its own, with neither "
+                              "an sdpa class nor an attention method of its own, not Transformers' attention "
+                              "interface, so --capture cannot record its attention", file=file,
+                              field="model_type") from None
     model.eval()
     return model, hf
+
+
+class _EagerAttn:
+    """While a forward runs, each attention module's own ``_attn(query, key, value, ...)`` (GPT-Neo's eager
+    class) recorded as the attention call and answered with an empty output of its shape."""
+
+    def __init__(self, rec, model):
+        self.rec, self.model = rec, model
+
+    def __enter__(self):
+        rec = self.rec
+        self.patched = []
+        # a "local" layer attends to the last window_size positions (GPT-Neo: the window is in its mask buffer)
+        local = getattr(self.model.config, "window_size", None)
+        for m in self.model.modules():
+            if callable(getattr(m, "_attn", None)):
+                window = local if getattr(m, "attention_type", "") == "local" else None
+
+                def attn(query, key, value, *a, _m=m, _w=window, **k):
+                    rec.attention(_m, query, key, value, _w, None)
+                    return query.new_empty(tuple(query.shape[:-1]) + (value.shape[-1],)), None
+                m._attn = attn
+                self.patched.append(m)
+        return self
+
+    def __exit__(self, *exc):
+        for m in self.patched:
+            del m._attn
+        return False
 
 
 class _SdpaCall:
@@ -449,8 +487,9 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
                 rec.events = []
                 _RECORDER.append(rec)
                 try:
+                    own = getattr(model, "_tierlab_attention", "")
                     with _dispatch_mode(torch, rec), (_SdpaCall(torch, rec, dict(model.named_modules()))
-                                                      if getattr(model, "_tierlab_sdpa", False)
+                                                      if own == "sdpa" else _EagerAttn(rec, model) if own == "eager"
                                                       else contextlib.nullcontext()):
                         model(input_ids=ids, **{key: cache}, use_cache=True, logits_to_keep=1)
                 finally:
