@@ -32,6 +32,7 @@ from common.errors import TierlabError, TraceError
 from traces.families import UnknownFamily
 from traces.spec import spec_from_config
 
+MATMUL_OPS = ("aten.mm", "aten.bmm", "aten.matmul", "aten.baddbmm", "aten.addmm", "aten.einsum")
 TOLERANCE = 0.005          # "within 0.5%" (the target)
 TIME_LIMIT_S = 300         # one type's capture at most (a hang is a row, not a stuck benchmark)
 START, END = "<!-- coverage:start -->", "<!-- coverage:end -->"
@@ -93,7 +94,13 @@ def summary(rows: list[dict]) -> dict:
     exact = [r for r in built if r.get("exact")]
     close = [r for r in built if "rel_diff" in r and not r["exact"] and abs(r["rel_diff"]) <= TOLERANCE]
     by = {p: sum(1 for r in built if r["path"] == p) for p in ("hand", "capture", "refused", "traceback")}
+    cap = [r for r in exact if r["path"] == "capture"]
+    matmul = [r["type"] for r in cap if any(o["op"] in MATMUL_OPS for o in r.get("unmapped_ops") or [])]
     return {"types": len(rows), "buildable": len(built), "read_exact": len(exact), "read_within_0.5pct": len(close),
+            "capture_nothing_unmapped": sum(1 for r in cap if not r.get("unmapped_ops")),
+            # a matrix product no op maps: attention the model computes itself, or a weight used outside a
+            # module (its bytes are not in the trace)
+            "capture_unmapped_matmul": matmul,
             "read_share": round((len(exact) + len(close)) / max(1, len(built)), 4), "paths": by,
             "exact_by_path": {p: sum(1 for r in exact if r["path"] == p) for p in ("hand", "capture")},
             "tracebacks": [r["type"] for r in built if r["path"] == "traceback"]}
@@ -106,8 +113,12 @@ def table(rows: list[dict], head: dict) -> str:
              f"buildable from their default config; read with exact parameters: {s['read_exact']} "
              f"({s['exact_by_path']['hand']} by hand, {s['exact_by_path']['capture']} by capture), within 0.5%: "
              f"{s['read_within_0.5pct']}, refused: {s['paths']['refused']}, tracebacks: {s['paths']['traceback']} "
-             f"({100 * s['read_share']:.1f}% read). `python benchmarks/bench_coverage.py --docs`, {head['date']}, "
-             f"{head['cpu']}, {head['seconds']:.0f} s.", "",
+             f"({100 * s['read_share']:.1f}% read). Of the captures, {s['capture_nothing_unmapped']} ran nothing "
+             f"tierlab does not map; {len(s['capture_unmapped_matmul'])} ran a matrix product no op maps "
+             f"(attention the model computes itself, or a weight used outside its module: those bytes are not in "
+             f"the trace): {', '.join(s['capture_unmapped_matmul']) or 'none'}. "
+             f"`python benchmarks/bench_coverage.py --docs`, {head['date']}, {head['cpu']}, {head['seconds']:.0f} s.",
+             "",
              "| type | path | Transformers params | tierlab params | note |", "|---|---|---|---|---|"]
     for r in rows:
         if r["path"] == "not buildable":

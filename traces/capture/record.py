@@ -284,8 +284,11 @@ def _register_attention(transformers) -> None:
     # its mask outside the attention call (DeepSeek-V3.2's sparse-attention indexer)
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+    def mask(*a, **k):       # always built: a model reading the mask itself cannot take sdpa's causal shortcut
+        return sdpa_mask(*a, **{**k, "allow_is_causal_skip": False})
+
     AttentionInterface.register(ATTENTION_NAME + "_masked", attention)
-    AttentionMaskInterface.register(ATTENTION_NAME + "_masked", sdpa_mask)
+    AttentionMaskInterface.register(ATTENTION_NAME + "_masked", mask)
 
 
 class _Recorder:
