@@ -311,7 +311,16 @@ class CaptureLowering:
         if e.name in MOVES_NOTHING or ROTARY_CLASS in cls or e.scope in rotary_scopes \
                 or not e.dtype.startswith(("torch.float", "torch.bfloat", "torch.complex")):
             return
+        if ELEMENTWISE_ATEN.get(e.name) == "add" and self._moe_block_with_shared(e.scope):
+            return                 # the shared expert's output added in: the combine reads it (as by hand)
         self.unmapped[(e.name, cls)] += 1
+
+    def _moe_block_with_shared(self, scope: str) -> bool:
+        """Whether ``scope`` is an MoE block whose experts have a shared expert beside them."""
+        if not hasattr(self, "_shared_blocks"):
+            self._shared_blocks = {n.rsplit(".", 1)[0] for n, m in self.cap.modules.items()
+                                   if m["kind"] == "experts" and self._has_shared_expert(n)}
+        return scope in self._shared_blocks
 
     def unmapped_ops(self) -> list[dict]:
         """What ran that the lowering does not map, most frequent first: operator, module class, times."""

@@ -297,6 +297,7 @@ class _Recorder:
         self.events: list[Event] = []
         self.stack: list[tuple] = []
         self.leaf_depth = 0
+        self.in_cache = 0          # inside the cache object's update (the KV append)
         self.ops = 0
         self.kinds: dict[str, str] = {}
         self.names: dict[int, str] = {}        # id(parameter) -> its first name (a tied parameter has one)
@@ -338,7 +339,7 @@ class _Recorder:
 
     def aten(self, func, args, kwargs, out):
         self.ops += 1
-        if self.leaf_depth:
+        if self.leaf_depth or self.in_cache:
             return
         T = self.torch.Tensor
         shapes = tuple(tuple(a.shape) for a in args if isinstance(a, T))
@@ -464,7 +465,11 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
     def wrapped(key_states, value_states, layer_idx, *a, **k):
         if _RECORDER:
             rec.kv_append(layer_idx, key_states, value_states)
-        return update(key_states, value_states, layer_idx, *a, **k)
+        rec.in_cache += 1          # the cache's own operators (its concatenation) are the KV append's
+        try:
+            return update(key_states, value_states, layer_idx, *a, **k)
+        finally:
+            rec.in_cache -= 1
 
     def length(layer_idx: int = 0, *a, **k):
         # a cache whose first layers keep only a recurrent state (Bamba, Granite-4.0-H) has no length of
