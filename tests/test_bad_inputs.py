@@ -363,6 +363,10 @@ CASES = [
          "{tmp}/m.json: architectures: OlmoForCausalLM has no hand lowering; tracing it through Transformers needs "
          "the optional extra 'capture' (PyTorch and Transformers): pip install -e '.[capture]'",
          config(LLAMA, architectures=["OlmoForCausalLM"], model_type="olmo"), hide_modules=("torch", "transformers")),
+    Case("config-no-hand-lowering-sharded", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1", "--tp", "2"],
+         "capture: no hand lowering of OlmoForCausalLM: its capture traces one device's --prompt/--context/--generate "
+         "run (no --turns, --tp, --pp, --ep, --dp or microbatches)",
+         config(LLAMA, architectures=["OlmoForCausalLM"], model_type="olmo")),
     Case("config-not-decoder-only", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: model_type: model_type 'bert' is an encoder or an encoder-decoder model, not a decoder-only "
          "causal LM: tierlab traces decoder-only models",
@@ -967,5 +971,5 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
 
 
 def test_catalogue_size_and_ids():
-    assert len(CASES) >= 217   # with issue 14's (families, calibrated latency, capture), 15's, 16's, 23's, 24's, 25's and 27's cases
+    assert len(CASES) >= 218   # with issue 14's (families, calibrated latency, capture), 15's, 16's, 23's, 24's, 25's and 27's cases
     assert len({c.id for c in CASES}) == len(CASES)

@@ -52,7 +52,8 @@ def capture_trace(config: dict, run: RunConfig, out_dir: str | os.PathLike, *, n
     """Record ``run`` on the Transformers model of ``config`` and write its trace to ``out_dir``; ``why``
     says why the capture made it (``--capture``, or no hand lowering of the family), in the provenance."""
     if run.turns or run.sharded:
-        raise UsageError("--capture traces one device's --prompt/--context/--generate run (no --turns, --tp, --pp, "
+        who = "--capture" if why in ("", "--capture") else f"{why}: its capture"
+        raise UsageError(f"{who} traces one device's --prompt/--context/--generate run (no --turns, --tp, --pp, "
                          "--ep, --dp or microbatches)", field="capture")
     if run.attention != "flash":
         raise UsageError("--capture lowers attention with the flash kernel only", field="attention")
