@@ -146,7 +146,11 @@ def main() -> None:
     ap.add_argument("--docs", action="store_true", help="write the table into docs/models.md")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    import transformers
+    try:
+        import transformers
+    except ImportError:
+        raise SystemExit("bench_coverage: needs the optional extra 'capture' (PyTorch and Transformers): "
+                         "pip install -e '.[capture]'") from None
 
     transformers.logging.set_verbosity_error()
     from traces.capture.census import decoder_only_types
