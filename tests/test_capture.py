@@ -124,7 +124,7 @@ def _reduce(config: dict, family: str) -> dict:
             c[key] = _two(c[key])
     if family == "gemma3":            # 5 sliding : 1 global -> 1 : 1
         c["sliding_window_pattern"] = 2
-    if family == "qwen3_next":        # 3 linear : 1 full -> 1 : 1, small linear-attention heads
+    if family in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):   # 3 linear : 1 full -> 1 : 1, small linear heads
         c.update(full_attention_interval=2, linear_num_key_heads=2, linear_num_value_heads=4,
                  linear_key_head_dim=16, linear_value_head_dim=16)
     if family == "jamba":             # layer 0 Mamba, layer 1 attention with MoE
@@ -182,7 +182,7 @@ def _decode_flops_by_kind(path: Path) -> Counter:
 # families --capture refuses, in one line documented in docs/capture.md (the refusal itself is checked:
 # when --capture learns one of them, its preset fails here until it is taken off this list)
 CAPTURE_REFUSES: dict[str, str] = {}     # Falcon's own attention table: recorded through its sdpa class now
-STATE_FAMILIES = ("jamba", "mamba2", "qwen3_next")   # recurrent mixers: lowered by hand op by op, by capture as
+STATE_FAMILIES = ("jamba", "mamba2", "qwen3_next", "qwen3_5", "qwen3_5_moe")   # recurrent mixers: lowered by hand op by op, by capture as
 # its linears plus one state op per layer and segment (docs/capture.md): checked on what both model alike
 
 
@@ -271,7 +271,7 @@ def _check_state(cap: dict, hand: dict, spec) -> None:
 # the same cross-check as the presets'.
 NEW_HAND_TYPES = ["gemma", "phi", "olmo2", "olmo3", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2",
                   "starcoder2", "gpt_neox", "smollm3", "stablelm", "exaone4", "seed_oss", "ernie4_5", "phimoe", "glm",
-                  "glm4", "glm4_moe_lite", "minimax_m2"]
+                  "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text"]
 
 
 @pytest.mark.parametrize("model_type", NEW_HAND_TYPES)

@@ -179,6 +179,11 @@ FAMILIES: dict[str, Family] = {
                    qkv_bias="attention_bias", partial_rotary=0.5, fused=("gate_up",)),
     "glm4_moe_lite": Family(("Glm4MoeLiteForCausalLM",), ("glm4_moe_lite",), _keys(), layers="full", moe="deepseek",
                             mla=True, router_bias=True),
+    # Qwen3.5: Qwen3-Next's Gated DeltaNet + gated attention (its in_proj_qkv/z/b/a are in_proj_qkvz/ba's elements)
+    "qwen3_5": Family(("Qwen3_5ForCausalLM",), ("qwen3_5_text", "qwen3_5"), _keys(), qk_norm="head",
+                      layers="qwen3_next", partial_rotary=0.25),
+    "qwen3_5_moe": Family(("Qwen3_5MoeForCausalLM",), ("qwen3_5_moe_text", "qwen3_5_moe"), _keys(), qk_norm="head",
+                          moe="qwen_moe", layers="qwen3_next", partial_rotary=0.25),
     "minimax_m2": Family(("MiniMaxM2ForCausalLM",), ("minimax_m2",), _keys(), qk_norm="full", moe="mixtral",
                          partial_rotary=1.0, router_bias=True),
     "mamba2": Family(("Mamba2ForCausalLM",), ("mamba2",), {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers"},

@@ -286,6 +286,8 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     head_dim = (r.pos(k["head_dim"], None) if k.get("head_dim") else None) \
         or (0 if fam.mla else _div(h, heads, r, k["hidden_size"]))      # MLA: from its own head dims below
     ffn = r.pos(k["intermediate_size"], None)
+    if ffn is None and fam.moe == "qwen_moe":     # Qwen3.5-MoE: every layer's MLP is experts (their own size)
+        ffn = 0
     if ffn is None:
         if fam.mlp_gated:
             ffn = r.pos(k["intermediate_size"])      # required: names the missing field
@@ -337,7 +339,7 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
                   kv_lora_rank=r.pos("kv_lora_rank"), qk_nope_head_dim=r.int("qk_nope_head_dim"),
                   qk_rope_head_dim=r.pos("qk_rope_head_dim"), v_head_dim=r.pos("v_head_dim"))
         kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
-    if family == "qwen3_next":   # Gated DeltaNet on the linear layers, gated attention on the others
+    if fam.layers == "qwen3_next":   # Gated DeltaNet on the linear layers, gated attention on the others
         hk, hv = r.pos("linear_num_key_heads"), r.pos("linear_num_value_heads")
         dk, dv = r.pos("linear_key_head_dim"), r.pos("linear_value_head_dim")
         if hv % hk:
