@@ -72,7 +72,8 @@ def one(model_type: str, tmp: Path) -> dict:
 
             m = open_trace(out).manifest
             row.update(path="capture", tierlab_params=m["capture"]["params"],
-                       unmapped_ops=m["capture"].get("unmapped_ops", []))
+                       unmapped_ops=m["capture"].get("unmapped_ops", []),
+                       unread_weights=len(m["capture"].get("unread_weights", [])))
             shutil.rmtree(out, ignore_errors=True)
     except TraceError as err:       # the writer caught the lowering writing outside a tensor: a tierlab bug
         row.update(path="traceback", reason=f"TraceError: {err}"[:200])
@@ -98,6 +99,7 @@ def summary(rows: list[dict]) -> dict:
     matmul = [r["type"] for r in cap if any(o["op"] in MATMUL_OPS for o in r.get("unmapped_ops") or [])]
     return {"types": len(rows), "buildable": len(built), "read_exact": len(exact), "read_within_0.5pct": len(close),
             "capture_nothing_unmapped": sum(1 for r in cap if not r.get("unmapped_ops")),
+            "capture_with_unread_weights": [r["type"] for r in cap if r.get("unread_weights")],
             # a matrix product no op maps: attention the model computes itself, or a weight used outside a
             # module (its bytes are not in the trace)
             "capture_unmapped_matmul": matmul,
@@ -116,7 +118,9 @@ def table(rows: list[dict], head: dict) -> str:
              f"({100 * s['read_share']:.1f}% read). Of the captures, {s['capture_nothing_unmapped']} ran nothing "
              f"tierlab does not map; {len(s['capture_unmapped_matmul'])} ran a matrix product no op maps "
              f"(attention the model computes itself, or a weight used outside its module: those bytes are not in "
-             f"the trace): {', '.join(s['capture_unmapped_matmul']) or 'none'}. "
+             f"the trace): {', '.join(s['capture_unmapped_matmul']) or 'none'}; "
+             f"{len(s['capture_with_unread_weights'])} have weights no op reads (besides unrouted experts): "
+             f"{', '.join(s['capture_with_unread_weights']) or 'none'}. "
              f"`python benchmarks/bench_coverage.py --docs`, {head['date']}, {head['cpu']}, {head['seconds']:.0f} s.",
              "",
              "| type | path | Transformers params | tierlab params | note |", "|---|---|---|---|---|"]
@@ -128,6 +132,8 @@ def table(rows: list[dict], head: dict) -> str:
             note = "exact" if r.get("exact") else f"{100 * r['rel_diff']:+.4f}%"
             if r["path"] == "hand":
                 note += f" (family {r['family']})"
+            if r.get("unread_weights"):
+                note += f"; {r['unread_weights']} weight(s) no op reads"
             if r.get("unmapped_ops"):
                 note += "; unmapped: " + ", ".join(f"{o['op']} in {o['module']}" for o in r["unmapped_ops"][:3])
         else:

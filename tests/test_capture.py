@@ -333,21 +333,22 @@ def test_no_hand_lowering_goes_through_capture(transformers, tmp_path):
     info = json.loads(r.stdout)
     assert info["lowering"] == {"path": "capture", "why": "no hand lowering of OlmoForCausalLM"}
     assert info["capture"]["params"] == meta_param_count(config) > 0
+    assert info["capture"]["unread_weights"] == [] and info["capture"]["unmapped_ops"] == []   # OLMo: all mapped
     assert open_trace(tmp_path / "o.trace").manifest["lowering"]["path"] == "capture"
     r = _cli("trace", "qwen2-0.5b", "--generate", 1, "-o", tmp_path / "h.trace", "--json")
     assert json.loads(r.stdout)["lowering"] == {"path": "hand", "family": "qwen2"}
 
 
 def test_unmapped_operators_are_named(transformers, tmp_path):
-    """Qwen3.5's attention output gate (a sigmoid and a product outside any module tierlab lowers) is named
-    in one stderr line and in the manifest, with how many times it ran; its Gated DeltaNet layers keep
-    state tensors, read and written once per decode step."""
+    """Captured, Qwen3.5's attention output gate (a sigmoid and a product outside any module tierlab lowers)
+    is named in one stderr line and in the manifest, with how many times it ran; its Gated DeltaNet layers
+    keep state tensors, read and written once per decode step. (The hand lowering models the gate.)"""
     from traces.capture.census import default_config
 
     config = default_config("qwen3_5_text")
     config.update(num_hidden_layers=4, layer_types=config["layer_types"][:4])
     (tmp_path / "q.json").write_text(json.dumps(config))
-    r = _cli("trace", tmp_path / "q.json", "--prompt", 2, "--generate", 1, "-o", tmp_path / "q.trace")
+    r = _cli("trace", tmp_path / "q.json", "--capture", "--prompt", 2, "--generate", 1, "-o", tmp_path / "q.trace")
     assert r.exit_code == 0
     warn = [x for x in r.stderr.splitlines() if x.startswith("tierlab: warning: capture:")]
     assert len(warn) == 1 and "aten.sigmoid in Qwen3_5Attention x2" in warn[0]

@@ -129,14 +129,19 @@ def run_config_from_options(options: dict, spec=None):
 
 
 def trace_unmapped(manifest: dict) -> str:
-    """One line naming the operators a capture ran that no tierlab op maps, or ''."""
-    ops = (manifest.get("capture") or {}).get("unmapped_ops") or []
-    if not ops:
-        return ""
-    named = ", ".join(f"{o['op']} in {o['module']} x{o['count']}" for o in ops[:8])
-    more = f" and {len(ops) - 8} more" if len(ops) > 8 else ""
-    return f"capture: {len(ops)} operator(s) ran that tierlab does not map (their bytes are not in the trace): " \
-           f"{named}{more}"
+    """One line naming the operators a capture ran that no tierlab op maps, and the weights no op reads, or ''."""
+    cap = manifest.get("capture") or {}
+    ops, unread = cap.get("unmapped_ops") or [], cap.get("unread_weights") or []
+    parts = []
+    if ops:
+        named = ", ".join(f"{o['op']} in {o['module']} x{o['count']}" for o in ops[:8])
+        more = f" and {len(ops) - 8} more" if len(ops) > 8 else ""
+        parts.append(f"{len(ops)} operator(s) ran that tierlab does not map (their bytes are not in the trace): "
+                     f"{named}{more}")
+    if unread:
+        more = f" and {len(unread) - 4} more" if len(unread) > 4 else ""
+        parts.append(f"{len(unread)} weight(s) no op reads: {', '.join(unread[:4])}{more}")
+    return "capture: " + "; ".join(parts) if parts else ""
 
 
 @click.command("trace")

@@ -78,5 +78,6 @@ def capture_trace(config: dict, run: RunConfig, out_dir: str | os.PathLike, *, n
         for seg, events in cap.segments:
             low.segment(seg, events)
         w.extra["capture"]["unmapped_ops"] = low.unmapped_ops()
+        w.extra["capture"]["unread_weights"] = low.unread_weights()
         w.extra["lowering"] = {"path": "capture", "why": why} if why else {"path": "capture"}
     return Path(out_dir)

@@ -57,6 +57,7 @@ class CaptureLowering:
         self.router = None
         self.unmapped: Counter = Counter()     # (operator, module class) -> times run, of what no op maps
         self._wide: dict[tuple[int, int], Ten] = {}
+        self._touched: set[int] = set()       # tensor ids some op accessed
 
     # ---- tensors ------------------------------------------------------------------------------
     def _matrix(self, name, rows, cols, layer, expert) -> tuple[Ten, Ten | None]:
@@ -210,6 +211,13 @@ class CaptureLowering:
                                 op.pim_eligible)
             for a in op.accesses:
                 self.w.add_access(oid, a.tensor, a.offset, a.nbytes, a.count, a.stride, a.is_write)
+                self._touched.add(a.tensor)
+
+    def unread_weights(self) -> list[str]:
+        """Weights (not per-expert ones: a short run routes to some experts only) that no op of the trace
+        reads: a parameter the model uses outside a module tierlab lowers (with a matrix product the
+        capture names in ``unmapped_ops``), or one it never uses in this run."""
+        return [name for name, (t, _sc) in self.weights.items() if t.id not in self._touched]
 
     def _param(self, scope: str, short: str = "weight"):
         mod = self.cap.modules.get(scope, {})
