@@ -389,8 +389,12 @@ class CaptureLowering:
         width = shape[-1]
         buf = self._buf(width)
         short = scope.split(".", 3)[-1] if layer_of(scope) >= 0 else scope
-        return norm_k.elementwise(short, [buf, buf] if gated else [buf], buf, m=_numel(shape) // width, width=width,
-                                  act_bytes=self.ab, flops_per_element=5 if gated else 4)
+        op = norm_k.elementwise(short, [buf, buf] if gated else [buf], buf, m=_numel(shape) // width, width=width,
+                                act_bytes=self.ab, flops_per_element=5 if gated else 4)
+        mod = self.cap.modules.get(scope, {})
+        for name in [*mod.get("params", {}).values(), *mod.get("buffers", {}).values()]:   # a learned
+            op.read_all(self.weights.get(name, (None,))[0])      # activation's own (Apertus' xIELU alphas, beta)
+        return op
 
     def _rotary_product(self, e) -> bool:
         """``x * cos`` or ``x * sin`` of rotary in an attention module: a [batch, heads, tokens, d]
@@ -454,6 +458,9 @@ class CaptureLowering:
         wt, sc = self.weights[wname]
         m = _numel(e.shapes[0]) // hidden
         bias = [self.weights[n][0] for n in mod["buffers"].values() if n in self.weights]
+        # the router's other parameters (a correction bias held as a parameter: Laguna), read with its weight
+        bias += [self.weights[n][0] for s, n in mod["params"].items() if n != wname and s != "bias"
+                 and n in self.weights]
         # a score-correction bias the MoE block holds beside its router (MiniMax-M2's mlp.e_score_correction_bias)
         parent = e.scope.rsplit(".", 1)[0] + "."
         bias += [t for n, (t, _) in self.weights.items() if n.startswith(parent) and "." not in n[len(parent):]

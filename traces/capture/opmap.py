@@ -63,8 +63,9 @@ def leaf_kind(module, name: str, torch_nn) -> str | None:
     short = name.rsplit(".", 1)[-1]
     if short in ROUTER_NAMES and len(params) >= 1 and params[0].dim() == 2 and bare_children:
         return "router"            # a router module holding its [experts, hidden] weight
-    if cls in ACTIVATION_CLASSES or (not params and not list(module.children()) and "Activation" in cls):
-        return "act"
+    if cls in ACTIVATION_CLASSES or (not list(module.children()) and "Activation" in cls
+                                     and all(p.dim() <= 1 for p in params)):
+        return "act"               # a learned activation's scalars (Apertus' xIELU alphas) read with it
     return None
 
 
