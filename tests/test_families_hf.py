@@ -107,3 +107,23 @@ def test_nested_text_config_of_a_wrapper(census):
                "text_config": {k: v for k, v in text.items() if k != "architectures"}}
     assert spec_from_config(wrapper).param_count() == spec_from_config(text).param_count() \
         == census.meta_param_count(text)
+
+
+def test_coverage_benchmark_rows(census, tmp_path):
+    """benchmarks/bench_coverage.py's row of a type: the path `tierlab trace CONFIG.json` takes (hand,
+    capture, refused with its reason), Transformers' count against tierlab's; never a traceback row."""
+    import sys
+
+    from emulator.cli.bench import benchmarks_dir
+
+    sys.path.insert(0, str(benchmarks_dir()))
+    from bench_coverage import one, summary
+
+    rows = [one(t, tmp_path) for t in ("llama", "olmo", "git", "nemotron")]
+    by = {r["type"]: r for r in rows}
+    assert by["llama"]["path"] == "hand" and by["llama"]["exact"]
+    assert by["olmo"]["path"] == "capture" and by["olmo"]["tierlab_params"] == by["olmo"]["hf_params"]
+    assert by["git"]["path"] == "refused" and "attention" in by["git"]["reason"]
+    assert by["nemotron"]["path"] == "not buildable"       # Transformers' own default config does not build
+    s = summary(rows)
+    assert s["buildable"] == 3 and s["read_exact"] == 2 and s["tracebacks"] == []
