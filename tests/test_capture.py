@@ -359,6 +359,29 @@ def test_unmapped_operators_are_named(transformers, tmp_path):
     assert state["read"] == state["write"] > 0
 
 
+def test_sparse_attention_index_reads(transformers, tmp_path):
+    """DeepSeek-V3.2's indexer keeps keys of its own (index_head_dim per position, every position), traced as
+    layers.i.kv.index: each decode step appends one row per sequence and its scoring reads every cached
+    index key of every sequence, beside the MLA latent the attention reads; closed forms."""
+    from traces.capture import capture_trace
+    from traces.capture.census import default_config
+
+    c = reduced(default_config("deepseek_v32"))
+    run = RunConfig(**RUN)
+    tr = open_trace(capture_trace(c, run, tmp_path / "d.trace"))
+    tens = tr.tensors.to_pydict()
+    positions = RUN["context"] + RUN["prompt"] + RUN["generate"]
+    B, L, D = RUN["batch"], c["num_hidden_layers"], c["index_head_dim"]
+    index = {n: b for n, k, b in zip(tens["name"], tens["kind"], tens["nbytes"]) if n.endswith(".kv.index")}
+    assert index == {f"layers.{i}.kv.index": B * positions * D * 2 for i in range(L)}
+    latent = (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * 2
+    for s, step in enumerate(summarize(tr)["steps"]):
+        keys = RUN["context"] + RUN["prompt"] + s + 1
+        assert step["bytes"]["kv"] == {"read": keys * B * L * (D * 2 + latent),
+                                       "write": B * L * (D * 2 + latent)}
+    assert not any(o["op"] in ("aten.bmm", "aten.matmul") for o in tr.manifest["capture"]["unmapped_ops"])
+
+
 def test_capture_unknown_model_type(transformers, tmp_path):
     """A model_type Transformers does not know is one line naming the field."""
     from click.testing import CliRunner

@@ -100,6 +100,16 @@ class CaptureLowering:
         self.caches: dict[int, list[attn.Cache]] = {}
         self._kv_widths = rows
         kvd = self.run.kv
+        # a sparse-attention indexer's own keys (DeepSeek-V3.2: index_head_dim per position), every position
+        # (Transformers' DynamicIndexedLayer keeps them all); kind kv, named layers.i.kv.index
+        index_rows = {e.info["layer"]: e.shapes[0][-1] for _seg, events in self.cap.segments for e in events
+                      if e.kind == "index_append"}
+        self.index_caches: dict[int, attn.Cache] = {}
+        for i, width in sorted(index_rows.items()):
+            row = nbytes_of(width, kvd)
+            nb = self.B * positions * row
+            self.index_caches[i] = attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.index", "kv", nb, kvd, i), nb),
+                                              row, positions * row, 0)
         spans = self.cap.info.get("layers") or []
         for i in sorted(rows):
             kind, span = spans[i] if i < len(spans) else ("full", 0)
@@ -231,7 +241,24 @@ class CaptureLowering:
         held_kv: dict[str, object] = {}
         pending_emb = None          # the token embedding, held while a position embedding may add into it
         scanned: set[int] = set()   # state layers whose recurrence this segment has emitted
+        index_op = None             # (indexer scope, layer, op): the indexer's scoring over its cached keys
         for e in events:
+            if index_op is not None and not (e.scope == index_op[0] or e.scope.startswith(index_op[0] + ".")):
+                self._emit(index_op[2], index_op[1], seg)      # the indexer is done: its scoring op
+                index_op = None
+            if e.kind == "index_append":
+                rot = rotary_scopes.pop(e.scope, {})           # the indexer's own rotary of its q and k
+                if rot:
+                    b, t = e.shapes[0][0], e.shapes[0][1]
+                    widths = [n // 2 for n in rot.values()]
+                    self._emit(norm_k.rotary("rotary", [self._fit(w, b * t) for w in widths], widths, m=b * t,
+                                             act_bytes=ab), layer_of(e.scope), seg)
+                index_op = self._index(e, seg)
+                continue
+            if index_op is not None and e.kind == "aten":    # the indexer's arithmetic over its keys
+                if e.name in ("aten.matmul", "aten.bmm", "aten.mm") and e.out and e.shapes:
+                    index_op[2].flops += 2 * _numel(e.out) * e.shapes[0][-1]
+                continue
             lay = layer_of(e.scope)
             if lay in self.states and lay not in scanned and e.kind == "aten" and self._in_mixer(e, lay):
                 self._emit(self._state_op(lay, seg), lay, seg)     # the mixer's arithmetic starts: its scan
@@ -307,8 +334,24 @@ class CaptureLowering:
             self._emit(self._act(pending_act, gated=False), layer_of(pending_act[0]), seg)
         if pending_emb is not None:
             self._emit(pending_emb, -1, seg)
+        if index_op is not None:
+            self._emit(index_op[2], index_op[1], seg)
         for lay in sorted(set(self.states) - scanned):     # a mixer that ran no operator of its own
             self._emit(self._state_op(lay, seg), lay, seg)
+
+    def _index(self, e, seg) -> tuple:
+        """The indexer's new keys appended to its cache, and its scoring op reading every cached key of each
+        sequence (positions ``0 .. start + t``): the index reads, of their own tensor ``layers.i.kv.index``.
+        The scoring's FLOPs are its matrix products, added as they are recorded."""
+        i = e.info["layer"]
+        cache = self.index_caches[i]
+        b, t, width = e.shapes[0]
+        ab = self.ab
+        self._emit(attn.kv_append("index_append", [(self._buf(width), width * ab)], [cache], batch=b,
+                                  start=seg.start, t=t), i, seg)
+        op = Op("index_scores", "attention", b * t, 0)
+        attn.read_positions(op, cache, 0, 0, seg.start + t, count=b)
+        return e.scope, i, op
 
     def _note_unmapped(self, e, rotary_scopes) -> None:
         """Count an ATen operator outside a leaf that no op maps, unless it moves nothing tierlab models
@@ -400,8 +443,9 @@ class CaptureLowering:
         """``x * cos`` or ``x * sin`` of rotary in an attention module: a [batch, heads, tokens, d]
         tensor times a cos/sin broadcast over the heads ([batch or 1, 1, tokens or 1, d]); or a complex
         [batch, tokens, heads, d/2] tensor times complex frequencies broadcast over the heads."""
+        cls = self._module_classes.get(e.scope, "")
         if e.name not in ("aten.mul", "aten.mul_") or len(e.shapes) != 2 \
-                or "Attention" not in self._module_classes.get(e.scope, ""):
+                or not ("Attention" in cls or "Indexer" in cls):   # an attention, or a sparse-attention indexer
             return False
         x, c = e.shapes
         if len(x) != 4 or len(c) != 4 or c[3] != x[3] or c[0] not in (1, x[0]):

@@ -357,6 +357,10 @@ class _Recorder:
                                                           "params": [self.names[id(p)] for p in
                                                                      module.parameters(recurse=False)]}))
 
+    def index_append(self, layer, k):
+        scope = self.stack[-1][0] if self.stack else ""
+        self.events.append(Event("index_append", scope, (tuple(k.shape),), dtype=str(k.dtype), info={"layer": layer}))
+
     def kv_append(self, layer, k, v):
         scope = self.stack[-1][0] if self.stack else ""
         self.events.append(Event("kv_append", scope, (tuple(k.shape), tuple(v.shape)), dtype=str(k.dtype),
@@ -480,6 +484,19 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
             return seen[0]
 
     cache.update, cache.get_seq_length = wrapped, length
+    if hasattr(cache, "update_indexer"):      # DeepSeek-V3.2's sparse-attention indexer keeps keys of its own
+        update_indexer = cache.update_indexer
+
+        def indexed(key_states, layer_idx, *a, **k):
+            if _RECORDER:
+                rec.index_append(layer_idx, key_states)
+            rec.in_cache += 1
+            try:
+                return update_indexer(key_states, layer_idx, *a, **k)
+            finally:
+                rec.in_cache -= 1
+
+        cache.update_indexer = indexed
     import inspect
 
     key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
