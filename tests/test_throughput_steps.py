@@ -49,3 +49,23 @@ def test_bins():
     b = log_bin(np.array([0, 1, 2, 19, 20, 21, 104, 106, 109]), 0.05)
     assert b[0] == -1 and len(set(b[1:5])) == 4        # small counts their own bins
     assert b[6] == b[7] != b[8]                        # 104 and 106 in one bin [103.2, 108.4), 109 past its edge
+
+
+def test_learned_positions_read_each_tokens_own_row(tmp_path):
+    """GPT-2 (learned positions): a step with decodes at positions 5 and 900 and a chunk of 100 prompt
+    tokens from 0 reads rows 5 and 900 and the run 0..99 of the position table, nothing else."""
+    from traces.mixed import MixedStep, lower_step
+    from traces.reader import open_trace
+    from traces.run import RunConfig
+    from traces.spec import load_model
+
+    spec = load_model("gpt2")
+    t = open_trace(lower_step(spec, RunConfig(generate=1), MixedStep(decode=(5, 900), prefill=((0, 100, True),)),
+                              tmp_path / "g.trace"))
+    names = t.tensors.column("name").to_pylist()
+    pos = names.index(next(n for n in names if "embed_positions" in n or n == "wpe"))
+    row = spec.hidden_size * 2
+    cols = t.access_columns()
+    sel = cols["tensor_id"] == pos
+    got = sorted(zip(cols["offset"][sel].tolist(), cols["nbytes"][sel].tolist()))
+    assert got == [(0, 100 * row), (5 * row, row), (900 * row, row)]

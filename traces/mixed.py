@@ -287,6 +287,18 @@ class _Mixed:
         self._chunks(i, op.tail, q, o, qrow, orow, write=False)
         return op
 
+    def _positions_at_their_own_rows(self, op: Op) -> None:
+        """The token embedding of a model with learned positions reads, per token, the row of its
+        own position (the one-run lowering reads the segment's rows as one run per sequence, which a
+        step of sequences at different positions does not have)."""
+        s = self.spec
+        pos = self.weights["embed_positions"][0].id
+        row = nbytes_of(s.hidden_size, self.wdtype["embed_positions"])
+        at = next((k for k, a in enumerate(op.accesses) if a.tensor == pos), None)
+        if at is None:
+            return
+        op.accesses[at:at + 1] = _position_rows(self.step, pos, row, s.learned_positions - s.max_position_embeddings)
+
     def _pairs(self, window, chunk) -> int:
         """Query-key pairs of the step's attention in a layer of this window / chunk (kept per kind)."""
         memo = self.__dict__.setdefault("_pairs_memo", {})
@@ -306,6 +318,8 @@ class _Mixed:
         collective = rest[0] if rest else -1
         w, parts = self.w, []
         for op in ops if isinstance(ops, list) else [ops]:
+            if op.kind == "embedding" and self.spec.learned_positions and "embed_positions" in self.weights:
+                self._positions_at_their_own_rows(op)
             oid = w.add_op(op.name, op.kind, layer, "decode", 0, op.tokens, op.flops, op.expert, op.pim_eligible,
                            device=self.device, collective=collective)
             if op.accesses:
@@ -326,6 +340,15 @@ class _Mixed:
                 w.add_access(*r[:6], bool(r[6]))
             return
         w.add_accesses(c[:, 0], c[:, 1], c[:, 2], c[:, 3], c[:, 4], c[:, 5], c[:, 6].astype(bool))
+
+
+def _position_rows(step: MixedStep, pos_id: int, row: int, shift: int) -> list:
+    """The learned position rows a step's tokens read: each decode its own position's row, each
+    prompt chunk its run of rows (``shift``: the table's rows before position 0, OPT's 2)."""
+    from kernels.base import Access
+
+    return ([Access(pos_id, (c + shift) * row, row) for c in step.decode]
+            + [Access(pos_id, (st + shift) * row, t * row) for st, t, _ in step.prefill])
 
 
 def _columns(oid: int, accesses) -> np.ndarray:
