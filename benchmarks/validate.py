@@ -91,15 +91,9 @@ def _curve_rows(prefix, system, ranks, algorithm, sizes, busbw, source, note, la
 
 
 # ChatGLM2-6B is ChatGLM3-6B's architecture (same config.json fields) with seq_length 32768
-# (huggingface.co/THUDM/chatglm2-6b config.json); ChatGLM-6B (first generation) has no preset in
-# tierlab's families: a Llama-dialect stand-in with its sizes (28 layers, hidden 4096, 32 heads with
-# full multi-head KV, vocabulary 130,528 tied, 2,048 positions) and a gated FFN of 10,923 whose
-# 3 x 4096 x 10923 weights equal its GeLU FFN's 2 x 4096 x 16384 (to 0.003 %): the same bytes per token.
-CHATGLM_6B_STANDIN = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 10923, "num_hidden_layers": 28, "num_attention_heads": 32, "num_key_value_heads": 32,
-    "vocab_size": 130528, "max_position_embeddings": 2048, "tie_word_embeddings": True,
-    "rms_norm_eps": 1e-5, "hidden_act": "silu", "torch_dtype": "float16"}
+# (huggingface.co/THUDM/chatglm2-6b config.json); ChatGLM-6B (first generation) is the preset
+# configs/models/chatglm-6b.json (THUDM/chatglm-6b's config: 28 layers, hidden 4096, 32 heads with full
+# multi-head KV, a GeLU FFN of 16,384, vocabulary 130,528, 2,048 positions).
 
 # kind: decode (tokens/s at batch 1), energy (J per output token), context (tokens that fit),
 # memory (bytes in use at a context), speed_ratio (tokens/s of one model over another)
@@ -163,8 +157,8 @@ MEASURED = [
          note="'ChatGLM-6B can only generate a maximum of 1119 tokens before running out of memory' (6 GB, "
               "INT4): a measured maximum, far under tierlab's weights + KV bound because the first "
               "generation's implementation keeps its embedding and LM head (130k x 4096) in fp16, "
-              "materialises attention scores and holds the CUDA context; the stand-in model is in the "
-              "file. The 2nd/1st generation ratio of KV bytes per token is 16x (MHA vs 2 MQA groups)"),
+              "materialises attention scores and holds the CUDA context (the model is the chatglm-6b "
+              "preset). The 2nd/1st generation ratio of KV bytes per token is 16x (MHA vs 2 MQA groups)"),
     dict(id="chatglm2-6b-int4-mem-8k", kind="memory", model="chatglm2-6b", weights="int4", context=8192,
          measured=5.1e9, unit="B", source=CHATGLM2,
          note="README table, INT4, decoding 8192 tokens: 5.1 GB. tierlab counts weights (all INT4, scales "
@@ -319,11 +313,9 @@ BAND = {"decode": 0.25, "tp_scaling": 0.20, "ttft": 0.35, "busbw": 0.25, "collec
 
 
 def model_spec(name: str):
-    """A tierlab preset, or ChatGLM2-6B / the ChatGLM-6B stand-in described above."""
+    """A tierlab preset, or ChatGLM2-6B as described above."""
     from traces.spec import load_model, spec_from_config
 
-    if name == "chatglm-6b":
-        return spec_from_config(CHATGLM_6B_STANDIN, name="chatglm-6b")
     if name == "chatglm2-6b":
         cfg = json.loads((ROOT / "configs" / "models" / "chatglm3-6b.json").read_text())
         cfg["seq_length"] = 32768

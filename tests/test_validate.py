@@ -42,10 +42,9 @@ def test_decode_row_is_the_replay_figure(tmp_path):
     assert r["within_25"] == (0.75 <= r["ratio"] <= 1.25)
 
 
-def test_chatglm_standin_has_the_first_generation_sizes():
+def test_chatglm_6b_is_the_first_generation():
     s = validate.model_spec("chatglm-6b")
-    ffn = 3 * 4096 * s.intermediate_size
-    assert abs(ffn - 2 * 4096 * 16384) / (2 * 4096 * 16384) < 1e-4       # GeLU FFN's bytes
+    assert s.param_count() == 6_707_929_088                          # THUDM/chatglm-6b, untied LM head
     assert s.kv_bytes_per_token("bf16") == 28 * 2 * 4096 * 2            # full multi-head KV, 448 KiB
     assert validate.model_spec("chatglm2-6b").max_position_embeddings == 32768
 
