@@ -15,7 +15,6 @@ experts -> :mod:`kernels.moe` with tokens routed by :class:`traces.routing.Route
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -30,18 +29,14 @@ from collections import Counter
 
 from traces.capture.opmap import ELEMENTWISE_ATEN, MOVES_NOTHING, ROTARY_CLASS, is_decoder_layer, layer_of
 from traces.capture.record import Capture
-from traces.dtypes import (DTYPE_BITS, GROUP_QUANTISED, SCALE_DTYPE, activation_storage, nbytes_of, scale_bytes,
-                           vector_dtype)
+from traces.capture.tensors import CaptureTensors, numel
+from traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
 from traces.routing import Router
 from traces.run import RunConfig
 from traces.writer import TraceWriter
 
 
-def _numel(shape) -> int:
-    return int(math.prod(shape)) if shape else 1
-
-
-class CaptureLowering:
+class CaptureLowering(CaptureTensors):
     def __init__(self, cap: Capture, run: RunConfig, w: TraceWriter, positions: int):
         self.cap, self.run, self.w = cap, run, w
         self.ab = DTYPE_BITS[activation_storage(run.activations)] // 8
@@ -60,156 +55,6 @@ class CaptureLowering:
         self._touched: set[int] = set()       # tensor ids some op accessed
 
     # ---- tensors ------------------------------------------------------------------------------
-    def _matrix(self, name, rows, cols, layer, expert) -> tuple[Ten, Ten | None]:
-        wd = self.run.weights
-        nb = nbytes_of(rows * cols, wd)
-        t = Ten(self.w.add_tensor(name, "weight", nb, wd, layer, expert), nb)
-        sc = None
-        if wd in GROUP_QUANTISED:
-            sb = scale_bytes(rows, cols, wd, self.run.quant_group)
-            sc = Ten(self.w.add_tensor(name + ".scales", "weight", sb, SCALE_DTYPE, layer, expert), sb)
-        return t, sc
-
-    def _declare_weights(self) -> None:
-        for name, shape, _dtype, kind, layer in self.cap.weights:
-            n = _numel(shape)
-            self.params += n
-            if kind == "experts" and len(shape) == 3:
-                self.experts[name] = [self._matrix(f"{name}.{e}", shape[1], shape[2], layer, e)
-                                      for e in range(shape[0])]
-            elif kind == "experts" and len(shape) == 2:       # one bias vector per expert
-                vd = vector_dtype(self.run.weights)
-                nb = nbytes_of(shape[1], vd)
-                self.experts[name] = [(Ten(self.w.add_tensor(f"{name}.{e}", "weight", nb, vd, layer, e), nb), None)
-                                      for e in range(shape[0])]
-            elif len(shape) <= 1:
-                vd = vector_dtype(self.run.weights)
-                nb = nbytes_of(n, vd)
-                self.weights[name] = (Ten(self.w.add_tensor(name, "weight", nb, vd, layer), nb), None)
-            else:
-                self.weights[name] = self._matrix(name, shape[0], n // shape[0], layer, -1)
-
-    def _declare_kv(self, positions: int) -> None:
-        """K and V per layer, rows as wide as the cache received (heads x head dim of each)."""
-        rows: dict[int, tuple[int, int]] = {}
-        for _seg, events in self.cap.segments:
-            for e in events:
-                if e.kind == "kv_append":
-                    k, v = e.shapes
-                    rows[e.info["layer"]] = (k[1] * k[3], v[1] * v[3])
-        self.caches: dict[int, list[attn.Cache]] = {}
-        self._kv_widths = rows
-        kvd = self.run.kv
-        # a sparse-attention indexer's own keys (DeepSeek-V3.2: index_head_dim per position), every position
-        # (Transformers' DynamicIndexedLayer keeps them all); kind kv, named layers.i.kv.index
-        index_rows = {e.info["layer"]: e.shapes[0][-1] for _seg, events in self.cap.segments for e in events
-                      if e.kind == "index_append"}
-        self.index_caches: dict[int, attn.Cache] = {}
-        for i, width in sorted(index_rows.items()):
-            row = nbytes_of(width, kvd)
-            nb = self.B * positions * row
-            self.index_caches[i] = attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.index", "kv", nb, kvd, i), nb),
-                                              row, positions * row, 0)
-        spans = self.cap.info.get("layers") or []
-        for i in sorted(rows):
-            kind, span = spans[i] if i < len(spans) else ("full", 0)
-            keep = positions if kind == "full" else min(positions, span)   # a ring of window / chunk rows
-            layer = []
-            for part, width in zip("kv", rows[i]):
-                row = nbytes_of(width, kvd)
-                nb = self.B * keep * row
-                layer.append(attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{part}", "kv", nb, kvd, i), nb),
-                                        row, keep * row, keep if keep < positions else 0))
-            self.caches[i] = layer
-
-    def _declare_states(self) -> None:
-        """Each state layer's recurrent-state tensors (kind ``state``, ``batch x`` the elements per sequence
-        the cache object held, in the KV dtype, as the hand lowering keeps Mamba's), and the mixer's own
-        parameters no leaf op reads (its convolution, ``A_log``, ``D``, ``dt_bias``): the state op reads them."""
-        kvd = self.run.kv
-        self.states: dict[int, list[Ten]] = {}
-        self.mixer_params: dict[int, list[Ten]] = {}
-        self.mixer_scopes: dict[int, set] = {}
-        leaf_read = {n for m in self.cap.modules.values() for n in m["params"].values()}
-        entered = {e.scope for _seg, events in self.cap.segments for e in events if e.kind != "aten"}
-        for i, parts in sorted(self.cap.info.get("states", {}).items()):
-            i = int(i)
-            ts = []
-            for part, n in parts:
-                nb = self.B * nbytes_of(n, kvd)
-                ts.append(Ten(self.w.add_tensor(f"layers.{i}.state.{part}", "state", nb, kvd, i), nb))
-            self.states[i] = ts
-            own = [name for name, _shape, _d, kind, layer in self.cap.weights
-                   if layer == i and kind is None and name not in leaf_read and name in self.weights]
-            self.mixer_params[i] = [self.weights[n][0] for n in own]
-            owners = {n.rsplit(".", 1)[0] for n in own}
-            # a convolution module (nn.Conv1d, no leaf) holds its weight: its mixer is the module around it
-            self.mixer_scopes[i] = {o.rsplit(".", 1)[0] if self._module_classes.get(o, "").startswith("Conv") else o
-                                    for o in owners}
-            # a leaf inside the mixer that never runs as a module (Jamba's slow scan multiplies by
-            # dt_proj.weight itself): its parameters are the scan's to read
-            for scope, mod in self.cap.modules.items():
-                if scope not in entered and any(scope.startswith(m + ".") for m in self.mixer_scopes[i]):
-                    self.mixer_params[i] += [self.weights[n][0] for n in mod["params"].values() if n in self.weights]
-
-    def _state_op(self, i: int, seg) -> Op:
-        """A state layer's recurrence over the segment: every sequence's state read once and written once
-        (the scan carries it through the segment's tokens on chip, as kernels/ssm.py's scan does), the
-        mixer's own parameters read. FLOPs an estimate: 6 per recurrent-state element and 2 per
-        convolution-window element, per token (kernels/ssm.py's closed forms)."""
-        m = self.B * seg.tokens
-        elems = sum(n for part, n in self.cap.info["states"][i])
-        conv = sum(n for part, n in self.cap.info["states"][i] if part.startswith("conv"))
-        op = Op("state_update", "ssm_scan", m, m * (6 * (elems - conv) + 2 * conv))
-        for p in self.mixer_params[i]:
-            op.read_all(p)
-        for t in self.states[i]:
-            op.read_all(t)
-            op.write(t, 0, t.nbytes)
-        return op
-
-    def _in_mixer(self, e, layer: int) -> bool:
-        scopes = self.mixer_scopes.get(layer)
-        return bool(scopes) and any(e.scope == s or e.scope.startswith(s + ".") for s in scopes)
-
-    def _declare_activations(self) -> None:
-        widths: dict[int, int] = {}
-        k = self._top_k
-        for _seg, events in self.cap.segments:
-            for e in events:
-                shapes = list(e.shapes + ((e.out,) if e.out else ()))
-                if e.kind in ("attention", "kv_append"):
-                    shapes = [(s[0] * s[2], s[1] * s[3]) for s in shapes]
-                if e.kind == "experts":
-                    ffn = self._ffn(e.scope, e.shapes[0][-1])
-                    shapes.append(e.shapes[0][:-1] + (ffn,))
-                for s in shapes:
-                    if len(s) >= 1 and s[-1] > 0:
-                        rows = max(1, _numel(s[:-1])) * (k if e.kind == "experts" else 1)
-                        widths[s[-1]] = max(widths.get(s[-1], 0), rows)
-        self.act = {wd: Ten(self.w.add_tensor(f"act.w{wd}", "activation", max(1, r * wd * self.ab),
-                                              activation_storage(self.run.activations)), max(1, r * wd * self.ab))
-                    for wd, r in sorted(widths.items())}
-
-    def _buf(self, width: int, rows: int = 0) -> Ten:
-        """The activation buffer of rows ``width`` wide; one the recorded shapes did not foresee (a router's
-        output, a block's inner width) is declared when first used, for every routed row of a segment; a
-        use of more ``rows`` than it holds (a module whose input is not the shape it was entered with:
-        DeepSeek-V4's grouped output projection) gets a buffer of its own that holds them."""
-        if width not in self.act:
-            n = self.B * max(seg.tokens for seg, _ in self.cap.segments) * self._top_k
-            nb = max(1, n * width * self.ab)
-            self.act[width] = Ten(self.w.add_tensor(f"act.w{width}", "activation", nb, self.run.activations), nb)
-        t = self.act[width]
-        if rows * width * self.ab > t.nbytes:
-            key = (width, rows)
-            if key not in self._wide:
-                nb = rows * width * self.ab
-                self._wide[key] = Ten(self.w.add_tensor(f"act.w{width}x{rows}", "activation", nb,
-                                                        self.run.activations), nb)
-            t = self._wide[key]
-        return t
-
     @property
     def _top_k(self) -> int:
         return max([m.get("top_k") or 0 for m in self.cap.modules.values()] + [self.cap.info.get("top_k") or 1, 1])
@@ -257,7 +102,7 @@ class CaptureLowering:
                 continue
             if index_op is not None and e.kind == "aten":    # the indexer's arithmetic over its keys
                 if e.name in ("aten.matmul", "aten.bmm", "aten.mm") and e.out and e.shapes:
-                    index_op[2].flops += 2 * _numel(e.out) * e.shapes[0][-1]
+                    index_op[2].flops += 2 * numel(e.out) * e.shapes[0][-1]
                 continue
             lay = layer_of(e.scope)
             if lay in self.states and lay not in scanned and e.kind == "aten" and self._in_mixer(e, lay):
@@ -276,7 +121,7 @@ class CaptureLowering:
             if e.kind == "embedding" and pending_emb is not None:
                 self._add_positions(pending_emb, e, seg)    # GPT-2's wpe, OPT's embed_positions
             elif e.kind == "embedding":
-                m = _numel(e.shapes[0])
+                m = numel(e.shapes[0])
                 table, sc = self._param(e.scope)
                 h = table_width = self._width_of(e.scope)
                 ids = np.random.default_rng([run.seed, 7, seg.step + 1]).integers(0, self._rows_of(e.scope), m)
@@ -287,7 +132,7 @@ class CaptureLowering:
             elif e.kind == "norm":
                 width = e.shapes[0][-1]
                 gain = self._param(e.scope)[0]
-                op = norm_k.rmsnorm(short, self._buf(width), self._buf(width), gain, m=_numel(e.shapes[0]) // width,
+                op = norm_k.rmsnorm(short, self._buf(width), self._buf(width), gain, m=numel(e.shapes[0]) // width,
                                     width=width, act_bytes=ab, bias=self._param(e.scope, "bias")[0])   # LayerNorm
                 self._emit(op, layer, seg)
             elif e.kind == "linear":
@@ -297,7 +142,7 @@ class CaptureLowering:
                 out_f, in_f = self._shape(name)
                 if self.cap.modules[e.scope]["cls"] == "Conv1D":    # GPT-2 stores its weights in x out
                     out_f, in_f = in_f, out_f
-                rows = _numel(e.shapes[0]) // in_f
+                rows = numel(e.shapes[0]) // in_f
                 self._emit(lin.linear(short, wt, self._buf(in_f, rows), self._buf(out_f, rows), m=rows,
                                       in_features=in_f, out_features=out_f, act_bytes=ab, phase=seg.phase,
                                       tile_m=run.tile_m, tile_n=run.tile_n, scales=sc, bias=bias), layer, seg)
@@ -310,14 +155,14 @@ class CaptureLowering:
                 # each rotated element is multiplied once by cos and once by sin
                 # a real rotation multiplies each element by cos and by sin (two products); a complex
                 # one (Llama 4) turns each pair of reals in one product
-                per_token = _numel(e.shapes[0]) // (self.B * seg.tokens)
+                per_token = numel(e.shapes[0]) // (self.B * seg.tokens)
                 rot = rotary_scopes.setdefault(e.scope, {})
                 rot[e.shapes[0]] = rot.get(e.shapes[0], 0) + (4 * per_token if "complex" in e.dtype else per_token)
             elif e.kind == "aten" and ELEMENTWISE_ATEN.get(e.name) == "add" and len(e.shapes) == 2 \
                     and e.shapes[0] == e.shapes[1] and self._is_layer_scope(e.scope):
                 width = e.shapes[0][-1]
                 self._emit(norm_k.elementwise("residual_add", [self._buf(width), self._buf(width)], self._buf(width),
-                                              m=_numel(e.shapes[0]) // width, width=width, act_bytes=ab), layer, seg)
+                                              m=numel(e.shapes[0]) // width, width=width, act_bytes=ab), layer, seg)
             elif e.kind == "kv_append":
                 held_kv[e.scope] = e
             elif e.kind == "attention":
@@ -383,7 +228,7 @@ class CaptureLowering:
         gathered them: once for the batch in GPT-2, whose position ids are ``[1, t]``; once per sequence
         in OPT) and one FLOP per element added, nothing written apart."""
         width = e.out[-1]
-        rows = _numel(e.out[:-1])
+        rows = numel(e.out[:-1])
         t = seg.tokens
         row = nbytes_of(width, self.run.weights)
         table = self._param(e.scope)[0]
@@ -412,7 +257,7 @@ class CaptureLowering:
     def _shape(self, name: str) -> tuple[int, int]:
         for n, shape, *_ in self.cap.weights:
             if n == name:
-                return shape[0], _numel(shape[1:])
+                return shape[0], numel(shape[1:])
         raise KeyError(name)
 
     def _width_of(self, scope):
@@ -432,7 +277,7 @@ class CaptureLowering:
         width = shape[-1]
         buf = self._buf(width)
         short = scope.split(".", 3)[-1] if layer_of(scope) >= 0 else scope
-        op = norm_k.elementwise(short, [buf, buf] if gated else [buf], buf, m=_numel(shape) // width, width=width,
+        op = norm_k.elementwise(short, [buf, buf] if gated else [buf], buf, m=numel(shape) // width, width=width,
                                 act_bytes=self.ab, flops_per_element=5 if gated else 4)
         mod = self.cap.modules.get(scope, {})
         for name in [*mod.get("params", {}).values(), *mod.get("buffers", {}).values()]:   # a learned
@@ -500,7 +345,7 @@ class CaptureLowering:
         wname = next(iter(mod["params"].values()))
         E, hidden = self._shape(wname)
         wt, sc = self.weights[wname]
-        m = _numel(e.shapes[0]) // hidden
+        m = numel(e.shapes[0]) // hidden
         bias = [self.weights[n][0] for n in mod["buffers"].values() if n in self.weights]
         # the router's other parameters (a correction bias held as a parameter: Laguna), read with its weight
         bias += [self.weights[n][0] for s, n in mod["params"].items() if n != wname and s != "bias"

@@ -23,14 +23,9 @@ import contextlib
 from dataclasses import dataclass, field
 
 from common.errors import ConfigError, UsageError
+from traces.capture.model import (ATTENTION_NAME, NON_ARCHITECTURE_KEYS, layer_caches, refuse_unbuildable,
+                                  require_extra, state_shapes, text_model_config)
 from traces.capture.opmap import aten_name, layer_of, leaf_kind
-
-ATTENTION_NAME = "tierlab_capture"
-EXTRA_HINT = "needs the optional extra 'capture' (PyTorch and Transformers): pip install -e '.[capture]'"
-# config.json keys that describe files or checkpoints, not the architecture (dropped before building)
-NON_ARCHITECTURE_KEYS = ("auto_map", "quantization_config", "architectures", "transformers_version", "_name_or_path")
-# Transformers' cache layer types that hold a recurrent state rather than per-position KV
-STATE_LAYER_TYPES = ("linear_attention", "conv", "hybrid", "hybrid_sliding")
 
 
 @dataclass
@@ -57,70 +52,6 @@ class Capture:
     modules: dict             # leaf module name -> {"kind", "params": {short: weight name}, "buffers": {...}, "top_k"}
     ops_recorded: int = 0
     info: dict = field(default_factory=dict)   # "classes": module name -> class; "top_k"; "versions"
-
-
-def require_extra():
-    """Import torch and transformers, or raise the one-line error naming the extra."""
-    try:
-        import torch
-        import transformers
-    except ImportError:
-        raise UsageError(EXTRA_HINT, field="--capture") from None
-    return torch, transformers
-
-
-def text_model_config(config: dict) -> dict:
-    """A multimodal wrapper's language model (its ``text_config``, over the wrapper's other keys, as
-    the hand lowering reads it): a text run never enters the vision tower, so it is neither built
-    nor traced. Any other config as it is."""
-    text = config.get("text_config")
-    if not isinstance(text, dict) or not isinstance(text.get("model_type"), str):
-        return dict(config)
-    outer = {k: v for k, v in config.items() if k not in ("text_config", "vision_config", "model_type")
-             and k not in NON_ARCHITECTURE_KEYS and not k.endswith("_token_index")}
-    return {**outer, **text}
-
-
-def layer_caches(hf, file: str | None = None) -> tuple[list[tuple[str, int]], list[int]]:
-    """Each decoder layer's cache as Transformers lays it out: ``("full", 0)``, ``("sliding", W)`` or
-    ``("chunked", C)`` (a window or chunk of W / C positions, whatever the attention call is told:
-    Llama 4's chunk lives in its mask), ``("none", 0)`` for a layer with no cache; and the layers that
-    keep a recurrent state (Transformers' linear-attention, conv and hybrid cache layers: Mamba, Gated
-    DeltaNet, short convolutions; a hybrid layer keeps KV as well)."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
-    types, kwargs = get_layer_types_and_kwargs(hf)
-    out, state = [], []
-    for i, (t, kw) in enumerate(zip(types, kwargs)):
-        if t in STATE_LAYER_TYPES:
-            state.append(i)
-        if t in ("linear_attention", "conv", "dummy"):
-            out.append(("none", 0))
-            continue
-        kind = {"sliding_attention": "sliding", "chunked_attention": "chunked", "hybrid_sliding": "sliding"}.get(t,
-                                                                                                               "full")
-        out.append((kind, int(kw["sliding_window"]) if kind != "full" else 0))
-    return out, state
-
-
-def state_shapes(cache, batch: int) -> dict[int, list[tuple[str, int]]]:
-    """Per state layer, each recurrent-state tensor the cache object holds after a forward: (part name,
-    elements per sequence) — the convolution windows and the recurrent (SSM / delta-rule) states."""
-    out: dict[int, list[tuple[str, int]]] = {}
-    for i, layer in enumerate(getattr(cache, "layers", [])):
-        parts = []
-        for attr, short in (("conv_states", "conv"), ("recurrent_states", "ssm")):
-            held = getattr(layer, attr, None)
-            items = held.items() if isinstance(held, dict) else enumerate(held or [])
-            for j, t in items:
-                if hasattr(t, "shape") and len(t.shape) >= 1:
-                    n = 1
-                    for d in t.shape:
-                        n *= int(d)
-                    parts.append((f"{short}{j}" if j else short, n // max(1, batch)))
-        if parts:
-            out[i] = parts
-    return out
 
 
 def build_model(config: dict, file: str | None = None, *, record_attention: bool = True, masked: bool = False):
@@ -237,29 +168,6 @@ class _SdpaCall:
     def __exit__(self, *exc):
         self.torch.nn.functional.scaled_dot_product_attention = self.orig
         return False
-
-
-def refuse_unbuildable(config: dict, model_type: str, transformers, file: str | None) -> None:
-    """One line for what Transformers cannot build as a decoder-only causal LM from its config alone:
-    a remote-code model (``auto_map`` naming code in its repository, a model type Transformers does not
-    know: tierlab runs no downloaded code), an encoder or the decoder of an encoder-decoder model."""
-    from transformers.models.auto import modeling_auto as ma
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    if model_type not in CONFIG_MAPPING:
-        auto = config.get("auto_map")
-        if isinstance(auto, dict) and auto:
-            code = auto.get("AutoModelForCausalLM") or next(iter(auto.values()))
-            raise ConfigError(f"remote-code model: model_type {model_type!r} is defined by code in its repository "
-                              f"(auto_map: {code}), which Transformers {transformers.__version__} does not ship and "
-                              "tierlab does not run; write its config in a family `tierlab models --families` lists, "
-                              "or one Transformers knows", file=file, field="auto_map")
-        return                        # AutoConfig names the unknown type
-    not_decoder = set(ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES) | set(ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES) \
-        | set(getattr(ma, "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", {}))
-    if model_type in not_decoder:
-        raise ConfigError(f"model_type {model_type!r} is an encoder or an encoder-decoder model, not a decoder-only "
-                          "causal LM: tierlab traces decoder-only models", file=file, field="model_type")
 
 
 _RECORDER: list = []          # the active recorder while a forward runs (the attention function reads it)
