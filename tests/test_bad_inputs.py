@@ -204,6 +204,7 @@ class Case:
     message: str
     files: dict | Callable[[Path], None] = field(default_factory=dict)
     hide_modules: tuple = ()     # modules made unimportable for the case (an optional extra absent)
+    needs: tuple = ()            # modules the case needs (the capture extra): skipped without them, unless CI=true
 
 
 TRACE_OUT = ["-o", "{tmp}/out.trace"]
@@ -366,22 +367,26 @@ CASES = [
     Case("config-no-hand-lowering-sharded", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1", "--tp", "2"],
          "capture: no hand lowering of OlmoForCausalLM: its capture traces one device's --prompt/--context/--generate "
          "run (no --turns, --tp, --pp, --ep, --dp or microbatches)",
-         config(LLAMA, architectures=["OlmoForCausalLM"], model_type="olmo")),
+         config(LLAMA, architectures=["OlmoForCausalLM"], model_type="olmo"),
+         needs=("torch", "transformers")),
     Case("config-not-decoder-only", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: model_type: model_type 'bert' is an encoder or an encoder-decoder model, not a decoder-only "
          "causal LM: tierlab traces decoder-only models",
-         config(LLAMA, architectures=["BertForMaskedLM"], model_type="bert")),
+         config(LLAMA, architectures=["BertForMaskedLM"], model_type="bert"),
+         needs=("torch", "transformers")),
     Case("config-transformers-cannot-build", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: model_type: Transformers " + _TRANSFORMERS + " cannot build this cohere2_moe config: "
          "`num_hidden_layers` (2) must be equal to the number of `layer_types` (3)",
          config(LLAMA, architectures=["Cohere2MoeForCausalLM"], model_type="cohere2_moe",
-                layer_types=["full_attention"] * 3)),
+                layer_types=["full_attention"] * 3),
+         needs=("torch", "transformers")),
     Case("config-remote-code", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: auto_map: remote-code model: model_type 'mycustom' is defined by code in its repository "
          "(auto_map: modeling_my.MyForCausalLM), which Transformers " + _TRANSFORMERS + " does not ship and tierlab "
          "does not run; write its config in a family `tierlab models --families` lists, or one Transformers knows",
          config(LLAMA, architectures=["MyForCausalLM"], model_type="mycustom",
-                auto_map={"AutoModelForCausalLM": "modeling_my.MyForCausalLM"})),
+                auto_map={"AutoModelForCausalLM": "modeling_my.MyForCausalLM"}),
+         needs=("torch", "transformers")),
     Case("config-zero-experts", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: num_local_experts: expected a positive integer, got 0",
          config(MIXTRAL, num_local_experts=0)),
@@ -959,6 +964,11 @@ def run_case(case: Case, tmp: Path):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path, monkeypatch):
+    missing = [m for m in case.needs if importlib.util.find_spec(m) is None]
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true: {', '.join(missing)} (the capture extra) must be installed; .ci/run installs it")
+        pytest.skip(f"needs {', '.join(missing)}: pip install -e '.[capture]' (with PyTorch's CPU build)")
     for name in case.hide_modules:
         monkeypatch.setitem(sys.modules, name, None)
     r, before, after = run_case(case, tmp_path)
