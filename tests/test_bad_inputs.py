@@ -353,9 +353,9 @@ CASES = [
     Case("config-missing-dimension", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: hidden_size: missing required field",   # ChatGLM's remote code: no class defaults to apply
          config(json.loads((DATA / "models" / "tiny-chatglm.json").read_text()), drop=["hidden_size"])),
-    Case("config-heads-not-dividing-hidden", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
-         "{tmp}/m.json: hidden_size: 64 is not divisible by num_attention_heads 6",
-         config(LLAMA, num_attention_heads=6)),
+    Case("config-heads-wider-than-hidden", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: hidden_size: 64 is smaller than num_attention_heads 128: a head would have no width",
+         config(LLAMA, num_attention_heads=128, num_key_value_heads=128)),
     Case("config-kv-heads-not-dividing-heads", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: num_key_value_heads: num_attention_heads 4 is not a multiple of num_key_value_heads 3",
          config(LLAMA, num_key_value_heads=3)),
