@@ -226,7 +226,7 @@ def calibrated(sr: SystemReplay, sc: SystemCost, steps: dict, tokens: int) -> di
 def busiest_utilisation(sc: SystemCost, spans: dict, latency_s: float) -> dict:
     """Per fabric, the busiest link's utilisation over a step: the bytes its collectives put on it /
     (its rate x the step's calibrated latency)."""
-    from emulator.network.schedule import fabric_obj, link_bandwidth
+    from emulator.network.schedule import link_rate
 
     per_link: dict = {}
     for c in spans:
@@ -234,8 +234,7 @@ def busiest_utilisation(sc: SystemCost, spans: dict, latency_s: float) -> dict:
             per_link[link] = per_link.get(link, 0.0) + b
     out: dict = {}
     for link, b in per_link.items():
-        rate = link_bandwidth(sc.system, link) * fabric_obj(sc.system, link[0]).achievable
-        u = b / (rate * latency_s) if latency_s > 0 else 0.0
+        u = b / (link_rate(sc.system, link) * latency_s) if latency_s > 0 else 0.0
         out[link[0]] = max(out.get(link[0], 0.0), u)
     return out
 

@@ -28,8 +28,7 @@ def chip_optional(cmd):
 def system_options(f):
     """``--system``, ``--collective-algo`` and how collectives run for the calibrated latency
     (``--collective-lib``, ``--protocol``, ``--comm-overlap``, ``--no-overheads``)."""
-    from emulator.cost.system_cost import OVERLAPS
-    from emulator.network.protocols import LIBRARIES, PROTOCOLS
+    from emulator.network.choices import LIBRARIES, OVERLAPS, PROTOCOLS
 
     f = click.option("--no-overheads", "no_overheads", is_flag=True, default=False,
                      help="Calibrated latency with every overhead off (peak rates, no kernel or collective "

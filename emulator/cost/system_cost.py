@@ -34,6 +34,7 @@ import numpy as np
 from common.errors import TraceError
 from emulator.cost.model import Cost
 from emulator.cost.trace_cost import cost_of
+from emulator.network.choices import OVERLAPS
 from emulator.network.collective import CollectiveCost, Group, plan_collective
 from emulator.network.registry import ALGORITHMS
 from emulator.network.queues import BUFFER_BYTES, CHANNELS, queue_bytes
@@ -181,7 +182,6 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
                 spans={c: (v[0], v[1]) for c, v in resolved.items()})
 
 
-OVERLAPS = ("none", "tp", "ep")
 OVERLAP_FIELD = "--comm-overlap"
 #: the collectives each overlap option runs beside compute: tensor-parallel ones, or EP's dispatch/combine
 OVERLAP_KINDS = {"none": (), "tp": ("all_reduce", "all_gather", "reduce_scatter"), "ep": ("all_to_all",)}
@@ -252,19 +252,27 @@ def algorithm_for(kind: str, asked: str) -> str:
     return asked
 
 
-def cost_collectives(sr: SystemReplay) -> tuple[list[CollectiveCost], list[dict]]:
-    """Each collective of the trace costed once on the system (see the module docstring)."""
-    table = sr.trace.collectives.to_pylist()
+def per_distinct_collective(sr: SystemReplay, table: list[dict], cost) -> list:
+    """``cost(kind, group, size_bytes, algorithm, send_bytes)`` for each row of the trace's collectives
+    ``table``, called once per distinct (kind, ranks, size, send matrix): a step repeats the same few
+    collectives. ``algorithm`` is the one asked for where it serves the kind (:func:`algorithm_for`)."""
+    done: dict[tuple, object] = {}
     out = []
-    planned: dict[tuple, CollectiveCost] = {}     # a step repeats the same few collectives: each planned once
     for c in table:
         send = tuple(c["send_bytes"] or ())
         key = (c["kind"], tuple(c["ranks"]), float(c["size_bytes"]), send)
-        if key not in planned:
-            planned[key] = plan_collective(c["kind"], Group(key[1], sr.system), key[2],
-                                           algorithm_for(c["kind"], sr.collective_algo), send_bytes=send or None)
-        out.append(planned[key])
-    return out, table
+        if key not in done:
+            done[key] = cost(c["kind"], Group(key[1], sr.system), key[2],
+                             algorithm_for(c["kind"], sr.collective_algo), send or None)
+        out.append(done[key])
+    return out
+
+
+def cost_collectives(sr: SystemReplay) -> tuple[list[CollectiveCost], list[dict]]:
+    """Each collective of the trace costed once on the system (see the module docstring)."""
+    table = sr.trace.collectives.to_pylist()
+    return per_distinct_collective(
+        sr, table, lambda kind, g, size, algo, send: plan_collective(kind, g, size, algo, send_bytes=send)), table
 
 
 def cost_system(sr: SystemReplay) -> SystemCost:
@@ -343,7 +351,7 @@ def contention(sc: SystemCost, spans: dict, times: dict) -> dict:
     the fabric's per-link bandwidth x its achievable fraction). A bound, stated as one: every
     overlapping collective is counted for all of c's span, and the critical path is walked once more
     with the extra times (no fixed point)."""
-    from emulator.network.schedule import fabric_obj, link_bandwidth
+    from emulator.network.schedule import link_rate
 
     out = {c: 0.0 for c in times}
     ids = sorted((c for c in times if c in spans and sc.collectives[c].link_loads), key=lambda c: spans[c][0])
@@ -359,7 +367,7 @@ def contention(sc: SystemCost, spans: dict, times: dict) -> dict:
         own = worst = 0.0
         for link, b in loads[c].items():
             if link not in rate:
-                rate[link] = link_bandwidth(sc.system, link) * fabric_obj(sc.system, link[0]).achievable
+                rate[link] = link_rate(sc.system, link)
             own = max(own, b / rate[link])
             worst = max(worst, (b + sum(loads[o].get(link, 0.0) for o in others)) / rate[link])
         out[c] = max(0.0, worst - own)
@@ -442,22 +450,14 @@ def calibrate(sr: SystemReplay, sc: SystemCost, settings=None, overlap: str = "n
         lats.append(lat)
         bounds.append(bound)
         orgs.append(org)
-    timed, planned = [], {}
     if not settings.overheads:          # every overhead off: the roofline's collectives, as costed
         from emulator.network.protocols import Timed
 
-        sc.calibration = Calibration(lats, bounds, orgs, [Timed(cc.kind, cc.algorithm, "roofline", cc.time_s, 0.0,
-                                                                cc.overhead_s, cc.time_s - cc.overhead_s, 0.0)
-                                                          for cc in sc.collectives], settings, overlap, starts)
-        return sc.calibration
-    for c in sc.table:
-        send = tuple(c["send_bytes"] or ())
-        key = (c["kind"], tuple(c["ranks"]), float(c["size_bytes"]), send)
-        if key not in planned:
-            planned[key] = time_collective(c["kind"], Group(key[1], system), key[2], settings,
-                                           algorithm=algorithm_for(c["kind"], sr.collective_algo),
-                                           send_bytes=send or None)
-        timed.append(planned[key])
+        timed = [Timed(cc.kind, cc.algorithm, "roofline", cc.time_s, 0.0, cc.overhead_s, cc.time_s - cc.overhead_s,
+                       0.0) for cc in sc.collectives]
+    else:
+        timed = per_distinct_collective(sr, sc.table, lambda kind, g, size, algo, send: time_collective(
+            kind, g, size, settings, algorithm=algo, send_bytes=send))
     sc.calibration = Calibration(lats, bounds, orgs, timed, settings, overlap, starts)
     return sc.calibration
 

@@ -38,17 +38,13 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-import numpy as np
-
 from common.errors import ConfigError, UsageError
 from common.paths import configs_dir
 from emulator.network import direct
+from emulator.network.choices import LIBRARIES, PROTOCOLS
 from emulator.network.registry import ALGORITHMS
 from emulator.network.schedule import SCALE_UP, Group, fabric_obj, stage_loads
 
-PROTOCOLS = ("LL", "LL128", "Simple")
-LIBRARIES = ("nccl", "custom")
-LINK_CLASSES = ("nvlink", "pci", "net")
 PROTOCOL_FIELD = "--protocol"
 LIBRARY_FIELD = "--collective-lib"
 CUSTOM = ("direct", "two_shot")         # the custom all-reduce's algorithms (library "custom")
@@ -156,7 +152,7 @@ def tree_latency(group: Group, lib: Library, protocol: str) -> float:
     t = 2 * (ppn - 1) * up
     if group.n_nodes > 1 and system.scale_out is not None:
         out = lib.step_s.get(link_class(system.scale_out), {}).get("tree", {}).get(protocol, 0.0)
-        t += 2 * int(np.ceil(np.log2(group.n_nodes))) * out
+        t += 2 * (group.n_nodes - 1).bit_length() * out       # ceil(log2(nodes))
     return t
 
 

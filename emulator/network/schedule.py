@@ -178,38 +178,17 @@ def account(kind: str, algorithm: str, group: Group, size_bytes: float, stages, 
         if not st.flows:
             continue
         steps += st.steps
-        up = defaultdict(float)       # (fabric, chip) -> bytes into the fabric
-        down = defaultdict(float)     # (fabric, chip) -> bytes out of the fabric
-        pair = defaultdict(float)     # (fabric, src, dst) -> bytes on a mesh link
-        spine = defaultdict(float)    # (fabric, "spine-up" | "spine-down", node) -> bytes through the spine
-        used = set()
+        used, up, down, pair, spine, _ = _link_tally(group, st, carried=fab_bytes)
         for fl in st.flows:
             f = fabric_of(group, fl)
-            fab = fabric_obj(system, f)
-            used.add(f)
             if fl.src != SWITCH:
                 sent[fl.src] += fl.bytes
                 msgs[fl.src] += fl.messages
                 peers[fl.src].add(fl.dst)
-                up[f, fl.src] += fl.bytes
             if fl.dst != SWITCH:
                 recv[fl.dst] += fl.bytes
                 peers[fl.dst].add(fl.src)
-                down[f, fl.dst] += fl.bytes
             fab_msgs[f] += fl.messages
-            if f == SCALE_UP and getattr(fab, "is_grid", False) and SWITCH not in (fl.src, fl.dst):
-                hops = grid_route(system, fl.src, fl.dst)       # neighbour to neighbour, axis by axis
-                fab_bytes[f] += len(hops) * fl.bytes
-                for a, b in hops:
-                    pair[f, a, b] += fl.bytes
-            else:
-                links = 1 if point_to_point(fab) or SWITCH in (fl.src, fl.dst) else 2
-                fab_bytes[f] += links * fl.bytes
-                pair[f, fl.src, fl.dst] += fl.bytes
-            if f == SCALE_OUT and fab.oversubscription > 1 and SWITCH not in (fl.src, fl.dst) \
-                    and system.crosses_spine(fl.src, fl.dst):
-                spine[f, "spine-up", system.node_of(fl.src)] += fl.bytes
-                spine[f, "spine-down", system.node_of(fl.dst)] += fl.bytes
         stage_t = 0.0
         overhead += st.steps * max(fabric_obj(system, f).latency_s for f in used)
         for f, busiest in _busiest(system, used, up, down, pair, spine).items():
@@ -303,30 +282,51 @@ def _busiest(system: System, used, up, down, pair, spine=None) -> dict[str, floa
     return out
 
 
-def stage_loads(group: Group, stage: Stage) -> dict[str, float]:
-    """Per fabric role a stage touches, the bytes its busiest link carries one way: the load
-    :func:`account` times a stage by, for models that time the same stages another way
-    (:mod:`emulator.network.protocols`)."""
-    up, down, pair, used = defaultdict(float), defaultdict(float), defaultdict(float), set()
-    spine = defaultdict(float)
+def _link_tally(group: Group, stage: Stage, carried=None):
+    """One stage's flows on the links they cross: the fabric roles used; per (fabric, chip) the bytes
+    into (``up``) and out of (``down``) the fabric; per (fabric, src, dst) the bytes on a
+    point-to-point link (a grid flow on each hop of its :func:`grid_route`); per (fabric, "spine-up" |
+    "spine-down", node) the bytes through an oversubscribed spine; per fabric the link-bytes carried
+    (a switch flow crosses two links, a flow with the switch one, a grid flow its hops), added into
+    ``carried`` where given."""
     system = group.system
+    up, down, pair, spine = (defaultdict(float) for _ in range(4))
+    carried = defaultdict(float) if carried is None else carried
+    used = set()
     for fl in stage.flows:
         f = fabric_of(group, fl)
+        fab = fabric_obj(system, f)
         used.add(f)
         if fl.src != SWITCH:
             up[f, fl.src] += fl.bytes
         if fl.dst != SWITCH:
             down[f, fl.dst] += fl.bytes
-        if f == SCALE_UP and getattr(system.scale_up, "is_grid", False) and SWITCH not in (fl.src, fl.dst):
-            for a, b in grid_route(system, fl.src, fl.dst):
+        if f == SCALE_UP and getattr(fab, "is_grid", False) and SWITCH not in (fl.src, fl.dst):
+            hops = grid_route(system, fl.src, fl.dst)       # neighbour to neighbour, axis by axis
+            carried[f] += len(hops) * fl.bytes
+            for a, b in hops:
                 pair[f, a, b] += fl.bytes
         else:
+            carried[f] += (1 if point_to_point(fab) or SWITCH in (fl.src, fl.dst) else 2) * fl.bytes
             pair[f, fl.src, fl.dst] += fl.bytes
-        if f == SCALE_OUT and fabric_obj(system, f).oversubscription > 1 and SWITCH not in (fl.src, fl.dst) \
+        if f == SCALE_OUT and fab.oversubscription > 1 and SWITCH not in (fl.src, fl.dst) \
                 and system.crosses_spine(fl.src, fl.dst):
             spine[f, "spine-up", system.node_of(fl.src)] += fl.bytes
             spine[f, "spine-down", system.node_of(fl.dst)] += fl.bytes
-    return _busiest(system, used, up, down, pair, spine)
+    return used, up, down, pair, spine, carried
+
+
+def stage_loads(group: Group, stage: Stage) -> dict[str, float]:
+    """Per fabric role a stage touches, the bytes its busiest link carries one way: the load
+    :func:`account` times a stage by, for models that time the same stages another way
+    (:mod:`emulator.network.protocols`)."""
+    used, up, down, pair, spine, _ = _link_tally(group, stage)
+    return _busiest(group.system, used, up, down, pair, spine)
+
+
+def link_rate(system: System, link: tuple) -> float:
+    """Bytes per second one way a link reaches: :func:`link_bandwidth` x its fabric's ``achievable``."""
+    return link_bandwidth(system, link) * fabric_obj(system, link[0]).achievable
 
 
 def ring_flows(ranks, chunk_bytes: float, rounds: int) -> tuple[Flow, ...]:

@@ -31,6 +31,10 @@ from emulator.chip.hierarchy import Chip, Price
 
 TOPOLOGIES = ("switch", "direct", "torus", "mesh")
 GRIDS = ("torus", "mesh")         # topologies of neighbour links on a grid of ``dims``
+# how a system's collectives run (its file's [collectives] library, a fabric's link_class): the names
+# emulator.network.protocols reads its constants by
+COLLECTIVE_LIBRARIES = ("nccl", "custom")
+LINK_CLASSES = ("nvlink", "pci", "net")
 
 
 def grid_links_per_chip(dims, wrap: bool) -> int:

@@ -72,7 +72,7 @@ from emulator.chip.chipfile import list_presets as chip_presets
 from emulator.chip.chipfile import load_chip, price_from_table
 from emulator.chip.hierarchy import Chip
 from emulator.chip.tomlfile import FileReader, read_toml
-from emulator.system.model import GRIDS, TOPOLOGIES, Fabric, System, grid_links_per_chip
+from emulator.system.model import COLLECTIVE_LIBRARIES, GRIDS, LINK_CLASSES, TOPOLOGIES, Fabric, System, grid_links_per_chip
 
 _TOP_KEYS = {"name": True, "description": False, "chip": True, "chips": True, "chips_per_node": False,
              "scale_up": True, "scale_out": False, "sources": False, "price": False, "collectives": False}
@@ -80,8 +80,6 @@ _FABRIC_KEYS = {"description": False, "topology": False, "bandwidth": True, "por
                 "energy": True, "in_network_reduction": False, "link_class": False, "achievable": False,
                 "dims": False, "oversubscription": False, "rail_optimised": False}
 _COLLECTIVE_KEYS = {"library": False, "skew": False}
-LINK_CLASSES = ("nvlink", "pci", "net")
-COLLECTIVE_LIBRARIES = ("nccl", "custom")
 
 
 def _fabric(r: FileReader, d, field: str, chips_per_node: int) -> Fabric:
