@@ -11,7 +11,10 @@ a trace of one row (same chip, so the same kernels are loaded). ``replay_s`` = e
 less that start-up (``replay_s_unreliable`` when the start-up measured longer than the whole run:
 the other cores' load decided). pycachesim replays the same addresses in the same run (its C ``iterload``;
 the list conversion it needs is timed separately), and its per-level misses must equal the
-replay's. Timings are the best of ``--repeat`` runs (the machine may be shared). An in-process
+replay's. ``ratio_warm_cli``: the same command through the CLI's entry point in one process, after
+it ran once on the one-row trace (start-up excluded by running it, not by subtracting a second
+process's: steadier where start-up, ~1 s, is twenty times the replay). Timings are the best of
+``--repeat`` runs (the machine may be shared). An in-process
 split (read and check the trace alone; the whole replay in process) says where the time goes, and
 ``ratio_in_process_cpu`` is pycachesim's CPU seconds over the in-process replay's.
 
@@ -134,6 +137,42 @@ def tierlab_replay(trace: Path, chip: Path, repeat: int) -> tuple[float, float, 
     return best, best_cpu, out
 
 
+WARM_CLI = """\
+import contextlib, io, json, sys, time
+from emulator.cli import main
+one, trace, chip, repeat = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+def run(t):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main.main(["replay", t, "--chip", chip, "--json"], standalone_mode=False)
+        except SystemExit as e:
+            if e.code:
+                raise
+    return out.getvalue()
+
+run(one)                                    # start-up: imports and the kernels' compiled code
+best = best_cpu = float("inf")
+for _ in range(repeat):
+    t0, c0 = time.perf_counter(), time.process_time()
+    text = run(trace)
+    best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
+print(json.dumps({"wall_s": best, "cpu_s": best_cpu, "tiers": json.loads(text)["tiers"]}))
+"""
+
+
+def warm_cli(one: Path, trace: Path, chip: Path, repeat: int) -> dict:
+    """``tierlab replay TRACE --chip CHIP --json`` run through the CLI's own entry point in one
+    process, after the same command on the one-row trace (start-up excluded: imports, the kernels'
+    compiled code, the first file reads): best wall and CPU seconds of ``repeat`` runs, and the
+    tiers it printed. Parsing, reading and checking, placement, the replay, the cost model and
+    the JSON report are all in it."""
+    proc = subprocess.run([sys.executable, "-c", WARM_CLI, str(one), str(trace), str(chip), str(repeat)],
+                          cwd=REPO, check=True, capture_output=True, text=True, env=dict(os.environ, TIERLAB_DEBUG="0"))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def in_process(trace: Path, chip: Path, repeat: int) -> dict:
     """Where the time goes, in this process (warm; CPU seconds, best of ``repeat``): reading and
     checking the trace alone, and the whole replay (read, check, place, replay) through
@@ -203,6 +242,12 @@ def main() -> None:
                        "in_process": in_process(tmp / "issue.trace", chip, args.repeat)}
                 # the replay in this process (no start-up to subtract): steadier on a loaded host
                 row["ratio_in_process_cpu"] = c_pc / row["in_process"]["pipeline_cpu_s"]
+                warm = warm_cli(tmp / "one.trace", tmp / "issue.trace", chip, args.repeat)
+                row["warm_cli_s"], row["warm_cli_cpu_s"] = warm["wall_s"], warm["cpu_s"]
+                row["ratio_warm_cli"] = t_pc / warm["wall_s"]
+                row["ratio_warm_cli_cpu"] = c_pc / warm["cpu_s"]
+                row["counts_equal"] = row["counts_equal"] and \
+                    [int(t["misses"]) for t in warm["tiers"][:lv]] == pc_misses
                 runs.append(row)
                 log(json.dumps(row))
         emit("bench_trace_path", {"kind": args.kind, "cpu_model": cpu_model(), "lines": len(blocks),

@@ -47,15 +47,15 @@ def main() -> None:
             fn(np.arange(n, dtype=np.int64), n, 0, np.zeros(n, bool), 0, 64, 63, ways, False, True, True, 64, 64, 0,
                tag, np.empty(2 * n, np.int64), np.empty(2 * n, bool), np.zeros(16, np.int64), np.zeros(1, np.uint64))
             out[f"tier_pass_{ways}way{'_clean' if clean else ''}"] = _asm(fn).count("maskmov")
-    geo = [[0, 64, 63, 8, 0], [512, 1024, 1023, 16, 0], [512 + 16384, 8192, 8191, 16, 0]]
+    par = np.array([[64, 63, 6, 8, 0], [1024, 1023, 10, 16, 0], [8192, 8191, 13, 16, 0]], np.int64)
     for levels, fifo in ((2, False), (3, False), (2, True), (3, True)):
-        spec = ((8, True, fifo),) + ((16, True, fifo),) * (levels - 1)
-        for narrow in (True, False):
-            fn = stream._build_chain(spec, narrow)
-            tag = stream.new_state(512 + 16384 + 131072, np.int32 if narrow else np.int64)
-            fn(np.arange(100, dtype=np.int64), 100, 0, np.array(geo[:levels], np.int64), tag, np.zeros((3, 2), np.int64))
-            out[f"chain_{levels}_levels_{'fifo' if fifo else 'lru'}_{'int32' if narrow else 'int64'}"] = \
-                _asm(fn).count("maskmov")
+        for width in (16, 32, 64):
+            spec = ((8, True, fifo, width),) + ((16, True, fifo, width),) * (levels - 1)
+            fn = stream._build_chain(spec)
+            tags = stream.chain_state(par[:levels], [width] * levels)
+            tags += [tags[0]] * (3 - levels)
+            fn(np.arange(100, dtype=np.int64), 100, 0, par[:levels], *tags, np.zeros((3, 2), np.int64))
+            out[f"chain_{levels}_levels_{'fifo' if fifo else 'lru'}_int{width}"] = _asm(fn).count("maskmov")
     import numba
     print(json.dumps({"check": "masked_stores", "cpu_name": numba.config.CPU_NAME or "host",
                       "counts": out, "total": sum(out.values())}, indent=1))

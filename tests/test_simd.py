@@ -192,3 +192,73 @@ def test_front_is_put_with_a_move(ways):
                 got = a.copy()
                 fn(got)
                 assert np.array_equal(got, w), (ways, wide, way)
+
+
+def _narrow_forms(ways, literal):
+    """lookup / push / front over int16 and int32 words (the chain's tag words), the way count a
+    run-time value or (``literal``) a constant."""
+    from emulator.engine.simd import set_front16, set_lookup16, set_lookup32, set_push16
+
+    ops = {16: (set_lookup16, set_push16, set_front16), 32: (set_lookup32, set_push32, set_front32)}
+    out = {}
+    for width, (lk, pu, fr) in ops.items():
+        if literal:
+            @njit(cache=False)
+            def lookup(arr, base, n, key, lk=lk):
+                return lk(arr.ctypes.data, base, ways, key, 0)
+
+            @njit(cache=False)
+            def push(arr, base, n, word, flag, pu=pu):
+                pu(arr.ctypes.data, base, ways, word, flag)
+
+            @njit(cache=False)
+            def front(arr, base, n, way, word, fr=fr):
+                fr(arr.ctypes.data, base, ways, way, word)
+        else:
+            @njit(cache=False)
+            def lookup(arr, base, n, key, lk=lk):
+                return lk(arr.ctypes.data, base, n, key, 0)
+
+            @njit(cache=False)
+            def push(arr, base, n, word, flag, pu=pu):
+                pu(arr.ctypes.data, base, n, word, flag)
+
+            @njit(cache=False)
+            def front(arr, base, n, way, word, fr=fr):
+                fr(arr.ctypes.data, base, n, way, word)
+        out[width] = (lookup, push, front)
+    return out
+
+
+@pytest.mark.parametrize("ways", [1, 2, 3, 4, 7, 8, 12, 16, 17, 32])
+@pytest.mark.parametrize("literal", [False, True])
+def test_narrow_words_match_the_reference(ways, literal):
+    """The int16 and int32 forms of lookup, push and front (the chain's tag words) against plain
+    Python, keys and words spanning each type's range; front with way -1 changes nothing (the
+    chain's tier that must not change), on every form."""
+    rng = np.random.default_rng(4000 + ways)
+    forms = _narrow_forms(ways, literal)
+    for width, (lookup, push, front) in forms.items():
+        dt = np.int16 if width == 16 else np.int32
+        top = np.iinfo(dt).max
+        for trial in range(30):
+            base = int(rng.integers(0, 4))
+            arr = rng.integers(-1, top, size=base + ways + 3).astype(dt)
+            arr[rng.random(arr.size) < 0.2] = -1
+            words = arr[base:base + ways]
+            key = int(words[rng.integers(0, ways)]) if trial % 3 == 0 else int(rng.integers(0, top))
+            assert lookup(arr, base, ways, key) == _ref_lookup(words, key, 0), (width, key)
+            word = int(rng.integers(0, top))
+            flag = trial % 2 == 0
+            got = arr.copy()
+            push(got, base, ways, word, flag)
+            want = _ref_put(arr, base, ways, ways - 1, word, True) if flag else arr
+            assert np.array_equal(got, want.astype(dt)), (width, flag)
+            way = int(rng.integers(-1, ways))
+            got = arr.copy()
+            front(got, base, ways, way, word)
+            want = arr if way < 0 else _ref_put(arr, base, ways, way, word, True)
+            assert np.array_equal(got, want.astype(dt)), (width, way)
+    got = np.arange(ways + 2, dtype=np.int64)
+    _front(got, 1, ways, -1, 99)
+    assert np.array_equal(got, np.arange(ways + 2)), "int64 front with way -1"

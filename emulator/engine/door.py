@@ -29,7 +29,6 @@ from emulator.engine.lines import serves as serves_lines
 from emulator.engine.options import ReplayOptions
 from emulator.engine.policies import POLICY_NAMES
 from emulator.engine.state import Tensors, as_descriptors
-from emulator.engine.stream import NARROW_LIMIT
 from emulator.engine.stream_driver import StreamReplayer
 from emulator.engine.tally import CallCounters
 from emulator.engine.twins import MAX_DIFF_SHARE, TwinDriver
@@ -108,10 +107,8 @@ def _stream_descriptors(geo: Geometry, tensors: Tensors, choice: Choice, batches
     chain, asked to serve a stream whose writes are not known, hands over to the tier passes at the
     first buffer holding a write."""
     sh0 = int(geo.block_bytes[0]).bit_length() - 1
-    narrow = (int(geo.space_bytes) >> sh0) < NARROW_LIMIT
     chain = choice.kernel.name == "cache_stream_chain"
-    r = StreamReplayer(geo, n_caches, options, chain=chain, dtype=np.int32 if chain and narrow else np.int64,
-                       hand_over=chain and writes is None)
+    r = StreamReplayer(geo, n_caches, options, chain=chain, hand_over=chain and writes is None)
     cap = STREAM_BUFFER_BLOCKS
     out_block, out_write = np.empty(cap, np.int64), np.empty(cap, np.bool_)
     state = np.zeros(3, np.int64)
@@ -359,17 +356,12 @@ def _replay_blocks_stream(a, w, geo: Geometry, n_caches: int, options: ReplayOpt
     if chain and n_caches == 1:
         bit = None      # one tier is less work per block than splitting the stream (measured)
     sh0 = int(geo.block_bytes[0]).bit_length() - 1
-    if not chain and a.min() < 0:
+    if len(a) and a.min() < 0:
         raise UsageError("addresses must be non-negative", field="addresses")
-    dtypes = (np.int32, np.int64) if chain else (np.int64,)
-    for dtype in dtypes:
-        # int32 words while every block is below 2**30 (known only afterwards: redo if not)
-        r = StreamReplayer(geo, n_caches, options, chain=chain, dtype=dtype, bit=bit)
-        r.feed(a, sh0, w)
-        if not chain or r.seen < NARROW_LIMIT:
-            break
-    if chain and r.seen < 0:
-        raise UsageError("addresses must be non-negative", field="addresses")
+    # the chain's tag words are sized for the largest block
+    r = StreamReplayer(geo, n_caches, options, chain=chain, bit=bit,
+                       top_block=(int(a.max()) >> sh0) + 1 if len(a) else 1)
+    r.feed(a, sh0, w)
     cnt = r.counts()
     by_kind = np.zeros((len(KINDS), len(geo.names), N_COUNTERS), np.int64)
     by_kind[KINDS.index("other")] = cnt

@@ -25,7 +25,6 @@ import numpy as np
 from emulator.engine.counters import HITS, MISSES
 from emulator.engine.geometry import Geometry, partition_bit
 from emulator.engine.options import ReplayOptions
-from emulator.engine.stream import NARROW_LIMIT
 from emulator.engine.stream_driver import StreamReplayer
 
 
@@ -72,12 +71,10 @@ def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, 
     sh0 = int(geo.block_bytes[0]).bit_length() - 1
     shift = 1 + sh0 - (stream.line_bytes.bit_length() - 1)
     once = np.asarray(stream.once_rows, np.int64)
-    narrow = (int(geo.space_bytes) >> sh0) < NARROW_LIMIT
     bit = partition_bit(geo, n_caches) if options.threads > 1 and stream.n_lines > 1 and not len(once) else None
     if chain and n_caches == 1:
         bit = None      # one tier is less work per block than splitting the stream (as replay_blocks)
-    r = StreamReplayer(geo, n_caches, options, chain=chain, dtype=np.int32 if chain and narrow else np.int64,
-                       bit=bit, hand_over=chain and stream.writes is None)
+    r = StreamReplayer(geo, n_caches, options, chain=chain, bit=bit, hand_over=chain and stream.writes is None)
     with ThreadPoolExecutor(1) as pool:
         checks: list = []
         try:

@@ -249,7 +249,8 @@ def _intrinsics(elt: ir.IntType):
                 builder.store(builder.select(take, pushed, old), ptr, align=elt.width // 8)
 
             def loop():
-                _shift_loop(builder, data, base_v, way_v, word_v)
+                with builder.if_then(builder.icmp_signed(">=", way_v, ir.Constant(_I64, 0))):
+                    _shift_loop(builder, data, base_v, way_v, word_v)
 
             _by_ways(builder, ways_v, n, vector, loop)
             return context.get_dummy_value()
@@ -261,20 +262,22 @@ def _intrinsics(elt: ir.IntType):
 
 set_lookup, set_put, set_push, set_front = _intrinsics(_I64)
 set_lookup32, set_put32, set_push32, set_front32 = _intrinsics(_I32)
-set_front.__doc__ = set_front32.__doc__ = """``set_front(words, base, ways, way, word)``: ``set_put(words,
+set_lookup16, set_put16, set_push16, set_front16 = _intrinsics(ir.IntType(16))
+set_front.__doc__ = set_front32.__doc__ = set_front16.__doc__ = """``set_front(words, base, ways, way, word)``: ``set_put(words,
 base, ways, way, word, True)`` (the word to way 0, ways ``0..way-1`` one down) as one two-source
-shuffle, one compare and one blend."""
-set_push.__doc__ = set_push32.__doc__ = """``set_push(words, base, ways, word, push)``: with ``push``, write
+shuffle, one compare and one blend. ``way = -1`` leaves the set as it is (in the vector form
+without a branch: no lane is at or below it)."""
+set_push.__doc__ = set_push32.__doc__ = set_push16.__doc__ = """``set_push(words, base, ways, word, push)``: with ``push``, write
 ``word`` to way 0 of the set at ``words[base]`` and every way one down (the last dropped: a FIFO
 fill, or an LRU miss); without, leave the set as it is. The same as ``set_put(..., ways - 1, word,
 True)`` or nothing, in one shuffle and one blend, no branch."""
-set_lookup.__doc__ = set_lookup32.__doc__ = """``set_lookup(words, base, ways, key, low)``: the first way
+set_lookup.__doc__ = set_lookup32.__doc__ = set_lookup16.__doc__ = """``set_lookup(words, base, ways, key, low)``: the first way
 ``x`` < ``ways`` with ``words[base + x] | low == key``, else ``ways`` (``words``: the address of the
-int64 words, or int32 words for the ``32`` form, whose key must fit in them).
+int64 words, or int32 or int16 words for the ``32`` and ``16`` forms, whose key must fit in them).
 
 Without a branch: the caller takes ``miss = r == ways`` and works on way ``r - miss`` (the last way
 on a miss), so a random mix of hits and misses costs no mispredictions."""
-set_put.__doc__ = set_put32.__doc__ = """``set_put(words, base, ways, way, word, move)``: write ``word`` to
+set_put.__doc__ = set_put32.__doc__ = set_put16.__doc__ = """``set_put(words, base, ways, way, word, move)``: write ``word`` to
 the set at ``words[base]``: with ``move``, at way 0, ways ``0..way-1`` one down (an LRU hit or a
 fill: what was in ``way`` is dropped); without, in place at ``way``. One blend either way, no
 branch."""

@@ -8,7 +8,8 @@ after. Two kinds of kernel:
   then dirty victims' writebacks) for the next tier; a chunk goes tier by tier. Exact because a
   tier's state depends only on the sequence of requests it sees.
 * :func:`chain_pass`: for streams without writes on at most three LRU/FIFO tiers, each block is
-  followed down the tiers in one loop (no buffers), with int32 words while the blocks allow.
+  followed down the tiers in one loop (no buffers), each tier keeping tags in the narrowest word
+  that holds them (16, 32 or 64 bits).
 
 State: one word per way, ``block << 1 | dirty`` (-1 when empty). The ``ways`` words of a set (from
 ``slot_base + set * ways``) hold its blocks in replacement order instead of stamps — most recently
@@ -42,10 +43,13 @@ from emulator.engine.policies import xorshift64
 from emulator.engine.simd import (
     VECTOR_WAYS,
     set_front,
+    set_front16,
     set_front32,
     set_lookup,
+    set_lookup16,
     set_lookup32,
     set_push,
+    set_push16,
     set_push32,
     set_put,
 )
@@ -235,64 +239,98 @@ def split_blocks(blk, lo, hi, in_shift, bit, out0, out1):
 
 
 @njit(nogil=True, inline="always")
-def _chain_tier(words, b, off, n_sets, set_mask, ways, fifo, pow2_sets, narrow):
-    """Look ``b`` up in one clean tier of a chain (see :func:`_build_chain`) and update it; return 1
-    on a miss. ``narrow`` (a build constant): the words are int32 (blocks below ``2**30``)."""
-    base = off + ((b & set_mask) if pow2_sets else (b % n_sets)) * ways
-    key = b << 1                    # every word of a chain is clean: compared as it is
-    r = set_lookup32(words, base, ways, key, 0) if narrow else set_lookup(words, base, ways, key, 0)
-    miss = 1 if r == ways else 0
-    if fifo:            # a hit leaves the set as it is; a miss pushes the block in front
-        if narrow:
-            set_push32(words, base, ways, b << 1, miss == 1)
+def _set_op(words, base, ways, key, r, miss, act, fifo, width):
+    """Update one set of a chain tier after a lookup (``r``, ``miss``): a miss's fill at the front,
+    an LRU hit's move to the front, or (``act`` 0: the tier above hit) nothing, without a branch."""
+    if fifo:            # a hit leaves the set as it is; a miss pushes the key in front
+        push = (miss & act) == 1
+        if width == 16:
+            set_push16(words, base, ways, key, push)
+        elif width == 32:
+            set_push32(words, base, ways, key, push)
         else:
-            set_push(words, base, ways, b << 1, miss == 1)
-    elif narrow:
-        set_front32(words, base, ways, r - miss, b << 1)
+            set_push(words, base, ways, key, push)
+    else:               # lanes 0..way take the key pushed in front; way -1 (act 0): none
+        way = (r - miss) | (act - 1)
+        if width == 16:
+            set_front16(words, base, ways, way, key)
+        elif width == 32:
+            set_front32(words, base, ways, way, key)
+        else:
+            set_front(words, base, ways, way, key)
+
+
+@njit(nogil=True, inline="always")
+def _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, act):
+    """Look block ``b`` up in one clean tier of a chain (see :func:`_build_chain`) and update it;
+    return 1 on a miss. A set holds tags (``b >> set_bits``, or ``b // n_sets``), not blocks, in
+    words of ``width`` bits (a build constant). ``act`` 0 (the tier above hit): the lookup is made
+    but nothing changes and 0 is returned (a tier looked up on every request, not behind a branch
+    on the tier above)."""
+    if pow2_sets:
+        key = b >> set_bits
+        base = (b & set_mask) * ways
     else:
-        set_front(words, base, ways, r - miss, b << 1)
-    return miss
+        key = b // n_sets
+        base = (b - key * n_sets) * ways
+    if width == 16:
+        r = set_lookup16(words, base, ways, key, 0)
+    elif width == 32:
+        r = set_lookup32(words, base, ways, key, 0)
+    else:
+        r = set_lookup(words, base, ways, key, 0)
+    miss = 1 if r == ways else 0
+    _set_op(words, base, ways, key, r, miss, act, fifo, width)
+    return miss & act
 
 
-def _build_chain(spec: tuple, narrow: bool):
+def _build_chain(spec: tuple):
     """The clean read-only chain kernel for one to three LRU/FIFO cache tiers: each block is
     followed down the tiers until one holds it (no writes, so no writebacks). Each tier's (way
-    count or 0 for a run-time count, power-of-two sets, fifo) in ``spec`` is compiled in; with
-    ``narrow`` the words are int32 (half the host cache footprint; blocks must stay below
-    ``2**30``, which the caller checks from the returned OR of the blocks)."""
+    count or 0 for a run-time count, power-of-two sets, fifo, tag width in bits) in ``spec`` is
+    compiled in. Each tier keeps its own words (:func:`chain_state`): tags in the narrowest word
+    that holds every tag of the address space (:func:`tag_width`), so a 16-way set of 16-bit
+    tags is one 32-byte vector (one AVX2 register) and the tiers' state a quarter of 64-bit
+    blocks' in the host's caches.
+
+    The second tier is reached behind a branch on the first's miss (a first tier mostly hits or
+    mostly misses: the branch is predicted); the third is looked up on every request that reached
+    the second and changed only where the second missed (a second tier's hits and misses mix:
+    a branch there would be mispredicted)."""
     # (the closure holds only numbers and flags: a captured function would make the on-disk cache
     # key differ in every process)
     n_t = len(spec)
-    (w0, p0, f0), (w1, p1, f1), (w2, p2, f2) = tuple(spec) + ((1, True, False),) * (3 - n_t)
+    (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = tuple(spec) + ((1, True, False, 64),) * (3 - n_t)
 
     @njit(nogil=True)
-    def chain(blk, n, in_shift, par, tag, cnt):
-        """Serve ``blk[:n] >> in_shift``; ``par`` rows: slot base, sets, set mask, ways, shift to
-        the next tier. Adds requests and misses per tier to ``cnt`` columns 0 and 1; returns the
-        OR of all blocks (negative if any was: a set index stays in range, the counts do not)."""
-        words = tag.ctypes.data
+    def chain(blk, n, in_shift, par, t0, t1, t2, cnt):
+        """Serve ``blk[:n] >> in_shift``; ``par`` rows: sets, set mask, set bits, ways, shift to
+        the next tier; ``t0``..``t2`` the tiers' words. Adds requests and misses per tier to
+        ``cnt`` columns 0 and 1; returns the largest block (the caller checks it stayed below the
+        bound the widths were chosen for)."""
+        a0, a1, a2 = t0.ctypes.data, t1.ctypes.data, t2.ctypes.data
         # every parameter in a local: the compiler cannot tell the rows of ``par`` from the words
-        o0, s0, k0, x0, h0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3], par[0, 4]
-        o1, s1, k1, x1, h1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3], par[1 % n_t, 4]
-        o2, s2, k2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
-        q0 = m0 = q1 = m1 = q2 = m2 = seen = 0
+        s0, k0, e0, x0, h0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3], par[0, 4]
+        s1, k1, e1, x1, h1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3], par[1 % n_t, 4]
+        s2, k2, e2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
+        q0 = m0 = q1 = m1 = q2 = m2 = 0
+        top = -1
         for j in range(n):
             b = blk[j] >> in_shift
-            seen |= b
+            top = max(top, b)
             q0 += 1
-            miss = _chain_tier(words, b, o0, s0, k0, x0, f0, p0, narrow)
+            miss = _chain_tier(a0, b, s0, k0, e0, x0, f0, p0, b0, 1)
             m0 += miss
             if n_t == 1 or not miss:
                 continue
             b = b >> h0
             q1 += 1
-            miss = _chain_tier(words, b, o1, s1, k1, x1, f1, p1, narrow)
+            miss = _chain_tier(a1, b, s1, k1, e1, x1, f1, p1, b1, 1)
             m1 += miss
-            if n_t == 2 or not miss:
+            if n_t == 2:
                 continue
-            b = b >> h1
-            q2 += 1
-            miss = _chain_tier(words, b, o2, s2, k2, x2, f2, p2, narrow)
+            q2 += miss
+            miss = _chain_tier(a2, b >> h1, s2, k2, e2, x2, f2, p2, b2, miss)
             m2 += miss
         cnt[0, 0] += q0
         cnt[0, 1] += m0
@@ -302,30 +340,49 @@ def _build_chain(spec: tuple, narrow: bool):
         if n_t > 2:
             cnt[2, 0] += q2
             cnt[2, 1] += m2
-        return seen
+        return top
     return chain
 
 
 _CHAIN: dict = {}
+_WORD = {16: np.int16, 32: np.int32, 64: np.int64}
 
 
-def chain_pass(blk, n, in_shift, par, tag, cnt, spec):
-    """:func:`_build_chain`'s kernel for ``spec`` and the word type of ``tag`` (int64 or int32;
-    built on first use, then cached on disk)."""
-    key = (spec, tag.dtype == np.int32)
-    fn = _CHAIN.get(key)
+def tag_width(top_block: int, n_sets: int) -> int:
+    """The narrowest word (16, 32 or 64 bits) holding the tag of every block below ``top_block``
+    at a tier of ``n_sets`` sets, beside the empty word -1."""
+    top_tag = max(int(top_block) - 1, 0) // max(int(n_sets), 1)
+    return 16 if top_tag < (1 << 15) - 1 else 32 if top_tag < (1 << 31) - 1 else 64
+
+
+def chain_state(par: np.ndarray, widths) -> list:
+    """The chain tiers' words, all empty, one array per tier (``par`` rows as :func:`chain_pass`
+    takes them; ``widths`` from :func:`tag_width`), each aligned for vector loads."""
+    return [new_state(int(row[0] * row[3]), _WORD[w]) for row, w in zip(par, widths)]
+
+
+def chain_pass(blk, n, in_shift, par, tags, cnt, spec):
+    """:func:`_build_chain`'s kernel for ``spec`` (built on first use, then cached on disk) over the
+    tiers' words ``tags`` (:func:`chain_state`)."""
+    fn = _CHAIN.get(spec)
     if fn is None:
-        fn = _CHAIN[key] = _build_chain(*key)
-    return fn(blk, n, in_shift, par, tag, cnt)
+        fn = _CHAIN[spec] = _build_chain(spec)
+    t = list(tags) + [tags[0]] * (3 - len(tags))
+    return fn(blk, n, in_shift, par, t[0], t[1], t[2], cnt)
+
+
+def chain_blocks(tags: np.ndarray, n_sets: int, ways: int) -> np.ndarray:
+    """A chain tier's words as the tier passes keep them: ``block << 1`` (clean) in the same order,
+    -1 where empty (the block is the tag and the set index, which the tag leaves out)."""
+    t = tags.astype(np.int64)
+    s = np.repeat(np.arange(n_sets, dtype=np.int64), ways)
+    return np.where(t >= 0, (t * n_sets + s) << 1, -1)
 
 
 def evictions(misses: int, tag, slot_base: int, n_slots: int) -> int:
     """A stream tier's evictions: each miss fills a way, an empty one or a victim's, and no way is
     ever emptied again, so every miss beyond the ways that were filled from empty evicted a block."""
     return misses - int(np.count_nonzero(tag[slot_base:slot_base + n_slots] >= 0))
-
-
-NARROW_LIMIT = 1 << 30   # int32 words hold ``block << 1`` for blocks below this
 
 
 def new_state(n_slots: int, dtype=np.int64) -> np.ndarray:

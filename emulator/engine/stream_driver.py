@@ -38,13 +38,18 @@ class StreamReplayer:
     """State of the stream kernels over the first ``n_caches`` tiers of ``geo``; :meth:`feed` it
     block streams in order, then :meth:`counts`.
 
-    ``chain``: the read-only chain kernel (else the tier passes); ``dtype``: the chain's word type
-    (int32 while every block stays below :data:`emulator.engine.stream.NARROW_LIMIT`); ``bit``: the
-    partition bit for two threads, or None."""
+    ``chain``: the read-only chain kernel (else the tier passes); ``top_block``: every tier-0 block
+    fed is below it (the chain's tag words are chosen from it: :func:`emulator.engine.stream.tag_width`;
+    a block beyond it is refused); ``bit``: the partition bit for two threads, or None."""
 
     def __init__(self, geo: Geometry, n_caches: int, options: ReplayOptions, *, chain: bool,
-                 dtype=np.int64, bit: int | None = None, hand_over: bool = False):
-        self.geo, self.n_t, self.chain, self.dtype = geo, n_caches, chain, dtype
+                 top_block: int | None = None, bit: int | None = None, hand_over: bool = False):
+        self.geo, self.n_t, self.chain = geo, n_caches, chain
+        if top_block is None:
+            top_block = int(geo.space_bytes) >> (int(geo.block_bytes[0]).bit_length() - 1)
+        self.top_block = max(int(top_block), 1)
+        # the two threads' buffers of blocks: int32 halves the traffic between them
+        self.dtype = np.int32 if self.top_block <= 1 << 31 else np.int64
         self.options, self.hand_over, self.handed_over_at = options, hand_over, None
         self.step = options.batch_rows
         n_t = n_caches
@@ -62,16 +67,24 @@ class StreamReplayer:
         self.parts = [(-1, 0)] if bit is None else [(bit, 0), (bit, 1)]
         n_slots = int(geo.slot_off[n_t - 1] + geo.n_sets[n_t - 1] * geo.n_ways[n_t - 1])
         self.n_slots = n_slots
-        self.states = [(stream.new_state(n_slots, dtype if chain else np.int64),
-                        np.zeros((n_t + 1, N_COUNTERS), np.int64)) for _ in self.parts]
         self.seen = 0
         self.blocks_fed = 0
         self.reqs = None            # the chain's requests and misses per tier
         if chain:
-            self.spec = tuple((a[3] if a[3] in stream.VECTOR_WAYS else 0, a[2] >= 0, bool(a[4])) for a in self.args)
-            self.par = np.array([[a[0], a[1], a[2], a[3], a[9]] for a in self.args], np.int64)
+            # per tier: its sets, set mask, set bits, ways, shift to the next; its tags' width
+            self.par = np.array([[a[1], a[2], max(a[2], 0).bit_length(), a[3], a[9]] for a in self.args], np.int64)
+            widths, top = [], self.top_block
+            for i, a in enumerate(self.args):
+                widths.append(stream.tag_width(top, a[1]))
+                top = ((top - 1) >> a[9]) + 1
+            self.spec = tuple((a[3] if a[3] in stream.VECTOR_WAYS else 0, a[2] >= 0, bool(a[4]), w)
+                              for a, w in zip(self.args, widths))
+            self.states = [(stream.chain_state(self.par, widths), np.zeros((n_t + 1, N_COUNTERS), np.int64))
+                           for _ in self.parts]
             self.reqs = np.zeros((len(self.parts), n_t, 2), np.int64)
         else:
+            self.states = [(stream.new_state(n_slots, np.int64), np.zeros((n_t + 1, N_COUNTERS), np.int64))
+                           for _ in self.parts]
             self._init_passes()
 
     def _init_passes(self) -> None:
@@ -86,13 +99,16 @@ class StreamReplayer:
 
     def _to_passes(self) -> None:
         """Hand the chain's state over to the tier passes (at the first write of a stream whose
-        writes were not known before). Exact: both keep a set's blocks as ``block << 1`` words in
-        replacement order (the chain's are all clean), so the passes go on from the same state;
-        the chain's counts so far stay in :attr:`reqs`."""
+        writes were not known before). Exact: both keep a set's blocks in replacement order (the
+        chain as tags, all clean; the passes as ``block << 1`` words), so the passes go on from the
+        same state; the chain's counts so far stay in :attr:`reqs`."""
         states = []
-        for tag, cnt in self.states:
+        for tags, cnt in self.states:
             wide = stream.new_state(self.n_slots, np.int64)
-            wide[:] = tag
+            for i, t in enumerate(tags):
+                s_i, w_i = int(self.geo.n_sets[i]), int(self.geo.n_ways[i])
+                off = int(self.geo.slot_off[i])
+                wide[off:off + s_i * w_i] = stream.chain_blocks(t, s_i, w_i)
             states.append((wide, cnt))
         self.states, self.chain, self.handed_over_at = states, False, self.blocks_fed
         self._init_passes()
@@ -120,7 +136,7 @@ class StreamReplayer:
     def _chain(self, a, shift):
         n = len(a)
         if len(self.parts) == 1:
-            self.seen |= int(stream.chain_pass(a, n, shift, self.par, self.states[0][0], self.reqs[0], self.spec))
+            self._seen(stream.chain_pass(a, n, shift, self.par, self.states[0][0], self.reqs[0], self.spec))
             return
         # for each chunk, thread k splits its half of the chunk by the partition bit into two
         # buffers, both wait, then thread k replays part k from both buffers in stream order
@@ -130,7 +146,8 @@ class StreamReplayer:
         # blocks in the word type: int32 buffers halve the traffic between the threads
         bufs = [[[np.empty(chunk // 2 + 1, self.dtype) for _ in range(2)] for _ in range(2)] for _ in range(2)]
         counts = np.zeros((2, 2, 2), np.int64)      # [buffer set][splitter][part]
-        seen = np.zeros(2, np.int64)
+        seen = np.zeros(2, np.int64)                # the OR of the blocks each thread split
+        top = np.full(2, -1, np.int64)               # the largest block each part replayed
         barrier = threading.Barrier(2)
 
         def serve(k):
@@ -144,14 +161,24 @@ class StreamReplayer:
                     seen[k] |= or_
                     barrier.wait()
                     for s_ in range(2):
-                        stream.chain_pass(bufs[c % 2][s_][k], int(counts[c % 2, s_, k]), 0, self.par,
-                                          self.states[k][0], self.reqs[k], self.spec)
+                        top[k] = max(top[k], stream.chain_pass(bufs[c % 2][s_][k], int(counts[c % 2, s_, k]), 0,
+                                                               self.par, self.states[k][0], self.reqs[k], self.spec))
             except BaseException:
                 barrier.abort()
                 raise
 
         _on_threads(serve, 2)
-        self.seen |= int(np.bitwise_or.reduce(seen))
+        or_ = int(np.bitwise_or.reduce(seen))
+        # a block the buffers could not hold (negative, or beyond their words) is caught by the OR
+        self._seen(or_ if or_ < 0 or or_ > np.iinfo(self.dtype).max else int(top.max()))
+
+    def _seen(self, top: int) -> None:
+        """Record the largest block the chain replayed; refuse one beyond the bound its words were
+        sized for (a caller's bound was wrong: the counts cannot be trusted)."""
+        if top < 0 or top >= self.top_block:
+            raise ValueError(f"a block ({top}) outside the replay's bound [0, {self.top_block}): its tag words "
+                             "were sized for that bound")
+        self.seen = max(self.seen, top)
 
     def _passes(self, k, a, shift0, w):
         tag, cnt = self.states[k]
@@ -196,8 +223,11 @@ class StreamReplayer:
                 c[n_t, HITS] += int(self.reqs[k, n_t - 1, 1])
                 c[n_t, BYTES_READ] += int(self.reqs[k, n_t - 1, 1]) << self.sh[n_t - 1]
             for i in range(n_t):
-                c[i, EVICTIONS] += stream.evictions(int(c[i, MISSES]), tag, int(self.geo.slot_off[i]),
-                                                    int(self.geo.n_sets[i] * self.geo.n_ways[i]))
+                if self.chain:      # each tier's own words
+                    c[i, EVICTIONS] += stream.evictions(int(c[i, MISSES]), tag[i], 0, len(tag[i]))
+                else:
+                    c[i, EVICTIONS] += stream.evictions(int(c[i, MISSES]), tag, int(self.geo.slot_off[i]),
+                                                        int(self.geo.n_sets[i] * self.geo.n_ways[i]))
             out[:n_t + 1] += c
         return out
 
