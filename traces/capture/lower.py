@@ -306,6 +306,8 @@ class CaptureLowering(CaptureTensors):
 
     def _attention(self, e, seg, kv, rotary: list[int]) -> list[Op]:
         (b, h, t, d), kshape, vshape = e.shapes
+        if kv is None and e.info.get("uncached"):
+            return [self._attention_over_activations(e, seg)]
         i = kv.info["layer"] if kv is not None else e.info["layer"]
         caches = self.caches.get(i)
         if caches is None:     # a layer attending to another layer's cache (Gemma 3n's shared KV): the latest
@@ -340,9 +342,24 @@ class CaptureLowering(CaptureTensors):
                                     chunk=chunk)
         return ops
 
+    def _attention_over_activations(self, e, seg) -> Op:
+        """An attention call whose keys and values are activations, not a cache: its module keeps no cache
+        layer and appended nothing (Inkling 2's attention over the outputs of earlier blocks, at each
+        position). Q, K and V are read and the output written."""
+        (b, h, t, d), (_, hk, s, _), (_, _, _, dv) = e.shapes
+        ab = self.ab
+        op = Op("attention", "attention", self.B * seg.tokens, 2 * b * h * t * s * (d + dv))
+        for heads, rows, width in ((h, t, d), (hk, s, d), (hk, s, dv)):
+            op.read(self._fit(heads * width, b * rows), 0, b * heads * rows * width * ab)
+        op.write(self._fit(h * dv, b * t), 0, b * h * t * dv * ab)
+        for n in e.info.get("params", ()):        # the module's own (Inkling 2's learned queries)
+            op.read_all(self.weights[n][0])
+        return op
+
     def _router(self, e, layer, seg, short) -> None:
         mod = self.cap.modules[e.scope]
-        wname = next(iter(mod["params"].values()))
+        dims = {n: shape for n, shape, *_ in self.cap.weights}
+        wname = max(mod["params"].values(), key=lambda n: numel(dims[n]))     # its matrix; the rest biases
         E, hidden = self._shape(wname)
         wt, sc = self.weights[wname]
         m = numel(e.shapes[0]) // hidden
@@ -366,8 +383,10 @@ class CaptureLowering(CaptureTensors):
         biases = [n for n in mod["params"].values() if dims[n] == 2]
         fused = [n for s, n in names.items() if "gate_up" in s]
         down = next(n for s, n in names.items() if "down" in s)
-        E = len(self.experts[down])
         r = self.routers.get(layer, {})
+        # routed over as many experts as the router scores: those past the down projections are the identity
+        # (LongCat-Flash's zero-computation experts), which read no weights
+        E = max(r.get("experts") or 0, len(self.experts[down]))
         k = r.get("top_k") or self.cap.info.get("top_k")
         if not k:
             raise UsageError(f"{e.scope}: experts without a known top-k", field="num_experts_per_tok")
@@ -400,6 +419,9 @@ class CaptureLowering(CaptureTensors):
         ops.append(moe_k.dispatch("mlp.dispatch", self._buf(hidden), disp, m=m, k=k, row_bytes=hidden * ab))
         first = 0
         for x in np.flatnonzero(counts).tolist():
+            if x >= len(triples):           # an identity expert: its rows pass through to the combine
+                first += int(counts[x])
+                continue
             ws = triples[x]
             op = moe_k.expert_mlp(short, x, [t for t, _ in ws], [s for _, s in ws], disp, inter, out,
                                   first_row=first, rows=int(counts[x]), hidden=hidden, ffn=ffn, act_bytes=ab,

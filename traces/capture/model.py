@@ -58,6 +58,25 @@ def layer_caches(hf, file: str | None = None) -> tuple[list[tuple[str, int]], li
     return out, state
 
 
+def copied_layers(cache, known: int) -> tuple[list[tuple[str, int]], list[int]]:
+    """The layout (as :func:`layer_caches` gives it) of the cache layers past the config's ``known`` ones,
+    read from the layer objects a forward left: Inkling 2 Loop's copies of its loop layers, one set for
+    each pass after the first, which the model appends to the cache itself."""
+    from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin, StaticLayer
+
+    out, state = [], []
+    for i, layer in enumerate(getattr(cache, "layers", [])[known:], start=known):
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            state.append(i)
+        if not isinstance(layer, (DynamicLayer, StaticLayer)):     # a recurrent state alone, or nothing
+            out.append(("none", 0))
+        elif getattr(layer, "is_sliding", False):
+            out.append(("sliding", int(layer.sliding_window)))
+        else:
+            out.append(("full", 0))
+    return out, state
+
+
 def state_shapes(cache, batch: int) -> dict[int, list[tuple[str, int]]]:
     """Per state layer, each recurrent-state tensor the cache object holds after a forward: (part name,
     elements per sequence) — the convolution windows and the recurrent (SSM / delta-rule) states."""
@@ -75,7 +94,52 @@ def state_shapes(cache, batch: int) -> dict[int, list[tuple[str, int]]]:
                     parts.append((f"{short}{j}" if j else short, n // max(1, batch)))
         if parts:
             out[i] = parts
+    for attr, held in own_states(cache).items():
+        for i, tensors in held.items():
+            out.setdefault(i, []).extend((f"{attr}{j}" if j else attr, _elements(t) // max(1, batch))
+                                         for j, t in enumerate(tensors))
     return out
+
+
+def _elements(t) -> int:
+    n = 1
+    for d in t.shape:
+        n *= int(d)
+    return n
+
+
+def own_states(cache) -> dict[str, dict[int, list]]:
+    """The recurrent states a model's own cache class keeps beside (or instead of) its KV layers, per
+    attribute and layer: a list or a dict by layer of tensors, or of tuples of tensors (MiniMax's
+    ``linear_cache``, the K^T V sum of its lightning attention; xLSTM's ``rnn_state``, each block's C, n, m).
+    Transformers' own cache classes keep theirs in their layers (:func:`state_shapes` reads those)."""
+    from transformers.cache_utils import Cache
+
+    if type(cache).__module__ == Cache.__module__:
+        return {}
+    out: dict[str, dict[int, list]] = {}
+    for attr, held in vars(cache).items():
+        if attr == "layers" or not isinstance(held, (list, dict)):
+            continue
+        items = held.items() if isinstance(held, dict) else enumerate(held)
+        per_layer = {}
+        for i, v in items:
+            tensors = [t for t in (v if isinstance(v, (tuple, list)) else (v,)) if hasattr(t, "shape") and t.dim()]
+            if isinstance(i, int) and tensors:
+                per_layer[i] = tensors
+        if per_layer:
+            out[attr] = per_layer
+    return out
+
+
+def own_cache(cls, hf, batch: int, torch):
+    """A fresh cache of the class a model makes itself (MiniMax's ``MiniMaxCache()``, xLSTM's
+    ``xLSTMCache(config, max_batch_size, ...)``), built from what its constructor asks for, on the meta device."""
+    import inspect
+
+    given = {"config": hf, "max_batch_size": batch, "batch_size": batch, "dtype": torch.bfloat16, "device": "meta"}
+    params = inspect.signature(cls.__init__).parameters
+    return cls(**{k: v for k, v in given.items() if k in params})
 
 
 def refuse_unbuildable(config: dict, model_type: str, transformers, file: str | None) -> None:

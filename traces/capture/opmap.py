@@ -57,16 +57,42 @@ def leaf_kind(module, name: str, torch_nn) -> str | None:
     bare_children = not any(True for c in module.children() for _ in c.parameters())
     if isinstance(module, (torch_nn.Conv1d, torch_nn.Conv2d)):
         return None                # a recurrent mixer's causal convolution: its state op reads it
-    if bare_children and any(p.dim() == 3 for p in params) and all(p.dim() in (2, 3) for p in params) \
-            and len({p.shape[0] for p in params}) == 1:
-        return "experts"           # experts stored as [expert, out, in] tensors (Transformers 5), biases [expert, out]
+    # experts stored as [expert, out, in] tensors (Transformers 5), biases [expert, out], with a down projection
+    # among them (a lone 3-D tensor is something else: Inkling 2's learned queries per loop layer)
+    down = any(p.dim() == 3 and "down" in n for n, p in module.named_parameters(recurse=False))
+    if bare_children and down and all(p.dim() in (2, 3) for p in params) \
+            and (len({p.shape[0] for p in params}) == 1 or _identity_experts(module)):
+        return "experts"
     short = name.rsplit(".", 1)[-1]
     if short in ROUTER_NAMES and len(params) >= 1 and params[0].dim() == 2 and bare_children:
         return "router"            # a router module holding its [experts, hidden] weight
+    if short in ROUTER_NAMES and _router_with_parts(module):
+        return "router"
     if cls in ACTIVATION_CLASSES or (not list(module.children()) and "Activation" in cls
                                      and all(p.dim() <= 1 for p in params)):
         return "act"               # a learned activation's scalars (Apertus' xIELU alphas) read with it
     return None
+
+
+def _router_with_parts(module) -> bool:
+    """A router whose [experts, hidden] matrix is held by a child module, or beside a child holding a bias
+    per expert, which its own forward multiplies or adds itself (LongCat-Flash's ``classifier``, ERNIE 4.5's
+    ``moe_statics``): every parameter below it one matrix and vectors of at most one value per expert."""
+    if not list(module.children()):
+        return False
+    every = list(module.parameters())
+    mats = [p for p in every if p.dim() == 2 and min(p.shape) > 1]
+    if len(mats) != 1 or any(p.dim() > 2 for p in every):
+        return False
+    experts = mats[0].shape[0]
+    return all(p is mats[0] or p.numel() <= experts for p in every) and not any(
+        list(c.children()) for c in module.children())
+
+
+def _identity_experts(module) -> bool:
+    """Experts of which some are the identity (LongCat-Flash's zero-computation experts: an ``nn.Identity``
+    child, and fewer down projections than routed experts), so their tensors' leading dims differ."""
+    return any(type(c).__name__ == "Identity" for c in module.children())
 
 
 def aten_name(func) -> str:

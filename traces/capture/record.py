@@ -2,7 +2,8 @@
 
 No weights and no download: ``AutoConfig.for_model`` + ``AutoModelForCausalLM.from_config`` under
 ``torch.device("meta")``. Each compute segment of the run (the prefill, each decode step) is one
-forward with a :class:`transformers.DynamicCache`, under a ``TorchDispatchMode`` that records every
+forward with a :class:`transformers.DynamicCache` (or the cache class of the model's own, for a model
+that refuses one: MiniMax, xLSTM), under a ``TorchDispatchMode`` that records every
 ATen operator with its input and output shapes and dtypes, and module hooks that say which module
 each operator ran in. Three things are recorded where Transformers exposes them rather than from
 ATen operators, because on meta tensors they are either data-dependent or not one operator:
@@ -23,8 +24,8 @@ import contextlib
 from dataclasses import dataclass, field
 
 from common.errors import ConfigError, UsageError
-from traces.capture.model import (ATTENTION_NAME, NON_ARCHITECTURE_KEYS, layer_caches, refuse_unbuildable,
-                                  require_extra, state_shapes, text_model_config)
+from traces.capture.model import (ATTENTION_NAME, NON_ARCHITECTURE_KEYS, copied_layers, layer_caches, own_cache,
+                                  own_states, refuse_unbuildable, require_extra, state_shapes, text_model_config)
 from traces.capture.opmap import aten_name, layer_of, leaf_kind
 
 
@@ -261,6 +262,8 @@ class _Recorder:
         self.events.append(Event("attention", scope, (tuple(q.shape), tuple(k.shape), tuple(v.shape)),
                                  dtype=str(q.dtype), info={"window": window, "sinks": sinks is not None,
                                                           "layer": getattr(module, "layer_idx", layer_of(scope)),
+                                                          # a module with no cache layer of its own
+                                                          "uncached": getattr(module, "layer_idx", None) is None,
                                                           # the attention module's own parameters (gpt-oss's sinks)
                                                           "params": [self.names[id(p)] for p in
                                                                      module.parameters(recurse=False)]}))
@@ -308,9 +311,10 @@ def _weights(model, kinds) -> tuple[list, dict]:
     for mname, mod in model.named_modules():
         kind = kinds.get(mname)
         if kind:
+            # a router's parameters include its children's (its matrix in a classifier, a bias per expert)
+            below = mod.named_parameters(recurse=kind == "router")
             modules[mname] = {"kind": kind, "buffers": {}, "top_k": getattr(mod, "top_k", None),
-                              "cls": type(mod).__name__,
-                              "params": {s: canonical[id(p)] for s, p in mod.named_parameters(recurse=False)}}
+                              "cls": type(mod).__name__, "params": {s: canonical[id(p)] for s, p in below}}
         for pname, p in mod.named_parameters(recurse=False):
             owner.setdefault(id(p), mname)
     persistent = set(model.state_dict().keys())
@@ -344,22 +348,45 @@ def _record(torch, transformers, config, segments, batch, context, file) -> Capt
     try:
         return _record_once(torch, transformers, config, segments, batch, context, file, masked=False)
     except _Retry as first:
+        # a model that makes a cache of its own (MiniMax, xLSTM) runs with one of that class; then, or else,
         # once more with sdpa's masks (boolean, on meta) built, for a model that reads its attention mask
         # outside the attention call (DeepSeek-V3.2's indexer); not the first time, since some models build
-        # their masks from values (BioGPT). If it fails again, the first error is the one named.
-        try:
-            return _record_once(torch, transformers, config, segments, batch, context, file, masked=True)
-        except (_Retry, UsageError):
-            raise first.error from None
+        # their masks from values (BioGPT). If all fail, the first error is named (with its own cache, the
+        # error of that cache's run).
+        named = first.error
+        for masked in (False, True) if first.own_cache else (True,):
+            try:
+                return _record_once(torch, transformers, config, segments, batch, context, file, masked=masked,
+                                    cache_class=first.own_cache)
+            except _Retry as again:
+                named = again.error if first.own_cache and not masked else named
+            except UsageError as err:
+                named = err if first.own_cache and not masked else named
+        raise named from None
 
 
 class _Retry(Exception):
-    def __init__(self, error: UsageError):
+    def __init__(self, error: UsageError, own_cache=None):
         super().__init__(str(error))
-        self.error = error
+        self.error, self.own_cache = error, own_cache
 
 
-def _record_once(torch, transformers, config, segments, batch, context, file, masked: bool) -> Capture:
+def _own_cache_class(torch, transformers, model, key):
+    """The cache class the model makes itself when handed none, if not Transformers' DynamicCache: from an
+    unrecorded forward of one token (MiniMax's ``MiniMaxCache``, xLSTM's ``xLSTMCache``); else None."""
+    try:
+        with torch.no_grad():
+            out = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device="meta"), use_cache=True,
+                        logits_to_keep=1)
+    except Exception:             # it cannot run without a cache either: the first error stands
+        return None
+    made = next((c for c in (getattr(out, "past_key_values", None), getattr(out, "cache", None))
+                 if c is not None), None)
+    return type(made) if made is not None and type(made) is not transformers.DynamicCache else None
+
+
+def _record_once(torch, transformers, config, segments, batch, context, file, masked: bool,
+                 cache_class=None) -> Capture:
     model, hf = build_model(config, file, masked=masked)
     try:
         caches, state_layers = layer_caches(hf, file)
@@ -370,41 +397,10 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
     rec = _Recorder(torch, model)
     _silence_experts(torch, model, rec.kinds)
     weights, modules = _weights(model, rec.kinds)
-    cache = transformers.DynamicCache(config=hf)
-    update, seq_length = cache.update, cache.get_seq_length
+    cache = own_cache(cache_class, hf, batch, torch) if cache_class else transformers.DynamicCache(config=hf)
     seen = [0]                    # positions every sequence has run, for a cache that cannot say (below)
-
-    def wrapped(key_states, value_states, layer_idx, *a, **k):
-        if _RECORDER:
-            rec.kv_append(layer_idx, key_states, value_states)
-        rec.in_cache += 1          # the cache's own operators (its concatenation) are the KV append's
-        try:
-            return update(key_states, value_states, layer_idx, *a, **k)
-        finally:
-            rec.in_cache -= 1
-
-    def length(layer_idx: int = 0, *a, **k):
-        # a cache whose first layers keep only a recurrent state (Bamba, Granite-4.0-H) has no length of
-        # its own there; the positions run so far are the answer
-        try:
-            return seq_length(layer_idx, *a, **k)
-        except ValueError:
-            return seen[0]
-
-    cache.update, cache.get_seq_length = wrapped, length
-    if hasattr(cache, "update_indexer"):      # DeepSeek-V3.2's sparse-attention indexer keeps keys of its own
-        update_indexer = cache.update_indexer
-
-        def indexed(key_states, layer_idx, *a, **k):
-            if _RECORDER:
-                rec.index_append(layer_idx, key_states)
-            rec.in_cache += 1
-            try:
-                return update_indexer(key_states, layer_idx, *a, **k)
-            finally:
-                rec.in_cache -= 1
-
-        cache.update_indexer = indexed
+    if hasattr(cache, "update"):  # a KV cache (xLSTM's holds recurrent states only)
+        _watch_cache(rec, cache, seen)
     import inspect
 
     key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -437,12 +433,55 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
                            f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}",
                            field="capture")
         if not masked:
-            raise _Retry(error) from None
+            own_class = None if cache_class else _own_cache_class(torch, transformers, model, key)
+            raise _Retry(error, own_class) from None
         raise error from None
     finally:
         rec.close()
+    more, more_state = copied_layers(cache, len(caches))
+    caches, state_layers = caches + more, [*state_layers, *more_state]
     info = {"classes": {n: type(m).__name__ for n, m in model.named_modules()},
             "top_k": getattr(hf, "num_experts_per_tok", None), "layers": caches,
-            "states": {i: p for i, p in state_shapes(cache, batch).items() if i in state_layers},
+            # Transformers' state layers, and any layer whose state the model's own cache class keeps
+            "states": {i: p for i, p in state_shapes(cache, batch).items()
+                       if i in state_layers or any(i in held for held in own_states(cache).values())},
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
     return Capture(hf.model_type, weights, out_segments, modules, rec.ops, info)
+
+
+def _watch_cache(rec, cache, seen) -> None:
+    """Record the cache object's KV appends (and a sparse-attention indexer's), whose own operators are the
+    append's; and give its length where it cannot say (``seen``: the positions run so far)."""
+    update, seq_length = cache.update, cache.get_seq_length
+
+    def wrapped(key_states, value_states, layer_idx, *a, **k):
+        if _RECORDER:
+            rec.kv_append(layer_idx, key_states, value_states)
+        rec.in_cache += 1          # the cache's own operators (its concatenation) are the KV append's
+        try:
+            return update(key_states, value_states, layer_idx, *a, **k)
+        finally:
+            rec.in_cache -= 1
+
+    def length(layer_idx: int = 0, *a, **k):
+        # a cache whose first layers keep only a recurrent state (Bamba, Granite-4.0-H) has no length of
+        # its own there; the positions run so far are the answer
+        try:
+            return seq_length(layer_idx, *a, **k)
+        except ValueError:
+            return seen[0]
+
+    cache.update, cache.get_seq_length = wrapped, length
+    if hasattr(cache, "update_indexer"):      # DeepSeek-V3.2's sparse-attention indexer keeps keys of its own
+        update_indexer = cache.update_indexer
+
+        def indexed(key_states, layer_idx, *a, **k):
+            if _RECORDER:
+                rec.index_append(layer_idx, key_states)
+            rec.in_cache += 1
+            try:
+                return update_indexer(key_states, layer_idx, *a, **k)
+            finally:
+                rec.in_cache -= 1
+
+        cache.update_indexer = indexed
