@@ -306,19 +306,17 @@ def _build_chain(spec: tuple):
     def chain(blk, n, in_shift, par, t0, t1, t2, cnt):
         """Serve ``blk[:n] >> in_shift``; ``par`` rows: sets, set mask, set bits, ways, shift to
         the next tier; ``t0``..``t2`` the tiers' words. Adds requests and misses per tier to
-        ``cnt`` columns 0 and 1; returns the largest block (the caller checks it stayed below the
-        bound the widths were chosen for)."""
+        ``cnt`` columns 0 and 1. Every block must be below the bound the widths were chosen for
+        (the caller's to know: a larger one would be counted in a wrong set, never outside the
+        words)."""
         a0, a1, a2 = t0.ctypes.data, t1.ctypes.data, t2.ctypes.data
         # every parameter in a local: the compiler cannot tell the rows of ``par`` from the words
         s0, k0, e0, x0, h0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3], par[0, 4]
         s1, k1, e1, x1, h1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3], par[1 % n_t, 4]
         s2, k2, e2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
-        q0 = m0 = q1 = m1 = q2 = m2 = 0
-        top = -1
+        m0 = q1 = m1 = q2 = m2 = 0
         for j in range(n):
-            b = blk[j] >> in_shift
-            top = max(top, b)
-            q0 += 1
+            b = np.int64(blk[j] >> in_shift)    # (uint64 words: kept in integer arithmetic)
             miss = _chain_tier(a0, b, s0, k0, e0, x0, f0, p0, b0, 1)
             m0 += miss
             if n_t == 1 or not miss:
@@ -332,7 +330,7 @@ def _build_chain(spec: tuple):
             q2 += miss
             miss = _chain_tier(a2, b >> h1, s2, k2, e2, x2, f2, p2, b2, miss)
             m2 += miss
-        cnt[0, 0] += q0
+        cnt[0, 0] += n
         cnt[0, 1] += m0
         if n_t > 1:
             cnt[1, 0] += q1
@@ -340,7 +338,6 @@ def _build_chain(spec: tuple):
         if n_t > 2:
             cnt[2, 0] += q2
             cnt[2, 1] += m2
-        return top
     return chain
 
 
@@ -361,14 +358,14 @@ def chain_state(par: np.ndarray, widths) -> list:
     return [new_state(int(row[0] * row[3]), _WORD[w]) for row, w in zip(par, widths)]
 
 
-def chain_pass(blk, n, in_shift, par, tags, cnt, spec):
+def chain_pass(blk, n, in_shift, par, tags, cnt, spec) -> None:
     """:func:`_build_chain`'s kernel for ``spec`` (built on first use, then cached on disk) over the
     tiers' words ``tags`` (:func:`chain_state`)."""
     fn = _CHAIN.get(spec)
     if fn is None:
         fn = _CHAIN[spec] = _build_chain(spec)
     t = list(tags) + [tags[0]] * (3 - len(tags))
-    return fn(blk, n, in_shift, par, t[0], t[1], t[2], cnt)
+    fn(blk, n, in_shift, par, t[0], t[1], t[2], cnt)
 
 
 def chain_blocks(tags: np.ndarray, n_sets: int, ways: int) -> np.ndarray:

@@ -39,8 +39,9 @@ class StreamReplayer:
     block streams in order, then :meth:`counts`.
 
     ``chain``: the read-only chain kernel (else the tier passes); ``top_block``: every tier-0 block
-    fed is below it (the chain's tag words are chosen from it: :func:`emulator.engine.stream.tag_width`;
-    a block beyond it is refused); ``bit``: the partition bit for two threads, or None."""
+    fed is below it (default: the geometry's space), the caller's to know (the chain's tag words
+    are sized from it, :func:`emulator.engine.stream.tag_width`: a block beyond it would be counted
+    in a wrong set, never outside the words); ``bit``: the partition bit for two threads, or None."""
 
     def __init__(self, geo: Geometry, n_caches: int, options: ReplayOptions, *, chain: bool,
                  top_block: int | None = None, bit: int | None = None, hand_over: bool = False):
@@ -67,7 +68,6 @@ class StreamReplayer:
         self.parts = [(-1, 0)] if bit is None else [(bit, 0), (bit, 1)]
         n_slots = int(geo.slot_off[n_t - 1] + geo.n_sets[n_t - 1] * geo.n_ways[n_t - 1])
         self.n_slots = n_slots
-        self.seen = 0
         self.blocks_fed = 0
         self.reqs = None            # the chain's requests and misses per tier
         if chain:
@@ -136,7 +136,7 @@ class StreamReplayer:
     def _chain(self, a, shift):
         n = len(a)
         if len(self.parts) == 1:
-            self._seen(stream.chain_pass(a, n, shift, self.par, self.states[0][0], self.reqs[0], self.spec))
+            stream.chain_pass(a, n, shift, self.par, self.states[0][0], self.reqs[0], self.spec)
             return
         # for each chunk, thread k splits its half of the chunk by the partition bit into two
         # buffers, both wait, then thread k replays part k from both buffers in stream order
@@ -147,7 +147,6 @@ class StreamReplayer:
         bufs = [[[np.empty(chunk // 2 + 1, self.dtype) for _ in range(2)] for _ in range(2)] for _ in range(2)]
         counts = np.zeros((2, 2, 2), np.int64)      # [buffer set][splitter][part]
         seen = np.zeros(2, np.int64)                # the OR of the blocks each thread split
-        top = np.full(2, -1, np.int64)               # the largest block each part replayed
         barrier = threading.Barrier(2)
 
         def serve(k):
@@ -161,24 +160,18 @@ class StreamReplayer:
                     seen[k] |= or_
                     barrier.wait()
                     for s_ in range(2):
-                        top[k] = max(top[k], stream.chain_pass(bufs[c % 2][s_][k], int(counts[c % 2, s_, k]), 0,
-                                                               self.par, self.states[k][0], self.reqs[k], self.spec))
+                        stream.chain_pass(bufs[c % 2][s_][k], int(counts[c % 2, s_, k]), 0, self.par,
+                                          self.states[k][0], self.reqs[k], self.spec)
             except BaseException:
                 barrier.abort()
                 raise
 
         _on_threads(serve, 2)
         or_ = int(np.bitwise_or.reduce(seen))
-        # a block the buffers could not hold (negative, or beyond their words) is caught by the OR
-        self._seen(or_ if or_ < 0 or or_ > np.iinfo(self.dtype).max else int(top.max()))
-
-    def _seen(self, top: int) -> None:
-        """Record the largest block the chain replayed; refuse one beyond the bound its words were
-        sized for (a caller's bound was wrong: the counts cannot be trusted)."""
-        if top < 0 or top >= self.top_block:
-            raise ValueError(f"a block ({top}) outside the replay's bound [0, {self.top_block}): its tag words "
-                             "were sized for that bound")
-        self.seen = max(self.seen, top)
+        # the buffers hold blocks in the word type: one beyond it (or negative) was split wrongly
+        if or_ < 0 or or_ > np.iinfo(self.dtype).max:
+            raise ValueError(f"blocks outside [0, {np.iinfo(self.dtype).max}] fed to a chain sized for "
+                             f"blocks below {self.top_block}")
 
     def _passes(self, k, a, shift0, w):
         tag, cnt = self.states[k]
