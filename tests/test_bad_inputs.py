@@ -566,6 +566,8 @@ CASES = [
          "kernel: 'set_groups' cannot serve this replay: needs tier 0 as the only caching tier (caching here: tier 1)"),
     Case("replay-kernel-cannot-split", ["replay", str(GOLDEN), "--chip", "h100", "--kernel", "cache_stream_passes"],
          "kernel: 'cache_stream_passes' cannot serve this replay: counts one op of one tensor kind (3 ops, 3 kinds here)"),
+    Case("replay-threads-zero", ["replay", str(GOLDEN), "--chip", "h100", "--threads", "0"],
+         "threads: expected a whole number of threads of at least 1, got 0"),
     Case("replay-kernel-and-no-fast-path", ["replay", str(GOLDEN), "--chip", "h100", "--kernel", "walk_fast",
                                             "--no-fast-path"],
          "kernel: fast_path off asks for kernel 'walk', but kernel 'walk_fast' was given"),

@@ -205,12 +205,14 @@ def test_negative_address_is_refused_on_every_path(threads, writes):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_read_only_chain_with_blocks_beyond_int32_words_equals_the_walk(threads):
-    # the chain first replays with int32 words and replays again with int64 ones when a block
-    # turns out to be 2**30 or more: the counts must not show which words were used
+def test_read_only_chain_with_tags_of_every_width_equals_the_walk(threads):
+    # the chain keeps each tier's tags in the narrowest word that holds the largest block's tag
+    # (16, 32, 64 bits; the tiers may differ): the counts must not show which words were used.
+    # Largest blocks: tier 0's (16 sets) tag 32766, the last in int16; 32767, int32 beside
+    # tier 1's int16 (64 sets); then int32 at both, int64 at both
     rng = np.random.default_rng(5)
     tiers = [_cache("l1", 16, 4, 64), _cache("l2", 64, 8, 64)]
-    for top in (1 << 29, (1 << 30) + 5, 1 << 50):
+    for top in (16 * 32766 + 15, 16 * 32767, 1 << 29, (1 << 30) + 5, 1 << 50):
         a = (top - rng.integers(0, 3000, 4000)) * 64
         walk = replay_blocks(a, tiers=tiers, options=ReplayOptions(fast_path=False))
         got = replay_blocks(a, tiers=tiers, options=ReplayOptions(threads=threads, batch_rows=256))

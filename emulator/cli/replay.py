@@ -42,6 +42,9 @@ def replay_options(f):
         click.option("--set-groups/--no-set-groups", default=True, show_default=True,
                      help="Replay a lone LRU/FIFO caching tier as groups of sets that hold alike "
                           "(identical counts; off for checking)."),
+        click.option("--threads", type=int, default=1, show_default=True,
+                     help="Threads for an address trace's stream on the stream kernels: 2 serve half of "
+                          "the sets each (identical counts; other replays use one)."),
         click.option("-o", "--output", type=click.Path(), default=None,
                      help="Write the per-op breakdown to this Parquet file."),
     ]
@@ -57,7 +60,7 @@ def options_from(kw: dict):
                          fetch_on_writeback_miss=kw["fetch_on_writeback_miss"], flush=kw["flush"],
                          seed=kw["policy_seed"], pim=kw["pim"], fast_path=kw["fast_path"],
                          set_groups=kw.get("set_groups", True), kernel=kw.get("kernel", "auto"),
-                         inclusive=kw.get("inclusive", False))
+                         inclusive=kw.get("inclusive", False), threads=kw.get("threads", 1))
 
 
 def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:

@@ -42,6 +42,9 @@ class ReplayOptions:
     def __post_init__(self):
         if self.lazy_max_runs < 1:
             raise UsageError(f"expected at least 1 run, got {self.lazy_max_runs}", field="lazy_max_runs")
+        if not isinstance(self.threads, int) or self.threads < 1:
+            raise UsageError(f"expected a whole number of threads of at least 1, got {self.threads!r}",
+                             field="threads")
         if self.max_set_groups < 1:
             raise UsageError(f"expected at least 1 group, got {self.max_set_groups}", field="max_set_groups")
         if not self.fast_path and self.kernel not in ("auto", "walk"):

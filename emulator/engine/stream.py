@@ -314,7 +314,9 @@ def _build_chain(spec: tuple):
         s0, k0, e0, x0, h0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3], par[0, 4]
         s1, k1, e1, x1, h1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3], par[1 % n_t, 4]
         s2, k2, e2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
-        m0 = q1 = m1 = q2 = m2 = 0
+        # a tier's requests are the misses of the tier above (the first's: n), so only misses
+        # are counted: fewer live registers in the loop
+        m0 = m1 = m2 = 0
         for j in range(n):
             b = np.int64(blk[j] >> in_shift)    # (uint64 words: kept in integer arithmetic)
             miss = _chain_tier(a0, b, s0, k0, e0, x0, f0, p0, b0, 1)
@@ -322,21 +324,19 @@ def _build_chain(spec: tuple):
             if n_t == 1 or not miss:
                 continue
             b = b >> h0
-            q1 += 1
             miss = _chain_tier(a1, b, s1, k1, e1, x1, f1, p1, b1, 1)
             m1 += miss
             if n_t == 2:
                 continue
-            q2 += miss
             miss = _chain_tier(a2, b >> h1, s2, k2, e2, x2, f2, p2, b2, miss)
             m2 += miss
         cnt[0, 0] += n
         cnt[0, 1] += m0
         if n_t > 1:
-            cnt[1, 0] += q1
+            cnt[1, 0] += m0
             cnt[1, 1] += m1
         if n_t > 2:
-            cnt[2, 0] += q2
+            cnt[2, 0] += m1
             cnt[2, 1] += m2
     return chain
 
