@@ -54,7 +54,7 @@ def main() -> None:
             fn = stream._build_chain(spec)
             tags = stream.chain_state(par[:levels], [width] * levels)
             tags += [tags[0]] * (3 - levels)
-            fn(np.arange(100, dtype=np.int64), 100, 0, par[:levels], *tags, np.zeros((3, 2), np.int64))
+            fn(np.arange(100, dtype=np.int64), 100, par[:levels], *tags, np.zeros((3, 2), np.int64))
             out[f"chain_{levels}_levels_{'fifo' if fifo else 'lru'}_int{width}"] = _asm(fn).count("maskmov")
     import numba
     print(json.dumps({"check": "masked_stores", "cpu_name": numba.config.CPU_NAME or "host",

@@ -284,7 +284,7 @@ def _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, wid
     return miss & act
 
 
-def _build_chain(spec: tuple):
+def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
     """The clean read-only chain kernel for one to three LRU/FIFO cache tiers: each block is
     followed down the tiers until one holds it (no writes, so no writebacks). Each tier's (way
     count or 0 for a run-time count, power-of-two sets, fifo, tag width in bits) in ``spec`` is
@@ -301,34 +301,38 @@ def _build_chain(spec: tuple):
     # key differ in every process)
     n_t = len(spec)
     (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = tuple(spec) + ((1, True, False, 64),) * (3 - n_t)
+    # the input's shift to tier-0 blocks and the shifts between tiers (a handful of values: 0 where
+    # the blocks are alike, 1 for an address trace's words) compiled in: three registers fewer
+    g_in, g0, g1 = shifts
 
     @njit(nogil=True)
-    def chain(blk, n, in_shift, par, t0, t1, t2, cnt):
-        """Serve ``blk[:n] >> in_shift``; ``par`` rows: sets, set mask, set bits, ways, shift to
-        the next tier; ``t0``..``t2`` the tiers' words. Adds requests and misses per tier to
+    def chain(blk, n, par, t0, t1, t2, cnt):
+        """Serve ``blk[:n] >> g_in`` (that shift and those to the next tiers as built); ``par``
+        rows: sets, set mask, set bits, ways (shift to the next tier: as built); ``t0``..``t2``
+        the tiers' words. Adds requests and misses per tier to
         ``cnt`` columns 0 and 1. Every block must be below the bound the widths were chosen for
         (the caller's to know: a larger one would be counted in a wrong set, never outside the
         words)."""
         a0, a1, a2 = t0.ctypes.data, t1.ctypes.data, t2.ctypes.data
         # every parameter in a local: the compiler cannot tell the rows of ``par`` from the words
-        s0, k0, e0, x0, h0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3], par[0, 4]
-        s1, k1, e1, x1, h1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3], par[1 % n_t, 4]
+        s0, k0, e0, x0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3]
+        s1, k1, e1, x1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3]
         s2, k2, e2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
         # a tier's requests are the misses of the tier above (the first's: n), so only misses
         # are counted: fewer live registers in the loop
         m0 = m1 = m2 = 0
         for j in range(n):
-            b = np.int64(blk[j] >> in_shift)    # (uint64 words: kept in integer arithmetic)
+            b = np.int64(blk[j] >> g_in)    # (uint64 words: kept in integer arithmetic)
             miss = _chain_tier(a0, b, s0, k0, e0, x0, f0, p0, b0, 1)
             m0 += miss
             if n_t == 1 or not miss:
                 continue
-            b = b >> h0
+            b = b >> g0
             miss = _chain_tier(a1, b, s1, k1, e1, x1, f1, p1, b1, 1)
             m1 += miss
             if n_t == 2:
                 continue
-            miss = _chain_tier(a2, b >> h1, s2, k2, e2, x2, f2, p2, b2, miss)
+            miss = _chain_tier(a2, b >> g1, s2, k2, e2, x2, f2, p2, b2, miss)
             m2 += miss
         cnt[0, 0] += n
         cnt[0, 1] += m0
@@ -361,11 +365,13 @@ def chain_state(par: np.ndarray, widths) -> list:
 def chain_pass(blk, n, in_shift, par, tags, cnt, spec) -> None:
     """:func:`_build_chain`'s kernel for ``spec`` (built on first use, then cached on disk) over the
     tiers' words ``tags`` (:func:`chain_state`)."""
-    fn = _CHAIN.get(spec)
+    n_t = len(spec)
+    shifts = (int(in_shift), int(par[0, 4]) if n_t > 1 else 0, int(par[1, 4]) if n_t > 2 else 0)
+    fn = _CHAIN.get((spec, shifts))
     if fn is None:
-        fn = _CHAIN[spec] = _build_chain(spec)
+        fn = _CHAIN[spec, shifts] = _build_chain(spec, shifts)
     t = list(tags) + [tags[0]] * (3 - len(tags))
-    fn(blk, n, in_shift, par, t[0], t[1], t[2], cnt)
+    fn(blk, n, par, t[0], t[1], t[2], cnt)
 
 
 def chain_blocks(tags: np.ndarray, n_sets: int, ways: int) -> np.ndarray:
