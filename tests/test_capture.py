@@ -361,8 +361,9 @@ def test_unmapped_operators_are_named(transformers, tmp_path):
 
 def test_sparse_attention_index_reads(transformers, tmp_path):
     """DeepSeek-V3.2's indexer keeps keys of its own (index_head_dim per position, every position), traced as
-    layers.i.kv.index: each decode step appends one row per sequence and its scoring reads every cached
-    index key of every sequence, beside the MLA latent the attention reads; closed forms."""
+    layers.i.kv.index, of their own tensor kind (kv_index): each decode step appends one row per sequence and
+    its scoring reads every cached index key of every sequence, beside the MLA latent the attention reads;
+    closed forms. The KV cache's bytes count both."""
     from traces.capture import capture_trace
     from traces.capture.census import default_config
 
@@ -372,13 +373,22 @@ def test_sparse_attention_index_reads(transformers, tmp_path):
     tens = tr.tensors.to_pydict()
     positions = RUN["context"] + RUN["prompt"] + RUN["generate"]
     B, L, D = RUN["batch"], c["num_hidden_layers"], c["index_head_dim"]
-    index = {n: b for n, k, b in zip(tens["name"], tens["kind"], tens["nbytes"]) if n.endswith(".kv.index")}
+    index = {n: b for n, k, b in zip(tens["name"], tens["kind"], tens["nbytes"]) if k == "kv_index"}
     assert index == {f"layers.{i}.kv.index": B * positions * D * 2 for i in range(L)}
     latent = (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * 2
-    for s, step in enumerate(summarize(tr)["steps"]):
-        keys = RUN["context"] + RUN["prompt"] + s + 1
-        assert step["bytes"]["kv"] == {"read": keys * B * L * (D * 2 + latent),
-                                       "write": B * L * (D * 2 + latent)}
+    s = summarize(tr)
+    assert s["kv_bytes"] == B * positions * L * (D * 2 + latent)
+    for st, step in enumerate(s["steps"]):
+        keys = RUN["context"] + RUN["prompt"] + st + 1
+        assert step["bytes"]["kv"] == {"read": keys * B * L * latent, "write": B * L * latent}
+        assert step["bytes"]["kv_index"] == {"read": keys * B * L * D * 2, "write": B * L * D * 2}
+    # replayed, their traffic is a kind of its own, and a chip's placement rule for them homes them (SN40L's
+    # beside the KV, in SRAM)
+    r = _cli("replay", tmp_path / "d.trace", "--chip", "sn40l", "--json")
+    out = json.loads(r.stdout)
+    assert sum(t["bytes_read"] for t in out["by_kind"]["kv_index"]["tiers"].values()) > 0
+    homes = {t["name"]: t["bytes_by_kind"].get("kv_index", 0) for t in out["placement"]["tiers"]}
+    assert homes.pop("sram") >= sum(index.values()) and not any(homes.values())    # tensor-aligned bytes
     assert not any(o["op"] in ("aten.bmm", "aten.matmul") for o in tr.manifest["capture"]["unmapped_ops"])
 
 

@@ -111,7 +111,7 @@ def test_figures_from_the_fact_sheet():
     assert aim.pim.internal_bandwidth_bytes_per_s / aim.bandwidth_bytes_per_s == pytest.approx(16, rel=0.01)
     att = load_chip("attacc")
     assert att.tiers[2].pim.op_kinds == ("attention",)
-    assert [(r.tier, r.kind) for r in att.placement] == [("pim", "kv")]
+    assert [(r.tier, r.kind) for r in att.placement] == [("pim", "kv"), ("pim", "kv_index")]
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -51,6 +51,27 @@ def test_round_trip(tmp_path):
     assert oct((tmp_path / "s.trace").stat().st_mode & 0o777) != oct(0o700)
 
 
+def test_index_keys_are_their_own_kind_and_older_traces_read(tmp_path):
+    """A sparse-attention indexer's cached keys (DeepSeek-V3.2) are kind kv_index: the summary counts them in
+    the KV cache's bytes and their traffic apart, the engine breaks them out. A trace from before the kind,
+    holding them as kv, reads as it did; a kind this tierlab does not know counts as other."""
+    from emulator.engine.geometry import KINDS, kind_index
+    from traces.summary import summarize
+
+    for kind in ("kv_index", "kv"):
+        with TraceWriter(tmp_path / f"{kind}.trace") as w:
+            k = w.add_tensor("layers.0.kv.k", "kv", 1000, "bf16", layer=0)
+            x = w.add_tensor("layers.0.kv.index", kind, 500, "bf16", layer=0)
+            op = w.add_op("index_scores", "attention", 0, "decode", 0, 1, 10)
+            w.add_accesses([op, op], [k, x], [0, 0], [1000, 500])
+        s = summarize(open_trace(tmp_path / f"{kind}.trace"))
+        assert s["kv_bytes"] == 1500
+        assert s["bytes"]["decode"]["kv"]["read"] == (1000 if kind == "kv_index" else 1500)
+        assert s["bytes"]["decode"].get("kv_index", {}).get("read", 0) == (500 if kind == "kv_index" else 0)
+    assert kind_index(["kv_index", "kv", "no-such-kind"]).tolist() == [KINDS.index(k) for k in ("kv_index", "kv",
+                                                                                                 "other")]
+
+
 def test_alignment_recorded_and_applied(tmp_path):
     t = small(tmp_path / "s.trace", alignment=1 << 20, run={"note": "x"})
     assert t.tensors.column("address").to_pylist() == [0, 1 << 20]

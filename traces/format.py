@@ -140,8 +140,12 @@ COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", 
 
 # Tensor kinds the generator writes. Readers accept any string; the emulator maps unknown kinds
 # to "other" in its breakdowns.
-# kv_offload: multi-turn KV copies; state: a state-space layer's fixed recurrent state per sequence
-TENSOR_KINDS = ("weight", "kv", "activation", "kv_offload", "state", "other")
+# kv_offload: multi-turn KV copies; state: a state-space layer's fixed recurrent state per sequence;
+# kv_index: a sparse-attention indexer's own cached keys (DeepSeek-V3.2), which choose the KV rows attention
+# reads. Added after version 3 was fixed: a trace from before holds those keys as kind kv (and reads as
+# before); an older tierlab counts kv_index as other.
+TENSOR_KINDS = ("weight", "kv", "activation", "kv_offload", "state", "kv_index", "other")
+KV_CACHE_KINDS = ("kv", "kv_index")       # what a sequence keeps per position: the KV cache's bytes
 PHASES = ("prefill", "decode")
 
 # Default alignment of tensor base addresses (bytes). Every tier's block size must divide every

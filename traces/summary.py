@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from common.errors import TraceError
-from traces.format import PHASES, TENSOR_KINDS
+from traces.format import KV_CACHE_KINDS, PHASES, TENSOR_KINDS
 from traces.reader import Trace
 
 RW = ("read", "write")
@@ -81,7 +81,8 @@ def summarize(trace: Trace, batch_rows: int = 1 << 20) -> dict:
         "tables": dict(trace.manifest["tables"]),
         "params": params_of(trace),
         "weight_bytes": weight_bytes,
-        "kv_bytes": int(sum(int(n) for n, kd in zip(tens["nbytes"], tens["kind"]) if kd == "kv")),
+        # the KV cache: its rows and a sparse-attention indexer's keys beside them
+        "kv_bytes": int(sum(int(n) for n, kd in zip(tens["nbytes"], tens["kind"]) if kd in KV_CACHE_KINDS)),
         "flops": {"total": int(flops.sum()), **flops_by_phase},
         "bytes": {p: {kd: {rw: int(by_phase[i, j, r]) for r, rw in enumerate(RW)} for j, kd in enumerate(kinds)}
                   for i, p in enumerate(phases)},

@@ -61,15 +61,15 @@ class CaptureTensors:
         self._kv_widths = rows
         kvd = self.run.kv
         # a sparse-attention indexer's own keys (DeepSeek-V3.2: index_head_dim per position), every position
-        # (Transformers' DynamicIndexedLayer keeps them all); kind kv, named layers.i.kv.index
+        # (Transformers' DynamicIndexedLayer keeps them all); kind kv_index, named layers.i.kv.index
         index_rows = {e.info["layer"]: e.shapes[0][-1] for _seg, events in self.cap.segments for e in events
                       if e.kind == "index_append"}
         self.index_caches: dict[int, attn.Cache] = {}
         for i, width in sorted(index_rows.items()):
             row = nbytes_of(width, kvd)
             nb = self.B * positions * row
-            self.index_caches[i] = attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.index", "kv", nb, kvd, i), nb),
-                                              row, positions * row, 0)
+            index = Ten(self.w.add_tensor(f"layers.{i}.kv.index", "kv_index", nb, kvd, i), nb)
+            self.index_caches[i] = attn.Cache(index, row, positions * row, 0)
         spans = self.cap.info.get("layers") or []
         for i in sorted(rows):
             kind, span = spans[i] if i < len(spans) else ("full", 0)
