@@ -371,9 +371,10 @@ class _Retry(Exception):
         self.error, self.own_cache = error, own_cache
 
 
-def _own_cache_class(torch, transformers, model, key):
-    """The cache class the model makes itself when handed none, if not Transformers' DynamicCache: from an
-    unrecorded forward of one token (MiniMax's ``MiniMaxCache``, xLSTM's ``xLSTMCache``); else None."""
+def _own_cache_class(torch, transformers, model, hf):
+    """The cache class the model makes itself when handed none, if not Transformers' DynamicCache and one
+    :func:`~traces.capture.model.own_cache` can build: from an unrecorded forward of one token (MiniMax's
+    ``MiniMaxCache``, xLSTM's ``xLSTMCache``); else None."""
     try:
         with torch.no_grad():
             out = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device="meta"), use_cache=True,
@@ -382,7 +383,13 @@ def _own_cache_class(torch, transformers, model, key):
         return None
     made = next((c for c in (getattr(out, "past_key_values", None), getattr(out, "cache", None))
                  if c is not None), None)
-    return type(made) if made is not None and type(made) is not transformers.DynamicCache else None
+    if made is None or type(made) is transformers.DynamicCache:
+        return None
+    try:
+        own_cache(type(made), hf, 1, torch)
+    except (TypeError, ValueError, AttributeError):     # its constructor asks for what the capture cannot give
+        return None
+    return type(made)
 
 
 def _record_once(torch, transformers, config, segments, batch, context, file, masked: bool,
@@ -433,7 +440,7 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
                            f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}",
                            field="capture")
         if not masked:
-            own_class = None if cache_class else _own_cache_class(torch, transformers, model, key)
+            own_class = None if cache_class else _own_cache_class(torch, transformers, model, hf)
             raise _Retry(error, own_class) from None
         raise error from None
     finally:
