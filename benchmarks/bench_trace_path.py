@@ -19,7 +19,7 @@ split (read and check the trace alone; the whole replay in process) says where t
 ``ratio_in_process_cpu`` is pycachesim's CPU seconds over the in-process replay's.
 
     python benchmarks/bench_trace_path.py [--lines N] [--levels 1,2,3] [--policies lru,fifo]
-                                          [--repeat N] [--keep DIR]
+                                          [--repeat N] [--keep DIR] [--threads N]
                                           [--kind addresses|descriptors]
 """
 
@@ -118,12 +118,12 @@ def write_address_trace(path: Path, blocks: np.ndarray) -> None:
         w.regions([0], [(int(blocks.max()) + 1) * LINE_BYTES])
 
 
-def tierlab_replay(trace: Path, chip: Path, repeat: int) -> tuple[float, float, dict]:
+def tierlab_replay(trace: Path, chip: Path, repeat: int, threads: int = 1) -> tuple[float, float, dict]:
     """(best wall seconds, best CPU seconds (user + system) of ``tierlab replay TRACE --chip CHIP
     --json`` in a fresh process, its JSON). CPU time is the fairer figure on a shared machine."""
     exe = Path(sys.executable).with_name("tierlab")
     cmd = [str(exe) if exe.exists() else (shutil.which("tierlab") or "tierlab"), "replay", str(trace),
-           "--chip", str(chip), "--json"]
+           "--chip", str(chip), "--json", "--threads", str(threads)]
     best, best_cpu, out = float("inf"), float("inf"), None
     for _ in range(repeat):
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -140,13 +140,13 @@ def tierlab_replay(trace: Path, chip: Path, repeat: int) -> tuple[float, float, 
 WARM_CLI = """\
 import contextlib, io, json, sys, time
 from emulator.cli import main
-one, trace, chip, repeat = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+one, trace, chip, repeat, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 
 def run(t):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         try:
-            main.main(["replay", t, "--chip", chip, "--json"], standalone_mode=False)
+            main.main(["replay", t, "--chip", chip, "--json", "--threads", threads], standalone_mode=False)
         except SystemExit as e:
             if e.code:
                 raise
@@ -162,13 +162,13 @@ print(json.dumps({"wall_s": best, "cpu_s": best_cpu, "tiers": json.loads(text)["
 """
 
 
-def warm_cli(one: Path, trace: Path, chip: Path, repeat: int) -> dict:
+def warm_cli(one: Path, trace: Path, chip: Path, repeat: int, threads: int = 1) -> dict:
     """``tierlab replay TRACE --chip CHIP --json`` run through the CLI's own entry point in one
     process, after the same command on the one-row trace (start-up excluded: imports, the kernels'
     compiled code, the first file reads): best wall and CPU seconds of ``repeat`` runs, and the
     tiers it printed. Parsing, reading and checking, placement, the replay, the cost model and
     the JSON report are all in it."""
-    proc = subprocess.run([sys.executable, "-c", WARM_CLI, str(one), str(trace), str(chip), str(repeat)],
+    proc = subprocess.run([sys.executable, "-c", WARM_CLI, str(one), str(trace), str(chip), str(repeat), str(threads)],
                           cwd=REPO, check=True, capture_output=True, text=True, env=dict(os.environ, TIERLAB_DEBUG="0"))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -200,6 +200,8 @@ def main() -> None:
     ap.add_argument("--policies", default="lru,fifo", help="policies (default lru,fifo)")
     ap.add_argument("--repeat", type=int, default=3, help="best of N of each timing (default 3)")
     ap.add_argument("--keep", help="write the traces and chip files here and keep them")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="tierlab replay --threads N (default 1; 2: half of the sets on each of two threads)")
     ap.add_argument("--kind", choices=["addresses", "descriptors"], default="addresses",
                     help="the trace's kind: an address trace (format 4, what tierlab import writes; default) or "
                          "descriptors (format 3, one row per load)")
@@ -222,9 +224,9 @@ def main() -> None:
             for lv in levels:
                 chip = tmp / f"chip-{lv}-{policy}.toml"
                 chip.write_text(chip_toml(lv, policy))
-                tierlab_replay(tmp / "one.trace", chip, 1)                       # warm the cache
-                t_start, c_start, _ = tierlab_replay(tmp / "one.trace", chip, args.repeat)
-                t_e2e, c_e2e, d = tierlab_replay(tmp / "issue.trace", chip, args.repeat)
+                tierlab_replay(tmp / "one.trace", chip, 1, args.threads)                  # warm the cache
+                t_start, c_start, _ = tierlab_replay(tmp / "one.trace", chip, args.repeat, args.threads)
+                t_e2e, c_e2e, d = tierlab_replay(tmp / "issue.trace", chip, args.repeat, args.threads)
                 tl_misses = [int(t["misses"]) for t in d["tiers"][:lv]]
                 t_pc, c_pc, pc_misses = timed_cpu(pycachesim_replay, addr_list, lv, policy, repeat=args.repeat)
                 replay_s = max(t_e2e - t_start, 1e-9)
@@ -242,7 +244,7 @@ def main() -> None:
                        "in_process": in_process(tmp / "issue.trace", chip, args.repeat)}
                 # the replay in this process (no start-up to subtract): steadier on a loaded host
                 row["ratio_in_process_cpu"] = c_pc / row["in_process"]["pipeline_cpu_s"]
-                warm = warm_cli(tmp / "one.trace", tmp / "issue.trace", chip, args.repeat)
+                warm = warm_cli(tmp / "one.trace", tmp / "issue.trace", chip, args.repeat, args.threads)
                 row["warm_cli_s"], row["warm_cli_cpu_s"] = warm["wall_s"], warm["cpu_s"]
                 row["ratio_warm_cli"] = t_pc / warm["wall_s"]
                 row["ratio_warm_cli_cpu"] = c_pc / warm["cpu_s"]
@@ -251,6 +253,7 @@ def main() -> None:
                 runs.append(row)
                 log(json.dumps(row))
         emit("bench_trace_path", {"kind": args.kind, "cpu_model": cpu_model(), "lines": len(blocks),
+                                  "threads": args.threads,
                                   "line_bytes": LINE_BYTES,
                                   "trace_bytes_on_disk": disk, "trace_write_s": t_write,
                                   "pycachesim_list_conversion_s": t_list,
