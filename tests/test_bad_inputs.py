@@ -387,6 +387,14 @@ CASES = [
          config(LLAMA, architectures=["MyForCausalLM"], model_type="mycustom",
                 auto_map={"AutoModelForCausalLM": "modeling_my.MyForCausalLM"}),
          needs=("torch", "transformers")),
+    # Gemma 4's assistant: every layer reads the target model's KV, which a capture of the assistant has not
+    Case("config-assistant-without-its-target", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: text_config.num_kv_shared_layers: model_type 'gemma4_unified_assistant' computes no KV of its "
+         "own: all 2 layers read KV shared from another model (num_kv_shared_layers 2), an assistant (draft) model "
+         "attending to its target model's cache, which a capture of it alone does not have; trace the target model",
+         config({}, architectures=["Gemma4UnifiedAssistantForCausalLM"], model_type="gemma4_unified_assistant",
+                text_config={"model_type": "gemma4_unified_text", "num_hidden_layers": 2, "num_kv_shared_layers": 2}),
+         needs=("torch", "transformers")),
     Case("config-zero-experts", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: num_local_experts: expected a positive integer, got 0",
          config(MIXTRAL, num_local_experts=0)),

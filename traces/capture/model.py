@@ -163,3 +163,16 @@ def refuse_unbuildable(config: dict, model_type: str, transformers, file: str | 
     if model_type in not_decoder:
         raise ConfigError(f"model_type {model_type!r} is an encoder or an encoder-decoder model, not a decoder-only "
                           "causal LM: tierlab traces decoder-only models", file=file, field="model_type")
+
+
+def refuse_without_own_kv(config: dict, file: str | None) -> None:
+    """One line for a model Transformers builds but that cannot run alone: every layer attends to KV shared
+    from another model (Gemma 4's assistant, whose forward takes its target's ``shared_kv_states``)."""
+    text = text_model_config(config)
+    shared, layers = text.get("num_kv_shared_layers"), text.get("num_hidden_layers")
+    if isinstance(shared, int) and isinstance(layers, int) and 0 < layers <= shared:
+        where = "text_config." if isinstance(config.get("text_config"), dict) else ""
+        raise ConfigError(f"model_type {config.get('model_type')!r} computes no KV of its own: all {layers} "
+                          f"layers read KV shared from another model (num_kv_shared_layers {shared}), an assistant "
+                          "(draft) model attending to its target model's cache, which a capture of it alone does not "
+                          "have; trace the target model", file=file, field=where + "num_kv_shared_layers")

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from common.errors import ConfigError, UsageError
 from traces.capture.model import (ATTENTION_NAME, NON_ARCHITECTURE_KEYS, copied_layers, layer_caches, own_cache,
-                                  own_states, refuse_unbuildable, require_extra, state_shapes, text_model_config)
+                                  own_states, refuse_unbuildable, refuse_without_own_kv, require_extra, state_shapes,
+                                  text_model_config)
 from traces.capture.opmap import aten_name, layer_of, leaf_kind
 
 
@@ -336,6 +337,7 @@ def _weights(model, kinds) -> tuple[list, dict]:
 def record(config: dict, segments, batch: int, context: int, file: str | None = None) -> Capture:
     """Run ``context`` positions (not recorded), then each compute segment, recording each."""
     torch, transformers = require_extra()
+    refuse_without_own_kv(config, file)
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()     # config advice and kernel fall-backs are not tierlab's output
     try:
