@@ -11,9 +11,10 @@ a trace of one row (same chip, so the same kernels are loaded). ``replay_s`` = e
 less that start-up (``replay_s_unreliable`` when the start-up measured longer than the whole run:
 the other cores' load decided). pycachesim replays the same addresses in the same run (its C ``iterload``;
 the list conversion it needs is timed separately), and its per-level misses must equal the
-replay's. ``ratio_warm_cli``: the same command through the CLI's entry point in one process, after
-it ran once on the one-row trace (start-up excluded by running it, not by subtracting a second
-process's: steadier where start-up, ~1 s, is twenty times the replay). Timings are the best of
+replay's. ``ratio_warm_cli`` (the headline): the same command through the CLI's entry point in one
+process, after it ran once on the one-row trace (start-up excluded by running it, not by
+subtracting a second process's: start-up, ~1 s, is ten to thirty times the replay), in turns with
+pycachesim in that process (best of each; ``ratio_warm_cli_paired``: each turn's ratio, sorted). Timings are the best of
 ``--repeat`` runs (the machine may be shared). An in-process
 split (read and check the trace alone; the whole replay in process) says where the time goes, and
 ``ratio_in_process_cpu`` is pycachesim's CPU seconds over the in-process replay's.
@@ -139,8 +140,12 @@ def tierlab_replay(trace: Path, chip: Path, repeat: int, threads: int = 1) -> tu
 
 WARM_CLI = """\
 import contextlib, io, json, sys, time
+sys.path.insert(0, "benchmarks")
+import numpy as np
+from bench_replay import pycachesim_replay
 from emulator.cli import main
 one, trace, chip, repeat, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+levels, policy, lines = int(sys.argv[6]), sys.argv[7], sys.argv[8]
 
 def run(t):
     out = io.StringIO()
@@ -152,23 +157,32 @@ def run(t):
                 raise
     return out.getvalue()
 
+addrs = (np.load(lines) * 64).tolist()
 run(one)                                    # start-up: imports and the kernels' compiled code
-best = best_cpu = float("inf")
-for _ in range(repeat):
+rows = []
+for _ in range(repeat):                     # in turns, so that a slow spell of the host slows both
     t0, c0 = time.perf_counter(), time.process_time()
     text = run(trace)
-    best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
-print(json.dumps({"wall_s": best, "cpu_s": best_cpu, "tiers": json.loads(text)["tiers"]}))
+    t1, c1 = time.perf_counter(), time.process_time()
+    misses = pycachesim_replay(addrs, levels, policy)
+    rows.append((t1 - t0, c1 - c0, time.perf_counter() - t1, time.process_time() - c1))
+w, c, pw, pc = (min(r[k] for r in rows) for k in range(4))
+print(json.dumps({"wall_s": w, "cpu_s": c, "pycachesim_s": pw, "pycachesim_cpu_s": pc,
+                  "paired_ratios": sorted(r[2] / r[0] for r in rows),
+                  "tiers": json.loads(text)["tiers"], "pycachesim_misses": misses}))
 """
 
 
-def warm_cli(one: Path, trace: Path, chip: Path, repeat: int, threads: int = 1) -> dict:
+def warm_cli(one: Path, trace: Path, chip: Path, repeat: int, threads: int, levels: int, policy: str,
+             lines: Path) -> dict:
     """``tierlab replay TRACE --chip CHIP --json`` run through the CLI's own entry point in one
     process, after the same command on the one-row trace (start-up excluded: imports, the kernels'
-    compiled code, the first file reads): best wall and CPU seconds of ``repeat`` runs, and the
-    tiers it printed. Parsing, reading and checking, placement, the replay, the cost model and
-    the JSON report are all in it."""
-    proc = subprocess.run([sys.executable, "-c", WARM_CLI, str(one), str(trace), str(chip), str(repeat), str(threads)],
+    compiled code, the first file reads), in turns with pycachesim on the same addresses (``lines``:
+    a .npy of the line numbers): best wall and CPU seconds of each over ``repeat`` turns, each
+    turn's ratio, the tiers printed and pycachesim's misses. Parsing, reading and checking,
+    placement, the replay, the cost model and the JSON report are all in the CLI's time."""
+    proc = subprocess.run([sys.executable, "-c", WARM_CLI, str(one), str(trace), str(chip), str(repeat), str(threads),
+                           str(levels), policy, str(lines)],
                           cwd=REPO, check=True, capture_output=True, text=True, env=dict(os.environ, TIERLAB_DEBUG="0"))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -216,6 +230,7 @@ def main() -> None:
         writer = write_address_trace if args.kind == "addresses" else write_trace
         t_write, _ = timed(writer, tmp / "issue.trace", blocks)
         writer(tmp / "one.trace", blocks[:1])
+        np.save(tmp / "lines.npy", blocks)
         addrs = blocks * LINE_BYTES
         t_list, addr_list = timed(lambda: addrs.tolist())
         disk = sum(f.stat().st_size for f in (tmp / "issue.trace").iterdir())
@@ -244,11 +259,14 @@ def main() -> None:
                        "in_process": in_process(tmp / "issue.trace", chip, args.repeat)}
                 # the replay in this process (no start-up to subtract): steadier on a loaded host
                 row["ratio_in_process_cpu"] = c_pc / row["in_process"]["pipeline_cpu_s"]
-                warm = warm_cli(tmp / "one.trace", tmp / "issue.trace", chip, args.repeat, args.threads)
+                warm = warm_cli(tmp / "one.trace", tmp / "issue.trace", chip, args.repeat, args.threads, lv, policy,
+                                tmp / "lines.npy")
                 row["warm_cli_s"], row["warm_cli_cpu_s"] = warm["wall_s"], warm["cpu_s"]
-                row["ratio_warm_cli"] = t_pc / warm["wall_s"]
-                row["ratio_warm_cli_cpu"] = c_pc / warm["cpu_s"]
-                row["counts_equal"] = row["counts_equal"] and \
+                row["warm_pycachesim_s"], row["warm_pycachesim_cpu_s"] = warm["pycachesim_s"], warm["pycachesim_cpu_s"]
+                row["ratio_warm_cli"] = warm["pycachesim_s"] / warm["wall_s"]
+                row["ratio_warm_cli_cpu"] = warm["pycachesim_cpu_s"] / warm["cpu_s"]
+                row["ratio_warm_cli_paired"] = warm["paired_ratios"]
+                row["counts_equal"] = row["counts_equal"] and warm["pycachesim_misses"] == pc_misses and \
                     [int(t["misses"]) for t in warm["tiers"][:lv]] == pc_misses
                 runs.append(row)
                 log(json.dumps(row))

@@ -345,6 +345,65 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
     return chain
 
 
+@njit(nogil=True, inline="always")
+def _tier_run(src, lo, m, g_in, words, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, out, g_out, last):
+    """One clean tier serves ``src[lo:lo + m] >> g_in`` in order; its misses (``>> g_out``, the
+    next tier's blocks) go to ``out`` unless ``last``; returns how many missed. No branch on hit
+    or miss: the next tier's request is stored either way and kept on a miss."""
+    k = 0
+    for i in range(m):
+        b = np.int64(src[lo + i] >> g_in)
+        miss = _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, 1)
+        if not last:
+            out[k] = b >> g_out
+        k += miss
+    return k
+
+
+RUN_BLOCKS = 4096   # a chunk of the tier runs: its misses stay in the host's L1 between the tiers
+
+
+def _build_runs(spec: tuple, shifts: tuple = (0, 0, 0)):
+    """The chain's counts by tier runs: each chunk of :data:`RUN_BLOCKS` requests is served by
+    tier 0, whose misses (kept in a small buffer, in order) are then served by tier 1, and so on.
+    Exact, as the tier passes are: a tier's state depends only on the sequence of requests it sees.
+    Against :func:`_build_chain`: no branch between the tiers and a loop per tier that keeps its
+    few values in registers. Same arguments as the chain's kernel."""
+    n_t = len(spec)
+    (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = tuple(spec) + ((1, True, False, 64),) * (3 - n_t)
+    g_in, g0, g1 = shifts
+    C = RUN_BLOCKS
+
+    @njit(nogil=True)
+    def runs(blk, n, par, t0, t1, t2, cnt):
+        a0, a1, a2 = t0.ctypes.data, t1.ctypes.data, t2.ctypes.data
+        s0, k0, e0, x0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3]
+        s1, k1, e1, x1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3]
+        s2, k2, e2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
+        q1 = np.empty(C, np.int64)
+        q2 = np.empty(C, np.int64)
+        m0 = m1 = m2 = 0
+        for lo in range(0, n, C):
+            m = min(C, n - lo)
+            k = _tier_run(blk, lo, m, g_in, a0, s0, k0, e0, x0, f0, p0, b0, q1, g0, n_t == 1)
+            m0 += k
+            if n_t > 1:
+                k = _tier_run(q1, 0, k, 0, a1, s1, k1, e1, x1, f1, p1, b1, q2, g1, n_t == 2)
+                m1 += k
+            if n_t > 2:
+                k = _tier_run(q2, 0, k, 0, a2, s2, k2, e2, x2, f2, p2, b2, q1, 0, True)
+                m2 += k
+        cnt[0, 0] += n
+        cnt[0, 1] += m0
+        if n_t > 1:
+            cnt[1, 0] += m0
+            cnt[1, 1] += m1
+        if n_t > 2:
+            cnt[2, 0] += m1
+            cnt[2, 1] += m2
+    return runs
+
+
 _CHAIN: dict = {}
 _WORD = {16: np.int16, 32: np.int32, 64: np.int64}
 
@@ -362,14 +421,20 @@ def chain_state(par: np.ndarray, widths) -> list:
     return [new_state(int(row[0] * row[3]), _WORD[w]) for row, w in zip(par, widths)]
 
 
-def chain_pass(blk, n, in_shift, par, tags, cnt, spec) -> None:
-    """:func:`_build_chain`'s kernel for ``spec`` (built on first use, then cached on disk) over the
-    tiers' words ``tags`` (:func:`chain_state`)."""
+def chain_pass(blk, n, in_shift, par, tags, cnt, spec, form: str | None = None) -> None:
+    """Serve ``blk[:n] >> in_shift`` on the chain's tiers (``spec``, ``par`` rows as
+    :func:`_build_chain` takes them) over their words ``tags`` (:func:`chain_state`), adding
+    requests and misses per tier to ``cnt``. ``form``: ``"chain"`` (:func:`_build_chain`) or
+    ``"runs"`` (:func:`_build_runs`), the same counts; by default the chain for one or two tiers and
+    the runs for three (measured on the issue-4 stream, AMD EPYC Zen 3: the runs 13% faster at three
+    tiers, even at two, slower at one). Each build is made on first use, then cached on disk."""
     n_t = len(spec)
+    form = form or ("runs" if n_t == 3 else "chain")
     shifts = (int(in_shift), int(par[0, 4]) if n_t > 1 else 0, int(par[1, 4]) if n_t > 2 else 0)
-    fn = _CHAIN.get((spec, shifts))
+    fn = _CHAIN.get((spec, shifts, form))
     if fn is None:
-        fn = _CHAIN[spec, shifts] = _build_chain(spec, shifts)
+        build = _build_runs if form == "runs" else _build_chain
+        fn = _CHAIN[spec, shifts, form] = build(spec, shifts)
     t = list(tags) + [tags[0]] * (3 - len(tags))
     fn(blk, n, par, t[0], t[1], t[2], cnt)
 
