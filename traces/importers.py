@@ -307,8 +307,8 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
     summary = {"file": src.name, "format": fmt, "line": line, "straddle": straddle,
                "instructions": recs.instructions}
     with AddressTraceWriter(out, line_bytes=line, straddle=straddle, force=force) as w:
-        for a, s, k in recs.chunks():
-            n_records += len(a)
+        def to_words(a, s, k):
+            nonlocal words, cont
             need = tp.count_lines(a, s, k, len(a), sh)
             if need > len(words):
                 words, cont = np.empty(need, np.int64), np.empty(need, np.int64)
@@ -318,6 +318,24 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
             if m < 0:
                 raise TraceError(f"the addresses reach more than {MAX_REGIONS} regions of 1 GiB", file=str(src))
             w.add(words[:m], cont[:int(stats[6]) - before])
+
+        # a chunk's lines are made and written on one thread, in order, while the next chunk is
+        # parsed (the parser's buffers are reused: each chunk's records are copied first)
+        with ThreadPoolExecutor(1) as pool:
+            pending = None
+            try:
+                for a, s, k in recs.chunks():
+                    n_records += len(a)
+                    job = pool.submit(to_words, a.copy(), s.copy(), k.copy())
+                    if pending is not None:
+                        pending.result()
+                    pending = job
+            except TraceError:
+                if pending is not None:
+                    pending.result()        # an earlier chunk's error comes first
+                raise
+            if pending is not None:
+                pending.result()
         r = int(n_regions[0])
         w.regions([int(x) << REGION_SHIFT for x in regions[:r]], [int(x) for x in region_end[:r]],
                   [int(x) for x in region_lo[:r]])
