@@ -11,9 +11,7 @@ there the test checks the difference equals its closed form. Skipped only where 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -29,7 +27,6 @@ from traces.families import FAMILIES, LLAMA_KEYS, family_of
 from traces.spec import spec_from_config
 from traces.summary import summarize
 
-HAVE_EXTRA = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 RUN = dict(context=3, prompt=5, generate=2, batch=2)
 
 
@@ -42,17 +39,6 @@ def _lowerable(path: Path) -> bool:
 
 
 PRESETS = sorted(p.stem for p in configs_dir("models").glob("*.json") if _lowerable(p))
-
-
-@pytest.fixture(scope="module")
-def transformers():
-    if not HAVE_EXTRA:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true: the capture extra (torch, transformers) must be installed; .ci/run installs it")
-        pytest.skip("the capture extra (torch, transformers) is not installed")
-    import transformers
-
-    return transformers
 
 
 def _two(types: list) -> list:

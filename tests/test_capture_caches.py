@@ -13,29 +13,13 @@ Skipped only where torch/transformers are absent and CI is not set; with CI=true
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
-import pytest
 
 from traces.reader import open_trace
 from traces.run import RunConfig
 from traces.summary import summarize
 
-HAVE_EXTRA = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 RUN = dict(context=0, prompt=5, generate=2, batch=2)
-
-
-@pytest.fixture(scope="module")
-def transformers():
-    if not HAVE_EXTRA:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true: the capture extra (torch, transformers) must be installed; .ci/run installs it")
-        pytest.skip("the capture extra (torch, transformers) is not installed")
-    import transformers
-
-    return transformers
 
 
 def _capture(model_type: str, tmp, **over):

@@ -8,14 +8,10 @@ capture extra (skipped without it, as tests/test_capture.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 
 from traces.spec import spec_from_config
 
-HAVE_EXTRA = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 
 # model types whose default config tierlab reads by hand (the families of traces/families.py)
 HAND_TYPES = ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2",
@@ -28,13 +24,7 @@ HAND_TYPES = ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwe
 
 
 @pytest.fixture(scope="module")
-def census():
-    if not HAVE_EXTRA:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true: the capture extra (torch, transformers) must be installed; .ci/run installs it")
-        pytest.skip("the capture extra (torch, transformers) is not installed")
-    import transformers
-
+def census(transformers):
     transformers.logging.set_verbosity_error()
     from traces.capture import census
 

@@ -284,6 +284,33 @@ def _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, wid
     return miss & act
 
 
+def _tiers(spec: tuple) -> tuple:
+    """``spec`` padded to three tiers (the absent ones: never reached)."""
+    return tuple(spec) + ((1, True, False, 64),) * (3 - len(spec))
+
+
+@njit(nogil=True, inline="always")
+def _tier_par(par, i, ways_lit):
+    """Tier ``i``'s sets, set mask, set bits and ways from ``par`` (``ways_lit``: the way count as
+    built, 0 for a run-time one), taken into locals: the compiler cannot tell the rows of ``par``
+    from the words."""
+    return par[i, 0], par[i, 1], par[i, 2], ways_lit if ways_lit else par[i, 3]
+
+
+@njit(nogil=True, inline="always")
+def _add_counts(cnt, n, n_t, m0, m1, m2):
+    """Requests and misses per tier into ``cnt``: a tier's requests are the misses of the tier
+    above (the first's: the ``n`` blocks), so the kernels count misses alone."""
+    cnt[0, 0] += n
+    cnt[0, 1] += m0
+    if n_t > 1:
+        cnt[1, 0] += m0
+        cnt[1, 1] += m1
+    if n_t > 2:
+        cnt[2, 0] += m1
+        cnt[2, 1] += m2
+
+
 def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
     """The clean read-only chain kernel for one to three LRU/FIFO cache tiers: each block is
     followed down the tiers until one holds it (no writes, so no writebacks). Each tier's (way
@@ -300,7 +327,7 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
     # (the closure holds only numbers and flags: a captured function would make the on-disk cache
     # key differ in every process)
     n_t = len(spec)
-    (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = tuple(spec) + ((1, True, False, 64),) * (3 - n_t)
+    (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = _tiers(spec)
     # the input's shift to tier-0 blocks and the shifts between tiers (a handful of values: 0 where
     # the blocks are alike, 1 for an address trace's words) compiled in: three registers fewer
     g_in, g0, g1 = shifts
@@ -314,12 +341,9 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
         (the caller's to know: a larger one would be counted in a wrong set, never outside the
         words)."""
         a0, a1, a2 = t0.ctypes.data, t1.ctypes.data, t2.ctypes.data
-        # every parameter in a local: the compiler cannot tell the rows of ``par`` from the words
-        s0, k0, e0, x0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3]
-        s1, k1, e1, x1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3]
-        s2, k2, e2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
-        # a tier's requests are the misses of the tier above (the first's: n), so only misses
-        # are counted: fewer live registers in the loop
+        s0, k0, e0, x0 = _tier_par(par, 0, w0)
+        s1, k1, e1, x1 = _tier_par(par, 1 % n_t, w1)
+        s2, k2, e2, x2 = _tier_par(par, 2 % n_t, w2)
         m0 = m1 = m2 = 0
         for j in range(n):
             b = np.int64(blk[j] >> g_in)    # (uint64 words: kept in integer arithmetic)
@@ -334,14 +358,7 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
                 continue
             miss = _chain_tier(a2, b >> g1, s2, k2, e2, x2, f2, p2, b2, miss)
             m2 += miss
-        cnt[0, 0] += n
-        cnt[0, 1] += m0
-        if n_t > 1:
-            cnt[1, 0] += m0
-            cnt[1, 1] += m1
-        if n_t > 2:
-            cnt[2, 0] += m1
-            cnt[2, 1] += m2
+        _add_counts(cnt, n, n_t, m0, m1, m2)
     return chain
 
 
@@ -370,16 +387,16 @@ def _build_runs(spec: tuple, shifts: tuple = (0, 0, 0)):
     Against :func:`_build_chain`: no branch between the tiers and a loop per tier that keeps its
     few values in registers. Same arguments as the chain's kernel."""
     n_t = len(spec)
-    (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = tuple(spec) + ((1, True, False, 64),) * (3 - n_t)
+    (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = _tiers(spec)
     g_in, g0, g1 = shifts
     C = RUN_BLOCKS
 
     @njit(nogil=True)
     def runs(blk, n, par, t0, t1, t2, cnt):
         a0, a1, a2 = t0.ctypes.data, t1.ctypes.data, t2.ctypes.data
-        s0, k0, e0, x0 = par[0, 0], par[0, 1], par[0, 2], w0 if w0 else par[0, 3]
-        s1, k1, e1, x1 = par[1 % n_t, 0], par[1 % n_t, 1], par[1 % n_t, 2], w1 if w1 else par[1 % n_t, 3]
-        s2, k2, e2, x2 = par[2 % n_t, 0], par[2 % n_t, 1], par[2 % n_t, 2], w2 if w2 else par[2 % n_t, 3]
+        s0, k0, e0, x0 = _tier_par(par, 0, w0)
+        s1, k1, e1, x1 = _tier_par(par, 1 % n_t, w1)
+        s2, k2, e2, x2 = _tier_par(par, 2 % n_t, w2)
         q1 = np.empty(C, np.int64)
         q2 = np.empty(C, np.int64)
         m0 = m1 = m2 = 0
@@ -393,14 +410,7 @@ def _build_runs(spec: tuple, shifts: tuple = (0, 0, 0)):
             if n_t > 2:
                 k = _tier_run(q2, 0, k, 0, a2, s2, k2, e2, x2, f2, p2, b2, q1, 0, True)
                 m2 += k
-        cnt[0, 0] += n
-        cnt[0, 1] += m0
-        if n_t > 1:
-            cnt[1, 0] += m0
-            cnt[1, 1] += m1
-        if n_t > 2:
-            cnt[2, 0] += m1
-            cnt[2, 1] += m2
+        _add_counts(cnt, n, n_t, m0, m1, m2)
     return runs
 
 

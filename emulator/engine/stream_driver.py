@@ -74,7 +74,7 @@ class StreamReplayer:
             # per tier: its sets, set mask, set bits, ways, shift to the next; its tags' width
             self.par = np.array([[a[1], a[2], max(a[2], 0).bit_length(), a[3], a[9]] for a in self.args], np.int64)
             widths, top = [], self.top_block
-            for i, a in enumerate(self.args):
+            for a in self.args:
                 widths.append(stream.tag_width(top, a[1]))
                 top = ((top - 1) >> a[9]) + 1
             self.spec = tuple((a[3] if a[3] in stream.VECTOR_WAYS else 0, a[2] >= 0, bool(a[4]), w)
