@@ -364,6 +364,10 @@ CASES = [
          "{tmp}/m.json: architectures: OlmoForCausalLM has no hand lowering; tracing it through Transformers needs "
          "the optional extra 'capture' (PyTorch and Transformers): pip install -e '.[capture]'",
          config(LLAMA, architectures=["OlmoForCausalLM"], model_type="olmo"), hide_modules=("torch", "transformers")),
+    Case("throughput-no-hand-lowering", ["throughput", "{tmp}/m.json", "--chip", "h100", "--input", "8", "--output", "2"],
+         "{tmp}/m.json: architectures: model family 'OlmoForCausalLM' has no hand lowering (`tierlab models --families` "
+         "lists those that have one); tierlab trace, run and compare take it through Transformers (docs/capture.md)",
+         config(LLAMA, architectures=["OlmoForCausalLM"], model_type="olmo")),
     Case("config-no-hand-lowering-sharded", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1", "--tp", "2"],
          "capture: no hand lowering of OlmoForCausalLM: its capture traces one device's --prompt/--context/--generate "
          "run (no --turns, --tp, --pp, --ep, --dp or microbatches)",

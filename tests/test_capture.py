@@ -325,6 +325,32 @@ def test_no_hand_lowering_goes_through_capture(transformers, tmp_path):
     assert json.loads(r.stdout)["lowering"] == {"path": "hand", "family": "qwen2"}
 
 
+def test_run_and_compare_of_no_hand_lowering_go_through_capture(transformers, tmp_path):
+    """`tierlab run` and `compare` of a family with no hand lowering (OLMo 1) trace it as `tierlab trace`
+    does (captured by itself, kept with --keep-trace and saying so) and replay it: the same tiers and
+    per-token figures as the kept trace replayed alone; --capture of a trace is refused."""
+    from traces.capture.census import default_config
+
+    config = default_config("olmo")
+    config.update(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=256)
+    (tmp_path / "olmo.json").write_text(json.dumps(config))
+    run = ("--prompt", 3, "--generate", 2)
+    r = _cli("run", tmp_path / "olmo.json", "--chip", "h100", *run, "--keep-trace", tmp_path / "k.trace", "--json")
+    assert r.exit_code == 0, r.stderr
+    got = json.loads(r.stdout)
+    m = open_trace(tmp_path / "k.trace").manifest
+    assert m["lowering"] == {"path": "capture", "why": "no hand lowering of OlmoForCausalLM"}
+    alone = json.loads(_cli("replay", tmp_path / "k.trace", "--chip", "h100", "--json").stdout)
+    assert got["tiers"] == alone["tiers"] and got["per_token"] == alone["per_token"]
+    assert got["by_kind"]["weight"] and got["tiers"][0]["bytes_read"] > 0
+    r = _cli("compare", tmp_path / "olmo.json", "--chips", "h100,sn40l", *run, "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = {row["chip"]: row for row in json.loads(r.stdout)["chips"]}
+    assert rows["h100"]["replay"]["tiers"] == alone["tiers"] and set(rows) == {"h100", "sn40l"}
+    r = _cli("compare", tmp_path / "k.trace", "--chips", "h100", "--capture")
+    assert r.exit_code == 2 and "--capture applies when tracing a model" in r.stderr
+
+
 def test_unmapped_operators_are_named(transformers, tmp_path):
     """Captured, Qwen3.5's attention output gate (a sigmoid and a product outside any module tierlab lowers)
     is named in one stderr line and in the manifest, with how many times it ran; its Gated DeltaNet layers

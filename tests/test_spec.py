@@ -169,7 +169,7 @@ def test_glm_missing_field_is_named():
 
 
 def test_unsupported_family():
-    with pytest.raises(ConfigError, match="unsupported model family 'BertModel'") as e:
+    with pytest.raises(ConfigError, match="model family 'BertModel' has no hand lowering") as e:
         spec_from_config({"architectures": ["BertModel"], "model_type": "bert"})
     assert e.value.field == "architectures"
 

@@ -275,10 +275,12 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
         name = MODEL_TYPES.get(tmt) if isinstance(tmt, str) else None
     if name is None:
         what = archs[0] if isinstance(archs, list) and archs else mt
-        msg = f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}"
         if not isinstance(what, str):           # not a name at all: nothing to build it from either
-            raise ConfigError(msg, file=file, field="architectures")
-        raise UnknownFamily(msg, file=file, field="architectures", family=what)
+            raise ConfigError(f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}",
+                              file=file, field="architectures")
+        raise UnknownFamily(f"model family {what!r} has no hand lowering (`tierlab models --families` lists those "
+                            "that have one); tierlab trace, run and compare take it through Transformers "
+                            "(docs/capture.md)", file=file, field="architectures", family=what)
     mt_text = text.get("model_type") if isinstance(text, dict) else mt
     given = {**config, **text} if isinstance(text, dict) else config
     defaults = {**transformers_defaults(mt_text if isinstance(mt_text, str) else "", name, given),

@@ -19,7 +19,7 @@ import click
 
 from emulator.cli.execution import apply_execution, execution_from, execution_options
 from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
-from emulator.cli.trace import run_options, run_config_from_options
+from emulator.cli.trace import capture_option, plan_trace, run_options, write_trace
 from common.errors import UsageError
 from emulator.network.collective import ALGORITHM_NAMES
 
@@ -59,13 +59,14 @@ def _is_trace(path: str) -> bool:
 @click.option("--html", "html_path", type=click.Path(), default=None,
               help="Also write a self-contained HTML report of the comparison (needs the plot extra).")
 @click.option("--keep-trace", type=click.Path(), default=None, help="Write the trace to this directory and keep it.")
+@capture_option
 @kernel_option
 @place_option
 @execution_options
 @force_option
 @json_option
 def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plot_path, html_path, keep_trace, kernel,
-            place, force, as_json, **kw):
+            place, force, as_json, capture, **kw):
     """Replay one trace of MODEL on every chip (and system) and show the per-token figures side by side."""
     from emulator.analysis.compare import compare, load_chips, to_json
     from emulator.analysis.system_result import compare_systems
@@ -125,8 +126,9 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
     if _is_trace(model):
         from click.core import ParameterSource
 
-        if keep_trace:
-            raise UsageError("MODEL is already a trace; --keep-trace applies when tracing a model", field="--keep-trace")
+        if keep_trace or capture:
+            flag = "--keep-trace" if keep_trace else "--capture"
+            raise UsageError(f"MODEL is already a trace; {flag} applies when tracing a model", field=flag)
         ctx = click.get_current_context()
         given = [n for n in kw if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]
         if given:
@@ -134,14 +136,9 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
                              f"(got --{given[0].replace('_', '-')})", field="MODEL")
         run(model)
         return
-    from traces.lower import generate_trace
-    from traces.spec import load_model
-
-    spec = load_model(model)
-    run_cfg = run_config_from_options(kw, spec)
+    plan = plan_trace(model, kw, capture=capture)
     if keep_trace:
-        check_output(keep_trace, force=force, directory=True)
-        run(generate_trace(spec, run_cfg, keep_trace, force=force))
+        run(write_trace(plan, keep_trace, force=force))
         return
     with tempfile.TemporaryDirectory(prefix="tierlab-compare-") as tmp:
-        run(generate_trace(spec, run_cfg, Path(tmp) / f"{spec.name}.trace"))
+        run(write_trace(plan, Path(tmp) / f"{plan.name}.trace"))

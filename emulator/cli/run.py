@@ -17,7 +17,7 @@ from emulator.cli.on_system import (check_chip_run, check_system_run, check_targ
                                     system_replay_and_report)
 from emulator.cli.options import force_option, json_option
 from emulator.cli.replay import options_from, replay_and_report, replay_options
-from emulator.cli.trace import run_options, run_config_from_options
+from emulator.cli.trace import capture_option, plan_trace, run_options, write_trace
 from emulator.cli.views import check_views, view_options
 
 
@@ -30,21 +30,20 @@ from emulator.cli.views import check_views, view_options
 @view_options
 @click.option("--keep-trace", type=click.Path(), default=None,
               help="Write the trace to this directory and keep it (default: a temporary directory).")
+@capture_option
 @click.option("--strict-dtype", is_flag=True, default=False,
               help="Refuse an FP4 --activations format the chip has no compute for (default: a note, and the "
                    "next supported dtype; emulator.chip.compute).")
 @force_option
 @json_option
-def command(model, keep_trace, force, as_json, strict_dtype, **kw):
+def command(model, keep_trace, force, as_json, strict_dtype, capture, **kw):
     """Trace MODEL (preset, config.json or directory) and replay it on a chip or a system."""
     from common.atomic import check_output
-    from traces.lower import generate_trace
-    from traces.spec import load_model
 
     check_target(kw)
     system = system_of(kw) if kw.get("system") else None    # a bad system fails before the (long) tracing
-    spec = load_model(model)
-    run = run_config_from_options(kw, spec)
+    plan = plan_trace(model, kw, capture=capture)
+    run = plan.run
     if system is not None:
         n = getattr(run, "devices", 1)
         if n > system.n_chips:
@@ -76,8 +75,7 @@ def command(model, keep_trace, force, as_json, strict_dtype, **kw):
     check_views(kw, force=force)
     kw["force"] = force
     if keep_trace:
-        check_output(keep_trace, force=force, directory=True)
-        report(generate_trace(spec, run, keep_trace, force=force))
+        report(write_trace(plan, keep_trace, force=force))
         return
     with tempfile.TemporaryDirectory(prefix="tierlab-run-") as tmp:
-        report(generate_trace(spec, run, Path(tmp) / f"{spec.name}.trace"))
+        report(write_trace(plan, Path(tmp) / f"{plan.name}.trace"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 import click
 
@@ -144,25 +145,36 @@ def trace_unmapped(manifest: dict) -> str:
     return "capture: " + "; ".join(parts) if parts else ""
 
 
-@click.command("trace")
-@click.argument("model")
-@click.option("-o", "--output", required=True, type=click.Path(), help="Trace directory to write (e.g. llama.trace).")
-@run_options
-@click.option("--record-routing", is_flag=True,
-              help="MoE: also write every token's experts to routing.arrow in the trace (replayable with "
-                   "--router table:DIR/routing.arrow).")
-@click.option("--capture", is_flag=True,
-              help="Build MODEL with Hugging Face Transformers on PyTorch's meta device (no weights), record the "
-                   "run's operators and lower them (the capture extra; see docs/capture.md).")
-@force_option
-@json_option
-def command(model, output, force, as_json, record_routing, capture, **options):
-    """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
-    from common.atomic import check_output
+@dataclass(frozen=True)
+class TracePlan:
+    """How MODEL's trace is made: by its hand lowering (``spec``), or by capture (``spec`` None: ``--capture``,
+    or a family with no hand lowering, ``why`` saying which) -- ``tierlab trace``, ``run`` and ``compare`` alike."""
+
+    model: str
+    spec: object
+    run: object
+    why: str
+
+    @property
+    def captured(self) -> bool:
+        return self.spec is None
+
+    @property
+    def name(self) -> str:
+        if self.spec is not None:
+            return self.spec.name
+        from traces.capture import read_config
+
+        return read_config(self.model)[1]
+
+
+def plan_trace(model: str, options: dict, *, capture: bool = False) -> TracePlan:
+    """Read MODEL and the run options; a family with no hand lowering goes through Transformers
+    (docs/capture.md), or, without the capture extra, fails in one line naming it."""
     from traces.families import UnknownFamily
 
-    why = "--capture" if capture else ""
-    if not capture:      # a family with no hand lowering goes through Transformers (docs/capture.md)
+    why, spec = ("--capture" if capture else ""), None
+    if not capture:
         from traces.spec import load_model
 
         try:
@@ -170,38 +182,67 @@ def command(model, output, force, as_json, record_routing, capture, **options):
         except UnknownFamily as err:
             from traces.capture import without_hand_lowering
 
-            capture, why = True, without_hand_lowering(err)
-    if capture:
-        run = run_config_from_options(options)
+            why = without_hand_lowering(err)
+    return TracePlan(model, spec, run_config_from_options(options, spec), why)
+
+
+def write_trace(plan: TracePlan, output, *, force: bool = False, record_routing: bool = False,
+                progress: bool = False):
+    """Write ``plan``'s trace to ``output`` (a directory; refused if it exists, unless ``force``) and return its path."""
+    from common.atomic import check_output
+
+    if plan.captured:
         from traces.capture import capture_trace, read_config
 
         if record_routing:
             raise UsageError("not available with --capture (its routing is tierlab's --router, replayable as is)",
                              field="--record-routing")
-
-        config, name, file = read_config(model)
+        config, name, file = read_config(plan.model)
         check_output(output, force=force, directory=True)
-        path = capture_trace(config, run, output, name=name, file=file, force=force, why=why)
+        path = capture_trace(config, plan.run, output, name=name, file=file, force=force, why=plan.why)
         from traces.reader import open_trace
 
         unmapped = trace_unmapped(open_trace(path).manifest)
         if unmapped:
             click.echo(f"tierlab: warning: {unmapped}", err=True)
-    else:
-        from traces.lower import generate_trace
+        return path
+    from traces.lower import generate_trace
 
-        run = run_config_from_options(options, spec)
-        name = spec.name
-        check_output(output, force=force, directory=True)
-        with fraction_bar(unit="seg", desc="trace") as progress:
-            path = generate_trace(spec, run, output, force=force, progress=progress, record_routing=record_routing)
+    check_output(output, force=force, directory=True)
+    if not progress:
+        return generate_trace(plan.spec, plan.run, output, force=force, record_routing=record_routing)
+    with fraction_bar(unit="seg", desc="trace") as bar:
+        return generate_trace(plan.spec, plan.run, output, force=force, progress=bar, record_routing=record_routing)
+
+
+capture_option = click.option(
+    "--capture", is_flag=True,
+    help="Build MODEL with Hugging Face Transformers on PyTorch's meta device (no weights), record the run's "
+         "operators and lower them (the capture extra; see docs/capture.md). A family with no hand lowering "
+         "takes this path by itself.")
+
+
+@click.command("trace")
+@click.argument("model")
+@click.option("-o", "--output", required=True, type=click.Path(), help="Trace directory to write (e.g. llama.trace).")
+@run_options
+@click.option("--record-routing", is_flag=True,
+              help="MoE: also write every token's experts to routing.arrow in the trace (replayable with "
+                   "--router table:DIR/routing.arrow).")
+@capture_option
+@force_option
+@json_option
+def command(model, output, force, as_json, record_routing, capture, **options):
+    """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
+    plan = plan_trace(model, options, capture=capture)
+    path = write_trace(plan, output, force=force, record_routing=record_routing, progress=True)
     from traces.reader import open_trace
 
     trace = open_trace(path)
-    info = {"path": str(path), "model": name, "tables": trace.manifest["tables"],
+    info = {"path": str(path), "model": plan.name, "tables": trace.manifest["tables"],
             "bytes_on_disk": sum(f.stat().st_size for f in path.iterdir()),
             "lowering": trace.manifest.get("lowering", {"path": "hand"})}
-    if capture:
+    if plan.captured:
         info["capture"] = trace.manifest.get("capture")
     from emulator.api.handover import hand_over
 
