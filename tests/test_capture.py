@@ -342,6 +342,7 @@ def test_run_and_compare_of_no_hand_lowering_go_through_capture(transformers, tm
     assert m["lowering"] == {"path": "capture", "why": "no hand lowering of OlmoForCausalLM"}
     alone = json.loads(_cli("replay", tmp_path / "k.trace", "--chip", "h100", "--json").stdout)
     assert got["tiers"] == alone["tiers"] and got["per_token"] == alone["per_token"]
+    assert got["provenance"]["trace_lowering"] == m["lowering"]
     assert got["by_kind"]["weight"] and got["tiers"][0]["bytes_read"] > 0
     r = _cli("compare", tmp_path / "olmo.json", "--chips", "h100,sn40l", *run, "--json")
     assert r.exit_code == 0, r.stderr

@@ -102,6 +102,8 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
             "trace": str(tr.trace.path),
             "trace_generator": tr.trace.manifest.get("generator"),
             "trace_run": tr.trace.manifest.get("run"),   # how the trace was made: lengths, dtypes, router, seed
+            # which path lowered the model: {"path": "hand", "family": ...} or {"path": "capture", "why": ...}
+            "trace_lowering": tr.trace.manifest.get("lowering"),
             "trace_manifest_sha256": _manifest_sha256(tr.trace.path),
             "chip_sha256": chip.source_sha256,
             "chip_file": chip.source_file,
