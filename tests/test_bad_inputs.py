@@ -391,6 +391,13 @@ CASES = [
          config(LLAMA, architectures=["MyForCausalLM"], model_type="mycustom",
                 auto_map={"AutoModelForCausalLM": "modeling_my.MyForCausalLM"}),
          needs=("torch", "transformers")),
+    # JetMoE's router copies its top-k counts out of a tensor (a value a capture on the meta device has not)
+    Case("config-capture-needs-values", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "capture: the jetmoe model could not run on the meta device (a capture has no weights: its forward needs "
+         "values, or Transformers' code fails for it): NotImplementedError: Cannot copy out of meta tensor; no data!",
+         config(LLAMA, architectures=["JetMoeForCausalLM"], model_type="jetmoe", num_local_experts=4,
+                num_experts_per_tok=2, kv_channels=16),
+         needs=("torch", "transformers")),
     # Gemma 4's assistant: every layer reads the target model's KV, which a capture of the assistant has not
     Case("config-assistant-without-its-target", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: text_config.num_kv_shared_layers: model_type 'gemma4_unified_assistant' computes no KV of its "
