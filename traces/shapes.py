@@ -43,12 +43,18 @@ def weight_shapes(s) -> list[WeightShape]:
         p = f"layers.{i}."
         if s.norm_layout != "post":
             out += _norm(s, p + "input_layernorm", i, h)
-        if s.layer_kind(i) == "mamba":
+        kind = s.layer_kind(i)
+        if s.ssm_parallel:                 # Falcon-H1: the Mamba-2 mixer, then the attention beside it
             out += _mamba_shapes(s, i, p + "mamba.")
-        elif s.layer_kind(i) == "linear":
+        if kind == "mamba":
+            out += _mamba_shapes(s, i, p + "mamba.")
+        elif kind == "linear":
             out += _delta_net_shapes(s, i, p + "linear_attn.")
-        else:
+        elif kind != "none":
             out += _attention_shapes(s, i, p + "self_attn.")
+        if s.norm_layout == "block":       # Nemotron-H: a layer is one block, its mixer or its MLP / MoE
+            out += _mlp_shapes(s, i, p + "mlp.") if kind == "none" else []
+            continue
         if s.norm_layout == "sandwich":
             out += _norm(s, p + "post_attention_layernorm", i, h) + _norm(s, p + "pre_feedforward_layernorm", i, h)
         elif s.norm_layout == "post":     # OLMo 2: each block's output normed before its residual add
@@ -156,8 +162,10 @@ def _mamba2_shapes(s, i: int, x: str) -> list[WeightShape]:
     if s.ssm_conv_bias:
         out.append(WeightShape(x + "conv1d.bias", i, -1, c, 1))
     out += [WeightShape(x + "dt_bias", i, -1, H, 1), WeightShape(x + "A_log", i, -1, H, 1),
-            WeightShape(x + "D", i, -1, H, 1), WeightShape(x + "norm", i, -1, d, 1)]
-    return out + _linear(x + "out_proj", i, -1, h, d, s.ssm_proj_bias)
+            WeightShape(x + "D", i, -1, H, 1)]
+    if s.ssm_norm:
+        out.append(WeightShape(x + "norm", i, -1, d, 1))
+    return out + _linear(x + "out_proj", i, -1, h, d, s.ssm_proj_bias if s.ssm_out_bias is None else s.ssm_out_bias)
 
 
 def _mamba_shapes(s, i: int, x: str) -> list[WeightShape]:
