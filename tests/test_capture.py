@@ -273,6 +273,14 @@ def test_capture_equals_lowering_of_transformers_defaults(model_type, transforme
     _check_both(reduced(default_config(model_type)), transformers, tmp_path)
 
 
+def test_capture_equals_lowering_of_nemotron_h_latent_moe(transformers, tmp_path):
+    """Nemotron-H's latent MoE (experts between fc1 / fc2 latent projections) with MLP biases, both ways."""
+    from traces.capture.census import default_config
+
+    _check_both(dict(reduced(default_config("nemotron_h")), moe_latent_size=16, mlp_bias=True), transformers,
+                tmp_path)
+
+
 def test_capture_quantised_weights_and_kv(transformers, tmp_path):
     """Group-quantised int4 weights (scales counted) and an fp8 KV cache: both paths agree."""
     config = reduced(_preset("llama-3.1-8b"))

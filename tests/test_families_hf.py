@@ -147,11 +147,24 @@ def test_nemotron_h_in_transformers_4_and_5_keys(census):
     assert spec_from_config(dict(t5, num_hidden_layers=9)).num_layers == 4
 
 
-def test_nemotron_h_refuses_what_it_does_not_model():
-    with pytest.raises(ConfigError, match="moe_latent_size"):
-        spec_from_config(dict(NEMOTRON_H_TINY, moe_latent_size=16))
+def test_nemotron_h_latent_moe(census):
+    """moe_latent_size: the experts take and give latent-wide rows, between fc1_latent_proj and
+    fc2_latent_proj (with biases if mlp_bias); the router and the shared MLP stay hidden-wide."""
+    h, lw, E, f = 64, 16, 4, 32
+    base = spec_from_config(NEMOTRON_H_TINY).param_count()
+    for bias in (False, True):
+        c = dict(NEMOTRON_H_TINY, moe_latent_size=lw, mlp_bias=bias)
+        s = spec_from_config(c)
+        mlp_biases = (128 + h) + (64 + h) if bias else 0                    # the MLP block's and the shared MLP's
+        assert s.param_count() - base == 2 * lw * h + E * 2 * f * (lw - h) + ((lw + h) if bias else 0) + mlp_biases
+        assert s.param_count() == census.meta_param_count(c)
+
+
+def test_nemotron_h_refuses_an_unknown_block():
     with pytest.raises(ConfigError, match="hybrid_override_pattern"):
         spec_from_config(dict(NEMOTRON_H_TINY, hybrid_override_pattern="M-X"))
+    with pytest.raises(ConfigError, match="layers_block_type"):
+        spec_from_config(dict(NEMOTRON_H_TINY, layers_block_type=["mlp", "sliding_attention"]))
 
 
 FALCON_H1_TINY = dict(architectures=["FalconH1ForCausalLM"], model_type="falcon_h1", num_hidden_layers=2,

@@ -208,7 +208,6 @@ UNMODELLED = {
     "falcon": {"alibi": False},
     "opt": {"do_layer_norm_before": True},
     "gpt2": {"add_cross_attention": False},
-    "nemotron_h": {"moe_latent_size": None},
 }
 UNMODELLED_EQUALS = {"opt": [("word_embed_proj_dim", "hidden_size")]}
 
@@ -397,15 +396,17 @@ def _granite_shared(r: Reader, n: int, f: int) -> dict:
 
 
 def _nemotron_h_moe(r: Reader, n: int, f: int) -> dict:
-    """Nemotron-H's "moe" blocks: ``n_routed_experts`` ReLU² experts (top ``num_experts_per_tok``) and one
-    shared ReLU² MLP of ``moe_shared_expert_intermediate_size`` (the model reads no ``n_shared_experts``)."""
+    """Nemotron-H's "moe" blocks: ``n_routed_experts`` ReLU² experts (top ``num_experts_per_tok``), of
+    ``moe_latent_size`` in and out where set (between the fc1 / fc2 latent projections), and one shared
+    ReLU² MLP of ``moe_shared_expert_intermediate_size`` (the model reads no ``n_shared_experts``)."""
     moe = tuple(t == "moe" for t in nemotron_h_blocks(r))
     if not any(moe):
         return dict(moe_layers=moe)
     e = r.pos("n_routed_experts") if r.config.get("n_routed_experts") is not None else r.pos("num_local_experts")
     return dict(num_experts=e, num_experts_per_tok=r.pos("num_experts_per_tok"),
                 moe_intermediate_size=r.pos("moe_intermediate_size"),
-                shared_expert_size=r.int("moe_shared_expert_intermediate_size"), moe_layers=moe)
+                shared_expert_size=r.int("moe_shared_expert_intermediate_size"), moe_layers=moe,
+                moe_latent_size=r.pos("moe_latent_size", 0))
 
 
 MOE_READERS = {"nemotron_h": _nemotron_h_moe, "granite_shared": _granite_shared, "mixtral": _mixtral, "qwen_moe": _qwen_moe, "olmoe": _olmoe, "deepseek": _deepseek,

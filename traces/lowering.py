@@ -160,9 +160,13 @@ class Lowering(RecurrentMixers):
         if s.num_experts:
             k = s.num_experts_per_tok
             a["router_logits"] = self._act("router_logits", m, s.num_experts)
-            a["moe_dispatch"] = self._act("moe_dispatch", m * k, h)
+            lw = s.moe_latent_size or h
+            a["moe_dispatch"] = self._act("moe_dispatch", m * k, lw)
             a["moe_inter"] = self._act("moe_inter", m * k, s.moe_intermediate_size)
-            a["moe_out"] = self._act("moe_out", m * k, h)
+            a["moe_out"] = self._act("moe_out", m * k, lw)
+            if s.moe_latent_size:     # Nemotron-H's latent MoE: the tokens in and the experts' sum out
+                a["moe_latent"] = self._act("moe_latent", m, lw)
+                a["moe_up"] = self._act("moe_up", m, h)
         a["logits"] = self._act("logits", B, s.vocab_size)
         if self.run.attention == "naive":
             rect = 0
@@ -424,7 +428,11 @@ class Lowering(RecurrentMixers):
             if s.shared_expert_gate:   # Qwen2-MoE: a sigmoid gate (one output) on the shared expert
                 ops.append(self._lin("mlp.shared_expert_gate", M + "shared_expert_gate", "norm", "router_logits",
                                      m, seg))
-        ops.append(moe_k.dispatch("mlp.dispatch", a["norm"], a["moe_dispatch"], m=m, k=k, row_bytes=h * ab))
+        lw, x_in = s.moe_latent_size or h, "norm"
+        if s.moe_latent_size:        # the experts run in the latent width: fc1 projects the tokens down
+            ops.append(self._lin("mlp.fc1_latent_proj", M + "fc1_latent_proj", "norm", "moe_latent", m, seg))
+            x_in = "moe_latent"
+        ops.append(moe_k.dispatch("mlp.dispatch", a[x_in], a["moe_dispatch"], m=m, k=k, row_bytes=lw * ab))
         first = 0
         for e in np.flatnonzero(counts).tolist():
             x = f"{M}experts.{e}."
@@ -435,10 +443,19 @@ class Lowering(RecurrentMixers):
                 ws.insert(1, (None, None))
                 bs = bs and bs[:1] + [None] + bs[1:]
             ops.append(moe_k.expert_mlp("mlp.experts", e, [t for t, _ in ws], [c for _, c in ws], a["moe_dispatch"],
-                                        a["moe_inter"], a["moe_out"], first_row=first, rows=int(counts[e]), hidden=h,
+                                        a["moe_inter"], a["moe_out"], first_row=first, rows=int(counts[e]), hidden=lw,
                                         ffn=s.moe_intermediate_size, act_bytes=ab, phase=seg.phase,
                                         tile_m=self.run.tile_m, biases=bs, gated=s.mlp_gated))
             first += int(counts[e])
+        if s.moe_latent_size:        # the experts' sum in the latent width, fc2 back up, the shared MLP's added
+            ops.append(moe_k.combine("mlp.combine", a["moe_out"], a["moe_latent"], m=m, k=k, row_bytes=lw * ab,
+                                     hidden=lw))
+            up = "moe_up" if s.num_shared_experts else "mlp_out"
+            ops.append(self._lin("mlp.fc2_latent_proj", M + "fc2_latent_proj", "moe_latent", up, m, seg))
+            if s.num_shared_experts:
+                ops.append(norm_k.elementwise("mlp.shared_add", [a["mlp_out"], a["moe_up"]], a["mlp_out"], m=m,
+                                              width=h, act_bytes=ab))
+            return ops
         comb = moe_k.combine("mlp.combine", a["moe_out"], a["mlp_out"], m=m, k=k, row_bytes=h * ab, hidden=h)
         if s.num_shared_experts:   # the shared experts' output, already in mlp_out, is added in
             comb.accesses.insert(1, comb.accesses[0]._replace(tensor=a["mlp_out"].id, nbytes=m * h * ab))

@@ -122,8 +122,8 @@ def _attention_shapes(s, i: int, a: str) -> list[WeightShape]:
     return out
 
 
-def _mlp(s, m: str, i: int, e: int, f: int, bias: bool) -> list[WeightShape]:
-    h = s.hidden_size
+def _mlp(s, m: str, i: int, e: int, f: int, bias: bool, width: int = 0) -> list[WeightShape]:
+    h = width or s.hidden_size
     out = _linear(m + "gate_proj", i, e, f, h, bias) if s.mlp_gated else []
     return out + _linear(m + "up_proj", i, e, f, h, bias) + _linear(m + "down_proj", i, e, h, f, bias)
 
@@ -135,10 +135,15 @@ def _mlp_shapes(s, i: int, m: str) -> list[WeightShape]:
     out = _linear(m + "gate", i, -1, s.num_experts, h, s.gate_bias)
     if s.router_bias:
         out.append(WeightShape(m + "gate.e_score_correction_bias", i, -1, s.num_experts, 1))
+    lw = s.moe_latent_size
+    if lw:                                 # Nemotron-H's latent MoE: the experts in and out of lw wide
+        out += _linear(m + "fc1_latent_proj", i, -1, lw, h, s.mlp_bias)
     for e in range(s.num_experts):
-        out += _mlp(s, f"{m}experts.{e}.", i, e, s.moe_intermediate_size, s.expert_bias)
+        out += _mlp(s, f"{m}experts.{e}.", i, e, s.moe_intermediate_size, s.expert_bias, lw)
+    if lw:
+        out += _linear(m + "fc2_latent_proj", i, -1, h, lw, s.mlp_bias)
     if s.num_shared_experts:
-        out += _mlp(s, m + "shared_experts.", i, -1, s.shared_expert_size, False)
+        out += _mlp(s, m + "shared_experts.", i, -1, s.shared_expert_size, s.mlp_bias)   # Nemotron-H's mlp_bias
         if s.shared_expert_gate:
             out.append(WeightShape(m + "shared_expert_gate", i, -1, 1, h))
     return out

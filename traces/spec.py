@@ -67,6 +67,7 @@ class ModelSpec:
     num_shared_experts: int = 0
     router_bias: bool = False
     moe_layers: tuple[bool, ...] = ()
+    moe_latent_size: int = 0      # Nemotron-H's latent MoE: experts of this width between fc1 / fc2 latent projections
     norm: str = "rms"
     norm_layout: str = "pre"
     o_bias: bool = False

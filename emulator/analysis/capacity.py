@@ -95,8 +95,12 @@ def activation_tensor_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, act
     rows = [m] * len(widths)
     if spec.num_experts:
         k = spec.num_experts_per_tok
-        widths += [spec.num_experts, h, spec.moe_intermediate_size, h]
+        lw = spec.moe_latent_size or h
+        widths += [spec.num_experts, lw, spec.moe_intermediate_size, lw]
         rows += [m, m * k, m * k, m * k]
+        if spec.moe_latent_size:
+            widths += [lw, h]  # moe_latent, moe_up (Nemotron-H's latent MoE)
+            rows += [m, m]
     widths.append(spec.vocab_size)  # logits: one row per sequence
     rows.append(batch)
     return [max(1, r * w * ab) for r, w in zip(rows, widths)]
