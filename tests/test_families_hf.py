@@ -165,6 +165,9 @@ def test_nemotron_h_refuses_an_unknown_block():
         spec_from_config(dict(NEMOTRON_H_TINY, hybrid_override_pattern="M-X"))
     with pytest.raises(ConfigError, match="layers_block_type"):
         spec_from_config(dict(NEMOTRON_H_TINY, layers_block_type=["mlp", "sliding_attention"]))
+    # one shared MLP of a width that is not a whole number of experts: not modelled (spec.num_shared_experts)
+    with pytest.raises(ConfigError, match="moe_shared_expert_intermediate_size"):
+        spec_from_config(dict(NEMOTRON_H_TINY, moe_shared_expert_intermediate_size=48))
 
 
 FALCON_H1_TINY = dict(architectures=["FalconH1ForCausalLM"], model_type="falcon_h1", num_hidden_layers=2,

@@ -338,7 +338,8 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
             size = kw.pop("shared_expert_size")
             if size % kw["moe_intermediate_size"]:
                 raise r.err(f"shared expert size {size} is not a multiple of the expert size "
-                            f"{kw['moe_intermediate_size']}", "shared_expert_intermediate_size")
+                            f"{kw['moe_intermediate_size']}", ("moe_" if family == "nemotron_h" else "")
+                            + "shared_expert_intermediate_size")
             kw["num_shared_experts"] = size // kw["moe_intermediate_size"]
         else:
             kw.pop("shared_expert_size", None)
