@@ -35,11 +35,12 @@ def conv(name: str, xz: Ten, out: Ten, weights: list[Ten | None], state: Ten, *,
     return op
 
 
-def gated_norm(name: str, y: Ten, xz: Ten, gain: Ten, *, m: int, width: int, act_bytes: int, z_stride: int,
+def gated_norm(name: str, y: Ten, xz: Ten, gain: Ten | None, *, m: int, width: int, act_bytes: int, z_stride: int,
                z_offset: int = 0) -> Op:
     """Gated RMSNorm (Mamba-2, Gated DeltaNet): ``norm(y) * silu(z)`` with ``z`` the ``width``
-    elements at ``z_offset`` bytes of each in_proj row."""
-    op = Op(name, "norm", m, 9 * m * width)
+    elements at ``z_offset`` bytes of each in_proj row; with no ``gain``, the gate alone, ``y * silu(z)``
+    (Falcon-H1 without ``mamba_rms_norm``)."""
+    op = Op(name, "norm", m, 9 * m * width) if gain is not None else Op(name, "elementwise", m, 5 * m * width)
     row = width * act_bytes
     op.read(y, 0, m * row)
     op.read(xz, z_offset, row, count=m, stride=z_stride) if m > 1 else op.read(xz, z_offset, row)

@@ -117,6 +117,12 @@ def _reduce(config: dict, family: str) -> dict:
         c.update(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1)
         if isinstance(c.get("mamba_dt_rank"), int):
             c["mamba_dt_rank"] = 8
+    if family == "nemotron_h":        # its default pattern keeps one layer of each block (M, E, *, -)
+        c.pop("num_hidden_layers", None)
+        c.update(mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=16,
+                 moe_shared_expert_intermediate_size=64)
+    if family == "falcon_h1":         # mamba_n_heads x mamba_d_head = mamba_d_ssm
+        c.update(mamba_d_ssm=128, mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16)
     if family == "mamba2":            # num_heads x head_dim = expand x hidden; groups divide the heads
         c.update(num_heads=c.get("expand", 2) * 64 // 32, n_groups=min(c.get("n_groups", 1), 2), state_size=16,
                  time_step_rank=8)
@@ -168,7 +174,7 @@ def _decode_flops_by_kind(path: Path) -> Counter:
 # families --capture refuses, in one line documented in docs/capture.md (the refusal itself is checked:
 # when --capture learns one of them, its preset fails here until it is taken off this list)
 CAPTURE_REFUSES: dict[str, str] = {}     # Falcon's own attention table: recorded through its sdpa class now
-STATE_FAMILIES = ("jamba", "mamba2", "qwen3_next", "qwen3_5", "qwen3_5_moe")   # recurrent mixers: lowered by hand op by op, by capture as
+STATE_FAMILIES = ("jamba", "mamba2", "qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h", "falcon_h1")   # recurrent mixers: lowered by hand op by op, by capture as
 # its linears plus one state op per layer and segment (docs/capture.md): checked on what both model alike
 
 
@@ -257,7 +263,7 @@ def _check_state(cap: dict, hand: dict, spec) -> None:
 # the same cross-check as the presets'.
 NEW_HAND_TYPES = ["gemma", "phi", "olmo2", "olmo3", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2",
                   "starcoder2", "gpt_neox", "smollm3", "stablelm", "exaone4", "seed_oss", "ernie4_5", "phimoe", "glm",
-                  "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text"]
+                  "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1"]
 
 
 @pytest.mark.parametrize("model_type", NEW_HAND_TYPES)
@@ -265,6 +271,14 @@ def test_capture_equals_lowering_of_transformers_defaults(model_type, transforme
     from traces.capture.census import default_config
 
     _check_both(reduced(default_config(model_type)), transformers, tmp_path)
+
+
+def test_capture_equals_lowering_of_nemotron_h_latent_moe(transformers, tmp_path):
+    """Nemotron-H's latent MoE (experts between fc1 / fc2 latent projections) with MLP biases, both ways."""
+    from traces.capture.census import default_config
+
+    _check_both(dict(reduced(default_config("nemotron_h")), moe_latent_size=16, mlp_bias=True), transformers,
+                tmp_path)
 
 
 def test_capture_quantised_weights_and_kv(transformers, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import ConfigError
 from traces.spec import spec_from_config
 
 
@@ -20,7 +21,7 @@ HAND_TYPES = ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwe
               # issue 25
               "gemma", "phi", "olmo2", "olmo3", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2",
               "starcoder2", "gpt_neox", "smollm3", "stablelm", "exaone4", "seed_oss", "ernie4_5", "phimoe", "glm",
-              "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text"]
+              "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1"]
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,111 @@ def test_nested_text_config_of_a_wrapper(census):
                "text_config": {k: v for k, v in text.items() if k != "architectures"}}
     assert spec_from_config(wrapper).param_count() == spec_from_config(text).param_count() \
         == census.meta_param_count(text)
+
+
+# Nemotron-H at toy size, as the hub's configs write it (Transformers 4: hybrid_override_pattern beside
+# num_hidden_layers): M Mamba-2, - ReLU² MLP, * attention, E MoE
+NEMOTRON_H_TINY = dict(architectures=["NemotronHForCausalLM"], model_type="nemotron_h", hybrid_override_pattern="M-*E",
+                       num_hidden_layers=4, hidden_size=64, vocab_size=256, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=16, intermediate_size=128, mamba_num_heads=8, mamba_head_dim=16,
+                       n_groups=2, ssm_state_size=16, conv_kernel=4, n_routed_experts=4, num_experts_per_tok=2,
+                       moe_intermediate_size=32, moe_shared_expert_intermediate_size=64)
+
+
+def test_nemotron_h_closed_form(census):
+    """Parameters, KV and state of a Nemotron-H from its config: one block a layer after its RMSNorm."""
+    s = spec_from_config(NEMOTRON_H_TINY)
+    h, V, d, c, H = 64, 256, 8 * 16, 8 * 16 + 2 * 2 * 16, 8         # c: the convolution over x, B and C
+    mamba = (d + c + H) * h + c * 4 + c + 3 * H + d + h * d          # in_proj, conv1d (+ bias), dt_bias A_log D,
+    # the gated norm, out_proj
+    mlp = 2 * 128 * h
+    attention = (4 * 16 + 2 * 2 * 16) * h + h * 4 * 16             # no biases, no rotary
+    moe = 4 * h + 4 + 4 * 2 * 32 * h + 2 * 64 * h                   # router, its correction bias, 4 experts, shared
+    assert s.param_count() == 2 * V * h + h + 4 * h + mamba + mlp + attention + moe \
+        == census.meta_param_count(NEMOTRON_H_TINY)
+    assert [s.layer_kind(i) for i in range(4)] == ["mamba", "none", "full", "none"] and s.moe_layers[3]
+    assert s.kv_bytes_per_token("bf16") == 1 * 2 * 2 * 16 * 2                  # the one attention layer
+    assert s.state_bytes("bf16") == 1 * (c * 4 + d * 16) * 2                   # the one Mamba-2 layer
+    assert s.active_param_count() == s.param_count() - 2 * 2 * 32 * h         # 2 of the 4 experts idle
+    assert s.rotary_dim == 0 and s.nope_full_layers
+
+
+def test_nemotron_h_in_transformers_4_and_5_keys(census):
+    """Transformers 5 writes layers_block_type (and ignores num_hidden_layers beside it), 4 and the hub
+    hybrid_override_pattern, the legacy block names, and mamba_n_groups / mamba_d_conv for n_groups /
+    conv_kernel; a save_pretrained config (the class's defaults left out) reads the same. Never tied."""
+    t4 = dict(NEMOTRON_H_TINY)
+    t5 = {k: v for k, v in t4.items() if k not in ("hybrid_override_pattern", "num_hidden_layers")}
+    t5["layers_block_type"] = ["linear_attention", "mlp", "full_attention", "moe"]
+    legacy = dict(t5, layers_block_type=["mamba", "mlp", "attention", "moe"])
+    old = {k: v for k, v in t4.items() if k not in ("n_groups", "conv_kernel")}
+    old.update(mamba_n_groups=2, mamba_d_conv=4)
+    defaults = census.class_defaults("nemotron_h")
+    diff = {k: v for k, v in t4.items() if k not in defaults or defaults[k] != v}
+    assert "conv_kernel" not in diff and "num_experts_per_tok" not in diff
+    n = census.meta_param_count(t4)
+    assert {spec_from_config(c).param_count() for c in (t4, t5, legacy, old, diff)} == {n}
+    assert census.meta_param_count(dict(t4, tie_word_embeddings=True)) == n \
+        == spec_from_config(dict(t4, tie_word_embeddings=True)).param_count()
+    assert spec_from_config(dict(t5, num_hidden_layers=9)).num_layers == 4
+
+
+def test_nemotron_h_latent_moe(census):
+    """moe_latent_size: the experts take and give latent-wide rows, between fc1_latent_proj and
+    fc2_latent_proj (with biases if mlp_bias); the router and the shared MLP stay hidden-wide."""
+    h, lw, E, f = 64, 16, 4, 32
+    base = spec_from_config(NEMOTRON_H_TINY).param_count()
+    for bias in (False, True):
+        c = dict(NEMOTRON_H_TINY, moe_latent_size=lw, mlp_bias=bias)
+        s = spec_from_config(c)
+        mlp_biases = (128 + h) + (64 + h) if bias else 0                    # the MLP block's and the shared MLP's
+        assert s.param_count() - base == 2 * lw * h + E * 2 * f * (lw - h) + ((lw + h) if bias else 0) + mlp_biases
+        assert s.param_count() == census.meta_param_count(c)
+
+
+def test_nemotron_h_refuses_an_unknown_block():
+    with pytest.raises(ConfigError, match="hybrid_override_pattern"):
+        spec_from_config(dict(NEMOTRON_H_TINY, hybrid_override_pattern="M-X"))
+    with pytest.raises(ConfigError, match="layers_block_type"):
+        spec_from_config(dict(NEMOTRON_H_TINY, layers_block_type=["mlp", "sliding_attention"]))
+    # one shared MLP of a width that is not a whole number of experts: not modelled (spec.num_shared_experts)
+    with pytest.raises(ConfigError, match="moe_shared_expert_intermediate_size"):
+        spec_from_config(dict(NEMOTRON_H_TINY, moe_shared_expert_intermediate_size=48))
+
+
+FALCON_H1_TINY = dict(architectures=["FalconH1ForCausalLM"], model_type="falcon_h1", num_hidden_layers=2,
+                      hidden_size=64, vocab_size=256, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=128, mamba_d_ssm=128, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1,
+                      mamba_d_state=16, mamba_d_conv=4, rope_parameters={"rope_theta": 1e11, "rope_type": "default"})
+
+
+def test_falcon_h1_closed_form(census):
+    """Falcon-H1: every layer a Mamba-2 mixer beside its attention (both KV and state on each), a gated MLP."""
+    s = spec_from_config(FALCON_H1_TINY)
+    h, V, d, c, H = 64, 256, 128, 128 + 2 * 16, 8
+    mamba = (d + c + H) * h + c * 4 + c + 3 * H + h * d              # no gated norm (mamba_rms_norm false)
+    attention = (64 + 2 * 32) * h + h * 64                           # head_dim 64 / 4
+    per_layer = 2 * h + mamba + attention + 3 * 128 * h
+    assert s.param_count() == 2 * V * h + h + 2 * per_layer == census.meta_param_count(FALCON_H1_TINY)
+    assert s.kv_bytes_per_token("bf16") == 2 * 2 * 2 * 16 * 2 and s.attention_layers == [0, 1]
+    assert s.state_bytes("bf16") == 2 * (c * 4 + d * 16) * 2 and all(s.keeps_state(i) for i in range(2))
+    for over in (dict(mamba_rms_norm=True), dict(projectors_bias=True), dict(mamba_proj_bias=True),
+                 dict(attention_bias=True, mlp_bias=True), dict(tie_word_embeddings=True),
+                 dict(mamba_d_ssm=None, mamba_n_heads=16, mamba_d_head="auto", mamba_n_groups=2), dict(head_dim=32)):
+        c2 = dict(FALCON_H1_TINY, **over)
+        assert spec_from_config(c2).param_count() == census.meta_param_count(c2), over
+
+
+def test_falcon_h1_in_transformers_4_and_5_keys(census):
+    """Transformers 4 writes rope_theta (5: rope_parameters) and mamba_d_head "auto"; a save_pretrained
+    config (defaults left out) reads the same."""
+    t4 = {k: v for k, v in FALCON_H1_TINY.items() if k != "rope_parameters"}
+    t4.update(rope_theta=1e11, mamba_d_head="auto")
+    defaults = census.class_defaults("falcon_h1")
+    diff = {k: v for k, v in FALCON_H1_TINY.items() if k not in defaults or defaults[k] != v}
+    assert "mamba_d_conv" not in diff and "mamba_n_groups" not in diff
+    n = census.meta_param_count(FALCON_H1_TINY)
+    assert {spec_from_config(c).param_count() for c in (FALCON_H1_TINY, t4, diff)} == {n}
 
 
 def test_coverage_benchmark_rows(census, tmp_path):

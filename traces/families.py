@@ -4,8 +4,8 @@ A family is one :class:`Family` row of data: the ``architectures`` / ``model_typ
 it, the config keys of its dialect (``keys``: GPT-2's ``n_embd`` is Llama's ``hidden_size``), its
 traits (norm kind and layout, which projections carry biases, gated or plain MLP, learned positions,
 q/k norms, attention sinks, tied embeddings by default) and, by name, the reader of its attention
-pattern (``layers``: full, sliding-window, chunked or state-space per layer) and of its MoE layout
-(``moe``). Adding a family that shares a dialect and a layout is a few lines here and one test.
+pattern (``layers``: full, sliding-window, chunked or state-space per layer; the readers are in
+:mod:`traces.layer_patterns`) and of its MoE layout (``moe``). Adding a family that shares a dialect and a layout is a few lines here and one test.
 
 A multimodal wrapper (``...ForConditionalGeneration``) nests its language model in ``text_config``:
 the text model is read from there (the vision tower is not modelled). An unknown family, or a value
@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from common.errors import ConfigError
 from common.paths import configs_dir
+from traces.layer_patterns import LAYER_PATTERNS, LAYER_READERS, nemotron_h_blocks  # noqa: F401  (the table's API)
 
 MAX_DIMENSION = 2**31 - 1
 
@@ -67,6 +68,8 @@ class Family:
     nope: str = ""                 # which layers run without rotary: "no_rope_layers" (SmolLM3: 0 there)
     parallel: tuple = ()           # (config key, its default, layout when true): the key switches norm_layout
     # between that parallel layout and "pre" (GPT-NeoX's and StableLM's use_parallel_residual)
+    ssm: str = ""                  # a Mamba-2 mixer's dialect (traces.ssm_fields.SSM_READERS): "nemotron_h", "falcon_h1"
+    ties: bool = True              # False: the LM head is never tied (Nemotron-H: Transformers ties nothing)
 
 
 LLAMA_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -188,6 +191,13 @@ FAMILIES: dict[str, Family] = {
                          partial_rotary=1.0, router_bias=True),
     "mamba2": Family(("Mamba2ForCausalLM",), ("mamba2",), {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers"},
                      mamba=True, layers="mamba2"),
+    # Nemotron-H: one block a layer (Mamba-2, attention without rotary, a ReLU² MLP, or MoE of ReLU² experts)
+    "nemotron_h": Family(("NemotronHForCausalLM",), ("nemotron_h",), _keys(), norm_layout="block", mlp_gated=False,
+                         mlp_bias="mlp_bias", layers="nemotron_h", moe="nemotron_h", nope_full_layers=True,
+                         router_bias=True, ssm="nemotron_h", ties=False),
+    # Falcon-H1: attention and a Mamba-2 mixer of the same normed input on every layer, then a gated MLP
+    "falcon_h1": Family(("FalconH1ForCausalLM",), ("falcon_h1",), _keys(), qkv_bias="attention_bias",
+                        o_bias="attention_bias", mlp_bias="mlp_bias", layers="falcon_h1", ssm="falcon_h1"),
 }
 
 ARCHITECTURES = {a: name for name, f in FAMILIES.items() for a in f.architectures}
@@ -312,89 +322,6 @@ def transformers_defaults(model_type: str, family: str, config: dict) -> dict:
     return {k: v for k, v in table["defaults"].get(model_type, {}).items() if k not in given}
 
 
-# ---- attention patterns: per layer ("full", 0) | ("sliding", W) | ("chunked", C) | ("mamba", 0) ----
-
-def _window(r: Reader, n: int, key: str = "sliding_window") -> list:
-    w = r.pos(key, None)
-    return [("sliding", w) if w else ("full", 0)] * n
-
-
-def _qwen_window(r: Reader, n: int) -> list:
-    if r.config.get("layer_types") is not None:
-        return _layer_types(r, n)
-    if not r.flag("use_sliding_window"):
-        return [("full", 0)] * n
-    w = r.pos("sliding_window")
-    top = r.int("max_window_layers", n)
-    return [("sliding", w) if i >= top else ("full", 0) for i in range(n)]
-
-
-def _layer_types(r: Reader, n: int, sliding_every: int = 0) -> list:
-    """``layer_types`` when given (Transformers >= 4.53 writes it), else the family's pattern:
-    layer i slides unless (i + 1) is a multiple of ``sliding_every`` (Gemma 3) or, with 0,
-    unless i is odd (Gemma 2)."""
-    if "layer_types" in r.config and r.config["layer_types"] is not None:
-        types = r.int_list("layer_types", n, ("sliding_attention", "full_attention"))
-        w = r.pos("sliding_window") if "sliding_attention" in types else 0
-        return [("sliding", w) if t == "sliding_attention" else ("full", 0) for t in types]
-    w = r.pos("sliding_window")
-    if sliding_every:
-        return [("full", 0) if (i + 1) % sliding_every == 0 else ("sliding", w) for i in range(n)]
-    return [("sliding", w) if i % 2 == 0 else ("full", 0) for i in range(n)]
-
-
-def _gemma3(r: Reader, n: int) -> list:
-    return _layer_types(r, n, r.pos("sliding_window_pattern", 6))
-
-
-def _llama4(r: Reader, n: int) -> list:
-    """Chunked attention (``attention_chunk_size``) on the rotary layers, global attention on the
-    NoPE layers: ``no_rope_layers[i]`` is 1 where layer i uses rotary (default: every 4th layer NoPE)."""
-    c = r.pos("attention_chunk_size", None)
-    if "no_rope_layers" in r.config and r.config["no_rope_layers"]:
-        rope = r.int_list("no_rope_layers", n, (0, 1))
-    else:
-        step = r.pos("no_rope_layer_interval", 4)
-        rope = [int((i + 1) % step != 0) for i in range(n)]
-    return [("chunked", c) if c and rope[i] else ("full", 0) for i in range(n)]
-
-
-def _qwen3_next(r: Reader, n: int) -> list:
-    """Gated DeltaNet (``linear_attention``) layers with full attention every ``full_attention_interval``."""
-    if r.config.get("layer_types") is not None:
-        types = r.int_list("layer_types", n, ("linear_attention", "full_attention"))
-    else:
-        k = r.pos("full_attention_interval", 4)
-        types = ["full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(n)]
-    return [("linear", 0) if t == "linear_attention" else ("full", 0) for t in types]
-
-
-def _jamba(r: Reader, n: int) -> list:
-    period, offset = r.pos("attn_layer_period"), r.int("attn_layer_offset")
-    w = r.pos("sliding_window", None)
-    att = ("sliding", w) if w else ("full", 0)
-    return [att if i % period == offset else ("mamba", 0) for i in range(n)]
-
-
-def _full(r: Reader, n: int) -> list:
-    return [("full", 0)] * n
-
-
-def _mamba_only(r: Reader, n: int) -> list:
-    return [("mamba", 0)] * n
-
-
-# what each pattern reader reads, in a few words (``tierlab models --families``)
-LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
-                  "qwen_window": "sliding window if enabled", "layer_types": "sliding / full per layer_types",
-                  "gemma2": "alternating sliding / global", "gemma3": "5 sliding : 1 global",
-                  "llama4": "chunked + global (NoPE)", "jamba": "Mamba + attention every attn_layer_period",
-                  "qwen3_next": "Gated DeltaNet + gated attention every full_attention_interval",
-                  "mamba2": "Mamba-2 mixers only"}
-LAYER_READERS = {"mamba2": _mamba_only, "full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
-                 "gemma2": _layer_types, "gemma3": _gemma3, "qwen3_next": _qwen3_next, "llama4": _llama4, "jamba": _jamba}
-
-
 # ---- MoE layouts: -> spec fields (num_experts, k, sizes, shared experts, which layers) --------------
 
 def _mixtral(r: Reader, n: int, f: int) -> dict:
@@ -470,5 +397,19 @@ def _granite_shared(r: Reader, n: int, f: int) -> dict:
     return dict(_mixtral(r, n, f), shared_expert_size=r.int("shared_intermediate_size", 0))
 
 
-MOE_READERS = {"granite_shared": _granite_shared, "mixtral": _mixtral, "qwen_moe": _qwen_moe, "olmoe": _olmoe, "deepseek": _deepseek,
+def _nemotron_h_moe(r: Reader, n: int, f: int) -> dict:
+    """Nemotron-H's "moe" blocks: ``n_routed_experts`` ReLU² experts (top ``num_experts_per_tok``), of
+    ``moe_latent_size`` in and out where set (between the fc1 / fc2 latent projections), and one shared
+    ReLU² MLP of ``moe_shared_expert_intermediate_size`` (the model reads no ``n_shared_experts``)."""
+    moe = tuple(t == "moe" for t in nemotron_h_blocks(r))
+    if not any(moe):
+        return dict(moe_layers=moe)
+    e = r.pos("n_routed_experts") if r.config.get("n_routed_experts") is not None else r.pos("num_local_experts")
+    return dict(num_experts=e, num_experts_per_tok=r.pos("num_experts_per_tok"),
+                moe_intermediate_size=r.pos("moe_intermediate_size"),
+                shared_expert_size=r.int("moe_shared_expert_intermediate_size"), moe_layers=moe,
+                moe_latent_size=r.pos("moe_latent_size", 0))
+
+
+MOE_READERS = {"nemotron_h": _nemotron_h_moe, "granite_shared": _granite_shared, "mixtral": _mixtral, "qwen_moe": _qwen_moe, "olmoe": _olmoe, "deepseek": _deepseek,
                "gpt_oss": _gpt_oss, "llama4": _llama4_moe, "jamba": _jamba_moe}

@@ -1,6 +1,7 @@
 """The one-device lowering: :class:`Lowering` declares a model's tensors and writes the ops of each
-segment (the execution order and tensors are described in :mod:`traces.lower`). The sharded
-lowering (:mod:`traces.lower_parallel`) runs one per device over the device's local model.
+segment (the execution order and tensors are described in :mod:`traces.lower`; the recurrent mixers'
+ops are :mod:`traces.lower_ssm`'s). The sharded lowering (:mod:`traces.lower_parallel`) runs one per
+device over the device's local model.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from kernels import linear as lin
 from kernels import mlp as mlp_k
 from kernels import moe as moe_k
 from kernels import norm as norm_k
-from kernels import ssm as ssm_k
 from kernels.base import Op, Ten
 from traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
 from traces.weightfmt import weight_tensors
 from common.errors import UsageError
+from traces.lower_ssm import RecurrentMixers
 from traces.routing import Router
 from traces.run import RunConfig
 from traces.segments import COPY_ACTIONS, Segment
@@ -26,7 +27,7 @@ from traces.spec import ModelSpec, WeightShape
 from traces.writer import TraceWriter
 
 
-class Lowering:
+class Lowering(RecurrentMixers):
     def __init__(self, spec: ModelSpec, run: RunConfig, w: TraceWriter, segments: list[Segment]):
         self.spec, self.run, self.w = spec, run, w
         self._init_shard()
@@ -88,6 +89,7 @@ class Lowering:
                 self.states[i] = tuple(Ten(self.w.add_tensor(f"layers.{i}.state.{p}", "state", self.B * n, run.kv, i,
                                                              device=self.device), self.B * n)
                                        for p, n in (("conv", conv), ("ssm", ssm)))
+            if not spec.attends(i):
                 continue
             parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
             row = self.kv_row // len(parts)
@@ -133,6 +135,8 @@ class Lowering:
                       3: (("ssm_xz", c + d), ("ssm_ba", 2 * s.ssm_heads), ("ssm_x", c), ("ssm_y", d))}[s.ssm_version]
             for name, width in widths:
                 a[name] = self._act(name, m, width)
+            if s.ssm_parallel:          # Falcon-H1: the Mamba-2 mixer's output beside the attention's
+                a["ssm_out"] = self._act("ssm_out", m, h)
         if s.attention == "mla":
             self.q_width = s.num_heads * (s.qk_nope_head_dim + s.qk_rope_head_dim)
             self.o_width = s.num_heads * s.v_head_dim
@@ -156,13 +160,17 @@ class Lowering:
         if s.num_experts:
             k = s.num_experts_per_tok
             a["router_logits"] = self._act("router_logits", m, s.num_experts)
-            a["moe_dispatch"] = self._act("moe_dispatch", m * k, h)
+            lw = s.moe_latent_size or h
+            a["moe_dispatch"] = self._act("moe_dispatch", m * k, lw)
             a["moe_inter"] = self._act("moe_inter", m * k, s.moe_intermediate_size)
-            a["moe_out"] = self._act("moe_out", m * k, h)
+            a["moe_out"] = self._act("moe_out", m * k, lw)
+            if s.moe_latent_size:     # Nemotron-H's latent MoE: the tokens in and the experts' sum out
+                a["moe_latent"] = self._act("moe_latent", m, lw)
+                a["moe_up"] = self._act("moe_up", m, h)
         a["logits"] = self._act("logits", B, s.vocab_size)
         if self.run.attention == "naive":
             rect = 0
-            spans = {s.layer_span(i) for i in self.layers if not s.keeps_state(i)}
+            spans = {s.layer_span(i) for i in self.layers if s.attends(i)}
             for seg, (kind, span) in ((g, x) for g in segments for x in spans):
                 lo = attn.key_range(seg.start, span if kind == "sliding" else None,
                                     span if kind == "chunked" else None)[0]
@@ -261,8 +269,15 @@ class Lowering:
         if s.norm_layout == "post":
             return self._post_norm_layer(i, p, m, seg, add)
         ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
-        ops += self._mamba_block(i, p, m, seg) if s.keeps_state(i) else self._attention_block(i, p, m, seg)
-        if s.norm_layout == "mixer":                        # Mamba-2: no MLP
+        if s.norm_layout == "block" and not s.attends(i) and not s.keeps_state(i):   # Nemotron-H's MLP / MoE
+            ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size, m, seg)
+            ops.append(add("mlp_out"))
+            return ops
+        if s.ssm_parallel:                                  # Falcon-H1: Mamba-2 || attention, added in
+            ops += self._parallel_mixers(i, p, m, seg)
+        else:
+            ops += self._mamba_block(i, p, m, seg) if s.keeps_state(i) else self._attention_block(i, p, m, seg)
+        if s.norm_layout in ("mixer", "block"):             # Mamba-2, Nemotron-H: a layer is its mixer alone
             ops.append(add("attn_out"))
             return ops
         if s.norm_layout in ("parallel", "parallel2"):     # Falcon: attention and MLP of the same input
@@ -280,7 +295,7 @@ class Lowering:
             ops.append(add("attn_out"))
             ops.append(self._norm("pre_feedforward_layernorm", p + "pre_feedforward_layernorm", "hidden", "norm", m, h))
         else:
-            ops.append(add("attn_out"))
+            ops += [] if s.ssm_parallel else [add("attn_out")]
             ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h))
         ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size, m, seg)
         if s.norm_layout == "sandwich":
@@ -319,65 +334,6 @@ class Lowering:
             # Phi-3's gate_up_proj: gate and up as one GEMM (the ops were gate, up, act, down)
             ops[:2] = [self._fused_lin(name + "gate_up_proj", [prefix + "gate_proj", prefix + "up_proj"], x,
                                        ["mlp_gate", "mlp_up"], m, seg)]
-        return ops
-
-    def _delta_net_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
-        """Gated DeltaNet (Qwen3-Next's linear attention): in_proj_qkvz and in_proj_ba, the causal
-        convolution over q, k, v, the delta-rule recurrence over a state of ``value heads x key dim x
-        value dim`` per sequence (read and written once per segment), the gated norm, out_proj."""
-        s, a, ab, X, w = self.spec, self.act, self.ab, p + "linear_attn.", self.weights
-        d, c, H = s.ssm_inner, s.ssm_conv_channels, s.ssm_heads
-        conv, state = self.states[i]
-        rowb = (c + d) * ab
-        ops = [self._lin("in_proj_qkvz", X + "in_proj_qkvz", "norm", "ssm_xz", m, seg),
-               self._lin("in_proj_ba", X + "in_proj_ba", "norm", "ssm_ba", m, seg)]
-        ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0]], conv, m=m, channels=c,
-                              width=s.ssm_conv, act_bytes=ab, row_stride=rowb))
-        ops.append(ssm_k.scan(X + "delta_rule", [(a["ssm_x"], c * ab), (a["ssm_ba"], 2 * H * ab)], None, a["ssm_y"],
-                              [w[X + "dt_bias"][0], w[X + "A_log"][0]], state, m=m, channels=d,
-                              state_size=s.ssm_state, act_bytes=ab, pim=seg.phase == "decode"))
-        ops.append(ssm_k.gated_norm(X + "norm", a["ssm_y"], a["ssm_xz"], w[X + "norm"][0], m=m, width=d,
-                                    act_bytes=ab, z_stride=rowb, z_offset=c * ab))
-        ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
-        return ops
-
-    def _mamba_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
-        """A Mamba mixer: in_proj, the causal convolution and the selective scan over the layer's
-        recurrent state (read once and written once per sequence per segment), out_proj."""
-        s, a, ab, X = self.spec, self.act, self.ab, p + "mamba."
-        d, r, n = s.ssm_inner, s.ssm_dt_rank, s.ssm_state
-        conv, ssm = self.states[i]
-        w = self.weights
-        if s.ssm_version == 3:
-            return self._delta_net_block(i, p, m, seg)
-        ops = [self._lin("in_proj", X + "in_proj", "norm", "ssm_xz", m, seg)]
-        if s.ssm_version == 2:      # in_proj rows are [z, x B C, dt]: conv over x B C, scan, gated norm
-            c, H = s.ssm_conv_channels, s.ssm_heads
-            rowb = (d + c + H) * ab
-            ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0], w.get(
-                X + "conv1d.bias", (None,))[0]], conv, m=m, channels=c, width=s.ssm_conv, act_bytes=ab,
-                x_offset=d * ab, row_stride=rowb))
-            sc = ssm_k.scan(X + "scan", [(a["ssm_x"], c * ab)], None, a["ssm_y"],
-                            [w[X + k][0] for k in ("dt_bias", "A_log", "D")], ssm, m=m, channels=d, state_size=n,
-                            act_bytes=ab, pim=seg.phase == "decode")
-            sc.accesses.insert(1, sc.accesses[0]._replace(tensor=a["ssm_xz"].id, offset=(d + c) * ab, nbytes=H * ab,
-                                                          count=m, stride=rowb))   # dt, one per head
-            ops.append(sc)
-            ops.append(ssm_k.gated_norm(X + "norm", a["ssm_y"], a["ssm_xz"], w[X + "norm"][0], m=m, width=d,
-                                        act_bytes=ab, z_stride=rowb))
-            ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
-            return ops
-        ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0], w.get(X + "conv1d.bias",
-                              (None,))[0]], conv, m=m, channels=d, width=s.ssm_conv, act_bytes=ab))
-        ops.append(self._lin("x_proj", X + "x_proj", "ssm_x", "ssm_dbc", m, seg))
-        if s.ssm_inner_norms:
-            gains = [w[X + k][0] for k in ("dt_layernorm", "b_layernorm", "c_layernorm")]
-            ops.append(ssm_k.inner_norms(X + "norms", a["ssm_dbc"], gains, m=m, width=r + 2 * n, act_bytes=ab))
-        ops.append(self._lin("dt_proj", X + "dt_proj", "ssm_dbc", "ssm_dt", m, seg, x_stride=(r + 2 * n) * ab))
-        ops.append(ssm_k.scan(X + "scan", [(a["ssm_x"], d * ab), (a["ssm_dt"], d * ab), (a["ssm_dbc"], (r + 2 * n) * ab)], a["ssm_xz"], a["ssm_y"],
-                              [w[X + "A_log"][0], w[X + "D"][0]], ssm, m=m, channels=d, state_size=n,
-                              act_bytes=ab, pim=seg.phase == "decode"))
-        ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
         return ops
 
     def _attention_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
@@ -472,18 +428,34 @@ class Lowering:
             if s.shared_expert_gate:   # Qwen2-MoE: a sigmoid gate (one output) on the shared expert
                 ops.append(self._lin("mlp.shared_expert_gate", M + "shared_expert_gate", "norm", "router_logits",
                                      m, seg))
-        ops.append(moe_k.dispatch("mlp.dispatch", a["norm"], a["moe_dispatch"], m=m, k=k, row_bytes=h * ab))
+        lw, x_in = s.moe_latent_size or h, "norm"
+        if s.moe_latent_size:        # the experts run in the latent width: fc1 projects the tokens down
+            ops.append(self._lin("mlp.fc1_latent_proj", M + "fc1_latent_proj", "norm", "moe_latent", m, seg))
+            x_in = "moe_latent"
+        ops.append(moe_k.dispatch("mlp.dispatch", a[x_in], a["moe_dispatch"], m=m, k=k, row_bytes=lw * ab))
         first = 0
         for e in np.flatnonzero(counts).tolist():
             x = f"{M}experts.{e}."
-            ws = [self.weights[x + n] for n in ("gate_proj", "up_proj", "down_proj")]
-            bs = [self.weights[x + n + ".bias"][0] for n in ("gate_proj", "up_proj", "down_proj")] \
-                if s.expert_bias else None
+            names = ("gate_proj", "up_proj", "down_proj") if s.mlp_gated else ("up_proj", "down_proj")
+            ws = [self.weights[x + n] for n in names]
+            bs = [self.weights[x + n + ".bias"][0] for n in names] if s.expert_bias else None
+            if not s.mlp_gated:      # Nemotron-H's ReLU² experts: [up, None, down]
+                ws.insert(1, (None, None))
+                bs = bs and bs[:1] + [None] + bs[1:]
             ops.append(moe_k.expert_mlp("mlp.experts", e, [t for t, _ in ws], [c for _, c in ws], a["moe_dispatch"],
-                                        a["moe_inter"], a["moe_out"], first_row=first, rows=int(counts[e]), hidden=h,
+                                        a["moe_inter"], a["moe_out"], first_row=first, rows=int(counts[e]), hidden=lw,
                                         ffn=s.moe_intermediate_size, act_bytes=ab, phase=seg.phase,
-                                        tile_m=self.run.tile_m, biases=bs))
+                                        tile_m=self.run.tile_m, biases=bs, gated=s.mlp_gated))
             first += int(counts[e])
+        if s.moe_latent_size:        # the experts' sum in the latent width, fc2 back up, the shared MLP's added
+            ops.append(moe_k.combine("mlp.combine", a["moe_out"], a["moe_latent"], m=m, k=k, row_bytes=lw * ab,
+                                     hidden=lw))
+            up = "moe_up" if s.num_shared_experts else "mlp_out"
+            ops.append(self._lin("mlp.fc2_latent_proj", M + "fc2_latent_proj", "moe_latent", up, m, seg))
+            if s.num_shared_experts:
+                ops.append(norm_k.elementwise("mlp.shared_add", [a["mlp_out"], a["moe_up"]], a["mlp_out"], m=m,
+                                              width=h, act_bytes=ab))
+            return ops
         comb = moe_k.combine("mlp.combine", a["moe_out"], a["mlp_out"], m=m, k=k, row_bytes=h * ab, hidden=h)
         if s.num_shared_experts:   # the shared experts' output, already in mlp_out, is added in
             comb.accesses.insert(1, comb.accesses[0]._replace(tensor=a["mlp_out"].id, nbytes=m * h * ab))

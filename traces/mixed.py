@@ -153,6 +153,8 @@ class _Mixed:
             if spec.keeps_state(i):
                 raise UsageError(f"{spec.name} has recurrent (Mamba / DeltaNet) layers; serving steps are "
                                  "lowered for attention models only", field="model")
+            if not spec.attends(i):       # Nemotron-H's MLP and MoE blocks: no KV
+                continue
             kind, span = spec.layer_span(i)
             if (kind, span) not in layouts:    # rows as ModelSpec.kv_rows keeps them: all, or a ring of the span
                 rows = caps.copy() if kind == "full" else np.minimum(caps, span)

@@ -43,12 +43,18 @@ def weight_shapes(s) -> list[WeightShape]:
         p = f"layers.{i}."
         if s.norm_layout != "post":
             out += _norm(s, p + "input_layernorm", i, h)
-        if s.layer_kind(i) == "mamba":
+        kind = s.layer_kind(i)
+        if s.ssm_parallel:                 # Falcon-H1: the Mamba-2 mixer, then the attention beside it
             out += _mamba_shapes(s, i, p + "mamba.")
-        elif s.layer_kind(i) == "linear":
+        if kind == "mamba":
+            out += _mamba_shapes(s, i, p + "mamba.")
+        elif kind == "linear":
             out += _delta_net_shapes(s, i, p + "linear_attn.")
-        else:
+        elif kind != "none":
             out += _attention_shapes(s, i, p + "self_attn.")
+        if s.norm_layout == "block":       # Nemotron-H: a layer is one block, its mixer or its MLP / MoE
+            out += _mlp_shapes(s, i, p + "mlp.") if kind == "none" else []
+            continue
         if s.norm_layout == "sandwich":
             out += _norm(s, p + "post_attention_layernorm", i, h) + _norm(s, p + "pre_feedforward_layernorm", i, h)
         elif s.norm_layout == "post":     # OLMo 2: each block's output normed before its residual add
@@ -116,8 +122,8 @@ def _attention_shapes(s, i: int, a: str) -> list[WeightShape]:
     return out
 
 
-def _mlp(s, m: str, i: int, e: int, f: int, bias: bool) -> list[WeightShape]:
-    h = s.hidden_size
+def _mlp(s, m: str, i: int, e: int, f: int, bias: bool, width: int = 0) -> list[WeightShape]:
+    h = width or s.hidden_size
     out = _linear(m + "gate_proj", i, e, f, h, bias) if s.mlp_gated else []
     return out + _linear(m + "up_proj", i, e, f, h, bias) + _linear(m + "down_proj", i, e, h, f, bias)
 
@@ -129,10 +135,15 @@ def _mlp_shapes(s, i: int, m: str) -> list[WeightShape]:
     out = _linear(m + "gate", i, -1, s.num_experts, h, s.gate_bias)
     if s.router_bias:
         out.append(WeightShape(m + "gate.e_score_correction_bias", i, -1, s.num_experts, 1))
+    lw = s.moe_latent_size
+    if lw:                                 # Nemotron-H's latent MoE: the experts in and out of lw wide
+        out += _linear(m + "fc1_latent_proj", i, -1, lw, h, s.mlp_bias)
     for e in range(s.num_experts):
-        out += _mlp(s, f"{m}experts.{e}.", i, e, s.moe_intermediate_size, s.expert_bias)
+        out += _mlp(s, f"{m}experts.{e}.", i, e, s.moe_intermediate_size, s.expert_bias, lw)
+    if lw:
+        out += _linear(m + "fc2_latent_proj", i, -1, h, lw, s.mlp_bias)
     if s.num_shared_experts:
-        out += _mlp(s, m + "shared_experts.", i, -1, s.shared_expert_size, False)
+        out += _mlp(s, m + "shared_experts.", i, -1, s.shared_expert_size, s.mlp_bias)   # Nemotron-H's mlp_bias
         if s.shared_expert_gate:
             out.append(WeightShape(m + "shared_expert_gate", i, -1, 1, h))
     return out
@@ -156,8 +167,10 @@ def _mamba2_shapes(s, i: int, x: str) -> list[WeightShape]:
     if s.ssm_conv_bias:
         out.append(WeightShape(x + "conv1d.bias", i, -1, c, 1))
     out += [WeightShape(x + "dt_bias", i, -1, H, 1), WeightShape(x + "A_log", i, -1, H, 1),
-            WeightShape(x + "D", i, -1, H, 1), WeightShape(x + "norm", i, -1, d, 1)]
-    return out + _linear(x + "out_proj", i, -1, h, d, s.ssm_proj_bias)
+            WeightShape(x + "D", i, -1, H, 1)]
+    if s.ssm_norm:
+        out.append(WeightShape(x + "norm", i, -1, d, 1))
+    return out + _linear(x + "out_proj", i, -1, h, d, s.ssm_proj_bias if s.ssm_out_bias is None else s.ssm_out_bias)
 
 
 def _mamba_shapes(s, i: int, x: str) -> list[WeightShape]:

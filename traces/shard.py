@@ -37,6 +37,9 @@ MIXER_SPLIT = {"in_proj", "in_proj_qkvz", "in_proj_ba", "conv1d", "dt_bias", "A_
 def check_shardable(spec: ModelSpec) -> None:
     """Refuse, naming the trait, a model whose layers the sharded lowering does not split (every
     layout tierlab reads is split today; the check stays for a layout added later)."""
+    if spec.ssm_parallel:
+        raise UsageError(f"{spec.family} (a Mamba-2 mixer beside the attention of each layer) is lowered on one "
+                         "device only; drop --tp/--pp/--ep/--dp and --pp-microbatches", field="--tp")
     if spec.norm_layout not in ("pre", "sandwich", "parallel", "parallel2", "mixer"):
         raise UsageError(f"{spec.family} (norm_layout {spec.norm_layout}) is lowered on one device only; drop "
                          "--tp/--pp/--ep/--dp and --pp-microbatches", field="--tp")

@@ -2,7 +2,7 @@
 
 The families and their dialects are data in :mod:`traces.families` (Llama, Mistral, Qwen2/3, Qwen2-
 and Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V2/V3, GLM-4.5, Gemma 2/3, Phi-3/4, gpt-oss, Llama 4, GPT-2,
-OPT, Falcon, Jamba, Mamba-2) plus GLM/ChatGLM (``model_type: chatglm``) read here. The list of weight
+OPT, Falcon, Jamba, Mamba-2, Nemotron-H, Falcon-H1, ...) plus GLM/ChatGLM (``model_type: chatglm``) read here. The list of weight
 matrices and vectors of a model lives in one place, :mod:`traces.shapes`; the parameter count and the
 trace's weight tensors both derive from it. Not modelled: DeepSeek's and GLM-4.5's
 multi-token-prediction layers (``num_nextn_predict_layers``), which inference without speculative
@@ -23,7 +23,9 @@ from common.suggest import closest
 from common.paths import configs_dir
 from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MODEL_TYPES, MOE_READERS,  # noqa: F401
                              REMOTE_CODE_ARCHITECTURES, UNMODELLED, UNMODELLED_EQUALS, Reader, family_of)
+from traces.layer_patterns import layer_count
 from traces.shapes import WeightShape, weight_shapes  # noqa: F401  (WeightShape is part of this module's API)
+from traces.ssm_fields import SSM_READERS, delta_net_fields, mamba2_fields, mamba_fields
 
 STATE_KINDS = ("mamba", "linear")
 
@@ -65,6 +67,7 @@ class ModelSpec:
     num_shared_experts: int = 0
     router_bias: bool = False
     moe_layers: tuple[bool, ...] = ()
+    moe_latent_size: int = 0      # Nemotron-H's latent MoE: experts of this width between fc1 / fc2 latent projections
     norm: str = "rms"
     norm_layout: str = "pre"
     o_bias: bool = False
@@ -92,6 +95,9 @@ class ModelSpec:
     lm_head_bias: bool = False    # Phi-2, PhiMoE: the LM head adds a bias of vocab_size
     nope_layers: tuple = ()       # layers that turn no rotary (SmolLM3's no_rope_layers), beside nope_full_layers
     rotary_dim: int = 0           # dimensions of each head rotary turns (partial_rotary_factor); 0: all of head_dim
+    ssm_parallel: bool = False    # Falcon-H1: every layer runs a Mamba-2 mixer beside its attention, of the same input
+    ssm_norm: bool = True         # Mamba-2's gated RMSNorm (a gain); False: silu(z) gates the scan's output alone
+    ssm_out_bias: bool | None = None   # out_proj's bias where it is not in_proj's (Falcon-H1's projectors_bias)
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
     source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
 
@@ -101,8 +107,9 @@ class ModelSpec:
 
     def layer_span(self, layer: int) -> tuple[str, int]:
         """Layer ``layer``'s mixer: ``("full", 0)``, ``("sliding", W)`` (keys ``[p - W + 1, p]``),
-        ``("chunked", C)`` (keys from the start of p's chunk of C), ``("mamba", 0)`` (a Mamba mixer)
-        or ``("linear", 0)`` (Gated DeltaNet linear attention): the last two keep a fixed state."""
+        ``("chunked", C)`` (keys from the start of p's chunk of C), ``("mamba", 0)`` (a Mamba mixer),
+        ``("linear", 0)`` (Gated DeltaNet linear attention): the two keep a fixed state; or ``("none", 0)``:
+        no mixer (Nemotron-H's MLP and MoE blocks)."""
         if self.layer_attention:
             return self.layer_attention[layer]
         return ("sliding", self.sliding_window) if self.sliding_window else ("full", 0)
@@ -111,12 +118,16 @@ class ModelSpec:
         return self.layer_span(layer)[0]
 
     def keeps_state(self, layer: int) -> bool:
-        """Whether layer ``layer`` keeps a fixed recurrent state (Mamba, Gated DeltaNet) instead of KV."""
-        return self.layer_kind(layer) in STATE_KINDS
+        """Whether layer ``layer`` keeps a fixed recurrent state (Mamba, Gated DeltaNet; Falcon-H1's beside its KV)."""
+        return self.ssm_parallel or self.layer_kind(layer) in STATE_KINDS
+
+    def attends(self, layer: int) -> bool:
+        """Whether layer ``layer`` runs attention (keeps KV)."""
+        return self.layer_kind(layer) not in (*STATE_KINDS, "none")
 
     @property
     def attention_layers(self) -> list[int]:
-        return [i for i in range(self.num_layers) if not self.keeps_state(i)]
+        return [i for i in range(self.num_layers) if self.attends(i)]
 
     def attention_summary(self) -> str:
         """The layers' mixers in a few words, e.g. ``sliding 128 x12, full x12``."""
@@ -144,7 +155,7 @@ class ModelSpec:
         """KV rows layer ``layer`` keeps per sequence when ``positions`` positions have been seen: all
         of them on a full layer, at most the window (sliding) or the chunk (chunked), none on a Mamba layer."""
         kind, span = self.layer_span(layer)
-        if kind in STATE_KINDS:
+        if not self.attends(layer):
             return 0
         return positions if kind == "full" else min(positions, span)
 
@@ -278,7 +289,7 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     if family == "mamba2":
         return _check_scale(_mamba2_spec(r, name, config, fam), file, prefix + k["num_layers"])
     h = r.pos(k["hidden_size"])
-    layers = r.pos(k["num_layers"])
+    layers = layer_count(r, k["num_layers"], fam.layers)
     heads = r.pos(k["num_heads"])
     kv_heads = r.pos(k["num_kv_heads"], heads) if k.get("num_kv_heads") else heads
     if family == "falcon" and not cfg.get("new_decoder_architecture"):
@@ -298,7 +309,7 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     kw: dict = dict(
         name=name, family=family, hidden_size=h, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
         head_dim=head_dim, intermediate_size=ffn, vocab_size=r.pos("vocab_size"), max_position_embeddings=max_pos,
-        tie_word_embeddings=r.flag("tie_word_embeddings", fam.tied_default), config=config,
+        tie_word_embeddings=fam.ties and r.flag("tie_word_embeddings", fam.tied_default), config=config,
         sliding_window=max(windows) if windows else None, layer_attention=spans,
         qkv_bias=r.flag(fam.qkv_bias), o_bias=r.flag(fam.o_bias), mlp_bias=r.flag(fam.mlp_bias),
         qk_norm=_qk_norm(r, fam.qk_norm),
@@ -327,7 +338,8 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
             size = kw.pop("shared_expert_size")
             if size % kw["moe_intermediate_size"]:
                 raise r.err(f"shared expert size {size} is not a multiple of the expert size "
-                            f"{kw['moe_intermediate_size']}", "shared_expert_intermediate_size")
+                            f"{kw['moe_intermediate_size']}", ("moe_" if family == "nemotron_h" else "")
+                            + "shared_expert_intermediate_size")
             kw["num_shared_experts"] = size // kw["moe_intermediate_size"]
         else:
             kw.pop("shared_expert_size", None)
@@ -340,19 +352,11 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
                   qk_rope_head_dim=r.pos("qk_rope_head_dim"), v_head_dim=r.pos("v_head_dim"))
         kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
     if fam.layers == "qwen3_next":   # Gated DeltaNet on the linear layers, gated attention on the others
-        hk, hv = r.pos("linear_num_key_heads"), r.pos("linear_num_value_heads")
-        dk, dv = r.pos("linear_key_head_dim"), r.pos("linear_value_head_dim")
-        if hv % hk:
-            raise r.err(f"{hk} key heads do not divide the {hv} value heads", "linear_num_key_heads")
-        kw.update(ssm_version=3, ssm_inner=hv * dv, ssm_state=dk, ssm_groups=hk, ssm_heads=hv,
-                  ssm_conv=r.pos("linear_conv_kernel_dim"), attn_output_gate=True)
+        kw.update(delta_net_fields(r))
     if fam.mamba:
-        d = r.pos("mamba_expand") * h
-        dt = cfg.get("mamba_dt_rank", "auto")
-        kw.update(ssm_inner=d, ssm_state=r.pos("mamba_d_state"), ssm_conv=r.pos("mamba_d_conv"),
-                  ssm_dt_rank=-(-h // 16) if dt == "auto" else r.pos("mamba_dt_rank"),
-                  ssm_conv_bias=r.flag("mamba_conv_bias", True), ssm_proj_bias=r.flag("mamba_proj_bias"),
-                  ssm_inner_norms=True, ssm_version=1)
+        kw.update(mamba_fields(r, h))
+    if fam.ssm:                      # Mamba-2 in a hybrid's own dialect (traces.ssm_fields)
+        kw.update(SSM_READERS[fam.ssm](r, h))
     spec = ModelSpec(**kw)
     if spec.num_experts and spec.num_experts_per_tok < 1:
         raise r.err(f"expected at least 1 expert per token, got {spec.num_experts_per_tok}", "num_experts_per_tok")
@@ -433,21 +437,13 @@ def _chatglm_v1_spec(r: Reader, name: str, config: dict) -> ModelSpec:
 def _mamba2_spec(r: Reader, name: str, config: dict, fam) -> ModelSpec:
     """Mamba-2 (``Mamba2ForCausalLM``): every layer a norm and a Mamba-2 mixer, no attention, no MLP."""
     h, layers = r.pos("hidden_size"), r.pos("num_hidden_layers")
-    d = r.pos("expand", 2) * h
-    heads, hd = r.pos("num_heads"), r.pos("head_dim")
-    if heads * hd != d:
-        raise r.err(f"num_heads {heads} x head_dim {hd} is not expand x hidden_size = {d}", "num_heads")
-    groups = r.pos("n_groups", 1)
-    if heads % groups:
-        raise r.err(f"{groups} groups do not divide the {heads} heads", "n_groups")
+    ssm = mamba2_fields(r, h)
     return ModelSpec(
-        name=name, family="mamba2", hidden_size=h, num_layers=layers, num_heads=heads, num_kv_heads=heads,
-        head_dim=hd, intermediate_size=0, vocab_size=r.pos("vocab_size"),
-        max_position_embeddings=r.pos("max_position_embeddings", MAX_DIMENSION),
+        name=name, family="mamba2", hidden_size=h, num_layers=layers, num_heads=ssm["ssm_heads"],
+        num_kv_heads=ssm["ssm_heads"], head_dim=ssm["ssm_inner"] // ssm["ssm_heads"], intermediate_size=0,
+        vocab_size=r.pos("vocab_size"), max_position_embeddings=r.pos("max_position_embeddings", MAX_DIMENSION),
         tie_word_embeddings=r.flag("tie_word_embeddings", fam.tied_default), config=config,
-        layer_attention=(("mamba", 0),) * layers, norm_layout="mixer", ssm_version=2, ssm_inner=d,
-        ssm_state=r.pos("state_size"), ssm_conv=r.pos("conv_kernel", 4), ssm_groups=groups, ssm_heads=heads,
-        ssm_conv_bias=r.flag("use_conv_bias", True), ssm_proj_bias=r.flag("use_bias", False))
+        layer_attention=(("mamba", 0),) * layers, norm_layout="mixer", **ssm)
 
 
 def _qk_norm(r: Reader, trait) -> str:

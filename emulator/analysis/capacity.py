@@ -74,6 +74,8 @@ def activation_tensor_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, act
         d, r, n, c = spec.ssm_inner, spec.ssm_dt_rank, spec.ssm_state, spec.ssm_conv_channels
         widths += {1: [2 * d, d, r + 2 * n, d, d], 2: [d + c + spec.ssm_heads, c, d],
                    3: [c + d, 2 * spec.ssm_heads, c, d]}[spec.ssm_version]
+        if spec.ssm_parallel:
+            widths.append(h)  # ssm_out (Falcon-H1's Mamba-2 output beside the attention's)
     if spec.attention == "mla":
         q_width = spec.num_heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim)
         o_width = spec.num_heads * spec.v_head_dim
@@ -93,8 +95,12 @@ def activation_tensor_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, act
     rows = [m] * len(widths)
     if spec.num_experts:
         k = spec.num_experts_per_tok
-        widths += [spec.num_experts, h, spec.moe_intermediate_size, h]
+        lw = spec.moe_latent_size or h
+        widths += [spec.num_experts, lw, spec.moe_intermediate_size, lw]
         rows += [m, m * k, m * k, m * k]
+        if spec.moe_latent_size:
+            widths += [lw, h]  # moe_latent, moe_up (Nemotron-H's latent MoE)
+            rows += [m, m]
     widths.append(spec.vocab_size)  # logits: one row per sequence
     rows.append(batch)
     return [max(1, r * w * ab) for r, w in zip(rows, widths)]
@@ -321,6 +327,6 @@ def _padding(spec, weights, kv, activations, batch, chunk, quant_group, context)
     for i in range(spec.num_layers):
         if spec.keeps_state(i):
             sizes += [batch * nbytes_of(e, kv) for e in spec.state_elements()]
-        else:
+        if spec.attends(i):
             sizes += [batch * spec.kv_rows(i, context) * row] * parts
     return sum(-(-s // a) * a - s for s in sizes)

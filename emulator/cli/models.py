@@ -18,7 +18,8 @@ def _traits(f) -> str:
     out = ["LayerNorm" if f.norm == "layer" else "RMSNorm"]
     if f.norm_layout != "pre":
         out.append({"sandwich": "4 norms/layer", "parallel": "parallel attn+MLP",
-                    "post": "norms after attention and MLP"}.get(f.norm_layout, f.norm_layout))
+                    "post": "norms after attention and MLP",
+                    "block": "one block a layer"}.get(f.norm_layout, f.norm_layout))
     if f.mla:
         out.append("MLA")
     out.append(LAYER_PATTERNS[f.layers])
