@@ -67,6 +67,7 @@ class Family:
     nope: str = ""                 # which layers run without rotary: "no_rope_layers" (SmolLM3: 0 there)
     parallel: tuple = ()           # (config key, its default, layout when true): the key switches norm_layout
     # between that parallel layout and "pre" (GPT-NeoX's and StableLM's use_parallel_residual)
+    indexer: bool = False          # DeepSeek-V3.2's sparse attention: a lightning indexer picks index_topk KV rows
 
 
 LLAMA_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -101,8 +102,12 @@ FAMILIES: dict[str, Family] = {
     # Transformers' V3-style routers always hold the score-correction bias (a persistent buffer)
     "deepseek_v3": Family(("DeepseekV3ForCausalLM",), ("deepseek_v3",), _keys(), layers="full", moe="deepseek", mla=True,
                           router_bias=True),
+    "deepseek_v32": Family(("DeepseekV32ForCausalLM",), ("deepseek_v32",), _keys(), layers="full", moe="deepseek",
+                           mla=True, router_bias=True, indexer=True),
     "glm4_moe": Family(("Glm4MoeForCausalLM",), ("glm4_moe",), _keys(), layers="full", qkv_bias="attention_bias",
                        qk_norm="use_qk_norm", moe="deepseek", partial_rotary=0.5, router_bias=True),
+    "kimi_linear": Family(("KimiLinearForCausalLM",), ("kimi_linear",), _keys(), layers="kimi_linear", moe="deepseek",
+                          mla=True, router_bias=True, nope_full_layers=True, defaults={"first_k_dense_replace": 1}),
     "gemma2": Family(("Gemma2ForCausalLM",), ("gemma2",), _keys(), norm_layout="sandwich", tied_default=True,
                      layers="gemma2"),
     "gemma3": Family(("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), ("gemma3_text", "gemma3"), _keys(),
@@ -198,6 +203,8 @@ UNMODELLED = {
     "falcon": {"alibi": False},
     "opt": {"do_layer_norm_before": True},
     "gpt2": {"add_cross_attention": False},
+    "deepseek_v32": {"attention_bias": False},
+    "kimi_linear": {"attention_bias": False},
 }
 UNMODELLED_EQUALS = {"opt": [("word_embed_proj_dim", "hidden_size")]}
 
@@ -288,8 +295,15 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
             raise ConfigError(f"expected a JSON object, got {type(text).__name__}", file=file, field="text_config")
         merged = {**defaults, **{k: v for k, v in config.items() if k not in ("text_config", "vision_config")}}
         merged.update(text)
-        return name, merged, "text_config."
-    return name, {**defaults, **config}, ""
+        return name, _spelled(merged, mt_text), "text_config."
+    return name, _spelled({**defaults, **config}, mt), ""
+
+
+def _spelled(config: dict, model_type) -> dict:
+    """``config`` with each key of its class's ``attribute_map`` that it lacks (the common spelling: Kimi-Linear's
+    num_experts_per_tok) read from the key the class writes instead (num_experts_per_token), as Transformers does."""
+    aliases = _defaults_table()["aliases"].get(model_type if isinstance(model_type, str) else "", {})
+    return {**{old: config[new] for old, new in aliases.items() if old not in config and new in config}, **config}
 
 
 @lru_cache(maxsize=None)
@@ -367,6 +381,18 @@ def _qwen3_next(r: Reader, n: int) -> list:
     return [("linear", 0) if t == "linear_attention" else ("full", 0) for t in types]
 
 
+def _kimi_linear(r: Reader, n: int) -> list:
+    """Kimi Delta Attention (``linear_attention``) layers and MLA on layers 4, 8, ... (0-based), or as
+    ``layer_types``, or the checkpoint's ``linear_attn_config`` (``full_attn_layers``, 1-based) list them."""
+    nest = r.config.get("linear_attn_config")
+    if r.config.get("layer_types") is None and isinstance(nest, dict) and "full_attn_layers" in nest:
+        full = Reader(nest, r.file, r.prefix + "linear_attn_config.").int_list("full_attn_layers")
+        return [("full", 0) if i + 1 in full else ("linear", 0) for i in range(n)]
+    if r.config.get("layer_types") is None:
+        return [("full", 0) if i and i % 4 == 0 else ("linear", 0) for i in range(n)]
+    return _qwen3_next(r, n)
+
+
 def _jamba(r: Reader, n: int) -> list:
     period, offset = r.pos("attn_layer_period"), r.int("attn_layer_offset")
     w = r.pos("sliding_window", None)
@@ -388,9 +414,10 @@ LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
                   "gemma2": "alternating sliding / global", "gemma3": "5 sliding : 1 global",
                   "llama4": "chunked + global (NoPE)", "jamba": "Mamba + attention every attn_layer_period",
                   "qwen3_next": "Gated DeltaNet + gated attention every full_attention_interval",
-                  "mamba2": "Mamba-2 mixers only"}
+                  "mamba2": "Mamba-2 mixers only", "kimi_linear": "Kimi Delta Attention + MLA every 4th layer"}
 LAYER_READERS = {"mamba2": _mamba_only, "full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
-                 "gemma2": _layer_types, "gemma3": _gemma3, "qwen3_next": _qwen3_next, "llama4": _llama4, "jamba": _jamba}
+                 "gemma2": _layer_types, "gemma3": _gemma3, "qwen3_next": _qwen3_next, "kimi_linear": _kimi_linear,
+                 "llama4": _llama4, "jamba": _jamba}
 
 
 # ---- MoE layouts: -> spec fields (num_experts, k, sizes, shared experts, which layers) --------------
@@ -420,7 +447,8 @@ def _olmoe(r: Reader, n: int, f: int) -> dict:
 
 
 def _deepseek(r: Reader, n: int, f: int) -> dict:
-    e = r.int("n_routed_experts")
+    old = r.config.get("n_routed_experts") is None and r.config.get("num_local_experts") is not None   # Kimi-Linear
+    e = r.int("num_local_experts") if old else r.int("n_routed_experts")
     dense = r.int("first_k_dense_replace", 0)
     freq = r.pos("moe_layer_freq", 1)
     mf = r.pos("moe_intermediate_size") if e else r.int("moe_intermediate_size", 0)

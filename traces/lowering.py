@@ -14,8 +14,8 @@ from kernels import linear as lin
 from kernels import mlp as mlp_k
 from kernels import moe as moe_k
 from kernels import norm as norm_k
-from kernels import ssm as ssm_k
 from kernels.base import Op, Ten
+from traces.lowering_state import StateMixers
 from traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
 from traces.weightfmt import weight_tensors
 from common.errors import UsageError
@@ -26,7 +26,7 @@ from traces.spec import ModelSpec, WeightShape
 from traces.writer import TraceWriter
 
 
-class Lowering:
+class Lowering(StateMixers):
     def __init__(self, spec: ModelSpec, run: RunConfig, w: TraceWriter, segments: list[Segment]):
         self.spec, self.run, self.w = spec, run, w
         self._init_shard()
@@ -82,6 +82,7 @@ class Lowering:
         self.kv_row = nbytes_of(spec.kv_row_elements, run.kv)
         self.caches: dict[int, list[attn.Cache]] = {}
         self.states: dict[int, tuple[Ten, Ten]] = {}
+        self.index_caches: dict[int, attn.Cache] = {}
         for i in self.layers:
             if spec.keeps_state(i):
                 conv, ssm = (nbytes_of(e, run.kv) for e in spec.state_elements())
@@ -100,6 +101,12 @@ class Lowering:
                                                               device=self.device), nb), row, stride,
                                         rows if rows < self.positions else 0))
             self.caches[i] = layer
+            if spec.index_head_dim:      # the sparse-attention indexer's keys, every position (kind kv_index)
+                row = spec.index_row_bytes(run.kv)
+                nb = self.B * self.positions * row
+                self.index_caches[i] = attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.index", "kv_index", nb, run.kv,
+                                                                         i, device=self.device), nb),
+                                                  row, self.positions * row, 0)
 
     def _declare_kv_offload(self) -> None:
         """A twin of every KV tensor (same size and layout), kind ``kv_offload``, declared last so the
@@ -130,7 +137,9 @@ class Lowering:
             d, r, n, c = s.ssm_inner, s.ssm_dt_rank, s.ssm_state, s.ssm_conv_channels
             widths = {1: (("ssm_xz", 2 * d), ("ssm_x", d), ("ssm_dbc", r + 2 * n), ("ssm_dt", d), ("ssm_y", d)),
                       2: (("ssm_xz", d + c + s.ssm_heads), ("ssm_x", c), ("ssm_y", d)),
-                      3: (("ssm_xz", c + d), ("ssm_ba", 2 * s.ssm_heads), ("ssm_x", c), ("ssm_y", d))}[s.ssm_version]
+                      3: (("ssm_xz", c + d), ("ssm_ba", 2 * s.ssm_heads), ("ssm_x", c), ("ssm_y", d)),
+                      4: (("ssm_xz", c), ("ssm_x", c), ("ssm_fa", n), ("ssm_g", d), ("ssm_ba", s.ssm_heads),
+                          ("ssm_y", d))}[s.ssm_version]
             for name, width in widths:
                 a[name] = self._act(name, m, width)
         if s.attention == "mla":
@@ -139,6 +148,10 @@ class Lowering:
             if s.q_lora_rank:
                 a["q_latent"] = self._act("q_latent", m, s.q_lora_rank)
             a["kv_latent"] = self._act("kv_latent", m, s.kv_lora_rank + s.qk_rope_head_dim)
+            if s.index_head_dim:      # DeepSeek-V3.2's indexer: its queries, its key, its per-head weights
+                for name, width in (("index_q", s.index_heads * s.index_head_dim), ("index_k", s.index_head_dim),
+                                    ("index_w", s.index_heads)):
+                    a[name] = self._act(name, m, width)
         else:
             self.q_width = self.o_width = s.num_heads * s.head_dim
             a["k"] = self._act("k", m, s.num_kv_heads * s.head_dim)
@@ -321,65 +334,6 @@ class Lowering:
                                        ["mlp_gate", "mlp_up"], m, seg)]
         return ops
 
-    def _delta_net_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
-        """Gated DeltaNet (Qwen3-Next's linear attention): in_proj_qkvz and in_proj_ba, the causal
-        convolution over q, k, v, the delta-rule recurrence over a state of ``value heads x key dim x
-        value dim`` per sequence (read and written once per segment), the gated norm, out_proj."""
-        s, a, ab, X, w = self.spec, self.act, self.ab, p + "linear_attn.", self.weights
-        d, c, H = s.ssm_inner, s.ssm_conv_channels, s.ssm_heads
-        conv, state = self.states[i]
-        rowb = (c + d) * ab
-        ops = [self._lin("in_proj_qkvz", X + "in_proj_qkvz", "norm", "ssm_xz", m, seg),
-               self._lin("in_proj_ba", X + "in_proj_ba", "norm", "ssm_ba", m, seg)]
-        ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0]], conv, m=m, channels=c,
-                              width=s.ssm_conv, act_bytes=ab, row_stride=rowb))
-        ops.append(ssm_k.scan(X + "delta_rule", [(a["ssm_x"], c * ab), (a["ssm_ba"], 2 * H * ab)], None, a["ssm_y"],
-                              [w[X + "dt_bias"][0], w[X + "A_log"][0]], state, m=m, channels=d,
-                              state_size=s.ssm_state, act_bytes=ab, pim=seg.phase == "decode"))
-        ops.append(ssm_k.gated_norm(X + "norm", a["ssm_y"], a["ssm_xz"], w[X + "norm"][0], m=m, width=d,
-                                    act_bytes=ab, z_stride=rowb, z_offset=c * ab))
-        ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
-        return ops
-
-    def _mamba_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
-        """A Mamba mixer: in_proj, the causal convolution and the selective scan over the layer's
-        recurrent state (read once and written once per sequence per segment), out_proj."""
-        s, a, ab, X = self.spec, self.act, self.ab, p + "mamba."
-        d, r, n = s.ssm_inner, s.ssm_dt_rank, s.ssm_state
-        conv, ssm = self.states[i]
-        w = self.weights
-        if s.ssm_version == 3:
-            return self._delta_net_block(i, p, m, seg)
-        ops = [self._lin("in_proj", X + "in_proj", "norm", "ssm_xz", m, seg)]
-        if s.ssm_version == 2:      # in_proj rows are [z, x B C, dt]: conv over x B C, scan, gated norm
-            c, H = s.ssm_conv_channels, s.ssm_heads
-            rowb = (d + c + H) * ab
-            ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0], w.get(
-                X + "conv1d.bias", (None,))[0]], conv, m=m, channels=c, width=s.ssm_conv, act_bytes=ab,
-                x_offset=d * ab, row_stride=rowb))
-            sc = ssm_k.scan(X + "scan", [(a["ssm_x"], c * ab)], None, a["ssm_y"],
-                            [w[X + k][0] for k in ("dt_bias", "A_log", "D")], ssm, m=m, channels=d, state_size=n,
-                            act_bytes=ab, pim=seg.phase == "decode")
-            sc.accesses.insert(1, sc.accesses[0]._replace(tensor=a["ssm_xz"].id, offset=(d + c) * ab, nbytes=H * ab,
-                                                          count=m, stride=rowb))   # dt, one per head
-            ops.append(sc)
-            ops.append(ssm_k.gated_norm(X + "norm", a["ssm_y"], a["ssm_xz"], w[X + "norm"][0], m=m, width=d,
-                                        act_bytes=ab, z_stride=rowb))
-            ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
-            return ops
-        ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0], w.get(X + "conv1d.bias",
-                              (None,))[0]], conv, m=m, channels=d, width=s.ssm_conv, act_bytes=ab))
-        ops.append(self._lin("x_proj", X + "x_proj", "ssm_x", "ssm_dbc", m, seg))
-        if s.ssm_inner_norms:
-            gains = [w[X + k][0] for k in ("dt_layernorm", "b_layernorm", "c_layernorm")]
-            ops.append(ssm_k.inner_norms(X + "norms", a["ssm_dbc"], gains, m=m, width=r + 2 * n, act_bytes=ab))
-        ops.append(self._lin("dt_proj", X + "dt_proj", "ssm_dbc", "ssm_dt", m, seg, x_stride=(r + 2 * n) * ab))
-        ops.append(ssm_k.scan(X + "scan", [(a["ssm_x"], d * ab), (a["ssm_dt"], d * ab), (a["ssm_dbc"], (r + 2 * n) * ab)], a["ssm_xz"], a["ssm_y"],
-                              [w[X + "A_log"][0], w[X + "D"][0]], ssm, m=m, channels=d, state_size=n,
-                              act_bytes=ab, pim=seg.phase == "decode"))
-        ops.append(self._lin("out_proj", X + "out_proj", "ssm_y", "attn_out", m, seg))
-        return ops
-
     def _attention_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
         s, run, a, ab = self.spec, self.run, self.act, self.ab
         A = p + "self_attn."
@@ -396,9 +350,13 @@ class Lowering:
             ops.append(self._lin("kv_a_proj_with_mqa", A + "kv_a_proj_with_mqa", "norm", "kv_latent", m, seg))
             ops.append(self._norm("kv_a_layernorm", A + "kv_a_layernorm", "kv_latent", "kv_latent", m, s.kv_lora_rank,
                                   row_stride=lat_w * ab))
-            # only the rope dimensions turn: rope of each query head, and the shared rope key
-            ops.append(norm_k.rotary("rotary", [a["q"], a["kv_latent"]], [s.num_heads * s.qk_rope_head_dim,
-                                     s.qk_rope_head_dim], m=m, act_bytes=ab))
+            if s.index_head_dim:
+                ops += self._indexer(i, A + "indexer.", m, seg)
+            # only the rope dimensions turn: rope of each query head, and the shared rope key (Kimi-Linear's
+            # MLA turns none: its full layers are NoPE)
+            if not (s.nope_full_layers and s.layer_kind(i) == "full"):
+                ops.append(norm_k.rotary("rotary", [a["q"], a["kv_latent"]], [s.num_heads * s.qk_rope_head_dim,
+                                         s.qk_rope_head_dim], m=m, act_bytes=ab))
             ops.append(attn.kv_append("kv_append", [(a["kv_latent"], lat_w * ab)], caches, batch=self.mb,
                                       start=seg.start, t=seg.tokens))
             kvb, kvb_sc = self.weights[A + "kv_b_proj"]
@@ -434,7 +392,7 @@ class Lowering:
         common = dict(batch=self.mb, start=seg.start, t=seg.tokens, window=span if kind == "sliding" else None,
                       chunk=span if kind == "chunked" else None, heads=s.num_heads,
                       q_row_bytes=self.q_width * ab, o_row_bytes=self.o_width * ab, phase=seg.phase,
-                      extra_reads=extra, **dims)
+                      extra_reads=extra, topk=s.index_topk or None, **dims)
         keys, values = (caches, caches) if s.attention == "mla" else ([caches[0]], [caches[1]])
         att = ATTENTION[run.attention]("attention", a["q"], a["attn"], keys, values, act_bytes=ab,
                                        scores=a.get("scores"), attn_tile=run.attn_tile, **common)
@@ -445,6 +403,23 @@ class Lowering:
                                           act_bytes=ab, flops_per_element=5))
         ops.append(self._lin("o_proj", A + "o_proj", "attn", "attn_out", m, seg))
         return ops
+
+    def _indexer(self, i: int, X: str, m: int, seg: Segment) -> list[Op]:
+        """DeepSeek-V3.2's lightning indexer: its queries from the query latent (wq_b), its key (wk, a
+        LayerNorm), the rotary of their first qk_rope_head_dim, the key appended to the layer's index cache,
+        the per-head weights (weights_proj) and the scoring over every cached index key, which picks the
+        index_topk KV rows the attention reads."""
+        s, a, ab, cache = self.spec, self.act, self.ab, self.index_caches[i]
+        D, rope = s.index_head_dim, s.qk_rope_head_dim
+        return [self._lin("indexer.wq_b", X + "wq_b", "q_latent", "index_q", m, seg),
+                self._lin("indexer.wk", X + "wk", "norm", "index_k", m, seg),
+                self._norm("indexer.k_norm", X + "k_norm", "index_k", "index_k", m, D),
+                norm_k.rotary("rotary", [a["index_q"], a["index_k"]], [s.index_heads * rope, rope], m=m, act_bytes=ab),
+                attn.kv_append("index_append", [(a["index_k"], D * ab)], [cache], batch=self.mb, start=seg.start,
+                               t=seg.tokens),
+                self._lin("indexer.weights_proj", X + "weights_proj", "norm", "index_w", m, seg),
+                attn.index_scores("index_scores", a["index_q"], a["index_w"], cache, batch=self.mb, start=seg.start,
+                                  t=seg.tokens, heads=s.index_heads, dim=D, act_bytes=ab)]
 
     def _moe_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
         s, a, ab = self.spec, self.act, self.ab

@@ -23,6 +23,8 @@ from common.suggest import closest
 from common.paths import configs_dir
 from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MODEL_TYPES, MOE_READERS,  # noqa: F401
                              REMOTE_CODE_ARCHITECTURES, UNMODELLED, UNMODELLED_EQUALS, Reader, family_of)
+from traces.spec_fields import (delta_net_fields, indexer_fields, kda_fields, mamba_fields, qk_norm_layout,
+                                rotary_dim)
 from traces.shapes import WeightShape, weight_shapes  # noqa: F401  (WeightShape is part of this module's API)
 
 STATE_KINDS = ("mamba", "linear")
@@ -84,7 +86,8 @@ class ModelSpec:
     ssm_proj_bias: bool = False
     ssm_inner_norms: bool = False
     nope_full_layers: bool = False
-    ssm_version: int = 0          # 1: Mamba (Jamba), 2: Mamba-2 (heads, groups of B and C), 3: Gated DeltaNet
+    ssm_version: int = 0          # 1: Mamba (Jamba), 2: Mamba-2 (heads, groups of B and C), 3: Gated DeltaNet,
+    # 4: Kimi Delta Attention (a per-channel forget gate; q, k, v heads alike)
     attn_output_gate: bool = False  # Qwen3-Next: q_proj also gives a sigmoid gate of the attention output
     ssm_groups: int = 0
     ssm_heads: int = 0
@@ -92,6 +95,9 @@ class ModelSpec:
     lm_head_bias: bool = False    # Phi-2, PhiMoE: the LM head adds a bias of vocab_size
     nope_layers: tuple = ()       # layers that turn no rotary (SmolLM3's no_rope_layers), beside nope_full_layers
     rotary_dim: int = 0           # dimensions of each head rotary turns (partial_rotary_factor); 0: all of head_dim
+    index_topk: int = 0           # DeepSeek-V3.2's sparse attention: each query reads at most this many KV rows,
+    index_heads: int = 0          # chosen by a lightning indexer of index_heads query heads over its own
+    index_head_dim: int = 0       # cached key per position (index_head_dim elements: tensor kind kv_index)
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
     source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
 
@@ -148,18 +154,24 @@ class ModelSpec:
             return 0
         return positions if kind == "full" else min(positions, span)
 
+    def index_row_bytes(self, kv_dtype: str = "bf16") -> int:
+        """Bytes of one position's sparse-attention index key (DeepSeek-V3.2: ``index_head_dim`` elements,
+        kept for every position of every attention layer beside its KV row; 0 without an indexer)."""
+        return nbytes_of(self.index_head_dim, kv_dtype) if self.index_head_dim else 0
+
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> int:
-        """KV-cache bytes one token of one sequence adds, summed over the attention layers, while the
-        context is within every window (:meth:`kv_bytes` gives the bytes at any context)."""
+        """KV-cache bytes one token of one sequence adds, summed over the attention layers (index keys
+        included), while the context is within every window (:meth:`kv_bytes` gives the bytes at any context)."""
         check_dtype(kv_dtype, KV_DTYPES, "kv_dtype")
-        return len(self.attention_layers) * nbytes_of(self.kv_row_elements, kv_dtype)
+        return len(self.attention_layers) * (nbytes_of(self.kv_row_elements, kv_dtype) + self.index_row_bytes(kv_dtype))
 
     def kv_bytes(self, positions: int, kv_dtype: str = "bf16") -> int:
         """KV-cache bytes of one sequence after ``positions`` positions: sliding and chunked layers keep
-        at most their window or chunk (a ring of that many rows)."""
+        at most their window or chunk (a ring of that many rows); index keys, every position."""
         check_dtype(kv_dtype, KV_DTYPES, "kv_dtype")
         row = nbytes_of(self.kv_row_elements, kv_dtype)
-        return sum(self.kv_rows(i, positions) * row for i in range(self.num_layers))
+        index = len(self.attention_layers) * positions * self.index_row_bytes(kv_dtype)
+        return sum(self.kv_rows(i, positions) * row for i in range(self.num_layers)) + index
 
     @property
     def ssm_conv_channels(self) -> int:
@@ -301,7 +313,7 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
         tie_word_embeddings=r.flag("tie_word_embeddings", fam.tied_default), config=config,
         sliding_window=max(windows) if windows else None, layer_attention=spans,
         qkv_bias=r.flag(fam.qkv_bias), o_bias=r.flag(fam.o_bias), mlp_bias=r.flag(fam.mlp_bias),
-        qk_norm=_qk_norm(r, fam.qk_norm),
+        qk_norm=qk_norm_layout(r, fam.qk_norm),
         norm=fam.norm, norm_layout=fam.norm_layout, mlp_gated=fam.mlp_gated, sinks=fam.sinks,
         nope_full_layers=fam.nope_full_layers, fused=fam.fused,
         learned_positions=max_pos + fam.learned_positions if fam.learned_positions >= 0 else 0,
@@ -316,7 +328,7 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     if fam.nope_full_layers and not windows:   # EXAONE 4: without a sliding window every layer turns rotary
         kw["nope_full_layers"] = family != "exaone4"
     if fam.partial_rotary is not None:
-        kw["rotary_dim"] = _rotary_dim(r, head_dim, fam.partial_rotary)
+        kw["rotary_dim"] = rotary_dim(r, head_dim, fam.partial_rotary)
     if family == "falcon" and cfg.get("new_decoder_architecture") and r.int("num_ln_in_parallel_attn", 2) == 2:
         kw["norm_layout"] = "parallel2"
     if family == "falcon" and not r.flag("parallel_attn", True):
@@ -340,19 +352,13 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
                   qk_rope_head_dim=r.pos("qk_rope_head_dim"), v_head_dim=r.pos("v_head_dim"))
         kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
     if fam.layers == "qwen3_next":   # Gated DeltaNet on the linear layers, gated attention on the others
-        hk, hv = r.pos("linear_num_key_heads"), r.pos("linear_num_value_heads")
-        dk, dv = r.pos("linear_key_head_dim"), r.pos("linear_value_head_dim")
-        if hv % hk:
-            raise r.err(f"{hk} key heads do not divide the {hv} value heads", "linear_num_key_heads")
-        kw.update(ssm_version=3, ssm_inner=hv * dv, ssm_state=dk, ssm_groups=hk, ssm_heads=hv,
-                  ssm_conv=r.pos("linear_conv_kernel_dim"), attn_output_gate=True)
+        kw.update(delta_net_fields(r))
+    if family == "kimi_linear":  # Kimi Delta Attention on the linear layers, MLA (no rotary) on the others
+        kw.update(kda_fields(r))
+    if fam.indexer:
+        kw.update(indexer_fields(r, kw["q_lora_rank"]))
     if fam.mamba:
-        d = r.pos("mamba_expand") * h
-        dt = cfg.get("mamba_dt_rank", "auto")
-        kw.update(ssm_inner=d, ssm_state=r.pos("mamba_d_state"), ssm_conv=r.pos("mamba_d_conv"),
-                  ssm_dt_rank=-(-h // 16) if dt == "auto" else r.pos("mamba_dt_rank"),
-                  ssm_conv_bias=r.flag("mamba_conv_bias", True), ssm_proj_bias=r.flag("mamba_proj_bias"),
-                  ssm_inner_norms=True, ssm_version=1)
+        kw.update(mamba_fields(r, h))
     spec = ModelSpec(**kw)
     if spec.num_experts and spec.num_experts_per_tok < 1:
         raise r.err(f"expected at least 1 expert per token, got {spec.num_experts_per_tok}", "num_experts_per_tok")
@@ -448,38 +454,6 @@ def _mamba2_spec(r: Reader, name: str, config: dict, fam) -> ModelSpec:
         layer_attention=(("mamba", 0),) * layers, norm_layout="mixer", ssm_version=2, ssm_inner=d,
         ssm_state=r.pos("state_size"), ssm_conv=r.pos("conv_kernel", 4), ssm_groups=groups, ssm_heads=heads,
         ssm_conv_bias=r.flag("use_conv_bias", True), ssm_proj_bias=r.flag("use_bias", False))
-
-
-def _qk_norm(r: Reader, trait) -> str:
-    """A family's q/k norms: ``"head"`` / ``"full"`` / ``""`` as they are, a config key (true: per head),
-    or (a config key, the layout when true)."""
-    if trait in ("head", "full", "") or trait is False:
-        return trait or ""
-    if isinstance(trait, tuple):
-        key, layout = trait
-        return layout if r.flag(key) else ""
-    return "head" if r.flag(trait) else ""
-
-
-def _rotary_dim(r: Reader, head_dim: int, default: float) -> int:
-    """Dimensions of a head rotary turns: ``int(head_dim * partial_rotary_factor)``, the factor at the top
-    level or in ``rope_parameters`` / ``rope_scaling`` (Transformers reads it from either), else the
-    family's default; 0 when that is the whole head."""
-    key, f = "partial_rotary_factor", r.config.get("partial_rotary_factor")
-    for nest in ("rope_parameters", "rope_scaling"):
-        if f is None and isinstance(r.config.get(nest), dict) and "partial_rotary_factor" in r.config[nest]:
-            key, f = f"{nest}.partial_rotary_factor", r.config[nest]["partial_rotary_factor"]
-    if f is None and r.config.get("rotary_pct") is not None:      # GPT-NeoX as Transformers 4 writes it
-        key, f = "rotary_pct", r.config["rotary_pct"]
-    if f is None and r.config.get("rotary_dim") is not None:      # MiniMax-M2: the rotated dimensions themselves
-        d = r.pos("rotary_dim")
-        return 0 if d >= head_dim else d
-    if f is None:
-        f = default
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
-        raise r.err(f"expected a fraction in (0, 1], got {f!r}", key)
-    dim = int(head_dim * f)
-    return 0 if dim >= head_dim else dim
 
 
 def _div(a: int, b: int, r: Reader, fieldname: str) -> int:
