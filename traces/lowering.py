@@ -44,6 +44,7 @@ class Lowering(StateMixers):
         self._declare_kv()
         self._declare_activations(compute)
         self.offload: dict[int, list[attn.Cache]] = {}
+        self.index_offload: dict[int, attn.Cache] = {}
         if any(s.action in COPY_ACTIONS for s in segments):
             self._declare_kv_offload()
 
@@ -119,6 +120,10 @@ class Lowering(StateMixers):
                                                                   c.ten.nbytes, self.run.kv, i, device=self.device),
                                                  c.ten.nbytes)))
             self.offload[i] = twins
+        for i, c in self.index_caches.items():      # the indexer's keys go with the KV they pick from
+            self.index_offload[i] = c._replace(ten=Ten(self.w.add_tensor(f"layers.{i}.kv_offload.index", "kv_offload",
+                                                                         c.ten.nbytes, self.run.kv, i, device=self.device),
+                                                       c.ten.nbytes))
 
     def _act(self, name: str, rows: int, width: int) -> Ten:
         nb = max(1, rows * width * self.ab)
@@ -228,7 +233,9 @@ class Lowering(StateMixers):
         for i, layer in self.caches.items():
             twins = self.offload[i]
             op = Op(f"kv_{seg.action}", f"kv_{seg.action}", 0, 0)
-            for c, o in zip(layer, twins):
+            pairs = list(zip(layer, twins)) + ([(self.index_caches[i], self.index_offload[i])]
+                                               if i in self.index_offload else [])
+            for c, o in pairs:
                 src, dst = (c, o) if seg.action == "offload" else (o, c)
                 attn.read_positions(op, src, 0, seg.start, seg.start + seg.tokens, count=self.B)
                 attn.read_positions(op, dst, 0, seg.start, seg.start + seg.tokens, count=self.B, write=True)
