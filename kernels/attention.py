@@ -17,6 +17,12 @@ the ring reads the whole ring once (the rest of its keys are the tile's own, fre
 FLOPs count each (query, key) pair once per head: ``2 * score_dim`` for the score,
 ``2 * value_dim`` for the value (MLA absorbed: ``score_dim = kv_lora + rope``, ``value_dim =
 kv_lora``), plus 5 per score for softmax in the naive kernel. Decode attention is ``pim_eligible``.
+
+Sparse attention (``topk``: DeepSeek-V3.2's DSA) attends each query to at most ``topk`` of its keys,
+the ones a lightning indexer picked (:func:`index_scores`): pairs and FLOPs count ``min(keys, topk)``
+per query. Which keys it picks depends on the values; a decode query reads ``min(keys, topk)`` rows,
+the latest of its range (the count exact, the rows' places a stand-in), and a prefill tile reads its
+whole causal range once (its queries' picks together may be any of those keys).
 """
 
 from __future__ import annotations
@@ -44,8 +50,11 @@ def key_range(p: int, window: int | None, chunk: int | None = None) -> tuple[int
     return (0 if window is None else max(0, p - window + 1)), p + 1
 
 
-def causal_pairs(start: int, t: int, window: int | None, chunk: int | None = None) -> int:
-    """Number of (query, key) pairs for queries at positions ``start .. start+t-1``."""
+def causal_pairs(start: int, t: int, window: int | None, chunk: int | None = None, topk: int | None = None) -> int:
+    """Number of (query, key) pairs for queries at positions ``start .. start+t-1`` (``topk``: at most that
+    many keys per query)."""
+    if topk:
+        return sum(min(hi - lo, topk) for lo, hi in (key_range(p, window, chunk) for p in range(start, start + t)))
     if window is None and not chunk:
         return t * start + t * (t + 1) // 2
     if chunk:
@@ -79,17 +88,19 @@ def read_positions(op: Op, c: Cache, base: int, lo: int, hi: int, *, count: int 
 def flash_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_caches: list[Cache], *,
                     batch: int, start: int, t: int, window: int | None, heads: int, score_dim: int, value_dim: int,
                     q_row_bytes: int, o_row_bytes: int, act_bytes: int, attn_tile: int, phase: str,
-                    scores: Ten | None = None, extra_reads: tuple[Ten, ...] = (), chunk: int | None = None) -> list[Op]:
+                    scores: Ten | None = None, extra_reads: tuple[Ten, ...] = (), chunk: int | None = None,
+                    topk: int | None = None) -> list[Op]:
     """Tiled attention for ``t`` new queries per sequence starting at position ``start``.
     A cache that is both key and value (MLA's latent) is read once per tile."""
     caches = list(dict.fromkeys([*key_caches, *value_caches]))
-    pairs = causal_pairs(start, t, window, chunk) * batch
+    pairs = causal_pairs(start, t, window, chunk, topk) * batch
     op = Op(name, "attention", batch * t, 2 * heads * pairs * (score_dim + value_dim),
             pim_eligible=(phase == "decode"))
     for w in extra_reads:
         op.read_all(w)
     if t == 1:
         lo, hi = key_range(start, window, chunk)
+        lo = max(lo, hi - topk) if topk else lo
         op.read(q, 0, batch * q_row_bytes)
         for c in caches:
             read_positions(op, c, 0, lo, hi, count=batch)
@@ -111,7 +122,7 @@ def naive_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_ca
                     batch: int, start: int, t: int, window: int | None, heads: int, score_dim: int,
                     value_dim: int, q_row_bytes: int, o_row_bytes: int, act_bytes: int, phase: str,
                     scores: Ten | None = None, attn_tile: int = 0, extra_reads: tuple[Ten, ...] = (),
-                    chunk: int | None = None) -> list[Op]:
+                    chunk: int | None = None, topk: int | None = None) -> list[Op]:
     """Unfused attention: scores, softmax, and score-times-V, with the score matrix in memory.
 
     In decode all sequences go together (scores ``batch x heads x keys``); in prefill one sequence
@@ -121,6 +132,8 @@ def naive_attention(name: str, q: Ten, o: Ten, key_caches: list[Cache], value_ca
     pim = phase == "decode"
     lo, _ = key_range(start, window, chunk)
     hi = start + t
+    if topk and t == 1:        # sparse decode: the picked rows only (see the module docstring)
+        lo = max(lo, hi - topk)
     keys = hi - lo
     groups = [(0, batch)] if t == 1 else [(b, 1) for b in range(batch)]
     ops: list[Op] = []
@@ -154,4 +167,18 @@ def kv_append(name: str, sources: list[tuple[Ten, int]], caches: list[Cache], *,
         op.read(src, 0, batch * t * row)
     for c in caches:
         read_positions(op, c, 0, start, start + t, count=batch, write=True)
+    return op
+
+
+def index_scores(name: str, q: Ten, weights: Ten, cache: Cache, *, batch: int, start: int, t: int, heads: int,
+                 dim: int, act_bytes: int) -> Op:
+    """A sparse-attention indexer's scoring (DeepSeek-V3.2's lightning indexer): each of the ``t`` new
+    queries of a sequence, ``heads`` heads of ``dim``, scores every cached index key of its sequence
+    (positions ``0 .. start + t``, the whole cache ``cache``: tensor kind ``kv_index``), ReLU, and sums the
+    heads by the per-head weights (``weights``), which choose the KV rows attention reads. FLOPs: the two
+    matrix products, ``2 * heads * (dim + 1)`` per (query, key) of the segment's keys."""
+    keys = start + t
+    op = Op(name, "attention", batch * t, 2 * batch * t * keys * heads * (dim + 1))
+    op.read(q, 0, batch * t * heads * dim * act_bytes).read(weights, 0, batch * t * heads * act_bytes)
+    read_positions(op, cache, 0, 0, keys, count=batch)
     return op

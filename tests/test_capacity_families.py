@@ -159,3 +159,41 @@ def test_largest_batch_at_a_context_matches_brute_force(name, context):
     brute = max(b for b in range(0, 5000) if b == 0 or fits(b))
     assert plan.max_batch == brute >= 1 and plan.kv_bytes == brute * kept(spec, context)
     assert plan.to_dict()["breakdown"]["free_bytes"] >= 0
+
+
+# DeepSeek-V3.2 (MLA + its indexer's keys, kind kv_index) and Kimi-Linear (KDA state + NoPE MLA), toy sized:
+# the rest of each config from tierlab's table of Transformers' defaults
+SPARSE_AND_KDA = {
+    "deepseek_v32": dict(model_type="deepseek_v32", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                         num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, n_routed_experts=4,
+                         num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=48,
+                         kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_n_heads=4,
+                         index_head_dim=16, index_topk=4, vocab_size=100),
+    "kimi_linear": dict(model_type="kimi_linear", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                        num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_experts=4,
+                        num_experts_per_token=2, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                        v_head_dim=16, linear_num_heads=2, linear_head_dim=16, vocab_size=100,
+                        layer_types=["linear_attention", "full_attention"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPARSE_AND_KDA))
+def test_sparse_attention_and_kda_capacity_equals_the_trace(tmp_path, name):
+    """The workspace, KV (index keys included) and state capacity counts are what a trace declares, and the
+    longest context is the brute-force one over ModelSpec.kv_bytes."""
+    spec = spec_from_config(SPARSE_AND_KDA[name], name=name)
+    tr = trace_of(tmp_path, spec, batch=2, context=4, generate=1)
+    assert Counter(activation_tensor_bytes(spec, 2)) == Counter(tensor_sizes(tr, "activation"))
+    assert sum(tensor_sizes(tr, "kv")) + sum(tensor_sizes(tr, "kv_index")) == 2 * spec.kv_bytes(5) > 0
+    assert sum(tensor_sizes(tr, "state")) == 2 * spec.state_bytes() and (spec.state_bytes() > 0) == (name == "kimi_linear")
+    state = spec.state_bytes("bf16") if spec.ssm_inner else 0
+    budget = weight_bytes(spec) + activation_bytes(spec, 1) + state + 5000
+    brute = max(p for p in range(1, 5000) if weight_bytes(spec) + activation_bytes(spec, 1) + state
+                + spec.kv_bytes(p) <= budget)
+    assert capacity(spec, Budget.of_size(budget), batch=1).memory_context == brute
+    from emulator.serving.capacity import device_terms
+    from traces.run import RunConfig
+
+    assert device_terms(spec, RunConfig(prompt=1), 5, 1)[0][2] == spec.kv_bytes(5)       # a serving replica's KV per sequence
+    pp = device_terms(spec, RunConfig(prompt=1, pp=2), 5, 1)                               # one layer a stage: the two add up
+    assert sum(kv for *_, kv in pp) == spec.kv_bytes(5)

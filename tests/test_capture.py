@@ -113,6 +113,8 @@ def _reduce(config: dict, family: str) -> dict:
     if family in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):   # 3 linear : 1 full -> 1 : 1, small linear heads
         c.update(full_attention_interval=2, linear_num_key_heads=2, linear_num_value_heads=4,
                  linear_key_head_dim=16, linear_value_head_dim=16)
+    if family == "kimi_linear":       # layer 0 KDA, layer 1 MLA; small linear heads
+        c.update(linear_num_heads=2, linear_head_dim=16)
     if family == "jamba":             # layer 0 Mamba, layer 1 attention with MoE
         c.update(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1)
         if isinstance(c.get("mamba_dt_rank"), int):
@@ -131,8 +133,9 @@ def _reduce(config: dict, family: str) -> dict:
             c[key] = min(c[key], 8)
     if c.get("num_experts_per_tok"):
         c["num_experts_per_tok"] = min(c["num_experts_per_tok"], 2)
-    if c.get("experts_per_token"):
-        c["experts_per_token"] = min(c["experts_per_token"], 2)
+    for key in ("experts_per_token", "num_experts_per_token"):
+        if c.get(key):
+            c[key] = min(c[key], 2)
     if "moe_intermediate_size" in c:
         c["moe_intermediate_size"] = 32
     if c.get("shared_expert_intermediate_size"):
@@ -174,7 +177,8 @@ def _decode_flops_by_kind(path: Path) -> Counter:
 # families --capture refuses, in one line documented in docs/capture.md (the refusal itself is checked:
 # when --capture learns one of them, its preset fails here until it is taken off this list)
 CAPTURE_REFUSES: dict[str, str] = {}     # Falcon's own attention table: recorded through its sdpa class now
-STATE_FAMILIES = ("jamba", "mamba2", "qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h", "falcon_h1")   # recurrent mixers: lowered by hand op by op, by capture as
+STATE_FAMILIES = ("jamba", "mamba2", "qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h", "falcon_h1",
+                  "kimi_linear")   # recurrent mixers: lowered by hand op by op, by capture as
 # its linears plus one state op per layer and segment (docs/capture.md): checked on what both model alike
 
 
@@ -235,14 +239,24 @@ def _check_both(config: dict, transformers, tmp_path) -> None:
     keys = [RUN["context"] + RUN["prompt"] + s + 1 for s in range(RUN["generate"])]
     expand = sum(2 * B * S * r * H * (nope + v) for S in keys) * L          # kv_b_proj over every cached latent
     assert cap_k["linear"] - hand_k["linear"] == expand
-    assert cap_k["attention"] == sum(2 * H * B * S * (nope + rope + v) for S in keys) * L
+    # DeepSeek-V3.2: the indexer scores every cached index key (both ways alike); attention reads the top-k
+    IH, D = spec.index_heads, spec.index_head_dim
+    index = sum(2 * B * S * IH * (D + 1) for S in keys) * L
+    read = [min(S, spec.index_topk) if spec.index_topk else S for S in keys]
+    assert cap_k["attention"] - index == sum(2 * H * B * S * (nope + rope + v) for S in read) * L
     absorb = 2 * B * H * r * (nope + v) * len(keys) * L
-    assert hand_k["attention"] == sum(2 * H * B * S * (r + rope + r) for S in keys) * L + absorb
-    # only the rope dimensions turn (H x rope of the query, rope of the key), on both paths
-    assert cap_k["rotary"] == hand_k["rotary"] == 3 * B * (H * rope + rope) * len(keys) * L
+    assert hand_k["attention"] - index == sum(2 * H * B * S * (r + rope + r) for S in read) * L + absorb
+    # only the rope dimensions turn (H x rope of the query, rope of the key; the indexer's IH x rope and
+    # rope), on both paths; none in Kimi-Linear's NoPE MLA
+    turns = 0 if spec.nope_full_layers else 3 * B * (H * rope + rope + (IH * rope + rope if D else 0)) * len(keys) * L
+    assert cap_k["rotary"] == hand_k["rotary"] == turns
     for kind in set(cap_k) | set(hand_k):
         if kind not in ("linear", "attention"):
             assert cap_k[kind] == hand_k[kind], kind
+    if D:     # the index keys' own traffic: every cached row read per step, one row appended per sequence
+        for st, (c, h) in enumerate(zip(cap["steps"], hand["steps"])):
+            assert c["bytes"]["kv_index"] == h["bytes"]["kv_index"] == {"read": keys[st] * B * L * D * 2,
+                                                                         "write": B * L * D * 2}
 
 
 def _check_state(cap: dict, hand: dict, spec) -> None:
@@ -263,7 +277,8 @@ def _check_state(cap: dict, hand: dict, spec) -> None:
 # the same cross-check as the presets'.
 NEW_HAND_TYPES = ["gemma", "phi", "olmo2", "olmo3", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2",
                   "starcoder2", "gpt_neox", "smollm3", "stablelm", "exaone4", "seed_oss", "ernie4_5", "phimoe", "glm",
-                  "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1"]
+                  "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1",
+                  "deepseek_v32", "kimi_linear"]
 
 
 @pytest.mark.parametrize("model_type", NEW_HAND_TYPES)
@@ -279,6 +294,14 @@ def test_capture_equals_lowering_of_nemotron_h_latent_moe(transformers, tmp_path
 
     _check_both(dict(reduced(default_config("nemotron_h")), moe_latent_size=16, mlp_bias=True), transformers,
                 tmp_path)
+
+
+def test_sparse_attention_top_k_both_ways(transformers, tmp_path):
+    """DeepSeek-V3.2 with an index_topk shorter than the run's context: both paths read at most index_topk
+    KV rows per decode query (and every index key), the same bytes per step."""
+    from traces.capture.census import default_config
+
+    _check_both({**reduced(default_config("deepseek_v32")), "index_topk": 4}, transformers, tmp_path)
 
 
 def test_capture_quantised_weights_and_kv(transformers, tmp_path):

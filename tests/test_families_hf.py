@@ -21,7 +21,8 @@ HAND_TYPES = ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwe
               # issue 25
               "gemma", "phi", "olmo2", "olmo3", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2",
               "starcoder2", "gpt_neox", "smollm3", "stablelm", "exaone4", "seed_oss", "ernie4_5", "phimoe", "glm",
-              "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1"]
+              "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1",
+              "deepseek_v32", "kimi_linear"]
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +224,113 @@ def test_coverage_benchmark_rows(census, tmp_path):
     assert by["nemotron"]["path"] == "not buildable"       # Transformers' own default config does not build
     s = summary(rows)
     assert s["buildable"] == 3 and s["read_exact"] == 2 and s["tracebacks"] == []
+
+
+# a toy DeepSeek-V3.2 (its class's defaults otherwise): 2 layers, 1 dense + 1 MoE of 4 experts, small ranks
+V32_TOY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, intermediate_size=128,
+               moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+               first_k_dense_replace=1, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+               v_head_dim=16, index_n_heads=4, index_head_dim=16, index_topk=4, vocab_size=256)
+
+
+def _v32(census, **over) -> dict:
+    c = {k: v for k, v in census.default_config("deepseek_v32").items() if k not in ("layer_types", "mlp_layer_types")}
+    return {**c, **V32_TOY, **over}
+
+
+def test_deepseek_v32_closed_forms(census):
+    """DeepSeek-V3.2 is DeepSeek-V3 plus, per layer, the indexer's wq_b (index heads x dim from the query
+    latent), wk (dim from hidden), k_norm (a LayerNorm: gain and bias) and weights_proj (a weight per index
+    head); per token and layer the cache keeps the MLA latent and rope key plus one index key of
+    index_head_dim (bf16: 2 bytes each)."""
+    c = _v32(census)
+    spec = spec_from_config(c)
+    v3 = spec_from_config({**c, "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"]})
+    L, h, q, IH, D = 2, c["hidden_size"], c["q_lora_rank"], c["index_n_heads"], c["index_head_dim"]
+    assert spec.param_count() - v3.param_count() == L * (IH * D * q + D * h + 2 * D + IH * h)
+    assert spec.param_count() == census.meta_param_count(c)
+    latent = c["kv_lora_rank"] + c["qk_rope_head_dim"]
+    assert spec.kv_bytes_per_token() == L * (latent + D) * 2
+    assert spec.kv_bytes(9) == 9 * L * (latent + D) * 2        # index keys: every position, as the latent
+    assert spec.index_row_bytes("fp8") == D and spec.index_row_bytes() == 2 * D
+
+
+def test_deepseek_v32_decode_reads_top_k_rows(census, tmp_path):
+    """Each decode query of a DeepSeek-V3.2 layer reads min(positions, index_topk) latent rows (the KV
+    the indexer picked) and every cached index key (its scoring), one sequence at a time per row."""
+    from traces.lower import generate_trace
+    from traces.reader import open_trace
+    from traces.run import RunConfig
+    from traces.summary import summarize
+
+    spec = spec_from_config(_v32(census))
+    B, L, D, topk = 2, 2, 16, 4
+    latent = (spec.kv_lora_rank + spec.qk_rope_head_dim) * 2
+    s = summarize(open_trace(generate_trace(spec, RunConfig(context=1, prompt=2, generate=4, batch=B),
+                                            tmp_path / "d.trace")))
+    for st, step in enumerate(s["steps"]):
+        positions = 1 + 2 + st + 1                     # 4 .. 7: within, then past, index_topk
+        assert step["bytes"]["kv"] == {"read": min(positions, topk) * B * L * latent, "write": B * L * latent}
+        assert step["bytes"]["kv_index"] == {"read": positions * B * L * D * 2, "write": B * L * D * 2}
+    assert s["kv_bytes"] == B * (1 + 2 + 4) * L * (latent + D * 2)
+
+
+def test_deepseek_v32_as_its_hub_config_and_save_pretrained_write_it(census):
+    """DeepSeek-V3.2-Exp's own config.json (Transformers 4's keys: rope_scaling, topk_method, moe_layer_freq,
+    num_nextn_predict_layers; no layer_types, mlp_layer_types nor head_dim) and a save_pretrained one
+    (defaults left out) read as the full config, exactly Transformers' count."""
+    full = _v32(census)
+    hub = {k: v for k, v in full.items() if k not in ("rope_parameters", "head_dim")}
+    hub.update(rope_scaling={"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096},
+               topk_method="noaux_tc", moe_layer_freq=1, num_nextn_predict_layers=1, scoring_func="sigmoid")
+    diff = {**census.default_config("deepseek_v32", diff=True), **V32_TOY}
+    diff = {k: v for k, v in diff.items() if k not in ("layer_types", "mlp_layer_types", "index_head_dim")}
+    diff["index_head_dim"] = 128                        # the class's default, written anyway: the same model
+    want = census.meta_param_count(full)
+    assert spec_from_config(hub).param_count() == want
+    assert spec_from_config({k: v for k, v in diff.items() if k != "index_head_dim"}).param_count() \
+        == spec_from_config(diff).param_count() == census.meta_param_count({**full, "index_head_dim": 128})
+    assert spec_from_config(hub).index_topk == 4 and spec_from_config(diff).index_heads == 4
+
+
+def test_kimi_linear_closed_forms(census):
+    """Kimi-Linear's KDA layer: q, k, v and o projections of heads x head_dim, the short convolution over q, k
+    and v, the forget gate (f_a, f_b, dt_bias per channel, A_log per head), b_proj, the output gate (g_a,
+    g_b) and o_norm of one head; its state per sequence the convolution window (3 x heads x dim x kernel)
+    and heads x dim x dim; the MLA layers (layers 4, 8, ...: NoPE) cache latent + rope key per token."""
+    c = census.default_config("kimi_linear")
+    spec = spec_from_config(c)
+    h, H, d, k = c["hidden_size"], c["linear_num_heads"], c["linear_head_dim"], c["linear_conv_kernel_dim"]
+    q = H * d
+    kda = 4 * q * h + 3 * q * k + (d * h + q * d + q + H) + H * h + (d * h + q * d) + d
+    lin = [i for i in range(spec.num_layers) if spec.keeps_state(i)]
+    assert lin == [i for i in range(27) if not (i and i % 4 == 0)] and spec.layer_kind(4) == "full"
+    kda_params = sum(w.elements for w in spec.weight_shapes() if w.layer == 0 and ".self_attn." in w.name)
+    assert kda_params == kda
+    assert spec.state_bytes() == len(lin) * (3 * q * k + H * d * d) * 2
+    assert spec.kv_bytes_per_token() == (27 - len(lin)) * (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * 2
+    assert spec.param_count() == census.meta_param_count(c)
+
+
+def test_kimi_linear_as_its_hub_config_writes_it(census):
+    """Kimi-Linear's checkpoint config (its linear_attn_config: 1-based full_attn_layers and kda_layers,
+    num_heads, head_dim, short_conv_kernel_size; first_k_dense_replace; no layer_types) and the same written
+    in the common spellings (num_experts_per_tok, n_shared_experts, max_position_embeddings, num_local_experts)
+    read as Transformers builds them."""
+    base = {k: v for k, v in census.default_config("kimi_linear").items()
+            if k not in ("layer_types", "mlp_layer_types", "linear_num_heads", "linear_head_dim",
+                         "linear_conv_kernel_dim")}
+    base.update(num_hidden_layers=4, hidden_size=64, num_experts=4, num_experts_per_token=2, moe_intermediate_size=32,
+                intermediate_size=128, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                num_attention_heads=4, num_key_value_heads=4, vocab_size=256, first_k_dense_replace=1, pad_token_id=0,
+                bos_token_id=0, eos_token_id=0,
+                linear_attn_config={"full_attn_layers": [2, 4], "kda_layers": [1, 3], "num_heads": 2, "head_dim": 16,
+                                    "short_conv_kernel_size": 3})
+    spec = spec_from_config(base)
+    assert [spec.layer_kind(i) for i in range(4)] == ["linear", "full", "linear", "full"]
+    assert (spec.ssm_heads, spec.ssm_state, spec.ssm_conv) == (2, 16, 3) and spec.moe_layers == (False, True, True, True)
+    assert spec.param_count() == census.meta_param_count(base)
+    common = {k: v for k, v in base.items() if k not in ("num_experts", "num_experts_per_token", "num_shared_experts",
+                                                         "model_max_length")}
+    common.update(num_local_experts=4, num_experts_per_tok=2, n_shared_experts=1, max_position_embeddings=4096)
+    assert spec_from_config(common).param_count() == spec.param_count() == census.meta_param_count(common)

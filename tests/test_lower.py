@@ -349,3 +349,31 @@ def test_recorded_routing_replays_to_the_same_trace(tmp_path):
     assert not a.ops.equals(c.ops)          # the seed alone does not fix the experts; the log does
     assert a.ops.equals(b.ops)
     assert pa.Table.from_batches(list(a.iter_accesses())).equals(pa.Table.from_batches(list(b.iter_accesses())))
+
+
+def test_index_keys_go_with_the_kv(tmp_path):
+    """DeepSeek-V3.2's index keys (kind kv_index) are offloaded and restored between turns beside the KV, a
+    kv_offload twin per layer, and each pipeline microbatch reads and writes its own sequences' index rows."""
+    from test_capacity_families import SPARSE_AND_KDA
+    from traces.spec import spec_from_config
+
+    spec = spec_from_config(SPARSE_AND_KDA["deepseek_v32"])
+    tr = open_trace(generate_trace(spec, RunConfig(turns=((3, 2), (2, 2)), kv_offload=True, batch=2),
+                                   tmp_path / "t.trace"))
+    names, kinds = tr.tensor_arrays()["name"], tr.tensor_arrays()["kind"]
+    twins = {n: k for n, k in zip(names, kinds) if ".kv_offload.index" in n}
+    assert twins == {"layers.0.kv_offload.index": "kv_offload", "layers.1.kv_offload.index": "kv_offload"}
+    ops, acc = tr.op_arrays(), tr.access_columns()
+    offload = set(ops["op_id"][ops["name"] == "kv_offload"].tolist())
+    touched = {names[t] for o, t in zip(acc["op_id"], acc["tensor_id"]) if int(o) in offload}
+    assert {"layers.0.kv.index", "layers.0.kv_offload.index"} <= touched
+    tr = open_trace(generate_trace(spec, RunConfig(prompt=3, generate=1, batch=2, pp=2, pp_microbatches=2),
+                                   tmp_path / "p.trace"))
+    t = tr.tensor_arrays()
+    acc = tr.access_columns()
+    row = spec.index_row_bytes()
+    positions = 4
+    for tid in [i for i, n in enumerate(t["name"]) if n.endswith("kv.index")]:
+        writes = {int(o) for o, w, x in zip(acc["offset"], acc["is_write"], acc["tensor_id"]) if w and x == tid}
+        # each microbatch (one sequence) writes its prompt at 0 / one sequence further, then its decode row
+        assert writes == {0, positions * row, 3 * row, positions * row + 3 * row}

@@ -70,6 +70,7 @@ class Family:
     # between that parallel layout and "pre" (GPT-NeoX's and StableLM's use_parallel_residual)
     ssm: str = ""                  # a Mamba-2 mixer's dialect (traces.ssm_fields.SSM_READERS): "nemotron_h", "falcon_h1"
     ties: bool = True              # False: the LM head is never tied (Nemotron-H: Transformers ties nothing)
+    indexer: bool = False          # DeepSeek-V3.2's sparse attention: a lightning indexer picks index_topk KV rows
 
 
 LLAMA_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -104,8 +105,12 @@ FAMILIES: dict[str, Family] = {
     # Transformers' V3-style routers always hold the score-correction bias (a persistent buffer)
     "deepseek_v3": Family(("DeepseekV3ForCausalLM",), ("deepseek_v3",), _keys(), layers="full", moe="deepseek", mla=True,
                           router_bias=True),
+    "deepseek_v32": Family(("DeepseekV32ForCausalLM",), ("deepseek_v32",), _keys(), layers="full", moe="deepseek",
+                           mla=True, router_bias=True, indexer=True),
     "glm4_moe": Family(("Glm4MoeForCausalLM",), ("glm4_moe",), _keys(), layers="full", qkv_bias="attention_bias",
                        qk_norm="use_qk_norm", moe="deepseek", partial_rotary=0.5, router_bias=True),
+    "kimi_linear": Family(("KimiLinearForCausalLM",), ("kimi_linear",), _keys(), layers="kimi_linear", moe="deepseek",
+                          mla=True, router_bias=True, nope_full_layers=True, defaults={"first_k_dense_replace": 1}),
     "gemma2": Family(("Gemma2ForCausalLM",), ("gemma2",), _keys(), norm_layout="sandwich", tied_default=True,
                      layers="gemma2"),
     "gemma3": Family(("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), ("gemma3_text", "gemma3"), _keys(),
@@ -208,6 +213,8 @@ UNMODELLED = {
     "falcon": {"alibi": False},
     "opt": {"do_layer_norm_before": True},
     "gpt2": {"add_cross_attention": False},
+    "deepseek_v32": {"attention_bias": False},
+    "kimi_linear": {"attention_bias": False},
 }
 UNMODELLED_EQUALS = {"opt": [("word_embed_proj_dim", "hidden_size")]}
 
@@ -300,8 +307,15 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
             raise ConfigError(f"expected a JSON object, got {type(text).__name__}", file=file, field="text_config")
         merged = {**defaults, **{k: v for k, v in config.items() if k not in ("text_config", "vision_config")}}
         merged.update(text)
-        return name, merged, "text_config."
-    return name, {**defaults, **config}, ""
+        return name, _spelled(merged, mt_text), "text_config."
+    return name, _spelled({**defaults, **config}, mt), ""
+
+
+def _spelled(config: dict, model_type) -> dict:
+    """``config`` with each key of its class's ``attribute_map`` that it lacks (the common spelling: Kimi-Linear's
+    num_experts_per_tok) read from the key the class writes instead (num_experts_per_token), as Transformers does."""
+    aliases = _defaults_table()["aliases"].get(model_type if isinstance(model_type, str) else "", {})
+    return {**{old: config[new] for old, new in aliases.items() if old not in config and new in config}, **config}
 
 
 @lru_cache(maxsize=None)
@@ -349,7 +363,8 @@ def _olmoe(r: Reader, n: int, f: int) -> dict:
 
 
 def _deepseek(r: Reader, n: int, f: int) -> dict:
-    e = r.int("n_routed_experts")
+    old = r.config.get("n_routed_experts") is None and r.config.get("num_local_experts") is not None   # Kimi-Linear
+    e = r.int("num_local_experts") if old else r.int("n_routed_experts")
     dense = r.int("first_k_dense_replace", 0)
     freq = r.pos("moe_layer_freq", 1)
     mf = r.pos("moe_intermediate_size") if e else r.int("moe_intermediate_size", 0)

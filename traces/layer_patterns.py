@@ -3,7 +3,7 @@
 A reader takes a :class:`traces.families.Reader` of the text model's config and the layer count and
 returns, per layer, ``("full", 0)`` | ``("sliding", W)`` | ``("chunked", C)`` (attention over all keys,
 the last W, or the current chunk of C), ``("mamba", 0)`` (a Mamba / Mamba-2 mixer), ``("linear", 0)``
-(Gated DeltaNet) or ``("none", 0)`` (no mixer: Nemotron-H's MLP and MoE blocks). ``Family.layers``
+(Gated DeltaNet, Kimi Delta Attention) or ``("none", 0)`` (no mixer: Nemotron-H's MLP and MoE blocks). ``Family.layers``
 names its reader in :data:`LAYER_READERS`; :data:`LAYER_PATTERNS` says in a few words what each reads.
 """
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from traces.families import Reader
+
 
 def _window(r: Reader, n: int, key: str = "sliding_window") -> list:
     w = r.pos(key, None)
@@ -124,6 +125,18 @@ def _nemotron_h(r: Reader, n: int) -> list:
 
 
 # what each pattern reader reads, in a few words (``tierlab models --families``)
+def _kimi_linear(r: Reader, n: int) -> list:
+    """Kimi Delta Attention (``linear_attention``) layers and MLA on layers 4, 8, ... (0-based), or as
+    ``layer_types``, or the checkpoint's ``linear_attn_config`` (``full_attn_layers``, 1-based) list them."""
+    nest = r.config.get("linear_attn_config")
+    if r.config.get("layer_types") is None and isinstance(nest, dict) and "full_attn_layers" in nest:
+        full = type(r)(nest, r.file, r.prefix + "linear_attn_config.").int_list("full_attn_layers")
+        return [("full", 0) if i + 1 in full else ("linear", 0) for i in range(n)]
+    if r.config.get("layer_types") is None:
+        return [("full", 0) if i and i % 4 == 0 else ("linear", 0) for i in range(n)]
+    return _qwen3_next(r, n)
+
+
 LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
                   "qwen_window": "sliding window if enabled", "layer_types": "sliding / full per layer_types",
                   "gemma2": "alternating sliding / global", "gemma3": "5 sliding : 1 global",
@@ -131,7 +144,8 @@ LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
                   "qwen3_next": "Gated DeltaNet + gated attention every full_attention_interval",
                   "mamba2": "Mamba-2 mixers only",
                   "nemotron_h": "Mamba-2 / attention / MLP / MoE blocks per hybrid_override_pattern",
-                  "falcon_h1": "attention || Mamba-2 on every layer"}
+                  "falcon_h1": "attention || Mamba-2 on every layer",
+                  "kimi_linear": "Kimi Delta Attention + MLA every 4th layer"}
 LAYER_READERS = {"mamba2": _mamba_only, "full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
                  "gemma2": _layer_types, "gemma3": _gemma3, "qwen3_next": _qwen3_next, "llama4": _llama4, "jamba": _jamba,
-                 "nemotron_h": _nemotron_h, "falcon_h1": _full}
+                 "nemotron_h": _nemotron_h, "falcon_h1": _full, "kimi_linear": _kimi_linear}

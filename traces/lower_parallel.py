@@ -94,6 +94,7 @@ class _DeviceLowering(Lowering):
             self.router = _SliceRouter(Router(run.router, run.seed + r * REPLICA_SEED_STRIDE, spec.num_experts,
                                               spec.num_experts_per_tok), 0)
         self._kv_stride = {c.ten.id: c.seq_stride for layer in self.caches.values() for c in layer}
+        self._kv_stride.update({c.ten.id: c.seq_stride for c in self.index_caches.values()})   # index keys too
         # recurrent state: a microbatch reads and writes its own sequences' (the kernels touch it whole)
         self._state_seq = {t.id: t.nbytes // self.B for pair in self.states.values() for t in pair}
         self.kv_shift = 0          # sequences before the current microbatch

@@ -1,5 +1,5 @@
 """The recurrent mixers' ops of the one-device lowering: Mamba (Jamba), Mamba-2 (Mamba2, Nemotron-H,
-Falcon-H1) and Gated DeltaNet (Qwen3-Next). :class:`RecurrentMixers` is a part of
+Falcon-H1), Gated DeltaNet (Qwen3-Next, Qwen3.5) and Kimi Delta Attention (Kimi-Linear). :class:`RecurrentMixers` is a part of
 :class:`traces.lowering.Lowering` (its tensors, ``_lin`` and the layer's state tensors are the
 lowering's); each block reads the layer's normed input ``norm`` and writes its output to ``out``.
 """
@@ -14,6 +14,32 @@ from traces.segments import Segment
 
 class RecurrentMixers:
     """The ops of a layer's recurrent mixer (a mixin of the lowering)."""
+
+    def _kda_block(self, i: int, p: str, m: int, seg: Segment, out: str = "attn_out") -> list[Op]:
+        """Kimi Delta Attention (Kimi-Linear's linear attention): the q, k, v projections, their short
+        convolution, the forget gate (f_a_proj, f_b_proj) and beta (b_proj), the gated delta-rule
+        recurrence over a state of ``heads x head dim x head dim`` per sequence (read and written once per
+        segment), the output gate (g_a_proj, g_b_proj), the gated norm, o_proj."""
+        s, a, ab, X, w = self.spec, self.act, self.ab, p + "self_attn.", self.weights
+        d, c, H = s.ssm_inner, s.ssm_conv_channels, s.ssm_heads
+        conv, state = self.states[i]
+        ops = [self._lin(n, X + n, "norm", "ssm_xz", m, seg, y_offset=j * m * d * ab)     # [q | k | v] blocks
+               for j, n in enumerate(("q_proj", "k_proj", "v_proj"))]
+        ops.append(ssm_k.conv(X + "conv1d", a["ssm_xz"], a["ssm_x"], [w[X + "conv1d"][0]], conv, m=m, channels=c,
+                              width=s.ssm_conv, act_bytes=ab, row_stride=c * ab))
+        F = X + "forget_gate."
+        ops += [self._lin("forget_gate.f_a_proj", F + "f_a_proj", "norm", "ssm_fa", m, seg),
+                self._lin("forget_gate.f_b_proj", F + "f_b_proj", "ssm_fa", "ssm_g", m, seg),
+                self._lin("b_proj", X + "b_proj", "norm", "ssm_ba", m, seg)]
+        ops.append(ssm_k.scan(X + "delta_rule", [(a["ssm_x"], c * ab), (a["ssm_g"], d * ab), (a["ssm_ba"], H * ab)],
+                              None, a["ssm_y"], [w[F + "dt_bias"][0], w[F + "A_log"][0]], state, m=m, channels=d,
+                              state_size=s.ssm_state, act_bytes=ab, pim=seg.phase == "decode"))
+        ops += [self._lin("g_a_proj", X + "g_a_proj", "norm", "ssm_fa", m, seg),
+                self._lin("g_b_proj", X + "g_b_proj", "ssm_fa", "ssm_g", m, seg)]
+        ops.append(ssm_k.gated_norm(X + "o_norm", a["ssm_y"], a["ssm_g"], w[X + "o_norm"][0], m=m, width=d,
+                                    act_bytes=ab, z_stride=d * ab))
+        ops.append(self._lin("o_proj", X + "o_proj", "ssm_y", out, m, seg))
+        return ops
 
     def _delta_net_block(self, i: int, p: str, m: int, seg: Segment, out: str = "attn_out") -> list[Op]:
         """Gated DeltaNet (Qwen3-Next's linear attention): in_proj_qkvz and in_proj_ba, the causal
@@ -65,6 +91,8 @@ class RecurrentMixers:
         s, a, ab, X = self.spec, self.act, self.ab, p + "mamba."
         if s.ssm_version == 3:
             return self._delta_net_block(i, p, m, seg, out)
+        if s.ssm_version == 4:
+            return self._kda_block(i, p, m, seg, out)
         if s.ssm_version == 2:
             return self._mamba2_block(i, p, m, seg, out)
         d, r, n = s.ssm_inner, s.ssm_dt_rank, s.ssm_state

@@ -1,6 +1,6 @@
 """The one-device lowering: :class:`Lowering` declares a model's tensors and writes the ops of each
 segment (the execution order and tensors are described in :mod:`traces.lower`; the recurrent mixers'
-ops are :mod:`traces.lower_ssm`'s). The sharded lowering (:mod:`traces.lower_parallel`) runs one per
+ops are :mod:`traces.lower_ssm`'s, DeepSeek-V3.2's indexer :mod:`traces.lower_indexer`'s). The sharded lowering (:mod:`traces.lower_parallel`) runs one per
 device over the device's local model.
 """
 
@@ -19,6 +19,7 @@ from kernels.base import Op, Ten
 from traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
 from traces.weightfmt import weight_tensors
 from common.errors import UsageError
+from traces.lower_indexer import SparseIndexer
 from traces.lower_ssm import RecurrentMixers
 from traces.routing import Router
 from traces.run import RunConfig
@@ -27,7 +28,7 @@ from traces.spec import ModelSpec, WeightShape
 from traces.writer import TraceWriter
 
 
-class Lowering(RecurrentMixers):
+class Lowering(RecurrentMixers, SparseIndexer):
     def __init__(self, spec: ModelSpec, run: RunConfig, w: TraceWriter, segments: list[Segment]):
         self.spec, self.run, self.w = spec, run, w
         self._init_shard()
@@ -45,6 +46,7 @@ class Lowering(RecurrentMixers):
         self._declare_kv()
         self._declare_activations(compute)
         self.offload: dict[int, list[attn.Cache]] = {}
+        self.index_offload: dict[int, attn.Cache] = {}
         if any(s.action in COPY_ACTIONS for s in segments):
             self._declare_kv_offload()
 
@@ -83,6 +85,7 @@ class Lowering(RecurrentMixers):
         self.kv_row = nbytes_of(spec.kv_row_elements, run.kv)
         self.caches: dict[int, list[attn.Cache]] = {}
         self.states: dict[int, tuple[Ten, Ten]] = {}
+        self.index_caches: dict[int, attn.Cache] = {}
         for i in self.layers:
             if spec.keeps_state(i):
                 conv, ssm = (nbytes_of(e, run.kv) for e in spec.state_elements())
@@ -102,6 +105,12 @@ class Lowering(RecurrentMixers):
                                                               device=self.device), nb), row, stride,
                                         rows if rows < self.positions else 0))
             self.caches[i] = layer
+            if spec.index_head_dim:      # the sparse-attention indexer's keys, every position (kind kv_index)
+                row = spec.index_row_bytes(run.kv)
+                nb = self.B * self.positions * row
+                self.index_caches[i] = attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.index", "kv_index", nb, run.kv,
+                                                                         i, device=self.device), nb),
+                                                  row, self.positions * row, 0)
 
     def _declare_kv_offload(self) -> None:
         """A twin of every KV tensor (same size and layout), kind ``kv_offload``, declared last so the
@@ -114,6 +123,10 @@ class Lowering(RecurrentMixers):
                                                                   c.ten.nbytes, self.run.kv, i, device=self.device),
                                                  c.ten.nbytes)))
             self.offload[i] = twins
+        for i, c in self.index_caches.items():      # the indexer's keys go with the KV they pick from
+            self.index_offload[i] = c._replace(ten=Ten(self.w.add_tensor(f"layers.{i}.kv_offload.index", "kv_offload",
+                                                                         c.ten.nbytes, self.run.kv, i, device=self.device),
+                                                       c.ten.nbytes))
 
     def _act(self, name: str, rows: int, width: int) -> Ten:
         nb = max(1, rows * width * self.ab)
@@ -132,7 +145,9 @@ class Lowering(RecurrentMixers):
             d, r, n, c = s.ssm_inner, s.ssm_dt_rank, s.ssm_state, s.ssm_conv_channels
             widths = {1: (("ssm_xz", 2 * d), ("ssm_x", d), ("ssm_dbc", r + 2 * n), ("ssm_dt", d), ("ssm_y", d)),
                       2: (("ssm_xz", d + c + s.ssm_heads), ("ssm_x", c), ("ssm_y", d)),
-                      3: (("ssm_xz", c + d), ("ssm_ba", 2 * s.ssm_heads), ("ssm_x", c), ("ssm_y", d))}[s.ssm_version]
+                      3: (("ssm_xz", c + d), ("ssm_ba", 2 * s.ssm_heads), ("ssm_x", c), ("ssm_y", d)),
+                      4: (("ssm_xz", c), ("ssm_x", c), ("ssm_fa", n), ("ssm_g", d), ("ssm_ba", s.ssm_heads),
+                          ("ssm_y", d))}[s.ssm_version]
             for name, width in widths:
                 a[name] = self._act(name, m, width)
             if s.ssm_parallel:          # Falcon-H1: the Mamba-2 mixer's output beside the attention's
@@ -143,6 +158,10 @@ class Lowering(RecurrentMixers):
             if s.q_lora_rank:
                 a["q_latent"] = self._act("q_latent", m, s.q_lora_rank)
             a["kv_latent"] = self._act("kv_latent", m, s.kv_lora_rank + s.qk_rope_head_dim)
+            if s.index_head_dim:      # DeepSeek-V3.2's indexer: its queries, its key, its per-head weights
+                for name, width in (("index_q", s.index_heads * s.index_head_dim), ("index_k", s.index_head_dim),
+                                    ("index_w", s.index_heads)):
+                    a[name] = self._act(name, m, width)
         else:
             self.q_width = self.o_width = s.num_heads * s.head_dim
             a["k"] = self._act("k", m, s.num_kv_heads * s.head_dim)
@@ -223,7 +242,9 @@ class Lowering(RecurrentMixers):
         for i, layer in self.caches.items():
             twins = self.offload[i]
             op = Op(f"kv_{seg.action}", f"kv_{seg.action}", 0, 0)
-            for c, o in zip(layer, twins):
+            pairs = list(zip(layer, twins)) + ([(self.index_caches[i], self.index_offload[i])]
+                                               if i in self.index_offload else [])
+            for c, o in pairs:
                 src, dst = (c, o) if seg.action == "offload" else (o, c)
                 attn.read_positions(op, src, 0, seg.start, seg.start + seg.tokens, count=self.B)
                 attn.read_positions(op, dst, 0, seg.start, seg.start + seg.tokens, count=self.B, write=True)
@@ -352,9 +373,13 @@ class Lowering(RecurrentMixers):
             ops.append(self._lin("kv_a_proj_with_mqa", A + "kv_a_proj_with_mqa", "norm", "kv_latent", m, seg))
             ops.append(self._norm("kv_a_layernorm", A + "kv_a_layernorm", "kv_latent", "kv_latent", m, s.kv_lora_rank,
                                   row_stride=lat_w * ab))
-            # only the rope dimensions turn: rope of each query head, and the shared rope key
-            ops.append(norm_k.rotary("rotary", [a["q"], a["kv_latent"]], [s.num_heads * s.qk_rope_head_dim,
-                                     s.qk_rope_head_dim], m=m, act_bytes=ab))
+            if s.index_head_dim:
+                ops += self._indexer(i, A + "indexer.", m, seg)
+            # only the rope dimensions turn: rope of each query head, and the shared rope key (Kimi-Linear's
+            # MLA turns none: its full layers are NoPE)
+            if not (s.nope_full_layers and s.layer_kind(i) == "full"):
+                ops.append(norm_k.rotary("rotary", [a["q"], a["kv_latent"]], [s.num_heads * s.qk_rope_head_dim,
+                                         s.qk_rope_head_dim], m=m, act_bytes=ab))
             ops.append(attn.kv_append("kv_append", [(a["kv_latent"], lat_w * ab)], caches, batch=self.mb,
                                       start=seg.start, t=seg.tokens))
             kvb, kvb_sc = self.weights[A + "kv_b_proj"]
@@ -390,7 +415,7 @@ class Lowering(RecurrentMixers):
         common = dict(batch=self.mb, start=seg.start, t=seg.tokens, window=span if kind == "sliding" else None,
                       chunk=span if kind == "chunked" else None, heads=s.num_heads,
                       q_row_bytes=self.q_width * ab, o_row_bytes=self.o_width * ab, phase=seg.phase,
-                      extra_reads=extra, **dims)
+                      extra_reads=extra, topk=s.index_topk or None, **dims)
         keys, values = (caches, caches) if s.attention == "mla" else ([caches[0]], [caches[1]])
         att = ATTENTION[run.attention]("attention", a["q"], a["attn"], keys, values, act_bytes=ab,
                                        scores=a.get("scores"), attn_tile=run.attn_tile, **common)

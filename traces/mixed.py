@@ -149,6 +149,9 @@ class _Mixed:
         parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
         row = self.kv_row // len(parts)
         layouts: dict[tuple, tuple] = {}
+        if spec.index_head_dim:
+            raise UsageError(f"{spec.name} has a sparse-attention indexer (its own cached keys); serving steps are "
+                             "lowered for models without one", field="model")
         for i in self.layers:
             if spec.keeps_state(i):
                 raise UsageError(f"{spec.name} has recurrent (Mamba / DeltaNet) layers; serving steps are "

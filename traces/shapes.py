@@ -48,6 +48,8 @@ def weight_shapes(s) -> list[WeightShape]:
             out += _mamba_shapes(s, i, p + "mamba.")
         if kind == "mamba":
             out += _mamba_shapes(s, i, p + "mamba.")
+        elif kind == "linear" and s.ssm_version == 4:
+            out += _kda_shapes(s, i, p + "self_attn.")
         elif kind == "linear":
             out += _delta_net_shapes(s, i, p + "linear_attn.")
         elif kind != "none":
@@ -101,8 +103,13 @@ def _attention_shapes(s, i: int, a: str) -> list[WeightShape]:
         else:
             out += [WeightShape(a + "q_proj", i, -1, s.num_heads * qk, h)]
         out += [WeightShape(a + "kv_a_proj_with_mqa", i, -1, s.kv_lora_rank + s.qk_rope_head_dim, h),
-                WeightShape(a + "kv_a_layernorm", i, -1, s.kv_lora_rank, 1),
-                WeightShape(a + "kv_b_proj", i, -1, s.num_heads * (s.qk_nope_head_dim + s.v_head_dim), s.kv_lora_rank),
+                WeightShape(a + "kv_a_layernorm", i, -1, s.kv_lora_rank, 1)]
+        if s.index_head_dim:        # DeepSeek-V3.2's indexer: queries from the query latent, a LayerNorm-ed key
+            x, d = a + "indexer.", s.index_head_dim
+            out += [WeightShape(x + "wq_b", i, -1, s.index_heads * d, s.q_lora_rank), WeightShape(x + "wk", i, -1, d, h),
+                    WeightShape(x + "k_norm", i, -1, d, 1), WeightShape(x + "k_norm.bias", i, -1, d, 1),
+                    WeightShape(x + "weights_proj", i, -1, s.index_heads, h)]
+        out += [WeightShape(a + "kv_b_proj", i, -1, s.num_heads * (s.qk_nope_head_dim + s.v_head_dim), s.kv_lora_rank),
                 WeightShape(a + "o_proj", i, -1, h, s.num_heads * s.v_head_dim)]
         return out
     q, kv = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
@@ -157,6 +164,21 @@ def _delta_net_shapes(s, i: int, x: str) -> list[WeightShape]:
             WeightShape(x + "conv1d", i, -1, c * s.ssm_conv, 1), WeightShape(x + "dt_bias", i, -1, H, 1),
             WeightShape(x + "A_log", i, -1, H, 1), WeightShape(x + "norm", i, -1, d // H, 1),
             WeightShape(x + "out_proj", i, -1, h, d)]
+
+
+def _kda_shapes(s, i: int, x: str) -> list[WeightShape]:
+    """A Kimi Delta Attention mixer as Kimi-Linear's checkpoints hold it: q, k and v projections, their
+    short convolution (no bias), the forget gate (f_a_proj, f_b_proj, dt_bias per channel, A_log per
+    head), the beta projection, the output gate (g_a_proj, g_b_proj), the gated RMSNorm of one head."""
+    h, d, H, c, k = s.hidden_size, s.ssm_inner, s.ssm_heads, s.ssm_conv_channels, s.ssm_state
+    g = "forget_gate."
+    return [WeightShape(x + "q_proj", i, -1, d, h), WeightShape(x + "k_proj", i, -1, d, h),
+            WeightShape(x + "v_proj", i, -1, d, h), WeightShape(x + "conv1d", i, -1, c * s.ssm_conv, 1),
+            WeightShape(x + g + "f_a_proj", i, -1, k, h), WeightShape(x + g + "f_b_proj", i, -1, d, k),
+            WeightShape(x + g + "dt_bias", i, -1, d, 1), WeightShape(x + g + "A_log", i, -1, H, 1),
+            WeightShape(x + "b_proj", i, -1, H, h), WeightShape(x + "g_a_proj", i, -1, k, h),
+            WeightShape(x + "g_b_proj", i, -1, d, k), WeightShape(x + "o_norm", i, -1, k, 1),
+            WeightShape(x + "o_proj", i, -1, h, d)]
 
 
 def _mamba2_shapes(s, i: int, x: str) -> list[WeightShape]:

@@ -24,8 +24,9 @@ from common.paths import configs_dir
 from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MODEL_TYPES, MOE_READERS,  # noqa: F401
                              REMOTE_CODE_ARCHITECTURES, UNMODELLED, UNMODELLED_EQUALS, Reader, family_of)
 from traces.layer_patterns import layer_count
+from traces.spec_fields import indexer_fields, qk_norm_layout, rotary_dim
 from traces.shapes import WeightShape, weight_shapes  # noqa: F401  (WeightShape is part of this module's API)
-from traces.ssm_fields import SSM_READERS, delta_net_fields, mamba2_fields, mamba_fields
+from traces.ssm_fields import SSM_READERS, delta_net_fields, kda_fields, mamba2_fields, mamba_fields
 
 STATE_KINDS = ("mamba", "linear")
 
@@ -87,7 +88,8 @@ class ModelSpec:
     ssm_proj_bias: bool = False
     ssm_inner_norms: bool = False
     nope_full_layers: bool = False
-    ssm_version: int = 0          # 1: Mamba (Jamba), 2: Mamba-2 (heads, groups of B and C), 3: Gated DeltaNet
+    ssm_version: int = 0          # 1: Mamba (Jamba), 2: Mamba-2 (heads, groups of B and C), 3: Gated DeltaNet,
+    # 4: Kimi Delta Attention (a per-channel forget gate; q, k, v heads alike)
     attn_output_gate: bool = False  # Qwen3-Next: q_proj also gives a sigmoid gate of the attention output
     ssm_groups: int = 0
     ssm_heads: int = 0
@@ -98,6 +100,9 @@ class ModelSpec:
     ssm_parallel: bool = False    # Falcon-H1: every layer runs a Mamba-2 mixer beside its attention, of the same input
     ssm_norm: bool = True         # Mamba-2's gated RMSNorm (a gain); False: silu(z) gates the scan's output alone
     ssm_out_bias: bool | None = None   # out_proj's bias where it is not in_proj's (Falcon-H1's projectors_bias)
+    index_topk: int = 0           # DeepSeek-V3.2's sparse attention: each query reads at most this many KV rows,
+    index_heads: int = 0          # chosen by a lightning indexer of index_heads query heads over its own
+    index_head_dim: int = 0       # cached key per position (index_head_dim elements: tensor kind kv_index)
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
     source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
 
@@ -159,18 +164,24 @@ class ModelSpec:
             return 0
         return positions if kind == "full" else min(positions, span)
 
+    def index_row_bytes(self, kv_dtype: str = "bf16") -> int:
+        """Bytes of one position's sparse-attention index key (DeepSeek-V3.2: ``index_head_dim`` elements,
+        kept for every position of every attention layer beside its KV row; 0 without an indexer)."""
+        return nbytes_of(self.index_head_dim, kv_dtype) if self.index_head_dim else 0
+
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> int:
-        """KV-cache bytes one token of one sequence adds, summed over the attention layers, while the
-        context is within every window (:meth:`kv_bytes` gives the bytes at any context)."""
+        """KV-cache bytes one token of one sequence adds, summed over the attention layers (index keys
+        included), while the context is within every window (:meth:`kv_bytes` gives the bytes at any context)."""
         check_dtype(kv_dtype, KV_DTYPES, "kv_dtype")
-        return len(self.attention_layers) * nbytes_of(self.kv_row_elements, kv_dtype)
+        return len(self.attention_layers) * (nbytes_of(self.kv_row_elements, kv_dtype) + self.index_row_bytes(kv_dtype))
 
     def kv_bytes(self, positions: int, kv_dtype: str = "bf16") -> int:
         """KV-cache bytes of one sequence after ``positions`` positions: sliding and chunked layers keep
-        at most their window or chunk (a ring of that many rows)."""
+        at most their window or chunk (a ring of that many rows); index keys, every position."""
         check_dtype(kv_dtype, KV_DTYPES, "kv_dtype")
         row = nbytes_of(self.kv_row_elements, kv_dtype)
-        return sum(self.kv_rows(i, positions) * row for i in range(self.num_layers))
+        index = len(self.attention_layers) * positions * self.index_row_bytes(kv_dtype)
+        return sum(self.kv_rows(i, positions) * row for i in range(self.num_layers)) + index
 
     @property
     def ssm_conv_channels(self) -> int:
@@ -312,7 +323,7 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
         tie_word_embeddings=fam.ties and r.flag("tie_word_embeddings", fam.tied_default), config=config,
         sliding_window=max(windows) if windows else None, layer_attention=spans,
         qkv_bias=r.flag(fam.qkv_bias), o_bias=r.flag(fam.o_bias), mlp_bias=r.flag(fam.mlp_bias),
-        qk_norm=_qk_norm(r, fam.qk_norm),
+        qk_norm=qk_norm_layout(r, fam.qk_norm),
         norm=fam.norm, norm_layout=fam.norm_layout, mlp_gated=fam.mlp_gated, sinks=fam.sinks,
         nope_full_layers=fam.nope_full_layers, fused=fam.fused,
         learned_positions=max_pos + fam.learned_positions if fam.learned_positions >= 0 else 0,
@@ -327,7 +338,7 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
     if fam.nope_full_layers and not windows:   # EXAONE 4: without a sliding window every layer turns rotary
         kw["nope_full_layers"] = family != "exaone4"
     if fam.partial_rotary is not None:
-        kw["rotary_dim"] = _rotary_dim(r, head_dim, fam.partial_rotary)
+        kw["rotary_dim"] = rotary_dim(r, head_dim, fam.partial_rotary)
     if family == "falcon" and cfg.get("new_decoder_architecture") and r.int("num_ln_in_parallel_attn", 2) == 2:
         kw["norm_layout"] = "parallel2"
     if family == "falcon" and not r.flag("parallel_attn", True):
@@ -353,6 +364,10 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
         kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
     if fam.layers == "qwen3_next":   # Gated DeltaNet on the linear layers, gated attention on the others
         kw.update(delta_net_fields(r))
+    if family == "kimi_linear":  # Kimi Delta Attention on the linear layers, MLA (no rotary) on the others
+        kw.update(kda_fields(r))
+    if fam.indexer:
+        kw.update(indexer_fields(r, kw["q_lora_rank"]))
     if fam.mamba:
         kw.update(mamba_fields(r, h))
     if fam.ssm:                      # Mamba-2 in a hybrid's own dialect (traces.ssm_fields)
@@ -444,38 +459,6 @@ def _mamba2_spec(r: Reader, name: str, config: dict, fam) -> ModelSpec:
         vocab_size=r.pos("vocab_size"), max_position_embeddings=r.pos("max_position_embeddings", MAX_DIMENSION),
         tie_word_embeddings=r.flag("tie_word_embeddings", fam.tied_default), config=config,
         layer_attention=(("mamba", 0),) * layers, norm_layout="mixer", **ssm)
-
-
-def _qk_norm(r: Reader, trait) -> str:
-    """A family's q/k norms: ``"head"`` / ``"full"`` / ``""`` as they are, a config key (true: per head),
-    or (a config key, the layout when true)."""
-    if trait in ("head", "full", "") or trait is False:
-        return trait or ""
-    if isinstance(trait, tuple):
-        key, layout = trait
-        return layout if r.flag(key) else ""
-    return "head" if r.flag(trait) else ""
-
-
-def _rotary_dim(r: Reader, head_dim: int, default: float) -> int:
-    """Dimensions of a head rotary turns: ``int(head_dim * partial_rotary_factor)``, the factor at the top
-    level or in ``rope_parameters`` / ``rope_scaling`` (Transformers reads it from either), else the
-    family's default; 0 when that is the whole head."""
-    key, f = "partial_rotary_factor", r.config.get("partial_rotary_factor")
-    for nest in ("rope_parameters", "rope_scaling"):
-        if f is None and isinstance(r.config.get(nest), dict) and "partial_rotary_factor" in r.config[nest]:
-            key, f = f"{nest}.partial_rotary_factor", r.config[nest]["partial_rotary_factor"]
-    if f is None and r.config.get("rotary_pct") is not None:      # GPT-NeoX as Transformers 4 writes it
-        key, f = "rotary_pct", r.config["rotary_pct"]
-    if f is None and r.config.get("rotary_dim") is not None:      # MiniMax-M2: the rotated dimensions themselves
-        d = r.pos("rotary_dim")
-        return 0 if d >= head_dim else d
-    if f is None:
-        f = default
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
-        raise r.err(f"expected a fraction in (0, 1], got {f!r}", key)
-    dim = int(head_dim * f)
-    return 0 if dim >= head_dim else dim
 
 
 def _div(a: int, b: int, r: Reader, fieldname: str) -> int:

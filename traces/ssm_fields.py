@@ -1,17 +1,15 @@
 """The recurrent mixers' fields of a model spec, read from each dialect's config keys.
 
 Mamba (Jamba: ``mamba_*``), Mamba-2 (``Mamba2ForCausalLM``; Nemotron-H's and Falcon-H1's own
-spellings of it, :data:`SSM_READERS`) and Gated DeltaNet (Qwen3-Next's ``linear_*``). Each reader takes
+spellings of it, :data:`SSM_READERS`), Gated DeltaNet (Qwen3-Next's ``linear_*``) and Kimi Delta
+Attention (Kimi-Linear's ``linear_*`` / ``linear_attn_config``). Each reader takes
 a :class:`traces.families.Reader` of the text model's config and returns :class:`traces.spec.ModelSpec`
 fields; the per-layer pattern of which layers run them is :mod:`traces.layer_patterns`'.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from traces.families import Reader
+from traces.families import Reader
 
 
 def mamba_fields(r: Reader, h: int) -> dict:
@@ -32,6 +30,26 @@ def delta_net_fields(r: Reader) -> dict:
         raise r.err(f"{hk} key heads do not divide the {hv} value heads", "linear_num_key_heads")
     return dict(ssm_version=3, ssm_inner=hv * dv, ssm_state=dk, ssm_groups=hk, ssm_heads=hv,
                 ssm_conv=r.pos("linear_conv_kernel_dim"), attn_output_gate=True)
+
+
+def kda_fields(r: Reader) -> dict:
+    """Kimi Delta Attention (Kimi-Linear's ``linear_attention`` layers): ``linear_num_heads`` heads of
+    ``linear_head_dim`` for q, k and v alike, a short convolution of ``linear_conv_kernel_dim`` over them,
+    a per-channel forget gate; the recurrent state is heads x head_dim x head_dim per sequence. The
+    checkpoint's config may nest them in ``linear_attn_config`` (``num_heads``, ``head_dim``,
+    ``short_conv_kernel_size``), as Transformers reads it."""
+    nest = r.config.get("linear_attn_config")
+    if isinstance(nest, dict):
+        sub = Reader(nest, r.file, r.prefix + "linear_attn_config.")
+        heads, dim = sub.pos("num_heads", None), sub.pos("head_dim", None)
+        conv = sub.pos("short_conv_kernel_size", None)
+    else:
+        heads = dim = conv = None
+    heads = heads or r.pos("linear_num_heads")
+    dim = dim or r.pos("linear_head_dim")
+    conv = conv or r.pos("linear_conv_kernel_dim")
+    return dict(ssm_version=4, ssm_inner=heads * dim, ssm_state=dim, ssm_groups=heads, ssm_heads=heads,
+                ssm_conv=conv)
 
 
 def _mamba2(r: Reader, d: int, heads: int, head_dim: int, groups: int, heads_key: str, groups_key: str) -> dict:

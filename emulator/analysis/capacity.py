@@ -73,7 +73,7 @@ def activation_tensor_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, act
     if spec.ssm_inner and any(spec.keeps_state(i) for i in range(spec.num_layers)):
         d, r, n, c = spec.ssm_inner, spec.ssm_dt_rank, spec.ssm_state, spec.ssm_conv_channels
         widths += {1: [2 * d, d, r + 2 * n, d, d], 2: [d + c + spec.ssm_heads, c, d],
-                   3: [c + d, 2 * spec.ssm_heads, c, d]}[spec.ssm_version]
+                   3: [c + d, 2 * spec.ssm_heads, c, d], 4: [c, c, n, d, spec.ssm_heads, d]}[spec.ssm_version]
         if spec.ssm_parallel:
             widths.append(h)  # ssm_out (Falcon-H1's Mamba-2 output beside the attention's)
     if spec.attention == "mla":
@@ -82,6 +82,8 @@ def activation_tensor_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, act
         if spec.q_lora_rank:
             widths.append(spec.q_lora_rank)
         widths.append(spec.kv_lora_rank + spec.qk_rope_head_dim)
+        if spec.index_head_dim:     # DeepSeek-V3.2's indexer: its queries, its key, its per-head weights
+            widths += [spec.index_heads * spec.index_head_dim, spec.index_head_dim, spec.index_heads]
     else:
         q_width = o_width = spec.num_heads * spec.head_dim
         widths += [spec.num_kv_heads * spec.head_dim] * 2  # k, v
@@ -239,7 +241,8 @@ def longest_context(spec: ModelSpec, room: int, batch: int, kv: str) -> int | No
     if end is not None:
         return None if fits(max(end, 1)) else _last_true(fits, 0, end)
     full = sum(1 for i in spec.attention_layers if spec.layer_kind(i) == "full")
-    per = batch * full * nbytes_of(spec.kv_row_elements, kv)          # bytes every position adds at least
+    per = batch * (full * nbytes_of(spec.kv_row_elements, kv)          # bytes every position adds at least
+                   + len(spec.attention_layers) * spec.index_row_bytes(kv))
     return _last_true(fits, 0, room // per + 1)
 
 
@@ -329,4 +332,6 @@ def _padding(spec, weights, kv, activations, batch, chunk, quant_group, context)
             sizes += [batch * nbytes_of(e, kv) for e in spec.state_elements()]
         if spec.attends(i):
             sizes += [batch * spec.kv_rows(i, context) * row] * parts
+            if spec.index_head_dim:      # a sparse-attention indexer's keys (kind kv_index), every position
+                sizes.append(batch * context * spec.index_row_bytes(kv))
     return sum(-(-s // a) * a - s for s in sizes)

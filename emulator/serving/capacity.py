@@ -83,10 +83,9 @@ def memory_tier(chip: Chip):
 
 def device_terms(spec: ModelSpec, run: RunConfig, positions: int, max_batch_tokens: int) -> list[tuple[int, int, int]]:
     """(weights, workspace, kv per sequence) bytes of each device of one replica of ``run`` on ``spec``."""
-    kv_row = nbytes_of(spec.kv_row_elements, run.kv)
     if not run.sharded:
         w = sum(t.nbytes + sum(nb for *_, nb in t.aux) for t in weight_tensors(spec, run.weights, run.quant_group))
-        kv = sum(spec.kv_rows(i, positions) * kv_row for i in range(spec.num_layers))
+        kv = spec.kv_bytes(positions, run.kv)      # the index keys of a sparse-attention indexer too
         return [(w, activation_bytes(spec, 1, max_batch_tokens, run.activations), kv)]
     from traces.shard import ShardPlan
 
@@ -99,8 +98,9 @@ def device_terms(spec: ModelSpec, run: RunConfig, positions: int, max_batch_toke
         shapes = [x for x in local.weight_shapes() if plan.holds(sh, x.name, x.layer, x.expert)]
         w = sum(t.nbytes + sum(nb for *_, nb in t.aux)
                 for t in weight_tensors(local, run.weights, run.quant_group, shapes=shapes))
-        row = nbytes_of(local.kv_row_elements, run.kv)
-        kv = sum(local.kv_rows(i, positions) * row for i in sh.layers)
+        row, index = nbytes_of(local.kv_row_elements, run.kv), local.index_row_bytes(run.kv)
+        kv = sum(local.kv_rows(i, positions) * row + (0 if local.keeps_state(i) else positions * index)
+                 for i in sh.layers)
         act = activation_bytes(local, 1, max_batch_tokens, run.activations)
         out.append((w, act, kv))
     return out

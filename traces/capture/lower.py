@@ -339,8 +339,13 @@ class CaptureLowering(CaptureTensors):
                                     value_dim=vshape[3], q_row_bytes=h * d * ab, o_row_bytes=h * vshape[3] * ab,
                                     act_bytes=ab, attn_tile=self.run.attn_tile, phase=seg.phase,
                                     extra_reads=tuple(self.weights[n][0] for n in e.info.get("params", ())),
-                                    chunk=chunk)
+                                    chunk=chunk, topk=self._topk(i))
         return ops
+
+    def _topk(self, layer) -> int | None:
+        """The most KV rows a query of ``layer`` reads: the indexer's ``index_topk`` where the layer has a
+        sparse-attention indexer (DeepSeek-V3.2), else None (every key of its range)."""
+        return (self.cap.info.get("index_topk") or None) if layer in self.index_caches else None
 
     def _attention_over_activations(self, e, seg) -> Op:
         """An attention call whose keys and values are activations, not a cache: its module keeps no cache
