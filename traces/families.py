@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from common.errors import ConfigError
 from common.paths import configs_dir
+from traces.gemma4 import read_gemma4
 
 MAX_DIMENSION = 2**31 - 1
 
@@ -188,6 +189,9 @@ FAMILIES: dict[str, Family] = {
                          partial_rotary=1.0, router_bias=True),
     "mamba2": Family(("Mamba2ForCausalLM",), ("mamba2",), {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers"},
                      mamba=True, layers="mamba2"),
+    "gemma4": Family(("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"), ("gemma4_text", "gemma4"), _keys(),
+                     norm_layout="sandwich", qk_norm="head", tied_default=True, layers="gemma4", moe="gemma4",
+                     qkv_bias="attention_bias", o_bias="attention_bias"),
 }
 
 ARCHITECTURES = {a: name for name, f in FAMILIES.items() for a in f.architectures}
@@ -347,6 +351,11 @@ def _gemma3(r: Reader, n: int) -> list:
     return _layer_types(r, n, r.pos("sliding_window_pattern", 6))
 
 
+def _gemma4(r: Reader, n: int) -> list:
+    """Gemma 3's 5 sliding : 1 global, the last layer always global (Gemma4TextConfig forces it so)."""
+    return _layer_types(r, n, 6)[:-1] + [("full", 0)]
+
+
 def _llama4(r: Reader, n: int) -> list:
     """Chunked attention (``attention_chunk_size``) on the rotary layers, global attention on the
     NoPE layers: ``no_rope_layers[i]`` is 1 where layer i uses rotary (default: every 4th layer NoPE)."""
@@ -393,6 +402,7 @@ LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
                   "mamba2": "Mamba-2 mixers only"}
 LAYER_READERS = {"mamba2": _mamba_only, "full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
                  "gemma2": _layer_types, "gemma3": _gemma3, "qwen3_next": _qwen3_next, "llama4": _llama4, "jamba": _jamba}
+LAYER_PATTERNS["gemma4"], LAYER_READERS["gemma4"] = "5 sliding : 1 global, the last global", _gemma4
 
 
 # ---- MoE layouts: -> spec fields (num_experts, k, sizes, shared experts, which layers) --------------
@@ -470,5 +480,19 @@ def _granite_shared(r: Reader, n: int, f: int) -> dict:
     return dict(_mixtral(r, n, f), shared_expert_size=r.int("shared_intermediate_size", 0))
 
 
+def _gemma4_moe(r: Reader, n: int, f: int) -> dict:
+    """Gemma 4's MoE block (``enable_moe_block``): in every layer, beside the dense MLP, ``num_experts``
+    experts of ``moe_intermediate_size``, ``top_k_experts`` per token. With it, the rest of what Gemma 4's
+    layers hold beyond the family row (``gemma4``: per-layer heads, KV sharing, per-layer inputs), read
+    by :func:`traces.gemma4.read_gemma4`."""
+    k, on = FAMILIES["gemma4"].keys, r.flag("enable_moe_block")
+    heads = r.pos(k["num_heads"])
+    head_dim = r.pos(k["head_dim"], None) or r.pos(k["hidden_size"]) // heads
+    return dict(num_experts=r.pos("num_experts") if on else 0, num_experts_per_tok=r.pos("top_k_experts") if on else 0,
+                moe_intermediate_size=r.pos("moe_intermediate_size") if on else 0, moe_layers=(on,) * n,
+                gemma4=read_gemma4(r, tuple(_gemma4(r, n)), r.pos(k["num_kv_heads"], heads), head_dim, f))
+
+
 MOE_READERS = {"granite_shared": _granite_shared, "mixtral": _mixtral, "qwen_moe": _qwen_moe, "olmoe": _olmoe, "deepseek": _deepseek,
                "gpt_oss": _gpt_oss, "llama4": _llama4_moe, "jamba": _jamba_moe}
+MOE_READERS["gemma4"] = _gemma4_moe
