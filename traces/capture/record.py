@@ -450,7 +450,8 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
     more, more_state = copied_layers(cache, len(caches))
     caches, state_layers = caches + more, [*state_layers, *more_state]
     info = {"classes": {n: type(m).__name__ for n, m in model.named_modules()},
-            "top_k": getattr(hf, "num_experts_per_tok", None), "layers": caches,
+            "top_k": getattr(hf, "num_experts_per_tok", None) or getattr(hf, "top_k_experts", None),   # Gemma 4's
+            "layers": caches,
             # Transformers' state layers, and any layer whose state the model's own cache class keeps
             "states": {i: p for i, p in state_shapes(cache, batch).items()
                        if i in state_layers or any(i in held for held in own_states(cache).values())},
