@@ -11,9 +11,12 @@ q_proj, q_norm and rotary of q alone, attending over the cache of the layer it s
 sandwich norms around the dense MLP; with the MoE block, the router over the residual (a gainless norm,
 its ``scale``, ``proj``, top-k with ``per_expert_scale``), the experts over the residual's own norm, their
 output norm, added to the MLP's; the per-layer input (gate, times the layer's slice, projection, norm,
-residual add); ``layer_scalar`` scaling the layer's output. KV-shared layers declare no cache. A KV-shared
-layer runs every prompt token (Transformers may skip the prompt's earlier tokens there when it keeps
-only the last logits; an engine computing the whole prompt runs them all).
+residual add); ``layer_scalar`` scaling the layer's output. KV-shared layers declare no cache and, in a
+prefill, run each sequence's last token only, as Gemma4TextModel does when it keeps the last logits
+(``_maybe_slice_kv_shared_inputs``; Transformers' flash-attention path and engines that run the whole
+prompt through them do more work there): the residual's last rows are gathered to its front first.
+Transformers' embedding scales (``embed_scale``, ``per_layer_model_projection_scale``) are scalars folded
+into the ops they follow, and the logit soft-cap a scalar too: no bytes.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ class Gemma4Lowering(Lowering):
                                          rows if rows < self.positions else 0) for p in ("k", "v")]
 
     def _act(self, name: str, rows: int, width: int):
-        return super()._act(name, rows, max(width, getattr(self, "_widest", {}).get(name, 0)))
+        """A scratch buffer of at least the elements Gemma 4's widest layer needs of it (``_least``)."""
+        return super()._act(name, 1, max(rows * width, getattr(self, "_least", {}).get(name, 0)))
 
     def _declare_activations(self, segments: list[Segment]) -> None:
         """The generic buffers at the widest layer's widths, plus the per-layer inputs' and the MoE block's."""
@@ -60,7 +64,9 @@ class Gemma4Lowering(Lowering):
         q = max(s.num_heads * x.head_dim for x in g.layers)
         kv = max(x.kv_heads * x.head_dim for x in g.layers)
         f = max(x.intermediate_size for x in g.layers)
-        self._widest = dict(q=q, attn=q, k=kv, v=kv, mlp_gate=f, mlp_up=f, mlp_act=f)
+        self._least = {name: m * w for name, w in dict(q=q, attn=q, k=kv, v=kv, mlp_gate=f, mlp_up=f, mlp_act=f).items()}
+        # naive attention: a prefill's KV-shared layers score each sequence's last query at once
+        self._least["scores"] = max([self.mb * s.num_heads * (g.start + g.tokens) for g in segments] + [0])
         super()._declare_activations(segments)
         a, h, P, n = self.act, s.hidden_size, g.per_layer_input, s.num_layers
         for name in ("mlp_gate", "mlp_up", "mlp_act"):      # every layer runs the dense MLP, MoE or not
