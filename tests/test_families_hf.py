@@ -189,3 +189,15 @@ def test_gemma4_config_dialects_read_alike(census):
     wrapper = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
                "text_config": {k: v for k, v in t5.items() if k != "architectures"}}
     assert spec_from_config(wrapper).param_count() == spec_from_config(t5).param_count()
+
+
+def test_gemma4_moe_biases_and_untied_head_count_as_transformers(census):
+    """Gemma 4 with the MoE block beside every MLP (the router's proj, scale and per_expert_scale; each
+    expert's gate_up_proj and down_proj; three more norms), q/k/v/o biases (no v bias with
+    attention_k_eq_v on the global layers) and an untied LM head: the count Transformers builds."""
+    c = _gemma4(census, enable_moe_block=True, num_experts=8, top_k_experts=2, moe_intermediate_size=64,
+                attention_bias=True, attention_k_eq_v=True, tie_word_embeddings=False, num_kv_shared_layers=2)
+    spec = spec_from_config(c)
+    assert (spec.num_experts, spec.num_experts_per_tok, spec.moe_intermediate_size) == (8, 2, 64)
+    assert spec.param_count() == census.meta_param_count(c)
+    assert spec.active_param_count() == spec.param_count() - 12 * 6 * 3 * 256 * 64   # 2 of 8 experts a layer
