@@ -110,6 +110,12 @@ def _reduce(config: dict, family: str) -> dict:
             c[key] = _two(c[key])
     if family == "gemma3":            # 5 sliding : 1 global -> 1 : 1
         c["sliding_window_pattern"] = 2
+    if family == "gemma4":            # the global layer's own head width; per-layer inputs of 16 a layer
+        over = next(iter((c.get("per_layer_config") or {}).values()), {})
+        full = [i for i, t in enumerate(c.get("layer_types") or []) if t == "full_attention"]
+        c["per_layer_config"] = {str(i): {**over, "head_dim": 64} for i in full}
+        c.update(vocab_size_per_layer_input=256,
+                 hidden_size_per_layer_input=16 if c.get("hidden_size_per_layer_input") else 0)
     if family in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):   # 3 linear : 1 full -> 1 : 1, small linear heads
         c.update(full_attention_interval=2, linear_num_key_heads=2, linear_num_value_heads=4,
                  linear_key_head_dim=16, linear_value_head_dim=16)
@@ -202,6 +208,8 @@ def _check_both(config: dict, transformers, tmp_path) -> None:
     assert cap["params"] == hand["params"] == spec.param_count()
     if _family(config) in STATE_FAMILIES:
         return _check_state(cap, hand, spec)
+    if _family(config) == "gemma4":
+        return _check_gemma4(cap, hand, spec, cap_k, hand_k, tmp_path)
     assert cap["weight_bytes"] == hand["weight_bytes"]
     positions = RUN["context"] + RUN["prompt"] + RUN["generate"]
     # sliding and chunked layers keep a ring of window / chunk rows (Transformers' static sliding layer)
@@ -259,6 +267,74 @@ def _check_both(config: dict, transformers, tmp_path) -> None:
                                                                          "write": B * L * D * 2}
 
 
+# Gemma 4 weights the model reads that no op of the capture reads: each layer's output is scaled by its
+# layer_scalar (an in-place aten.mul_ of the decoder layer), the router's input by router.scale and its top-k
+# weights by router.per_expert_scale (products in the router's forward, outside its proj): the capture lists
+# them as unread_weights and leaves the products unmapped; the hand lowering reads each once per layer and segment
+GEMMA4_UNREAD = ("layer_scalar", "router.scale", "router.per_expert_scale")
+
+
+def _check_gemma4(cap: dict, hand: dict, spec, cap_k: Counter, hand_k: Counter, tmp: Path) -> None:
+    """Gemma 4 both ways: the same weight and KV bytes; every step (prefill and decode) reads and writes the
+    same KV (the KV-shared layers over the cache of the layer they share); each decode step reads the same
+    weights but for :data:`GEMMA4_UNREAD`, which the capture misses; the decode steps' linear, attention, norm
+    and MoE FLOPs are equal, and the prefill's dense linear FLOPs per layer. Not compared: the other FLOPs
+    and the activation bytes, of the operators the capture leaves unmapped (rotary, which Gemma 4 turns on
+    q and k apart as mul/neg/cat; the layer-scalar product; the embeddings' scale and the per-layer inputs'
+    sum)."""
+    from traces.weightfmt import weight_tensors
+
+    run = RunConfig(**RUN)
+    assert cap["weight_bytes"] == hand["weight_bytes"]
+    positions = RUN["context"] + RUN["prompt"] + RUN["generate"]
+    assert cap["kv_bytes"] == hand["kv_bytes"] == spec.kv_bytes(positions) * RUN["batch"]
+    assert cap["bytes"]["prefill"]["kv"] == hand["bytes"]["prefill"]["kv"]
+    unread = [t for t in weight_tensors(spec, run.weights, run.quant_group) if t.shape.name.endswith(GEMMA4_UNREAD)]
+    manifest = open_trace(tmp / "c.trace").manifest["capture"]
+    assert sorted(n.removeprefix("model.") for n in manifest["unread_weights"]) == sorted(t.shape.name for t in unread)
+    assert any(u["op"] == "aten.mul_" and u["module"] == "Gemma4TextDecoderLayer" for u in manifest["unmapped_ops"])
+    missed = sum(t.nbytes for t in unread)
+    assert missed >= spec.num_layers * 2
+    for c, h in zip(cap["steps"], hand["steps"]):
+        assert c["bytes"]["weight"]["read"] + missed == h["bytes"]["weight"]["read"]
+        assert c["bytes"]["weight"]["write"] == h["bytes"]["weight"]["write"] == 0
+        assert c["bytes"]["kv"] == h["bytes"]["kv"]
+    for kind in ("linear", "attention", "norm", "moe_router", "moe_combine", "kv_append"):
+        assert cap_k[kind] == hand_k[kind], kind
+    # the prefill's KV-shared layers run each sequence's last token only (Gemma4TextModel keeping the last
+    # logits), both ways; the capture routes every prompt token to their experts all the same (not compared)
+    assert _prefill_dense_linear_flops(tmp / "c.trace") == _prefill_dense_linear_flops(tmp / "h.trace")
+
+
+def _prefill_dense_linear_flops(path: Path) -> Counter:
+    ops = open_trace(path).op_arrays()
+    c: Counter = Counter()
+    for layer, kind, flops, phase, expert in zip(ops["layer"], ops["kind"], ops["flops"], ops["phase"], ops["expert"]):
+        if phase == "prefill" and kind == "linear" and expert < 0:
+            c[int(layer)] += int(flops)
+    return c
+
+
+def test_capture_equals_lowering_of_gemma4_kv_sharing(transformers, tmp_path):
+    """Gemma 4 with the last two of four layers reading the KV of the first two (a sliding and a global
+    one), keys equal to values on the global layers (fewer KV heads there, wider heads), double-wide MLPs
+    on the KV-shared layers, and the MoE block beside every MLP: both paths as for the default config."""
+    from traces.capture.census import default_config
+
+    c = reduced(default_config("gemma4_text"))
+    c.update(num_hidden_layers=4, num_kv_shared_layers=2, attention_k_eq_v=True, use_double_wide_mlp=True,
+             layer_types=["sliding_attention", "full_attention"] * 2, enable_moe_block=True, num_experts=8,
+             top_k_experts=2, moe_intermediate_size=32,
+             per_layer_config={str(i): {"head_dim": 64, "num_key_value_heads": 1} for i in (1, 3)})
+    spec = spec_from_config(c)
+    assert [x.kv_layer for x in spec.gemma4.layers] == [0, 1, 0, 1] and spec.num_experts == 8
+    _check_both(c, transformers, tmp_path)
+    from common.errors import UsageError
+
+    with pytest.raises(UsageError, match="one device only"):     # the sharded lowering knows one layer width
+        generate_trace(spec, RunConfig(**RUN, tp=2), tmp_path / "tp.trace")
+
+
 def _check_state(cap: dict, hand: dict, spec) -> None:
     """A recurrent-state model both ways: the same parameters, weight, KV and state bytes; every decode step
     reads every weight once (at batch 2 with top-2 of 8 experts the routed experts differ by nothing:
@@ -278,7 +354,7 @@ def _check_state(cap: dict, hand: dict, spec) -> None:
 NEW_HAND_TYPES = ["gemma", "phi", "olmo2", "olmo3", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2",
                   "starcoder2", "gpt_neox", "smollm3", "stablelm", "exaone4", "seed_oss", "ernie4_5", "phimoe", "glm",
                   "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1",
-                  "deepseek_v32", "kimi_linear"]
+                  "deepseek_v32", "kimi_linear", "gemma4_text"]
 
 
 @pytest.mark.parametrize("model_type", NEW_HAND_TYPES)

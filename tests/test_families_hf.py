@@ -22,7 +22,7 @@ HAND_TYPES = ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwe
               "gemma", "phi", "olmo2", "olmo3", "granite", "granitemoe", "granitemoeshared", "cohere", "cohere2",
               "starcoder2", "gpt_neox", "smollm3", "stablelm", "exaone4", "seed_oss", "ernie4_5", "phimoe", "glm",
               "glm4", "glm4_moe_lite", "minimax_m2", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1",
-              "deepseek_v32", "kimi_linear"]
+              "deepseek_v32", "kimi_linear", "gemma4_text", "gemma4"]
 
 
 @pytest.fixture(scope="module")
@@ -334,3 +334,87 @@ def test_kimi_linear_as_its_hub_config_writes_it(census):
                                                          "model_max_length")}
     common.update(num_local_experts=4, num_experts_per_tok=2, n_shared_experts=1, max_position_embeddings=4096)
     assert spec_from_config(common).param_count() == spec.param_count() == census.meta_param_count(common)
+
+
+def _gemma4(census, **over) -> dict:
+    """A Gemma 4 text config of 12 layers (layers 5 and 11 global) at a small width, as Transformers writes it."""
+    import transformers
+
+    kw = dict(num_hidden_layers=12, hidden_size=256, intermediate_size=512, vocab_size=1000, head_dim=64,
+              num_attention_heads=4, num_key_value_heads=2, vocab_size_per_layer_input=1000,
+              hidden_size_per_layer_input=32, sliding_window=16, global_head_dim=128)
+    kw.update(over)
+    c = transformers.AutoConfig.for_model("gemma4_text", **kw).to_dict()
+    c.update(architectures=["Gemma4ForCausalLM"], model_type="gemma4_text")
+    return c
+
+
+@pytest.mark.parametrize("shared,k_eq_v,wide", [(0, False, False), (5, False, False), (5, True, True), (1, True, False)])
+def test_gemma4_closed_forms(census, shared, k_eq_v, wide):
+    """Gemma 4's parameters and KV bytes from its config in closed form: per layer the attention of that
+    layer's own heads (the global layers' global_head_dim, and with attention_k_eq_v their
+    num_global_key_value_heads and no v_proj), the KV-shared last layers holding q_proj, q_norm and o_proj
+    only and caching nothing (with use_double_wide_mlp their MLPs twice as wide), the per-layer inputs'
+    table, projection and norm and each layer's gate, projection and norm, four sandwich norms and a
+    layer_scalar per layer; the sliding layers keep at most their window."""
+    from common.errors import ConfigError
+
+    c = _gemma4(census, num_kv_shared_layers=shared, attention_k_eq_v=k_eq_v, use_double_wide_mlp=wide,
+                num_global_key_value_heads=1)
+    spec = spec_from_config(c)
+    n, h, V, P, H, f, W = 12, 256, 1000, 32, 4, 512, 16
+    full = {5, 11}
+    own = range(n - shared)
+    params = V * h + V * n * P + n * P * h + P + h
+    kv_token = 0
+    for i in range(n):
+        hd, kv = (128, 1 if k_eq_v else 2) if i in full else (64, 2)
+        params += 4 * h + 2 * H * hd * h + hd + 3 * h * f * (2 if wide and i not in own else 1) + 2 * P * h + h + 1
+        if i in own:
+            params += kv * hd * h * (1 if k_eq_v and i in full else 2) + hd
+            kv_token += 2 * kv * hd * 2
+    assert spec.param_count() == params == census.meta_param_count(c)
+    assert spec.kv_bytes_per_token() == kv_token
+    positions = 100
+    assert spec.kv_bytes(positions) == sum(2 * (2 if i in full and not k_eq_v else 1 if i in full else 2)
+                                           * (128 if i in full else 64) * 2 * (positions if i in full else W)
+                                           for i in own)
+    with pytest.raises(ConfigError, match="num_kv_shared_layers"):
+        spec_from_config({**c, "num_kv_shared_layers": n})
+
+
+def test_gemma4_config_dialects_read_alike(census):
+    """A Gemma 4 config as save_pretrained writes it with the class defaults left out (no layer_types: 5
+    sliding to 1 global, the last global; no per_layer_config: the global layers' head_dim 512), one
+    written by Transformers 5 (per_layer_config) and one as released (global_head_dim and
+    num_global_key_value_heads, no per_layer_config) read alike, as Transformers builds them; the
+    multimodal wrapper's text_config reads as the text model."""
+    bare = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "num_hidden_layers": 8,
+            "num_kv_shared_layers": 2}
+    full = _gemma4(census, num_hidden_layers=8, num_kv_shared_layers=2, hidden_size=2304, intermediate_size=9216,
+                   vocab_size=262144, vocab_size_per_layer_input=262144, hidden_size_per_layer_input=256,
+                   num_attention_heads=8, num_key_value_heads=4, head_dim=256, sliding_window=512, global_head_dim=512)
+    a, b = spec_from_config(bare), spec_from_config(full)
+    assert a.layer_attention == b.layer_attention and a.layer_attention[-1] == ("full", 0)
+    assert a.param_count() == b.param_count() == census.meta_param_count(bare)
+    assert a.kv_bytes(1000) == b.kv_bytes(1000)
+    t5 = _gemma4(census, attention_k_eq_v=True, num_global_key_value_heads=1)
+    released = {k: v for k, v in t5.items() if k != "per_layer_config"}
+    released.update(global_head_dim=128, num_global_key_value_heads=1)
+    assert spec_from_config(released).gemma4 == spec_from_config(t5).gemma4
+    assert spec_from_config(released).param_count() == census.meta_param_count(released)
+    wrapper = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+               "text_config": {k: v for k, v in t5.items() if k != "architectures"}}
+    assert spec_from_config(wrapper).param_count() == spec_from_config(t5).param_count()
+
+
+def test_gemma4_moe_biases_and_untied_head_count_as_transformers(census):
+    """Gemma 4 with the MoE block beside every MLP (the router's proj, scale and per_expert_scale; each
+    expert's gate_up_proj and down_proj; three more norms), q/k/v/o biases (no v bias with
+    attention_k_eq_v on the global layers) and an untied LM head: the count Transformers builds."""
+    c = _gemma4(census, enable_moe_block=True, num_experts=8, top_k_experts=2, moe_intermediate_size=64,
+                attention_bias=True, attention_k_eq_v=True, tie_word_embeddings=False, num_kv_shared_layers=2)
+    spec = spec_from_config(c)
+    assert (spec.num_experts, spec.num_experts_per_tok, spec.moe_intermediate_size) == (8, 2, 64)
+    assert spec.param_count() == census.meta_param_count(c)
+    assert spec.active_param_count() == spec.param_count() - 12 * 6 * 3 * 256 * 64   # 2 of 8 experts a layer

@@ -21,7 +21,8 @@ from functools import lru_cache
 
 from common.errors import ConfigError
 from common.paths import configs_dir
-from traces.layer_patterns import LAYER_PATTERNS, LAYER_READERS, nemotron_h_blocks  # noqa: F401  (the table's API)
+from traces.layer_patterns import LAYER_PATTERNS, LAYER_READERS, gemma4_layers, nemotron_h_blocks  # noqa: F401  (the table's API)
+from traces.gemma4 import read_gemma4
 
 MAX_DIMENSION = 2**31 - 1
 
@@ -203,6 +204,9 @@ FAMILIES: dict[str, Family] = {
     # Falcon-H1: attention and a Mamba-2 mixer of the same normed input on every layer, then a gated MLP
     "falcon_h1": Family(("FalconH1ForCausalLM",), ("falcon_h1",), _keys(), qkv_bias="attention_bias",
                         o_bias="attention_bias", mlp_bias="mlp_bias", layers="falcon_h1", ssm="falcon_h1"),
+    "gemma4": Family(("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"), ("gemma4_text", "gemma4"), _keys(),
+                     norm_layout="sandwich", qk_norm="head", tied_default=True, layers="gemma4", moe="gemma4",
+                     qkv_bias="attention_bias", o_bias="attention_bias"),
 }
 
 ARCHITECTURES = {a: name for name, f in FAMILIES.items() for a in f.architectures}
@@ -412,6 +416,19 @@ def _granite_shared(r: Reader, n: int, f: int) -> dict:
     return dict(_mixtral(r, n, f), shared_expert_size=r.int("shared_intermediate_size", 0))
 
 
+def _gemma4_moe(r: Reader, n: int, f: int) -> dict:
+    """Gemma 4's MoE block (``enable_moe_block``): in every layer, beside the dense MLP, ``num_experts``
+    experts of ``moe_intermediate_size``, ``top_k_experts`` per token. With it, the rest of what Gemma 4's
+    layers hold beyond the family row (``gemma4``: per-layer heads, KV sharing, per-layer inputs), read
+    by :func:`traces.gemma4.read_gemma4`."""
+    k, on = FAMILIES["gemma4"].keys, r.flag("enable_moe_block")
+    heads = r.pos(k["num_heads"])
+    head_dim = r.pos(k["head_dim"], None) or r.pos(k["hidden_size"]) // heads
+    return dict(num_experts=r.pos("num_experts") if on else 0, num_experts_per_tok=r.pos("top_k_experts") if on else 0,
+                moe_intermediate_size=r.pos("moe_intermediate_size") if on else 0, moe_layers=(on,) * n,
+                gemma4=read_gemma4(r, tuple(gemma4_layers(r, n)), r.pos(k["num_kv_heads"], heads), head_dim, f))
+
+
 def _nemotron_h_moe(r: Reader, n: int, f: int) -> dict:
     """Nemotron-H's "moe" blocks: ``n_routed_experts`` ReLU² experts (top ``num_experts_per_tok``), of
     ``moe_latent_size`` in and out where set (between the fc1 / fc2 latent projections), and one shared
@@ -426,5 +443,5 @@ def _nemotron_h_moe(r: Reader, n: int, f: int) -> dict:
                 moe_latent_size=r.pos("moe_latent_size", 0))
 
 
-MOE_READERS = {"nemotron_h": _nemotron_h_moe, "granite_shared": _granite_shared, "mixtral": _mixtral, "qwen_moe": _qwen_moe, "olmoe": _olmoe, "deepseek": _deepseek,
+MOE_READERS = {"nemotron_h": _nemotron_h_moe, "gemma4": _gemma4_moe, "granite_shared": _granite_shared, "mixtral": _mixtral, "qwen_moe": _qwen_moe, "olmoe": _olmoe, "deepseek": _deepseek,
                "gpt_oss": _gpt_oss, "llama4": _llama4_moe, "jamba": _jamba_moe}

@@ -48,6 +48,11 @@ def _gemma3(r: Reader, n: int) -> list:
     return _layer_types(r, n, r.pos("sliding_window_pattern", 6))
 
 
+def gemma4_layers(r: Reader, n: int) -> list:
+    """Gemma 3's 5 sliding : 1 global, the last layer always global (Gemma4TextConfig forces it so)."""
+    return _layer_types(r, n, 6)[:-1] + [("full", 0)]
+
+
 def _llama4(r: Reader, n: int) -> list:
     """Chunked attention (``attention_chunk_size``) on the rotary layers, global attention on the
     NoPE layers: ``no_rope_layers[i]`` is 1 where layer i uses rotary (default: every 4th layer NoPE)."""
@@ -145,7 +150,9 @@ LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
                   "mamba2": "Mamba-2 mixers only",
                   "nemotron_h": "Mamba-2 / attention / MLP / MoE blocks per hybrid_override_pattern",
                   "falcon_h1": "attention || Mamba-2 on every layer",
-                  "kimi_linear": "Kimi Delta Attention + MLA every 4th layer"}
+                  "kimi_linear": "Kimi Delta Attention + MLA every 4th layer",
+                  "gemma4": "5 sliding : 1 global, the last global"}
 LAYER_READERS = {"mamba2": _mamba_only, "full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
                  "gemma2": _layer_types, "gemma3": _gemma3, "qwen3_next": _qwen3_next, "llama4": _llama4, "jamba": _jamba,
-                 "nemotron_h": _nemotron_h, "falcon_h1": _full, "kimi_linear": _kimi_linear}
+                 "nemotron_h": _nemotron_h, "falcon_h1": _full, "kimi_linear": _kimi_linear,
+                 "gemma4": gemma4_layers}

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.errors import UsageError
+from traces.gemma4_lowering import Gemma4Lowering
 from traces.lowering import Lowering
 from traces.routing import ROUTING_FILE, ROUTING_SCHEMA
 from traces.run import RunConfig
@@ -79,6 +80,9 @@ def lower_segments(spec: ModelSpec, run: RunConfig, segments: list[Segment], out
     (``turn >= 0``) are summarised per turn in the manifest's ``run.conversation``."""
     if not any(s.action == "compute" for s in segments):
         raise UsageError("nothing to trace: no prefill or decode segment", field="segments")
+    if run.sharded and spec.gemma4:
+        raise UsageError("Gemma 4's per-layer heads, KV sharing and per-layer inputs are lowered on one device "
+                         "only (no tensor, pipeline, expert or data parallelism, no microbatches)", field="sharded")
     if run.sharded:   # several devices (or microbatches): traces.lower_parallel, format v2
         from traces.lower_parallel import lower_parallel
 
@@ -88,7 +92,7 @@ def lower_segments(spec: ModelSpec, run: RunConfig, segments: list[Segment], out
              "lowering": {"path": "hand", "family": spec.family}}
     with TraceWriter(out_dir, model=spec.config or None, run=run, force=force, alignment=run.alignment,
                      extra=extra) as w:
-        low = Lowering(spec, run, w, segments)
+        low = (Gemma4Lowering if spec.gemma4 else Lowering)(spec, run, w, segments)
         if record_routing and spec.num_experts:
             low.routing_log = w.add_extra_table("routing", ROUTING_FILE, ROUTING_SCHEMA)
         op_ranges = []

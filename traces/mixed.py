@@ -102,6 +102,8 @@ def lower_step(spec: ModelSpec, run: RunConfig, step: MixedStep, out_dir, *, for
     gives the dtypes, tiles and parallelism; its lengths and batch are replaced by the step's."""
     if run.attention != "flash":
         raise UsageError("a serving step is lowered with flash attention only", field="attention")
+    if spec.gemma4:     # its layers differ in heads and KV (traces.gemma4_lowering): not in a mixed step
+        raise UsageError("a serving step of Gemma 4 is not lowered (tierlab trace, run and compare take it)", field="model")
     if run.pp_microbatches != 1:
         raise UsageError("a serving step is one microbatch (--pp-microbatches 1)", field="--pp-microbatches")
     if step.positions > spec.max_position_embeddings:

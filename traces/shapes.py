@@ -35,6 +35,8 @@ class WeightShape(NamedTuple):
 
 def weight_shapes(s) -> list[WeightShape]:
     """Every weight tensor of spec ``s`` (embedding, positions, layers, final norm, LM head)."""
+    if s.gemma4:
+        return _gemma4_shapes(s)
     h = s.hidden_size
     out = [WeightShape("embed_tokens", -1, -1, s.vocab_size, h)]
     if s.learned_positions:
@@ -212,3 +214,47 @@ def _mamba_shapes(s, i: int, x: str) -> list[WeightShape]:
                 WeightShape(x + "c_layernorm", i, -1, n, 1)]
     out += _linear(x + "out_proj", i, -1, h, d, s.ssm_proj_bias)
     return out
+
+
+def _gemma4_shapes(s) -> list[WeightShape]:
+    """Gemma 4's text model (:mod:`traces.gemma4`), in Gemma4TextModel's order: the per-layer-input
+    tables after the embedding; per layer the attention (a KV-shared layer's q and o only; no v_proj with
+    attention_k_eq_v on a global layer; v_norm has no gain), the sandwich norms around the dense MLP
+    and, with the MoE block, the router (its norm has no gain: ``scale`` and ``per_expert_scale`` are
+    vectors), the experts (each ``gate_up_proj`` listed as its gate and up halves) and their norms; the
+    per-layer input's gate, projection and norm; ``layer_scalar``."""
+    h, g, n, H = s.hidden_size, s.gemma4, s.num_layers, s.num_heads
+    P = g.per_layer_input
+    out = [WeightShape("embed_tokens", -1, -1, s.vocab_size, h)]
+    if P:
+        out += [WeightShape("embed_tokens_per_layer", -1, -1, g.per_layer_vocab, n * P),
+                WeightShape("per_layer_model_projection", -1, -1, n * P, h),
+                WeightShape("per_layer_projection_norm", -1, -1, P, 1)]
+    for i, x in enumerate(g.layers):
+        p, a = f"layers.{i}.", f"layers.{i}.self_attn."
+        q, kv = H * x.head_dim, x.kv_heads * x.head_dim
+        out += _norm(s, p + "input_layernorm", i, h) + _linear(a + "q_proj", i, -1, q, h, s.qkv_bias)
+        out += _norm(s, a + "q_norm", i, x.head_dim)
+        if not g.shares_kv(i):
+            out += _linear(a + "k_proj", i, -1, kv, h, s.qkv_bias)
+            out += _linear(a + "v_proj", i, -1, kv, h, s.qkv_bias) if x.v_proj else []
+            out += _norm(s, a + "k_norm", i, x.head_dim)
+        out += _linear(a + "o_proj", i, -1, h, q, s.o_bias)
+        out += _norm(s, p + "post_attention_layernorm", i, h) + _norm(s, p + "pre_feedforward_layernorm", i, h)
+        out += _mlp(s, p + "mlp.", i, -1, x.intermediate_size, False)
+        if s.is_moe(i):
+            out += _norm(s, p + "post_feedforward_layernorm_1", i, h)
+            out += [WeightShape(p + "router.scale", i, -1, h, 1), WeightShape(p + "router.proj", i, -1, s.num_experts, h),
+                    WeightShape(p + "router.per_expert_scale", i, -1, s.num_experts, 1)]
+            out += _norm(s, p + "pre_feedforward_layernorm_2", i, h)
+            for e in range(s.num_experts):
+                out += _mlp(s, f"{p}experts.{e}.", i, e, s.moe_intermediate_size, False)
+            out += _norm(s, p + "post_feedforward_layernorm_2", i, h)
+        out += _norm(s, p + "post_feedforward_layernorm", i, h)
+        if P:
+            out += [WeightShape(p + "per_layer_input_gate", i, -1, P, h),
+                    WeightShape(p + "per_layer_projection", i, -1, h, P)]
+            out += _norm(s, p + "post_per_layer_input_norm", i, h)
+        out.append(WeightShape(p + "layer_scalar", i, -1, 1, 1))
+    out += _norm(s, "norm", -1, h)
+    return out + ([] if s.tie_word_embeddings else [WeightShape("lm_head", -1, -1, s.vocab_size, h)])

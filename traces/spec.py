@@ -21,7 +21,7 @@ from traces.dtypes import KV_DTYPES, check_dtype, nbytes_of
 from common.errors import ConfigError
 from common.suggest import closest
 from common.paths import configs_dir
-from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MODEL_TYPES, MOE_READERS,  # noqa: F401
+from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MAX_DIMENSION, MODEL_TYPES, MOE_READERS,  # noqa: F401
                              REMOTE_CODE_ARCHITECTURES, UNMODELLED, UNMODELLED_EQUALS, Reader, family_of)
 from traces.layer_patterns import layer_count
 from traces.spec_fields import indexer_fields, qk_norm_layout, rotary_dim
@@ -103,6 +103,7 @@ class ModelSpec:
     index_topk: int = 0           # DeepSeek-V3.2's sparse attention: each query reads at most this many KV rows,
     index_heads: int = 0          # chosen by a lightning indexer of index_heads query heads over its own
     index_head_dim: int = 0       # cached key per position (index_head_dim elements: tensor kind kv_index)
+    gemma4: object = None         # Gemma 4's per-layer heads, KV sharing, per-layer inputs (traces.gemma4.Gemma4Layout)
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
     source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
 
@@ -173,15 +174,19 @@ class ModelSpec:
         """KV-cache bytes one token of one sequence adds, summed over the attention layers (index keys
         included), while the context is within every window (:meth:`kv_bytes` gives the bytes at any context)."""
         check_dtype(kv_dtype, KV_DTYPES, "kv_dtype")
-        return len(self.attention_layers) * (nbytes_of(self.kv_row_elements, kv_dtype) + self.index_row_bytes(kv_dtype))
+        return sum(nbytes_of(self.layer_kv_row(i), kv_dtype) + self.index_row_bytes(kv_dtype)
+                   for i in self.attention_layers)
 
     def kv_bytes(self, positions: int, kv_dtype: str = "bf16") -> int:
         """KV-cache bytes of one sequence after ``positions`` positions: sliding and chunked layers keep
         at most their window or chunk (a ring of that many rows); index keys, every position."""
         check_dtype(kv_dtype, KV_DTYPES, "kv_dtype")
-        row = nbytes_of(self.kv_row_elements, kv_dtype)
         index = len(self.attention_layers) * positions * self.index_row_bytes(kv_dtype)
-        return sum(self.kv_rows(i, positions) * row for i in range(self.num_layers)) + index
+        return sum(self.kv_rows(i, positions) * nbytes_of(self.layer_kv_row(i), kv_dtype)
+                   for i in range(self.num_layers)) + index
+
+    def layer_kv_row(self, layer: int) -> int:   # kv_row_elements, or Gemma 4's per layer (none where KV is shared)
+        return self.gemma4.kv_row_elements(layer) if self.gemma4 else self.kv_row_elements
 
     @property
     def ssm_conv_channels(self) -> int:
@@ -386,7 +391,6 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
 
 # Bounds that keep a config within what a trace can describe (int32 layer/expert columns, uint64
 # addresses) and what tierlab can list in memory; real models are orders of magnitude inside them.
-MAX_DIMENSION = 2**31 - 1
 MAX_LAYERS = 4096
 MAX_EXPERT_INSTANCES = 1 << 20        # layers x experts (DeepSeek-V3: 61 x 256)
 MAX_PARAMS = 1 << 56                  # elements; fp32 weights must stay far below 2**64 bytes

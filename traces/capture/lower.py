@@ -334,8 +334,9 @@ class CaptureLowering(CaptureTensors):
         # the call's window, else the cache's (GPT-Neo's local layers: the window lives in a mask buffer)
         window = e.info["window"] or (span if kind == "sliding" else None)
         chunk = span if kind == "chunked" else None      # Llama 4: the chunk is in the mask, not the call
+        # the queries are the segment's last t positions (Gemma 4's KV-shared layers run a prefill's last only)
         ops += attn.flash_attention("attention", self._buf(h * d), self._buf(h * vshape[3]), [caches[0]], [caches[1]],
-                                    batch=b, start=seg.start, t=t, window=window, heads=h, score_dim=d,
+                                    batch=b, start=seg.start + seg.tokens - t, t=t, window=window, heads=h, score_dim=d,
                                     value_dim=vshape[3], q_row_bytes=h * d * ab, o_row_bytes=h * vshape[3] * ab,
                                     act_bytes=ab, attn_tile=self.run.attn_tile, phase=seg.phase,
                                     extra_reads=tuple(self.weights[n][0] for n in e.info.get("params", ())),

@@ -450,7 +450,8 @@ def _record_once(torch, transformers, config, segments, batch, context, file, ma
     more, more_state = copied_layers(cache, len(caches))
     caches, state_layers = caches + more, [*state_layers, *more_state]
     info = {"classes": {n: type(m).__name__ for n, m in model.named_modules()},
-            "top_k": getattr(hf, "num_experts_per_tok", None), "layers": caches,
+            "top_k": getattr(hf, "num_experts_per_tok", None) or getattr(hf, "top_k_experts", None),   # Gemma 4's
+            "layers": caches,
             # a sparse-attention indexer's top-k: the most KV rows a query's attention reads (DeepSeek-V3.2)
             "index_topk": getattr(hf, "index_topk", None),
             # Transformers' state layers, and any layer whose state the model's own cache class keeps
