@@ -176,6 +176,22 @@ def test_system_tp1_equals_chip(spec):
     assert b["parallelism"]["chips"] == 1
 
 
+def test_system_tp2_steps_lower_and_replay(spec, tmp_path):
+    """The serving curve on a system with TP=2 (what benchmarks/validate.py's serving rows run): each mixed
+    step lowers into two devices' slices whose KV together is the one-device step's, and the curve replays
+    them on the system."""
+    from emulator.system.systemfile import load_system
+    from traces.reader import open_trace
+    from traces.summary import summarize
+
+    st = MixedStep(decode=[10, 50], prefill=[(0, 40, False)])
+    one = summarize(open_trace(lower_step(spec, RunConfig(generate=1), st, tmp_path / "one.trace")))
+    two = open_trace(lower_step(spec, RunConfig(generate=1, tp=2), st, tmp_path / "two.trace"))
+    assert two.manifest["devices"] == 2 and summarize(two)["kv_bytes"] == one["kv_bytes"] > 0
+    d = throughput(spec, system=load_system("dgx-h100"), tp=2, isl=64, osl=8, concurrency="2")
+    assert d["parallelism"]["chips"] == 2 and d["curve"][0]["tpot_s"] > 0
+
+
 # ---- the sweep's serving axes -----------------------------------------------------------------
 
 def test_sweep_row_equals_single_command(spec):

@@ -147,6 +147,7 @@ class _Mixed:
         spec, run = self.spec, self.run
         self.kv_row = nbytes_of(spec.kv_row_elements, run.kv)
         self.caches, self.states, self.seq_layout = {}, {}, {}
+        self.index_caches = {}          # no sparse-attention indexer in a mixed step (refused before)
         caps = np.asarray(self.step.capacity, np.int64)
         parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
         row = self.kv_row // len(parts)
