@@ -5,7 +5,8 @@ it, the config keys of its dialect (``keys``: GPT-2's ``n_embd`` is Llama's ``hi
 traits (norm kind and layout, which projections carry biases, gated or plain MLP, learned positions,
 q/k norms, attention sinks, tied embeddings by default) and, by name, the reader of its attention
 pattern (``layers``: full, sliding-window, chunked or state-space per layer; the readers are in
-:mod:`traces.layer_patterns`) and of its MoE layout (``moe``). Adding a family that shares a dialect and a layout is a few lines here and one test.
+:mod:`traces.layer_patterns`) and of its MoE layout (``moe``). Adding a family that shares a dialect
+and a layout is a few lines here and one test.
 
 A multimodal wrapper (``...ForConditionalGeneration``) nests its language model in ``text_config``:
 the text model is read from there (the vision tower is not modelled). An unknown family, or a value
@@ -21,8 +22,7 @@ from functools import lru_cache
 
 from common.errors import ConfigError
 from common.paths import configs_dir
-from traces.layer_patterns import LAYER_PATTERNS, LAYER_READERS, gemma4_layers, nemotron_h_blocks  # noqa: F401  (the table's API)
-from traces.gemma4 import read_gemma4
+from traces.layer_patterns import LAYER_PATTERNS, LAYER_READERS, nemotron_h_blocks  # noqa: F401  (the table's API)
 
 MAX_DIMENSION = 2**31 - 1
 
@@ -418,15 +418,10 @@ def _granite_shared(r: Reader, n: int, f: int) -> dict:
 
 def _gemma4_moe(r: Reader, n: int, f: int) -> dict:
     """Gemma 4's MoE block (``enable_moe_block``): in every layer, beside the dense MLP, ``num_experts``
-    experts of ``moe_intermediate_size``, ``top_k_experts`` per token. With it, the rest of what Gemma 4's
-    layers hold beyond the family row (``gemma4``: per-layer heads, KV sharing, per-layer inputs), read
-    by :func:`traces.gemma4.read_gemma4`."""
-    k, on = FAMILIES["gemma4"].keys, r.flag("enable_moe_block")
-    heads = r.pos(k["num_heads"])
-    head_dim = r.pos(k["head_dim"], None) or r.pos(k["hidden_size"]) // heads
+    experts of ``moe_intermediate_size``, ``top_k_experts`` per token."""
+    on = r.flag("enable_moe_block")
     return dict(num_experts=r.pos("num_experts") if on else 0, num_experts_per_tok=r.pos("top_k_experts") if on else 0,
-                moe_intermediate_size=r.pos("moe_intermediate_size") if on else 0, moe_layers=(on,) * n,
-                gemma4=read_gemma4(r, tuple(gemma4_layers(r, n)), r.pos(k["num_kv_heads"], heads), head_dim, f))
+                moe_intermediate_size=r.pos("moe_intermediate_size") if on else 0, moe_layers=(on,) * n)
 
 
 def _nemotron_h_moe(r: Reader, n: int, f: int) -> dict:

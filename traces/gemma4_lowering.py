@@ -30,29 +30,15 @@ from kernels import attention as attn
 from kernels import embedding as emb
 from kernels import moe as moe_k
 from kernels import norm as norm_k
-from kernels.base import Op, Ten
+from kernels.base import Op
 from traces.dtypes import nbytes_of, scale_bytes
 from traces.lowering import Lowering
+from traces.routing import log_routes
 from traces.segments import Segment
 
 
 class Gemma4Lowering(Lowering):
     """:class:`~traces.lowering.Lowering` of a spec with a Gemma 4 layout (``spec.gemma4``)."""
-
-    def _declare_kv(self) -> None:
-        """A K and a V cache per layer computing its own (its head width and KV heads); none on KV-shared layers."""
-        spec, run, g = self.spec, self.run, self.spec.gemma4
-        self.kv_row = max(nbytes_of(g.kv_row_elements(i), run.kv) for i in self.layers)
-        self.caches, self.states = {}, {}
-        for i in self.layers:
-            if g.shares_kv(i):
-                continue
-            row = nbytes_of(g.kv_row_elements(i), run.kv) // 2
-            rows = spec.kv_rows(i, self.positions)
-            nb = self.B * rows * row
-            self.caches[i] = [attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{p}", "kv", nb, run.kv, i,
-                                                               device=self.device), nb), row, rows * row,
-                                         rows if rows < self.positions else 0) for p in ("k", "v")]
 
     def _act(self, name: str, rows: int, width: int):
         """A scratch buffer of at least the elements Gemma 4's widest layer needs of it (``_least``)."""
@@ -88,11 +74,8 @@ class Gemma4Lowering(Lowering):
         first = next((i for i in self.layers if g.shares_kv(i)), None)
         if seg.action != "compute" or t == 1 or first is None:
             return super().segment(seg)
-        s, run, a, ab, B, h = self.spec, self.run, self.act, self.ab, self.run.batch, self.spec.hidden_size
-        ids = np.random.default_rng([run.seed, 7, seg.step + 1]).integers(0, s.vocab_size, B * t)
-        table, tsc = self.weights["embed_tokens"]
-        self._emit(emb.embedding("embed_tokens", table, a["hidden"], ids, row_bytes=self.embed_row_bytes,
-                                 act_row_bytes=h * ab, scales=tsc, scale_row_bytes=self.embed_scale_row_bytes), -1, seg)
+        s, B, h = self.spec, self.run.batch, self.spec.hidden_size
+        self._emit(self._embed(seg), -1, seg)
         last = replace(seg, start=seg.start + t - 1, tokens=1)
         for i in self.layers:
             if i == first:      # each sequence's last row of the residual (and of the per-layer inputs) on
@@ -117,7 +100,7 @@ class Gemma4Lowering(Lowering):
         """The per-layer inputs of the segment's tokens (the token ids the embedding gathered)."""
         s, g, run, a, ab = self.spec, self.spec.gemma4, self.run, self.act, self.ab
         width = s.num_layers * g.per_layer_input
-        ids = np.random.default_rng([run.seed, 7, seg.step + 1]).integers(0, s.vocab_size, m) % g.per_layer_vocab
+        ids = self.token_ids(seg) % g.per_layer_vocab
         table, tsc = self.weights["embed_tokens_per_layer"]
         d = self.wdtype["embed_tokens_per_layer"]
         ops = [emb.embedding("embed_tokens_per_layer", table, a["per_layer_inputs"], ids,
@@ -209,7 +192,7 @@ class Gemma4Lowering(Lowering):
         ops.append(moe_k.route_op("router.route", a["router_logits"], m=m, n_experts=E, k=k, act_bytes=ab)
                    .read_all(w[p + "router.per_expert_scale"][0]))
         routes = self.router.route(i, seg.step, m)
-        self._log_routes(i, seg, m, routes)
+        log_routes(self.routing_log, self._logged_prefill, i, seg.step, m, routes)
         ops.append(self._norm("pre_feedforward_layernorm_2", p + "pre_feedforward_layernorm_2", "hidden", "norm", m, h))
         ops.append(moe_k.dispatch("experts.dispatch", a["norm"], a["moe_dispatch"], m=m, k=k, row_bytes=h * ab))
         counts, first = moe_k.expert_counts(routes, E), 0
@@ -225,16 +208,3 @@ class Gemma4Lowering(Lowering):
                            m, h),
                 norm_k.elementwise("moe_add", [a["mlp_out"], a["moe_sum"]], a["mlp_out"], m=m, width=h, act_bytes=ab)]
         return ops
-
-    def _log_routes(self, i: int, seg: Segment, m: int, routes: np.ndarray) -> None:
-        """Each routed token's experts into the routing log (``--record-routing``), as the generic MoE block logs."""
-        if self.routing_log is None or not (seg.step >= 0 or m > self._logged_prefill.get(i, 0)):
-            return
-        k = self.spec.num_experts_per_tok
-        first = self._logged_prefill.get(i, 0) if seg.step < 0 else 0
-        if seg.step < 0:
-            self._logged_prefill[i] = max(first, m)
-        n = max(0, m - first) * k
-        self.routing_log.extend({"step": np.full(n, seg.step, np.int32), "layer": np.full(n, i, np.int32),
-                                 "token": np.repeat(np.arange(first, max(first, m), dtype=np.int32), k),
-                                 "expert": routes[first:].ravel().astype(np.int32)}, n)

@@ -48,7 +48,7 @@ def _gemma3(r: Reader, n: int) -> list:
     return _layer_types(r, n, r.pos("sliding_window_pattern", 6))
 
 
-def gemma4_layers(r: Reader, n: int) -> list:
+def _gemma4(r: Reader, n: int) -> list:
     """Gemma 3's 5 sliding : 1 global, the last layer always global (Gemma4TextConfig forces it so)."""
     return _layer_types(r, n, 6)[:-1] + [("full", 0)]
 
@@ -129,7 +129,6 @@ def _nemotron_h(r: Reader, n: int) -> list:
     return [kinds.get(t, ("none", 0)) for t in nemotron_h_blocks(r)]
 
 
-# what each pattern reader reads, in a few words (``tierlab models --families``)
 def _kimi_linear(r: Reader, n: int) -> list:
     """Kimi Delta Attention (``linear_attention``) layers and MLA on layers 4, 8, ... (0-based), or as
     ``layer_types``, or the checkpoint's ``linear_attn_config`` (``full_attn_layers``, 1-based) list them."""
@@ -142,6 +141,7 @@ def _kimi_linear(r: Reader, n: int) -> list:
     return _qwen3_next(r, n)
 
 
+# what each pattern reader reads, in a few words (``tierlab models --families``)
 LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
                   "qwen_window": "sliding window if enabled", "layer_types": "sliding / full per layer_types",
                   "gemma2": "alternating sliding / global", "gemma3": "5 sliding : 1 global",
@@ -155,4 +155,4 @@ LAYER_PATTERNS = {"full": "full attention", "window": "sliding window if set",
 LAYER_READERS = {"mamba2": _mamba_only, "full": _full, "window": _window, "qwen_window": _qwen_window, "layer_types": _layer_types,
                  "gemma2": _layer_types, "gemma3": _gemma3, "qwen3_next": _qwen3_next, "llama4": _llama4, "jamba": _jamba,
                  "nemotron_h": _nemotron_h, "falcon_h1": _full, "kimi_linear": _kimi_linear,
-                 "gemma4": gemma4_layers}
+                 "gemma4": _gemma4}

@@ -80,9 +80,6 @@ def lower_segments(spec: ModelSpec, run: RunConfig, segments: list[Segment], out
     (``turn >= 0``) are summarised per turn in the manifest's ``run.conversation``."""
     if not any(s.action == "compute" for s in segments):
         raise UsageError("nothing to trace: no prefill or decode segment", field="segments")
-    if run.sharded and spec.gemma4:
-        raise UsageError("Gemma 4's per-layer heads, KV sharing and per-layer inputs are lowered on one device "
-                         "only (no tensor, pipeline, expert or data parallelism, no microbatches)", field="sharded")
     if run.sharded:   # several devices (or microbatches): traces.lower_parallel, format v2
         from traces.lower_parallel import lower_parallel
 

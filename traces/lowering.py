@@ -1,7 +1,7 @@
 """The one-device lowering: :class:`Lowering` declares a model's tensors and writes the ops of each
 segment (the execution order and tensors are described in :mod:`traces.lower`; the recurrent mixers'
-ops are :mod:`traces.lower_ssm`'s, DeepSeek-V3.2's indexer :mod:`traces.lower_indexer`'s). The sharded lowering (:mod:`traces.lower_parallel`) runs one per
-device over the device's local model.
+ops are :mod:`traces.lower_ssm`'s, DeepSeek-V3.2's indexer :mod:`traces.lower_indexer`'s). The sharded
+lowering (:mod:`traces.lower_parallel`) runs one per device over the device's local model.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from traces.weightfmt import weight_tensors
 from common.errors import UsageError
 from traces.lower_indexer import SparseIndexer
 from traces.lower_ssm import RecurrentMixers
-from traces.routing import Router
+from traces.routing import Router, log_routes
 from traces.run import RunConfig
 from traces.segments import COPY_ACTIONS, Segment
 from traces.spec import ModelSpec, WeightShape
@@ -80,9 +80,9 @@ class Lowering(RecurrentMixers, SparseIndexer):
 
     def _declare_kv(self) -> None:
         """KV caches of the attention layers (a ring of at most window / chunk rows on sliding and
-        chunked layers) and the recurrent state of the Mamba layers (kind ``state``)."""
+        chunked layers; none on a layer reading another's, Gemma 4's KV-shared) and the recurrent state of
+        the Mamba layers (kind ``state``)."""
         spec, run = self.spec, self.run
-        self.kv_row = nbytes_of(spec.kv_row_elements, run.kv)
         self.caches: dict[int, list[attn.Cache]] = {}
         self.states: dict[int, tuple[Ten, Ten]] = {}
         self.index_caches: dict[int, attn.Cache] = {}
@@ -92,10 +92,10 @@ class Lowering(RecurrentMixers, SparseIndexer):
                 self.states[i] = tuple(Ten(self.w.add_tensor(f"layers.{i}.state.{p}", "state", self.B * n, run.kv, i,
                                                              device=self.device), self.B * n)
                                        for p, n in (("conv", conv), ("ssm", ssm)))
-            if not spec.attends(i):
+            if not spec.attends(i) or not spec.layer_kv_row(i):
                 continue
             parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
-            row = self.kv_row // len(parts)
+            row = nbytes_of(spec.layer_kv_row(i), run.kv) // len(parts)
             rows = spec.kv_rows(i, self.positions)
             stride = rows * row
             layer = []
@@ -255,29 +255,37 @@ class Lowering(RecurrentMixers, SparseIndexer):
             return self._kv_copy(seg)
         if seg.action != "compute":
             raise UsageError(f"unknown segment action {seg.action!r}", field="segments")
-        s, run, B = self.spec, self.run, self.run.batch
-        m = B * seg.tokens
-        h = s.hidden_size
-        ids = np.random.default_rng([run.seed, 7, seg.step + 1]).integers(0, s.vocab_size, m)
+        s, B, h, t = self.spec, self.run.batch, self.spec.hidden_size, seg.tokens
+        m = B * t
+        self._emit(self._embed(seg), -1, seg)
+        for i in range(s.num_layers):
+            self._emit(self._layer(i, f"layers.{i}.", m, seg), i, seg)
+        ops = [self._norm("norm", "norm", "hidden", "norm", m, h)]
+        head = "embed_tokens" if s.tie_word_embeddings else "lm_head"
+        last = dict(x_offset=(t - 1) * h * self.ab, x_stride=t * h * self.ab if t > 1 else 0)
+        ops.append(self._lin("lm_head", head, "norm", "logits", B, seg, **last))
+        self._emit(ops, -1, seg)
+
+    def token_ids(self, seg: Segment) -> np.ndarray:
+        """The segment's ``batch x tokens`` token ids (seeded by the run's seed and the step)."""
+        key = [self.run.seed, 7, seg.step + 1]
+        return np.random.default_rng(key).integers(0, self.spec.vocab_size, self.run.batch * seg.tokens)
+
+    def _embed(self, seg: Segment) -> Op:
+        """The embedding gather of the segment's tokens, and the position rows where the model learns them."""
+        s, B, h = self.spec, self.run.batch, self.spec.hidden_size
         table, tsc = self.weights["embed_tokens"]
-        op = emb.embedding("embed_tokens", table, self.act["hidden"], ids, row_bytes=self.embed_row_bytes,
-                           act_row_bytes=h * self.ab, scales=tsc, scale_row_bytes=self.embed_scale_row_bytes)
+        op = emb.embedding("embed_tokens", table, self.act["hidden"], self.token_ids(seg),
+                           row_bytes=self.embed_row_bytes, act_row_bytes=h * self.ab, scales=tsc,
+                           scale_row_bytes=self.embed_scale_row_bytes)
         if s.learned_positions:   # the position rows of the segment, once per sequence, added in
             row = nbytes_of(h, self.wdtype["embed_positions"])
             first = seg.start + s.learned_positions - s.max_position_embeddings   # OPT's offset of 2
             op.accesses.insert(len(op.accesses) - 1, op.accesses[0]._replace(
                 tensor=self.weights["embed_positions"][0].id, offset=first * row, nbytes=seg.tokens * row,
                 count=B, stride=0))
-            op.flops += m * h
-        self._emit(op, -1, seg)
-        for i in range(s.num_layers):
-            self._emit(self._layer(i, f"layers.{i}.", m, seg), i, seg)
-        t = seg.tokens
-        ops = [self._norm("norm", "norm", "hidden", "norm", m, h)]
-        head = "embed_tokens" if s.tie_word_embeddings else "lm_head"
-        last = dict(x_offset=(t - 1) * h * self.ab, x_stride=t * h * self.ab if t > 1 else 0)
-        ops.append(self._lin("lm_head", head, "norm", "logits", B, seg, **last))
-        self._emit(ops, -1, seg)
+            op.flops += B * seg.tokens * h
+        return op
 
     def _layer(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
         """One decoder layer: its norms in the model's layout, the mixer (attention or Mamba), the MLP
@@ -437,15 +445,7 @@ class Lowering(RecurrentMixers, SparseIndexer):
             r.read_all(self.weights[M + "gate.e_score_correction_bias"][0])
         ops.append(r)
         routes = self.router.route(i, seg.step, m)
-        if self.routing_log is not None and (seg.step >= 0 or m > self._logged_prefill.get(i, 0)):
-            # the prefills of a conversation route prefixes of one (step -1) stream: log each token once
-            first = self._logged_prefill.get(i, 0) if seg.step < 0 else 0
-            if seg.step < 0:
-                self._logged_prefill[i] = max(first, m)
-            n = max(0, m - first) * k
-            self.routing_log.extend({"step": np.full(n, seg.step, np.int32), "layer": np.full(n, i, np.int32),
-                                     "token": np.repeat(np.arange(first, max(first, m), dtype=np.int32), k),
-                                     "expert": routes[first:].ravel().astype(np.int32)}, n)
+        log_routes(self.routing_log, self._logged_prefill, i, seg.step, m, routes)
         counts = moe_k.expert_counts(routes, E)
         if s.num_shared_experts:
             ops += self._mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, m, seg,

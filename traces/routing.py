@@ -130,3 +130,19 @@ def write_routing_table(path: str, step, layer, token, expert) -> None:
                       for c, v in zip(ROUTING_COLUMNS, (step, layer, token, expert))})
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
+
+
+def log_routes(log, logged: dict, layer: int, step: int, m: int, routes: np.ndarray) -> None:
+    """Each routed token's experts (``routes``, ``(m, k)``) into the routing log ``log`` (``--record-routing``'s
+    table; None: nothing). The prefills of a conversation route prefixes of one (step -1) stream: each
+    token is logged once (``logged``: the prefill tokens logged so far, per layer)."""
+    if log is None or not (step >= 0 or m > logged.get(layer, 0)):
+        return
+    k = routes.shape[1]
+    first = logged.get(layer, 0) if step < 0 else 0
+    if step < 0:
+        logged[layer] = max(first, m)
+    n = max(0, m - first) * k
+    log.extend({"step": np.full(n, step, np.int32), "layer": np.full(n, layer, np.int32),
+                "token": np.repeat(np.arange(first, max(first, m), dtype=np.int32), k),
+                "expert": routes[first:].ravel().astype(np.int32)}, n)

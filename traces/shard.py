@@ -35,8 +35,11 @@ MIXER_SPLIT = {"in_proj", "in_proj_qkvz", "in_proj_ba", "conv1d", "dt_bias", "A_
 
 
 def check_shardable(spec: ModelSpec) -> None:
-    """Refuse, naming the trait, a model whose layers the sharded lowering does not split (every
-    layout tierlab reads is split today; the check stays for a layout added later)."""
+    """Refuse, naming the trait, a model whose layers the sharded lowering does not split: Gemma 4's,
+    Falcon-H1's parallel mixers, Nemotron-H's one-block layers."""
+    if spec.gemma4:
+        raise UsageError("Gemma 4's per-layer heads, KV sharing and per-layer inputs are lowered on one device "
+                         "only (no tensor, pipeline, expert or data parallelism, no microbatches)", field="sharded")
     if spec.ssm_parallel:
         raise UsageError(f"{spec.family} (a Mamba-2 mixer beside the attention of each layer) is lowered on one "
                          "device only; drop --tp/--pp/--ep/--dp and --pp-microbatches", field="--tp")

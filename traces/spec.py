@@ -23,6 +23,7 @@ from common.suggest import closest
 from common.paths import configs_dir
 from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MAX_DIMENSION, MODEL_TYPES, MOE_READERS,  # noqa: F401
                              REMOTE_CODE_ARCHITECTURES, UNMODELLED, UNMODELLED_EQUALS, Reader, family_of)
+from traces.gemma4 import read_gemma4
 from traces.layer_patterns import layer_count
 from traces.spec_fields import indexer_fields, qk_norm_layout, rotary_dim
 from traces.shapes import WeightShape, weight_shapes  # noqa: F401  (WeightShape is part of this module's API)
@@ -181,9 +182,15 @@ class ModelSpec:
         """KV-cache bytes of one sequence after ``positions`` positions: sliding and chunked layers keep
         at most their window or chunk (a ring of that many rows); index keys, every position."""
         check_dtype(kv_dtype, KV_DTYPES, "kv_dtype")
-        index = len(self.attention_layers) * positions * self.index_row_bytes(kv_dtype)
-        return sum(self.kv_rows(i, positions) * nbytes_of(self.layer_kv_row(i), kv_dtype)
-                   for i in range(self.num_layers)) + index
+        return sum(self.layer_kv_bytes(i, positions, kv_dtype) for i in range(self.num_layers))
+
+    def layer_kv_bytes(self, layer: int, positions: int, kv_dtype: str = "bf16") -> int:
+        """KV-cache bytes layer ``layer`` keeps per sequence after ``positions`` positions: its KV rows
+        (:meth:`kv_rows`) and, with a sparse-attention indexer, its index key of every position."""
+        if not self.attends(layer):
+            return 0
+        return (self.kv_rows(layer, positions) * nbytes_of(self.layer_kv_row(layer), kv_dtype)
+                + positions * self.index_row_bytes(kv_dtype))
 
     def layer_kv_row(self, layer: int) -> int:   # kv_row_elements, or Gemma 4's per layer (none where KV is shared)
         return self.gemma4.kv_row_elements(layer) if self.gemma4 else self.kv_row_elements
@@ -377,6 +384,8 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
         kw.update(mamba_fields(r, h))
     if fam.ssm:                      # Mamba-2 in a hybrid's own dialect (traces.ssm_fields)
         kw.update(SSM_READERS[fam.ssm](r, h))
+    if family == "gemma4":           # per-layer heads, KV sharing, per-layer inputs (traces.gemma4)
+        kw["gemma4"] = read_gemma4(r, spans, kv_heads, head_dim, ffn)
     spec = ModelSpec(**kw)
     if spec.num_experts and spec.num_experts_per_tok < 1:
         raise r.err(f"expected at least 1 expert per token, got {spec.num_experts_per_tok}", "num_experts_per_tok")

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from common.errors import CapacityError, UsageError
 from emulator.analysis.capacity import activation_bytes
 from emulator.chip.hierarchy import Chip
-from traces.dtypes import nbytes_of
 from traces.run import RunConfig
 from traces.spec import ModelSpec
 from traces.weightfmt import weight_tensors
@@ -98,9 +97,7 @@ def device_terms(spec: ModelSpec, run: RunConfig, positions: int, max_batch_toke
         shapes = [x for x in local.weight_shapes() if plan.holds(sh, x.name, x.layer, x.expert)]
         w = sum(t.nbytes + sum(nb for *_, nb in t.aux)
                 for t in weight_tensors(local, run.weights, run.quant_group, shapes=shapes))
-        row, index = nbytes_of(local.kv_row_elements, run.kv), local.index_row_bytes(run.kv)
-        kv = sum(local.kv_rows(i, positions) * row + (0 if local.keeps_state(i) else positions * index)
-                 for i in sh.layers)
+        kv = sum(local.layer_kv_bytes(i, positions, run.kv) for i in sh.layers)
         act = activation_bytes(local, 1, max_batch_tokens, run.activations)
         out.append((w, act, kv))
     return out
