@@ -262,3 +262,63 @@ def test_narrow_words_match_the_reference(ways, literal):
     got = np.arange(ways + 2, dtype=np.int64)
     _front(got, 1, ways, -1, 99)
     assert np.array_equal(got, np.arange(ways + 2)), "int64 front with way -1"
+
+
+def _touch_forms(ways, literal, fifo):
+    """set_touch over int16, int32 and int64 words, the way count a constant or a run-time value,
+    ``fifo`` a literal (as the chain builds it)."""
+    from emulator.engine.simd import set_touch, set_touch16, set_touch32
+
+    out = {}
+    for width, op in ((16, set_touch16), (32, set_touch32), (64, set_touch)):
+        if literal:
+            @njit(cache=False)
+            def touch(arr, base, n, key, act, op=op):
+                return op(arr.ctypes.data, base, ways, key, act, fifo)
+        else:
+            @njit(cache=False)
+            def touch(arr, base, n, key, act, op=op):
+                return op(arr.ctypes.data, base, n, key, act, fifo)
+        out[width] = touch
+    return out
+
+
+def _ref_touch(row, key, act, fifo):
+    """(miss, the set after): a clean LRU or FIFO set, most recent (or newest) first."""
+    row = list(row)
+    miss = key not in row
+    if act:
+        if miss:
+            row = [key] + row[:-1]
+        elif not fifo:
+            row.remove(key)
+            row = [key] + row
+    return int(miss), row
+
+
+@pytest.mark.parametrize("ways", [1, 2, 3, 4, 7, 8, 12, 16, 17, 32, 64])
+@pytest.mark.parametrize("literal", [False, True])
+@pytest.mark.parametrize("fifo", [False, True])
+def test_touch_matches_the_reference(ways, literal, fifo):
+    """set_touch (lookup and update in one: the chain's tier) against a plain-Python LRU / FIFO
+    set, on every word width, hits at every way, misses into full and part-empty sets (-1: the
+    empty word), and ``act`` 0 (the tier above hit) leaving the set as it was."""
+    rng = np.random.default_rng(5000 + ways + 100 * fifo)
+    forms = _touch_forms(ways, literal, fifo)
+    for width, touch in forms.items():
+        dtype = {16: np.int16, 32: np.int32, 64: np.int64}[width]
+        top = np.iinfo(dtype).max
+        for trial in range(40):
+            base = ways * int(rng.integers(0, 3))
+            a = np.full(3 * ways + 8, -1, dtype)
+            filled = ways if trial % 4 else int(rng.integers(0, ways + 1))
+            keys = rng.choice(np.arange(top - 4 * ways, top, dtype=np.int64), size=ways + 1, replace=False)
+            a[base:base + filled] = keys[:filled]
+            key = int(keys[int(rng.integers(0, ways + 1))]) if trial % 3 else int(keys[-1])
+            act = int(trial % 5 != 0)
+            want_miss, want_row = _ref_touch(a[base:base + ways].tolist(), key, act, fifo)
+            got = a.copy()
+            miss = touch(got, base, ways, key, act)
+            assert miss == want_miss, (width, ways, trial)
+            assert got[base:base + ways].tolist() == want_row, (width, ways, trial)
+            assert np.array_equal(np.delete(got, range(base, base + ways)), np.delete(a, range(base, base + ways)))

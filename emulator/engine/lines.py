@@ -75,27 +75,33 @@ def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, 
     if chain and n_caches == 1:
         bit = None      # one tier is less work per block than splitting the stream (as replay_blocks)
     r = StreamReplayer(geo, n_caches, options, chain=chain, bit=bit, hand_over=chain and stream.writes is None)
+    # every chunk's view first (reading the file's index, no words), then every chunk's check on
+    # the other core, in order, ahead of the kernel: the check is the first to read each page of
+    # the mapped words, so the kernel finds them mapped (the replay of 10 M lines on an AMD EPYC,
+    # 2 vCPUs: 15 ms against 20 ms with each chunk checked as the kernel reached it)
+    chunks = [w for w in stream.chunks() if len(w)]
     with ThreadPoolExecutor(1) as pool:
         checks: list = []
         try:
-            counts, stats = _replay(r, stream, geo, shift, once, progress, checks, pool)
+            if stream.check is not None:
+                row = 0
+                for words in chunks:
+                    checks.append(pool.submit(stream.check, words, row))
+                    row += len(words)
+            counts, stats = _replay(r, chunks, geo, shift, once, progress)
         finally:
             for c in checks:                # the first failing check raises (its TraceError names the row)
                 c.result()
     return counts, stats
 
 
-def _replay(r: StreamReplayer, stream: LineStream, geo: Geometry, shift: int, once: np.ndarray, progress,
-            checks: list, pool) -> tuple[np.ndarray, dict]:
+def _replay(r: StreamReplayer, chunks: list, geo: Geometry, shift: int, once: np.ndarray,
+            progress) -> tuple[np.ndarray, dict]:
     hits_off = misses_off = 0
     row = 0
     g = 0                                   # next once-row group
-    for words in stream.chunks():
+    for words in chunks:
         n = len(words)
-        if n == 0:
-            continue
-        if stream.check is not None:
-            checks.append(pool.submit(stream.check, words, row))
         # the groups of rows (an access's first line, then its continuations) starting in this chunk
         lo = 0
         while g < len(once) and once[g] - 1 < row + n:

@@ -108,12 +108,25 @@ def _by_ways(builder, ways_v, n_literal, vector, loop):
     return phi
 
 
+def _lookup_loop(builder, data, base_v, ways_v, key_v, low_v):
+    """The first way whose word ``| low_v`` is ``key_v``, else ``ways_v``, by a run-time loop."""
+    found = cgutils.alloca_once(builder, _I64)
+    builder.store(ways_v, found)
+    with cgutils.for_range(builder, ways_v) as it:
+        x = it.index
+        word = builder.load(builder.gep(data, [builder.add(base_v, x)]))
+        eq = builder.icmp_signed("==", builder.or_(word, low_v), key_v)
+        cur = builder.load(found)
+        first = builder.and_(eq, builder.icmp_signed("==", cur, ways_v))
+        builder.store(builder.select(first, x, cur), found)
+    return builder.load(found)
+
+
 def _lookup_ir(context, builder, sig, args, n, elt):
     """IR for :func:`set_lookup` (``n``: the literal way count, 0 for a run-time count)."""
     data = _data(context, builder, sig, args, elt)
     base_v, ways_v, key_v, low_v = _scalars(context, builder, sig, args)
     key_v, low_v = _narrow(builder, key_v, elt), _narrow(builder, low_v, elt)
-    found = cgutils.alloca_once(builder, _I64)
     align = elt.width // 8
 
     def vector(n):
@@ -125,15 +138,7 @@ def _lookup_ir(context, builder, sig, args, n, elt):
         return builder.trunc(first, _I64) if wide.width > 64 else first
 
     def loop():
-        builder.store(ways_v, found)
-        with cgutils.for_range(builder, ways_v) as it:
-            x = it.index
-            word = builder.load(builder.gep(data, [builder.add(base_v, x)]))
-            eq = builder.icmp_signed("==", builder.or_(word, low_v), key_v)
-            cur = builder.load(found)
-            first = builder.and_(eq, builder.icmp_signed("==", cur, ways_v))
-            builder.store(builder.select(first, x, cur), found)
-        return builder.load(found)
+        return _lookup_loop(builder, data, base_v, ways_v, key_v, low_v)
 
     return _by_ways(builder, ways_v, n, vector, loop)
 
@@ -257,12 +262,75 @@ def _intrinsics(elt: ir.IntType):
 
         return types.void(words, base, ways, way, word), codegen
 
-    return set_lookup, set_put, set_push, set_front
+    @intrinsic
+    def set_touch(typingctx, words, base, ways, key, act, fifo):
+        if not _typed(words, base, ways, key, act) or not isinstance(fifo, types.Boolean):
+            return None
+        n = _vector_ways(ways)
+        fifo_v = fifo.literal_value if isinstance(fifo, types.BooleanLiteral) else None
+
+        def codegen(context, builder, sig, args):
+            return _touch_ir(context, builder, sig, args, n, elt, fifo_v)
+
+        return types.int64(words, base, ways, key, act, fifo), codegen
+
+    return set_lookup, set_put, set_push, set_front, set_touch
 
 
-set_lookup, set_put, set_push, set_front = _intrinsics(_I64)
-set_lookup32, set_put32, set_push32, set_front32 = _intrinsics(_I32)
-set_lookup16, set_put16, set_push16, set_front16 = _intrinsics(ir.IntType(16))
+def _touch_ir(context, builder, sig, args, n, elt, fifo):
+    """IR for :func:`set_touch` (``n``: the literal way count, 0 for a run-time count)."""
+    data = _data(context, builder, sig, args, elt)
+    base_v, ways_v, key_v, act_v = _scalars(context, builder, sig, args[:-1])
+    key_w = _narrow(builder, key_v, elt)
+    # a literal ``fifo`` builds one form; a run-time one both, chosen by a select
+    is_fifo = args[-1] if fifo is None else ir.Constant(_I1, int(fifo))
+    zero, one = ir.Constant(_I64, 0), ir.Constant(_I64, 1)
+    act_all = builder.sub(zero, builder.and_(act_v, one))      # all ones where the set is changed
+
+    def vector(n):
+        # one load; the lanes that match as an n-bit mask (no count of trailing zeros: the lanes
+        # 0..first match take the words pushed one down with the key in lane 0, and that lane set
+        # is the mask's lowest set bit and the bits below it, ``t ^ (t - 1)``)
+        ptr = _vector_ptr(builder, data, base_v, n)
+        old = _load_opaque(builder, ptr, elt, n)
+        eq = builder.icmp_signed("==", old, _splat(builder, key_w, n))
+        bits = builder.bitcast(eq, ir.IntType(n))
+        bits = builder.zext(bits, _I64) if n < 64 else bits
+        miss = builder.zext(builder.icmp_signed("==", bits, zero), _I64)
+        # FIFO: a hit leaves the set as it is, a miss pushes the key in front; LRU: the lanes up
+        # to the first match, all of them on a miss
+        t = builder.or_(bits, ir.Constant(_I64, (1 << (n - 1)) - (1 << 64 if n == 64 else 0)))
+        take = builder.select(is_fifo, builder.sub(zero, miss), builder.xor(t, builder.sub(t, one)))
+        take = builder.and_(take, act_all)
+        lanes = builder.bitcast(builder.trunc(take, ir.IntType(n)), ir.VectorType(_I1, n))
+        pushed = builder.shuffle_vector(old, _splat(builder, key_w, n),
+                                        ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
+        builder.store(builder.select(lanes, pushed, old), ptr, align=elt.width // 8)
+        return miss
+
+    def loop():
+        r = _lookup_loop(builder, data, base_v, ways_v, key_w, ir.Constant(elt, 0))
+        miss = builder.zext(builder.icmp_signed("==", r, ways_v), _I64)
+        # FIFO: on a miss, every way one down; LRU: the ways up to the hit's (the last on a miss)
+        way = builder.select(is_fifo, builder.select(builder.trunc(miss, _I1), builder.sub(ways_v, one),
+                                                     ir.Constant(_I64, -1)), builder.sub(r, miss))
+        with builder.if_then(builder.and_(builder.icmp_signed("!=", act_all, zero),
+                                          builder.icmp_signed(">=", way, zero))):
+            _shift_loop(builder, data, base_v, way, key_w)
+        return miss
+
+    return _by_ways(builder, ways_v, n, vector, loop)
+
+
+set_lookup, set_put, set_push, set_front, set_touch = _intrinsics(_I64)
+set_lookup32, set_put32, set_push32, set_front32, set_touch32 = _intrinsics(_I32)
+set_lookup16, set_put16, set_push16, set_front16, set_touch16 = _intrinsics(ir.IntType(16))
+set_touch.__doc__ = set_touch32.__doc__ = set_touch16.__doc__ = """``set_touch(words, base, ways, key, act, fifo)``:
+look ``key`` up in the set at ``words[base]`` and return 1 on a miss, else 0; with ``act`` 1,
+update the set as a clean cache tier does (``fifo``, a literal: a miss pushes the key in front, a
+hit changes nothing; else LRU: the key to way 0 and the ways before its own, or every way on a
+miss, one down); with ``act`` 0, leave it as it is. The lookup and the update in one load, one
+compare, one shuffle and one blend, no branch and no count of trailing zeros."""
 set_front.__doc__ = set_front32.__doc__ = set_front16.__doc__ = """``set_front(words, base, ways, way, word)``: ``set_put(words,
 base, ways, way, word, True)`` (the word to way 0, ways ``0..way-1`` one down) as one two-source
 shuffle, one compare and one blend. ``way = -1`` leaves the set as it is (in the vector form

@@ -43,15 +43,12 @@ from emulator.engine.policies import xorshift64
 from emulator.engine.simd import (
     VECTOR_WAYS,
     set_front,
-    set_front16,
-    set_front32,
     set_lookup,
-    set_lookup16,
-    set_lookup32,
     set_push,
-    set_push16,
-    set_push32,
     set_put,
+    set_touch,
+    set_touch16,
+    set_touch32,
 )
 
 
@@ -239,28 +236,6 @@ def split_blocks(blk, lo, hi, in_shift, bit, out0, out1):
 
 
 @njit(nogil=True, inline="always")
-def _set_op(words, base, ways, key, r, miss, act, fifo, width):
-    """Update one set of a chain tier after a lookup (``r``, ``miss``): a miss's fill at the front,
-    an LRU hit's move to the front, or (``act`` 0: the tier above hit) nothing, without a branch."""
-    if fifo:            # a hit leaves the set as it is; a miss pushes the key in front
-        push = (miss & act) == 1
-        if width == 16:
-            set_push16(words, base, ways, key, push)
-        elif width == 32:
-            set_push32(words, base, ways, key, push)
-        else:
-            set_push(words, base, ways, key, push)
-    else:               # lanes 0..way take the key pushed in front; way -1 (act 0): none
-        way = (r - miss) | (act - 1)
-        if width == 16:
-            set_front16(words, base, ways, way, key)
-        elif width == 32:
-            set_front32(words, base, ways, way, key)
-        else:
-            set_front(words, base, ways, way, key)
-
-
-@njit(nogil=True, inline="always")
 def _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, act):
     """Look block ``b`` up in one clean tier of a chain (see :func:`_build_chain`) and update it;
     return 1 on a miss. A set holds tags (``b >> set_bits``, or ``b // n_sets``), not blocks, in
@@ -273,14 +248,19 @@ def _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, wid
     else:
         key = b // n_sets
         base = (b - key * n_sets) * ways
+    return _touch(words, base, ways, key, act, fifo, width)
+
+
+@njit(nogil=True, inline="always")
+def _touch(words, base, ways, key, act, fifo, width):
+    """:func:`emulator.engine.simd.set_touch` on words of ``width`` bits (a build constant); 1 on
+    a miss where ``act`` is 1, else 0."""
     if width == 16:
-        r = set_lookup16(words, base, ways, key, 0)
+        miss = set_touch16(words, base, ways, key, act, fifo)
     elif width == 32:
-        r = set_lookup32(words, base, ways, key, 0)
+        miss = set_touch32(words, base, ways, key, act, fifo)
     else:
-        r = set_lookup(words, base, ways, key, 0)
-    miss = 1 if r == ways else 0
-    _set_op(words, base, ways, key, r, miss, act, fifo, width)
+        miss = set_touch(words, base, ways, key, act, fifo)
     return miss & act
 
 
@@ -331,6 +311,10 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
     # the input's shift to tier-0 blocks and the shifts between tiers (a handful of values: 0 where
     # the blocks are alike, 1 for an address trace's words) compiled in: three registers fewer
     g_in, g0, g1 = shifts
+    # tier 0 of power-of-two sets and a vector way count: its set's first word is the input word
+    # shifted left and masked, its tag the word shifted right once
+    lw0 = max(w0, 1).bit_length() - 1
+    direct0 = bool(p0 and w0 and g_in <= lw0)
 
     @njit(nogil=True)
     def chain(blk, n, par, t0, t1, t2, cnt):
@@ -344,14 +328,18 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
         s0, k0, e0, x0 = _tier_par(par, 0, w0)
         s1, k1, e1, x1 = _tier_par(par, 1 % n_t, w1)
         s2, k2, e2, x2 = _tier_par(par, 2 % n_t, w2)
+        key_sh0, base_mask0 = e0 + g_in, k0 << lw0
         m0 = m1 = m2 = 0
         for j in range(n):
-            b = np.int64(blk[j] >> g_in)    # (uint64 words: kept in integer arithmetic)
-            miss = _chain_tier(a0, b, s0, k0, e0, x0, f0, p0, b0, 1)
+            word = np.int64(blk[j])         # (uint64 words: kept in integer arithmetic)
+            if direct0:     # tier 0's tag and set words straight from the word: two shifts fewer
+                miss = _touch(a0, (word << (lw0 - g_in)) & base_mask0, x0, word >> key_sh0, 1, f0, b0)
+            else:
+                miss = _chain_tier(a0, word >> g_in, s0, k0, e0, x0, f0, p0, b0, 1)
             m0 += miss
             if n_t == 1 or not miss:
                 continue
-            b = b >> g0
+            b = word >> (g_in + g0)
             miss = _chain_tier(a1, b, s1, k1, e1, x1, f1, p1, b1, 1)
             m1 += miss
             if n_t == 2:
