@@ -1,7 +1,7 @@
 """The trace path end to end: ``tierlab replay TRACE --chip FILE`` against pycachesim, same addresses.
 
 The issue-4 stream (``_common.issue_blocks``: 10 M loads of 64-byte lines) written as an address
-trace (``--kind addresses``, the default: format version 4, one word a load, what ``tierlab
+trace (``--kind addresses``, the default: format version 5, one 32-bit word a load, what ``tierlab
 import`` writes) or as a descriptor trace (``--kind descriptors``: one row per load, one tensor,
 one op, ``nbytes`` 64, ``count`` 1), replayed by ``tierlab replay
 TRACE --chip FILE --json`` in a subprocess (read, check, replay, cost, report) on 1-, 2- and
@@ -106,7 +106,7 @@ def write_trace(path: Path, blocks: np.ndarray) -> None:
 
 
 def write_address_trace(path: Path, blocks: np.ndarray) -> None:
-    """``blocks`` (64-byte line numbers, below 2**30 bytes) as an address trace (format version 4):
+    """``blocks`` (64-byte line numbers, below 2**30 bytes) as an address trace (format version 5, 32-bit words):
     one word ``line << 1`` a load, one region tensor (what ``tierlab import`` writes)."""
     from traces.addresses import AddressTraceWriter
 

@@ -185,8 +185,9 @@ def test_import_json_keys(tmp_path):
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
     assert {"records", "lines", "reads", "writes", "straddles", "straddle", "descriptors", "tensors", "line",
-            "format", "trace", "compression", "instruction_fetches"} <= set(s)
+            "format", "trace", "compression", "instruction_fetches", "word_bits"} <= set(s)
     assert s["straddle"] == "once" and open_trace(tmp_path / "p.trace").straddle == "once"
+    assert s["word_bits"] == open_trace(tmp_path / "p.trace").word_bits == 32
     t = open_trace(tmp_path / "p.trace")
     assert t.straddle_rows().tolist() == [5, 7]      # the second lines of the two straddling accesses
 

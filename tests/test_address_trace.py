@@ -1,4 +1,4 @@
-"""The address-trace kind (format version 4) and its replay through the stream kernels.
+"""The address-trace kind (format versions 5 and 4) and its replay through the stream kernels.
 
 * The words replayed by the stream kernels give every counter of every tier exactly as the same
   trace's descriptor view does on the walk (a second path), for 1-3 LRU/FIFO levels, with and
@@ -165,12 +165,14 @@ def test_manifest_and_descriptor_view(imported):
     _, traces = imported
     t = open_trace(traces[0.3, "both"])
     m = json.loads((t.path / fmt.MANIFEST).read_text())
-    assert (m["version"], m["kind"], t.kind, t.line_bytes) == (4, "addresses", "addresses", 64)
-    assert m["lines"] == {"line_bytes": 64, "encoding": "plain", "word": "line << 1 | is_write"}
+    assert (m["version"], m["kind"], t.kind, t.line_bytes) == (5, "addresses", "addresses", 64)
+    assert m["lines"] == {"line_bytes": 64, "encoding": "plain", "word": "line << 1 | is_write", "word_bits": 32}
     first = records(11, writes=0.3)[0][0] >> 30 << 30          # regions in first-seen order
     assert [x["name"] for x in t.tensors.to_pylist()] == [f"region_{r:#x}" for r in
                                                           sorted({0x40000000, 0x200000000}, key=lambda r: r != first)]
     words = np.concatenate(list(t.iter_lines()))
+    assert words.dtype == np.uint32                 # every word fits: stored and read as 32 bits
+    words = words.astype(np.int64)
     c = t.access_columns()
     base = t.tensors.column("address").to_numpy().astype(np.int64)
     assert np.array_equal(base[c["tensor_id"]] + c["offset"].astype(np.int64), (words >> 1) * 64)
@@ -199,8 +201,16 @@ def test_reader_refuses_damaged_address_traces(imported, tmp_path):
     with pa.OSFile(str(t / fmt.LINES_FILE), "wb") as sink, pa.ipc.new_file(sink, fmt.LINES_SCHEMA) as w:
         w.write_table(pa.table({"word": bad}))
     (t / fmt.MANIFEST).write_text(json.dumps({**m, "tables": {**m["tables"], "lines": 1}}))
+    with pytest.raises(TraceError, match="lines.arrow: word: column has type uint64, expected uint32"):
+        list(open_trace(t).iter_lines())                # the manifest says 32-bit words
+    wide = {**m, "tables": {**m["tables"], "lines": 1}, "lines": {**m["lines"], "word_bits": 64}}
+    (t / fmt.MANIFEST).write_text(json.dumps(wide))
     with pytest.raises(TraceError, match="row 0: line 1099511627776 \\(64 B\\) lies outside the tensors"):
         list(open_trace(t).iter_lines())
+    for bits in (None, 16, "32", True):
+        (t / fmt.MANIFEST).write_text(json.dumps({**wide, "lines": {**wide["lines"], "word_bits": bits}}))
+        with pytest.raises(TraceError, match=f"lines.word_bits: word_bits is {bits!r}, expected 32 or 64"):
+            open_trace(t)
 
 
 def test_region_tensors_cover_the_lines_touched(tmp_path):
@@ -228,3 +238,61 @@ def test_region_tensors_cover_the_lines_touched(tmp_path):
     (tmp_path / "c.toml").write_text(chip_toml(LEVELS[:1]))
     with pytest.raises(TraceError, match="b.trace/lines.arrow: word: row 1: line 15360 \\(64 B\\) lies outside"):
         replay_trace(tmp_path / "b.trace", load_chip(str(tmp_path / "c.toml")))
+
+
+def _as_version_4(src, dst):
+    """The version-5 trace ``src`` rewritten as version 4 wrote it: uint64 words, no word_bits."""
+    import pyarrow as pa
+    t = _copy(src, dst)
+    words = np.concatenate(list(open_trace(t).iter_lines())).astype(np.uint64)
+    with pa.OSFile(str(t / fmt.LINES_FILE), "wb") as sink, pa.ipc.new_file(sink, fmt.LINES_SCHEMA) as w:
+        w.write_table(pa.table({"word": words}))
+    m = json.loads((t / fmt.MANIFEST).read_text())
+    lines = {k: v for k, v in m["lines"].items() if k != "word_bits"}
+    (t / fmt.MANIFEST).write_text(json.dumps({**m, "version": 4, "lines": lines}))
+    return t
+
+
+@pytest.mark.parametrize("straddle", ["both", "once"])
+def test_version_4_traces_read_and_replay_as_before(imported, tmp_path, straddle):
+    """A version-4 address trace (64-bit words, no word_bits) reads the same words and replays to
+    the same counts as the version-5 trace it was made from (32-bit words), on the stream kernels
+    and on the walk."""
+    d, traces = imported
+    v5 = traces[0.3, straddle]
+    v4 = _as_version_4(v5, tmp_path / "v4.trace")
+    a, b = open_trace(v5), open_trace(v4)
+    assert (a.word_bits, b.word_bits, b.manifest["version"]) == (32, 64, 4)
+    wa, wb = np.concatenate(list(a.iter_lines())), np.concatenate(list(b.iter_lines()))
+    assert (wa.dtype, wb.dtype) == (np.uint32, np.int64) and np.array_equal(wa.astype(np.int64), wb)
+    for k in a.access_columns():
+        assert np.array_equal(a.access_columns()[k], b.access_columns()[k]), k
+    for levels, kernel in ((LEVELS[:2], "auto"), (LEVELS[:1], "auto")) + ((((LEVELS[:1], "walk"),) if straddle == "both" else ())):
+        chip = _chip(d, levels, "lru")
+        ra = replay_trace(v5, chip, ReplayOptions(kernel=kernel)).result
+        rb = replay_trace(v4, chip, ReplayOptions(kernel=kernel)).result
+        assert np.array_equal(ra.tiers, rb.tiers) and ra.meta["kernel"] == rb.meta["kernel"], (levels, kernel)
+        assert ra.tiers.sum() > 0
+
+
+def test_writer_widens_to_64_bit_words_when_one_needs_them(tmp_path):
+    """Words start as 32 bits; the first batch holding a word of 2**32 or more rewrites the batches
+    written so far as 64-bit words, in order, and the manifest says word_bits 64."""
+    from traces.addresses import AddressTraceWriter
+
+    low = (np.arange(10, dtype=np.uint64) << np.uint64(1)) | np.uint64(1)
+    high = np.array([(1 << 33) + 2, 6], np.uint64)          # line 2**32 + 1: past 32 bits
+    with AddressTraceWriter(tmp_path / "w.trace", line_bytes=1, batch_rows=4) as w:
+        w.add(low)
+        w.add(high)
+        w.regions([0, 1 << 30, 2 << 30, 3 << 30, 4 << 30], [1 << 30] * 5)
+    t = open_trace(tmp_path / "w.trace")
+    assert t.word_bits == 64 and t.manifest["lines"]["word_bits"] == 64
+    got = list(t.iter_lines())
+    assert [len(x) for x in got] == [10, 2] and got[0].dtype == np.int64   # the first batch rewritten
+    assert np.concatenate(got).tolist() == np.concatenate([low, high]).astype(np.int64).tolist()
+    assert not list((tmp_path / "w.trace").glob("*.32"))
+    with AddressTraceWriter(tmp_path / "n.trace", line_bytes=1, batch_rows=4) as w:
+        w.add(low)
+        w.regions([0], [64])
+    assert open_trace(tmp_path / "n.trace").word_bits == 32

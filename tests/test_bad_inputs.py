@@ -132,6 +132,30 @@ def trace(edit: Callable[[Path], None] | None = None) -> Callable[[Path], None]:
     return build
 
 
+def address_trace(edit: Callable[[Path], None] | None = None) -> Callable[[Path], None]:
+    """A builder importing a small din log to ``{tmp}/a.trace`` (an address trace, 32-bit words)
+    and applying ``edit``."""
+
+    def build(tmp: Path) -> None:
+        from traces.importers import import_trace
+
+        (tmp / "a.din").write_text("".join(f"{i % 2} {i * 64:x} 8\n" for i in range(64)))
+        import_trace(tmp / "a.din", tmp / "a.trace")
+        (tmp / "a.din").unlink()
+        if edit is not None:
+            edit(tmp / "a.trace")
+
+    return build
+
+
+def wide_lines(t: Path) -> None:
+    """The trace's words rewritten as uint64 (what version 4 stored), its manifest unchanged."""
+    with pa.OSFile(str(t / fmt.LINES_FILE), "rb") as f:      # read, not mapped: the file is rewritten
+        words = pa.ipc.open_file(f).read_all().column(0).to_numpy().copy()
+    with pa.OSFile(str(t / fmt.LINES_FILE), "wb") as sink, pa.ipc.new_file(sink, fmt.LINES_SCHEMA) as w:
+        w.write_table(pa.table({"word": pa.array(words.astype("uint64"))}))
+
+
 def manifest(**changes) -> Callable[[Path], None]:
     def edit(t: Path) -> None:
         m = json.loads((t / fmt.MANIFEST).read_text())
@@ -448,8 +472,8 @@ CASES = [
          "{tmp}/t.trace: no manifest.json: not a complete trace (interrupted write?)",
          trace(remove(fmt.MANIFEST))),
     Case("trace-newer-version", ["info", "{tmp}/t.trace"],
-         "{tmp}/t.trace/manifest.json: version: trace format version 5 is newer than this tierlab reads (4); upgrade tierlab",
-         trace(manifest(version=5))),
+         "{tmp}/t.trace/manifest.json: version: trace format version 6 is newer than this tierlab reads (5); upgrade tierlab",
+         trace(manifest(version=6))),
     Case("trace-unknown-format", ["info", "{tmp}/t.trace"],
          "{tmp}/t.trace/manifest.json: format: format is 'parquet-trace', expected 'tierlab-trace'",
          trace(manifest(format="parquet-trace"))),
@@ -816,6 +840,12 @@ CASES = [
          "{tmp}/a.champsim: ends inside record 3 (10 of its 64 bytes): not a whole number of ChampSim input_instr "
          "records (truncated?)",
          {"a.champsim": bytes(64 * 3 + 10)}),
+    Case("address-trace-word-bits", ["info", "{tmp}/a.trace"],
+         "{tmp}/a.trace/manifest.json: lines.word_bits: word_bits is 16, expected 32 or 64",
+         address_trace(manifest(lines={"word_bits": 16}))),
+    Case("address-trace-word-type", ["replay", "{tmp}/a.trace", "--chip", "h100"],
+         "{tmp}/a.trace/lines.arrow: word: column has type uint64, expected uint32",
+         address_trace(wide_lines)),
     Case("import-din-flush-label", ["import", "{tmp}/a.din", *TRACE_OUT],
          "{tmp}/a.din: line 2: din label 4 (escape or flush) is not an access; expected 0, 1 or 2",
          {"a.din": "0 1000\n4 0\n"}),

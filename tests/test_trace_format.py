@@ -167,7 +167,7 @@ def _drain(p):
     return sum(b.num_rows for b in open_trace(p).iter_accesses())
 
 
-@pytest.mark.parametrize("version,match", [(5, "newer than this tierlab reads"), (0, "unknown trace format version 0"),
+@pytest.mark.parametrize("version,match", [(6, "newer than this tierlab reads"), (0, "unknown trace format version 0"),
                                            ("1", "not an integer")])
 def test_version_refused(copy, version, match):
     _manifest(copy, version=version)

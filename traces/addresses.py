@@ -1,8 +1,9 @@
-"""Address traces (format version 4, manifest ``kind`` ``"addresses"``): one op over one stream of lines.
+"""Address traces (format version 5, and 4, manifest ``kind`` ``"addresses"``): one op over one stream of lines.
 
 An address trace is what a memory tracer records: one address stream, each access a read or a
 write. It holds no descriptors: ``lines.arrow`` is one column, ``word = line << 1 | is_write``
-(uint64), one row per line an access touches, in order; ``line`` is the line number (byte address
+(uint32 where every word of the trace fits, the manifest's ``lines.word_bits`` 32, else uint64;
+version 4 wrote uint64 always), one row per line an access touches, in order; ``line`` is the line number (byte address
 >> log2 ``line_bytes``) in the trace's address space, where the 2**30-byte region holding the k-th
 region the recorded addresses reached (in first-seen order) is tensor k, at address ``k * 2**30``
 (so addresses keep their value modulo 2**30, and every set index of a cache of up to 1 GiB a way
@@ -13,7 +14,8 @@ lines missed); with ``"both"`` every line counts.
 
 Plain words were measured against delta-coded int32 words (``benchmarks/bench_import.py``
 ``encodings``): see ``docs/address-traces.md``. Plain words are read as zero-copy views of the
-memory-mapped file and fed to the stream kernels as they are.
+memory-mapped file and fed to the stream kernels as they are; 32-bit ones halve the bytes mapped,
+checked and read (a trace's lines reach 2**31 only past 128 regions of 64-byte lines).
 
 :class:`AddressTraceWriter` writes one (atomically, manifest last); :class:`AddressTrace` reads
 one: :meth:`~AddressTrace.iter_lines` gives the checked words, :meth:`~AddressTrace.iter_accesses`
@@ -86,6 +88,7 @@ class AddressTraceWriter:
         self.rows = self.n_straddles = 0
         self._pending: list[np.ndarray] = []
         self._pending_rows = 0
+        self.word_bits = 32         # until a word needs 64 (then the batches written are rewritten)
         self._cont: list[np.ndarray] = []
         self._regions: list[tuple[int, int]] = []
 
@@ -93,8 +96,7 @@ class AddressTraceWriter:
         self._ctx = atomic_path(self.path, directory=True, force=self.force)
         self.tmp = self._ctx.__enter__()
         try:
-            self._sink = pa.OSFile(str(self.tmp / fmt.LINES_FILE), "wb")
-            self._writer = pa.ipc.new_file(self._sink, fmt.LINES_SCHEMA)
+            self._open_lines()
         except BaseException as err:
             self._ctx.__exit__(type(err), err, err.__traceback__)
             raise
@@ -113,11 +115,34 @@ class AddressTraceWriter:
             self._cont.append(np.array(cont_rows, np.uint64))
             self.n_straddles += len(cont_rows)
 
+    def _open_lines(self) -> None:
+        self._sink = pa.OSFile(str(self.tmp / fmt.LINES_FILE), "wb")
+        self._writer = pa.ipc.new_file(self._sink, fmt.LINES_SCHEMAS[self.word_bits])
+
     def _flush(self) -> None:
         if self._pending:
             col = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
-            self._writer.write_batch(pa.RecordBatch.from_arrays([pa.array(col, pa.uint64())], schema=fmt.LINES_SCHEMA))
+            if self.word_bits == 32 and len(col) and int(col.max()) >> 32:
+                self._widen()
+            schema = fmt.LINES_SCHEMAS[self.word_bits]
+            words = col.astype(np.uint32) if self.word_bits == 32 else col
+            self._writer.write_batch(pa.RecordBatch.from_arrays([pa.array(words)], schema=schema))
         self._pending, self._pending_rows = [], 0
+
+    def _widen(self) -> None:
+        """A word needs 64 bits: rewrite the 32-bit batches written so far as 64-bit ones, go on in 64."""
+        self._writer.close()
+        self._sink.close()
+        narrow = self.tmp / (fmt.LINES_FILE + ".32")
+        (self.tmp / fmt.LINES_FILE).rename(narrow)
+        self.word_bits = 64
+        self._open_lines()
+        with pa.memory_map(str(narrow), "r") as src:
+            reader = pa.ipc.open_file(src)
+            for i in range(reader.num_record_batches):
+                col = reader.get_batch(i).column(0).to_numpy().astype(np.uint64)
+                self._writer.write_batch(pa.RecordBatch.from_arrays([pa.array(col)], schema=fmt.LINES_SCHEMA))
+        narrow.unlink()
 
     def regions(self, bases: list[int], ends: list[int], lows: list[int] | None = None) -> None:
         """The tensors: region k (recorded base byte address ``bases[k]``) covers its lines from
@@ -169,13 +194,15 @@ class AddressTraceWriter:
                     "devices": 1, "generator": generator_name(), "model": None, "run": None,
                     "alignment": TENSOR_ALIGN,
                     "tables": {"tensors": n, "ops": 1, "lines": self.rows, "straddles": int(len(cont))},
-                    "lines": {"line_bytes": self.line_bytes, "encoding": "plain", "word": "line << 1 | is_write"},
+                    "lines": {"line_bytes": self.line_bytes, "encoding": "plain", "word": "line << 1 | is_write",
+                              "word_bits": self.word_bits},
                     "straddle": self.straddle, **self.extra}
         (self.tmp / fmt.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
 def open_address_trace(p: Path, manifest: dict, mpath: Path):
-    """Open the version-4 address trace ``p`` (manifest read): check its tables, return an :class:`AddressTrace`."""
+    """Open the version-4 or -5 address trace ``p`` (manifest read): check its tables, return an
+    :class:`AddressTrace`."""
     from traces.tables import check_tensor_layout, read_small_table
 
     tables = manifest.get("tables")
@@ -193,6 +220,10 @@ def open_address_trace(p: Path, manifest: dict, mpath: Path):
     if not isinstance(lb, int) or isinstance(lb, bool) or lb < 1 or lb & (lb - 1) or lb > REGION_BYTES:
         raise TraceError(f"line_bytes is {lb!r}, expected a power of two of at most 2**30", file=str(mpath),
                          field="lines.line_bytes")
+    if manifest["version"] >= 5:        # version 4's words are 64-bit, and it names no width
+        bits = lines.get("word_bits")
+        if not isinstance(bits, int) or isinstance(bits, bool) or bits not in fmt.LINES_SCHEMAS:
+            raise TraceError(f"word_bits is {bits!r}, expected 32 or 64", file=str(mpath), field="lines.word_bits")
     if lines.get("encoding", "plain") != "plain":
         raise TraceError(f"encoding {lines.get('encoding')!r}; this tierlab reads 'plain'", file=str(mpath),
                          field="lines.encoding")
@@ -230,6 +261,11 @@ class AddressTrace(Trace):
         return int(self.manifest["lines"]["line_bytes"])
 
     @property
+    def word_bits(self) -> int:
+        """32 or 64: the width of the stored words (version 4: always 64)."""
+        return int(self.manifest["lines"]["word_bits"]) if self.manifest["version"] >= 5 else 64
+
+    @property
     def n_lines(self) -> int:
         return int(self.manifest["tables"]["lines"])
 
@@ -260,15 +296,15 @@ class AddressTrace(Trace):
         return rows
 
     def iter_lines(self, check: bool = True) -> Iterator[np.ndarray]:
-        """The checked words (int64 views of the memory-mapped file, read-only), one array per
-        stored record batch, then the row count. ``check=False``: the words are not checked
-        against the tensors here (the caller runs :meth:`check_lines` on each, e.g. beside the
+        """The checked words (views of the memory-mapped file, read-only: int64 for 64-bit words,
+        uint32 for 32-bit ones: widen before arithmetic that may pass 2**32), one array per stored
+        record batch, then the row count. ``check=False``: the words are not checked against the
+        tensors here (the caller runs :meth:`check_lines` on each, e.g. beside the
         replay); everything else is."""
         from traces.ipc import IpcTable, corrupt, ipc_form
         from traces.tables import check_schema, one_line
 
         path = self.path / fmt.LINES_FILE
-        sh = self.line_bytes.bit_length() - 1
         nbytes = self._tensor_nbytes.astype(np.int64)
         address = self.tensors.column("address").to_numpy().astype(np.int64)
         form = ipc_form(path)
@@ -278,7 +314,7 @@ class AddressTrace(Trace):
         except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
             raise TraceError(f"{corrupt(form)} after 0 rows: {one_line(err)}", file=str(path)) from None
         try:
-            check_schema(src.schema, fmt.LINES_SCHEMA, path)
+            check_schema(src.schema, fmt.LINES_SCHEMAS[self.word_bits], path)
             batches = src.batches()
             while True:
                 try:
@@ -290,7 +326,9 @@ class AddressTrace(Trace):
                 col = b.column(0)
                 if col.null_count:
                     raise TraceError(f"rows {rows}..{rows + len(col) - 1}: null words", file=str(path), field="word")
-                words = col.to_numpy().view(np.int64)
+                words = col.to_numpy()
+                if words.dtype == np.uint64:
+                    words = words.view(np.int64)
                 if check:
                     self.check_lines(words, rows, address, nbytes)
                 rows += len(words)
@@ -319,7 +357,7 @@ class AddressTrace(Trace):
         address = self.tensors.column("address").to_numpy().astype(np.int64)
         for words in self.iter_lines():
             for lo in range(0, len(words), batch_rows):
-                w = words[lo:lo + batch_rows]
+                w = words[lo:lo + batch_rows].astype(np.int64)
                 b = (w >> 1) << sh
                 n = len(w)
                 tid = b >> fmt.REGION_SHIFT

@@ -23,6 +23,9 @@ written last. See ``docs/trace-format.md`` for the meaning of every column.
   of lines continuing the access of the row before). A descriptor trace is still written as version
   3 (its content unchanged, so an older tierlab reads it); an older tierlab refuses an address trace
   as newer than it reads.
+* **Version 5** (address traces, written now): version 4's tables, with ``word`` stored as uint32
+  where every word of the trace fits (the manifest's ``lines.word_bits`` 32), else as uint64
+  (``word_bits`` 64). The reader reads version-4 address traces as before.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ import pyarrow as pa
 
 FORMAT_NAME = "tierlab-trace"
 FORMAT_VERSION = 3          # the version a descriptor trace is written as
-ADDRESS_VERSION = 4         # the version an address trace is written as (the newest)
-READ_VERSIONS = (1, 2, 3, 4)   # every version the reader accepts
+ADDRESS_VERSION = 5         # the version an address trace is written as (the newest)
+READ_VERSIONS = (1, 2, 3, 4, 5)   # every version the reader accepts
 MANIFEST = "manifest.json"
 
 TENSORS_FILE = "tensors.arrow"
@@ -112,12 +115,16 @@ def tables(version: int, devices: int = 1) -> dict:
     return TABLES_V2
 
 
-# ---- version 4: address traces ---------------------------------------------------------------
+# ---- versions 4 and 5: address traces ------------------------------------------------------------
 
 ADDRESS_KIND = "addresses"       # manifest "kind" of an address trace (a descriptor trace has none)
 LINES_FILE = "lines.arrow"
 STRADDLES_FILE = "straddles.arrow"
 LINES_SCHEMA = pa.schema([("word", pa.uint64())])            # line << 1 | is_write
+# version 5: the words are uint32 where every word of the trace fits (the manifest's lines.word_bits
+# 32: half the bytes to map, check and read), else uint64 (word_bits 64, version 4's column)
+LINES_SCHEMA_32 = pa.schema([("word", pa.uint32())])
+LINES_SCHEMAS = {32: LINES_SCHEMA_32, 64: LINES_SCHEMA}
 STRADDLES_SCHEMA = pa.schema([("row", pa.uint64())])         # a line continuing the access of row - 1
 REGION_SHIFT = 30                # an address trace's tensors: one per 2**30-byte region, at k * 2**30
 STRADDLE_CONVENTIONS = ("both", "once")   # each line of a straddling access counts, or the access once

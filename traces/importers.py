@@ -344,4 +344,4 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
                        straddles=int(stats[4]), instruction_fetches=int(stats[5]), compression=recs.compression,
                        tensors=r)
         w.extra["imported"] = dict(summary)
-    return {"trace": str(out), **summary, "descriptors": summary["lines"]}
+    return {"trace": str(out), **summary, "descriptors": summary["lines"], "word_bits": w.word_bits}
