@@ -322,3 +322,43 @@ def test_touch_matches_the_reference(ways, literal, fifo):
             assert miss == want_miss, (width, ways, trial)
             assert got[base:base + ways].tolist() == want_row, (width, ways, trial)
             assert np.array_equal(np.delete(got, range(base, base + ways)), np.delete(a, range(base, base + ways)))
+
+
+@pytest.mark.parametrize("ways", [3, 8, 16])
+@pytest.mark.parametrize("literal", [False, True])
+@pytest.mark.parametrize("word_dtype", [np.uint32, np.int64, np.uint64])
+def test_touch_at_is_touch_of_the_shifted_word(ways, literal, word_dtype):
+    """set_touch_at (the key ``blk[j] >> key_sh`` made in the vector registers) gives what
+    set_touch of that key gives, on 16/32/64-bit sets, words of 32 or 64 bits, the last word of the
+    array included (the load stays inside it)."""
+    from emulator.engine.simd import set_touch, set_touch16, set_touch32, set_touch_at, set_touch_at16, set_touch_at32
+
+    rng = np.random.default_rng(6000 + ways)
+    for width, (op, op_at) in {16: (set_touch16, set_touch_at16), 32: (set_touch32, set_touch_at32),
+                               64: (set_touch, set_touch_at)}.items():
+        for fifo in (False, True):
+            if literal:
+                @njit(cache=False)
+                def at(arr, base, n, blk, j, sh, op_at=op_at, fifo=fifo):
+                    return op_at(arr.ctypes.data, base, ways, blk, j, sh, 1, fifo)
+            else:
+                @njit(cache=False)
+                def at(arr, base, n, blk, j, sh, op_at=op_at, fifo=fifo):
+                    return op_at(arr.ctypes.data, base, n, blk, j, sh, 1, fifo)
+
+            @njit(cache=False)
+            def plain(arr, base, n, key, op=op, fifo=fifo):
+                return op(arr.ctypes.data, base, n, key, 1, fifo)
+
+            dtype = {16: np.int16, 32: np.int32, 64: np.int64}[width]
+            sh = 3
+            top = min(np.iinfo(dtype).max, np.iinfo(word_dtype).max >> sh)
+            keys = rng.choice(np.arange(max(top - 4 * ways, 0), top, dtype=np.int64), size=ways + 1, replace=False)
+            blk = (rng.choice(keys, size=9).astype(np.uint64) << np.uint64(sh)).astype(word_dtype)
+            blk[1::2] |= word_dtype(5)              # low bits below the shift are dropped
+            a = np.full(2 * ways + 8, -1, dtype)
+            a[ways:2 * ways] = keys[:ways]
+            b = a.copy()
+            for j in range(1, len(blk)):
+                assert at(a, ways, ways, blk, j, sh) == plain(b, ways, ways, int(blk[j]) >> sh), (width, fifo, j)
+                assert np.array_equal(a, b), (width, fifo, j)

@@ -274,16 +274,67 @@ def _intrinsics(elt: ir.IntType):
 
         return types.int64(words, base, ways, key, act, fifo), codegen
 
-    return set_lookup, set_put, set_push, set_front, set_touch
+    @intrinsic
+    def set_touch_at(typingctx, words, base, ways, blk, j, key_sh, act, fifo):
+        if not _typed(words, base, ways, j, key_sh, act) or not isinstance(fifo, types.Boolean) \
+                or not isinstance(blk, types.Array) or blk.ndim != 1 or not isinstance(blk.dtype, types.Integer) \
+                or blk.dtype.bitwidth not in (32, 64):
+            return None
+        n = _vector_ways(ways)
+        fifo_v = fifo.literal_value if isinstance(fifo, types.BooleanLiteral) else None
+
+        def codegen(context, builder, sig, args):
+            return _touch_at_ir(context, builder, sig, args, n, elt, fifo_v)
+
+        return types.int64(words, base, ways, blk, j, key_sh, act, fifo), codegen
+
+    return set_lookup, set_put, set_push, set_front, set_touch, set_touch_at
 
 
 def _touch_ir(context, builder, sig, args, n, elt, fifo):
     """IR for :func:`set_touch` (``n``: the literal way count, 0 for a run-time count)."""
-    data = _data(context, builder, sig, args, elt)
     base_v, ways_v, key_v, act_v = _scalars(context, builder, sig, args[:-1])
     key_w = _narrow(builder, key_v, elt)
+    return _touch_body(builder, _data(context, builder, sig, args, elt), base_v, ways_v, key_w,
+                       lambda n: _splat(builder, key_w, n), act_v, args[-1], n, elt, fifo)
+
+
+def _touch_at_ir(context, builder, sig, args, n, elt, fifo):
+    """IR for :func:`set_touch_at`: the key is ``blk[j] >> key_sh``, made in the vector registers
+    from a load of ``blk[j]`` there (the scalar code loads the same word for the set's index: the
+    pointer is passed through an empty asm so the two loads stay apart), so no general register
+    is moved into a vector one for it."""
+    base_v, ways_v = _scalars(context, builder, sig, args[:3])
+    blk_t, j_v = sig.args[3], context.cast(builder, args[4], sig.args[4], types.intp)
+    key_sh = context.cast(builder, args[5], sig.args[5], types.int64)
+    act_v = context.cast(builder, args[6], sig.args[6], types.int64)
+    ary = context.make_array(blk_t)(context, builder, args[3])
+    ptr = cgutils.get_item_pointer(context, builder, blk_t, ary, [j_v], wraparound=False)
+    word_t = ptr.type.pointee
+    # the word and the one before it (j >= 1: both inside the array) loaded as a two-lane vector:
+    # a load of its own, which the compiler does not merge with the scalar one
+    pair = builder.load(builder.bitcast(builder.gep(ptr, [ir.Constant(_I64, -1)]),
+                                        ir.PointerType(ir.VectorType(word_t, 2))), align=word_t.width // 8)
+    w = builder.extract_element(pair, ir.Constant(_I32, 1))
+    w64 = w if word_t.width == 64 else builder.zext(w, _I64)
+    key_w = _narrow(builder, builder.lshr(w64, key_sh), elt)
+
+    def key_splat(n):
+        v = builder.shuffle_vector(pair, ir.Constant(pair.type, ir.Undefined), ir.Constant(ir.VectorType(_I32, 2), [1, 1]))
+        if word_t.width < 64:
+            v = builder.zext(v, ir.VectorType(_I64, 2))
+        v = builder.bitcast(builder.lshr(v, _splat(builder, key_sh, 2)), ir.VectorType(elt, 128 // elt.width))
+        return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(ir.VectorType(_I32, n), [0] * n))
+
+    return _touch_body(builder, _data(context, builder, sig, args, elt), base_v, ways_v, key_w, key_splat, act_v,
+                       args[-1], n, elt, fifo)
+
+
+def _touch_body(builder, data, base_v, ways_v, key_w, key_splat, act_v, fifo_v, n, elt, fifo):
+    """The lookup and update of :func:`set_touch` on the set at ``data[base_v]``: ``key_w`` the
+    key (a word of type ``elt``), ``key_splat(n)`` the same in ``n`` lanes."""
     # a literal ``fifo`` builds one form; a run-time one both, chosen by a select
-    is_fifo = args[-1] if fifo is None else ir.Constant(_I1, int(fifo))
+    is_fifo = fifo_v if fifo is None else ir.Constant(_I1, int(fifo))
     zero, one = ir.Constant(_I64, 0), ir.Constant(_I64, 1)
     act_all = builder.sub(zero, builder.and_(act_v, one))      # all ones where the set is changed
 
@@ -293,7 +344,8 @@ def _touch_ir(context, builder, sig, args, n, elt, fifo):
         # is the mask's lowest set bit and the bits below it, ``t ^ (t - 1)``)
         ptr = _vector_ptr(builder, data, base_v, n)
         old = _load_opaque(builder, ptr, elt, n)
-        eq = builder.icmp_signed("==", old, _splat(builder, key_w, n))
+        key_n = key_splat(n)
+        eq = builder.icmp_signed("==", old, key_n)
         bits = builder.bitcast(eq, ir.IntType(n))
         bits = builder.zext(bits, _I64) if n < 64 else bits
         miss = builder.zext(builder.icmp_signed("==", bits, zero), _I64)
@@ -303,8 +355,7 @@ def _touch_ir(context, builder, sig, args, n, elt, fifo):
         take = builder.select(is_fifo, builder.sub(zero, miss), builder.xor(t, builder.sub(t, one)))
         take = builder.and_(take, act_all)
         lanes = builder.bitcast(builder.trunc(take, ir.IntType(n)), ir.VectorType(_I1, n))
-        pushed = builder.shuffle_vector(old, _splat(builder, key_w, n),
-                                        ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
+        pushed = builder.shuffle_vector(old, key_n, ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
         builder.store(builder.select(lanes, pushed, old), ptr, align=elt.width // 8)
         return miss
 
@@ -322,15 +373,20 @@ def _touch_ir(context, builder, sig, args, n, elt, fifo):
     return _by_ways(builder, ways_v, n, vector, loop)
 
 
-set_lookup, set_put, set_push, set_front, set_touch = _intrinsics(_I64)
-set_lookup32, set_put32, set_push32, set_front32, set_touch32 = _intrinsics(_I32)
-set_lookup16, set_put16, set_push16, set_front16, set_touch16 = _intrinsics(ir.IntType(16))
+set_lookup, set_put, set_push, set_front, set_touch, set_touch_at = _intrinsics(_I64)
+set_lookup32, set_put32, set_push32, set_front32, set_touch32, set_touch_at32 = _intrinsics(_I32)
+set_lookup16, set_put16, set_push16, set_front16, set_touch16, set_touch_at16 = _intrinsics(ir.IntType(16))
 set_touch.__doc__ = set_touch32.__doc__ = set_touch16.__doc__ = """``set_touch(words, base, ways, key, act, fifo)``:
 look ``key`` up in the set at ``words[base]`` and return 1 on a miss, else 0; with ``act`` 1,
 update the set as a clean cache tier does (``fifo``, a literal: a miss pushes the key in front, a
 hit changes nothing; else LRU: the key to way 0 and the ways before its own, or every way on a
 miss, one down); with ``act`` 0, leave it as it is. The lookup and the update in one load, one
 compare, one shuffle and one blend, no branch and no count of trailing zeros."""
+set_touch_at.__doc__ = set_touch_at32.__doc__ = set_touch_at16.__doc__ = """``set_touch_at(words, base, ways, blk, j,
+key_sh, act, fifo)``: ``set_touch(words, base, ways, blk[j] >> key_sh, act, fifo)`` (``blk`` a 1-d
+array of 32- or 64-bit words, ``j`` in bounds), the key made in the vector registers from a load of
+``blk[j]`` there: no general register moved to a vector one (one such move an access was 5-11% of
+a one-level replay on an AMD EPYC Zen 5)."""
 set_front.__doc__ = set_front32.__doc__ = set_front16.__doc__ = """``set_front(words, base, ways, way, word)``: ``set_put(words,
 base, ways, way, word, True)`` (the word to way 0, ways ``0..way-1`` one down) as one two-source
 shuffle, one compare and one blend. ``way = -1`` leaves the set as it is (in the vector form

@@ -49,6 +49,9 @@ from emulator.engine.simd import (
     set_touch,
     set_touch16,
     set_touch32,
+    set_touch_at,
+    set_touch_at16,
+    set_touch_at32,
 )
 
 
@@ -252,6 +255,17 @@ def _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, wid
 
 
 @njit(nogil=True, inline="always")
+def _touch_at(words, base, ways, blk, j, key_sh, fifo, width):
+    """:func:`emulator.engine.simd.set_touch_at` (the key ``blk[j] >> key_sh`` made in the vector
+    registers) on words of ``width`` bits; 1 on a miss."""
+    if width == 16:
+        return set_touch_at16(words, base, ways, blk, j, key_sh, 1, fifo)
+    if width == 32:
+        return set_touch_at32(words, base, ways, blk, j, key_sh, 1, fifo)
+    return set_touch_at(words, base, ways, blk, j, key_sh, 1, fifo)
+
+
+@njit(nogil=True, inline="always")
 def _touch(words, base, ways, key, act, fifo, width):
     """:func:`emulator.engine.simd.set_touch` on words of ``width`` bits (a build constant); 1 on
     a miss where ``act`` is 1, else 0."""
@@ -332,7 +346,9 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
         m0 = m1 = m2 = 0
         for j in range(n):
             word = np.int64(blk[j])         # (uint64 words: kept in integer arithmetic)
-            if direct0:     # tier 0's tag and set words straight from the word: two shifts fewer
+            if direct0 and j:   # tier 0's tag and set straight from the word (the tag in the vector registers)
+                miss = _touch_at(a0, (word << (lw0 - g_in)) & base_mask0, x0, blk, j, key_sh0, f0, b0)
+            elif direct0:
                 miss = _touch(a0, (word << (lw0 - g_in)) & base_mask0, x0, word >> key_sh0, 1, f0, b0)
             else:
                 miss = _chain_tier(a0, word >> g_in, s0, k0, e0, x0, f0, p0, b0, 1)
