@@ -38,9 +38,12 @@ ONE = [(16, 4, 0)]
 TWO = [(8, 8, 1), (32, 16, 0)]
 THREE = [(16, 4, 0), (24, 12, 0), (64, 16, 0)]      # 24 sets, 12 ways: the run-time forms
 THREE_POW2 = [(4, 2, 0), (16, 8, 1), (64, 16, 0)]
+# two ways a tier (log2 1) under a word shifted by 2: the set index is not the word shifted left
+NARROW = [(4, 2, 1), (8, 2, 0)]
 # (geometry, policy, largest block + 1): every tier count and policy, tags of 16, 32 and 64 bits
 CASES = [(ONE, False, 1 << 12), (ONE, True, 1 << 40), (TWO, False, 1 << 22), (TWO, True, 1 << 12),
-         (THREE, False, 1 << 12), (THREE, True, 1 << 22), (THREE_POW2, False, 1 << 40), (THREE_POW2, True, 1 << 12)]
+         (THREE, False, 1 << 12), (THREE, True, 1 << 22), (THREE_POW2, False, 1 << 40), (THREE_POW2, True, 1 << 12),
+         (NARROW, False, 1 << 12), (NARROW, True, 1 << 20)]
 
 
 @pytest.mark.parametrize("geo,fifo,top", CASES,
@@ -60,6 +63,8 @@ def test_chain_and_runs_equal_a_plain_hierarchy(geo, fifo, top):
         t = ((t - 1) >> h) + 1
     spec = tuple((w if w in stream.VECTOR_WAYS else 0, s & (s - 1) == 0, fifo, wd) for (s, w, _), wd in zip(geo, widths))
     words = (blocks.astype(np.uint64) << np.uint64(1))        # an address trace's words: shift 1
+    if top <= 1 << 22:
+        words = words.astype(np.uint32)                         # as version 5 stores them
     for form in ("chain", "runs"):
         for feed in (n, 1000):                                  # one call, or many (the state carries over)
             tags = stream.chain_state(par, widths)

@@ -255,14 +255,41 @@ def _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, wid
 
 
 @njit(nogil=True, inline="always")
-def _touch_at(words, base, ways, blk, j, key_sh, fifo, width):
+def _touch_at(words, base, ways, blk, j, key_sh, act, fifo, width):
     """:func:`emulator.engine.simd.set_touch_at` (the key ``blk[j] >> key_sh`` made in the vector
-    registers) on words of ``width`` bits; 1 on a miss."""
+    registers) on words of ``width`` bits; 1 on a miss where ``act`` is 1, else 0."""
     if width == 16:
-        return set_touch_at16(words, base, ways, blk, j, key_sh, 1, fifo)
-    if width == 32:
-        return set_touch_at32(words, base, ways, blk, j, key_sh, 1, fifo)
-    return set_touch_at(words, base, ways, blk, j, key_sh, 1, fifo)
+        miss = set_touch_at16(words, base, ways, blk, j, key_sh, act, fifo)
+    elif width == 32:
+        miss = set_touch_at32(words, base, ways, blk, j, key_sh, act, fifo)
+    else:
+        miss = set_touch_at(words, base, ways, blk, j, key_sh, act, fifo)
+    return miss & act
+
+
+def _direct(ways_lit: int, pow2_sets: bool, shift: int) -> tuple[int, bool]:
+    """(log2 of the way count, whether a tier of these sets and ways takes its set and tag straight
+    from an input word shifted right by ``shift`` (a build constant): power-of-two sets and a
+    vector way count, and ``shift`` at most log2 of the ways (the set's first word is then the
+    input word shifted left and masked))."""
+    lw = max(ways_lit, 1).bit_length() - 1
+    return lw, bool(pow2_sets and ways_lit and shift <= lw)
+
+
+@njit(nogil=True, inline="always")
+def _tier_word(words, blk, j, word, sh, direct, lw, key_sh, base_mask, n_sets, set_mask, set_bits, ways, fifo,
+               pow2_sets, width, act):
+    """Look the block ``word >> sh`` up in one clean tier and update it (``word`` is ``blk[j]``;
+    ``sh``, ``direct`` and ``lw`` build constants, :func:`_direct`; ``key_sh`` = ``set_bits + sh``,
+    ``base_mask`` = ``set_mask << lw``); return 1 on a miss where ``act`` is 1. A direct tier makes
+    its tag in the vector registers from ``blk[j]`` (past the first word: the intrinsic's load is
+    of the word and the one before it)."""
+    if direct:
+        base = (word << (lw - sh)) & base_mask
+        if j:
+            return _touch_at(words, base, ways, blk, j, key_sh, act, fifo, width)
+        return _touch(words, base, ways, word >> key_sh, act, fifo, width)
+    return _chain_tier(words, word >> sh, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, act)
 
 
 @njit(nogil=True, inline="always")
@@ -325,10 +352,10 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
     # the input's shift to tier-0 blocks and the shifts between tiers (a handful of values: 0 where
     # the blocks are alike, 1 for an address trace's words) compiled in: three registers fewer
     g_in, g0, g1 = shifts
-    # tier 0 of power-of-two sets and a vector way count: its set's first word is the input word
-    # shifted left and masked, its tag the word shifted right once
-    lw0 = max(w0, 1).bit_length() - 1
-    direct0 = bool(p0 and w0 and g_in <= lw0)
+    # each tier's block is the input word shifted right (h0, h1, h2); a tier of power-of-two sets
+    # and a vector way count takes its set and tag straight from the word
+    h0, h1, h2 = g_in, g_in + g0, g_in + g0 + g1
+    (lw0, d0), (lw1, d1), (lw2, d2) = _direct(w0, p0, h0), _direct(w1, p1, h1), _direct(w2, p2, h2)
 
     @njit(nogil=True)
     def chain(blk, n, par, t0, t1, t2, cnt):
@@ -342,41 +369,39 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
         s0, k0, e0, x0 = _tier_par(par, 0, w0)
         s1, k1, e1, x1 = _tier_par(par, 1 % n_t, w1)
         s2, k2, e2, x2 = _tier_par(par, 2 % n_t, w2)
-        key_sh0, base_mask0 = e0 + g_in, k0 << lw0
+        q0, r0, q1, r1, q2, r2 = e0 + h0, k0 << lw0, e1 + h1, k1 << lw1, e2 + h2, k2 << lw2
         m0 = m1 = m2 = 0
         for j in range(n):
             word = np.int64(blk[j])         # (uint64 words: kept in integer arithmetic)
-            if direct0 and j:   # tier 0's tag and set straight from the word (the tag in the vector registers)
-                miss = _touch_at(a0, (word << (lw0 - g_in)) & base_mask0, x0, blk, j, key_sh0, f0, b0)
-            elif direct0:
-                miss = _touch(a0, (word << (lw0 - g_in)) & base_mask0, x0, word >> key_sh0, 1, f0, b0)
-            else:
-                miss = _chain_tier(a0, word >> g_in, s0, k0, e0, x0, f0, p0, b0, 1)
+            miss = _tier_word(a0, blk, j, word, h0, d0, lw0, q0, r0, s0, k0, e0, x0, f0, p0, b0, 1)
             m0 += miss
             if n_t == 1 or not miss:
                 continue
-            b = word >> (g_in + g0)
-            miss = _chain_tier(a1, b, s1, k1, e1, x1, f1, p1, b1, 1)
+            miss = _tier_word(a1, blk, j, word, h1, d1, lw1, q1, r1, s1, k1, e1, x1, f1, p1, b1, 1)
             m1 += miss
             if n_t == 2:
                 continue
-            miss = _chain_tier(a2, b >> g1, s2, k2, e2, x2, f2, p2, b2, miss)
+            miss = _tier_word(a2, blk, j, word, h2, d2, lw2, q2, r2, s2, k2, e2, x2, f2, p2, b2, miss)
             m2 += miss
         _add_counts(cnt, n, n_t, m0, m1, m2)
     return chain
 
 
 @njit(nogil=True, inline="always")
-def _tier_run(src, lo, m, g_in, words, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, out, g_out, last):
+def _tier_run(src, lo, m, g_in, words, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, out, g_out, last,
+              direct, lw):
     """One clean tier serves ``src[lo:lo + m] >> g_in`` in order; its misses (``>> g_out``, the
     next tier's blocks) go to ``out`` unless ``last``; returns how many missed. No branch on hit
-    or miss: the next tier's request is stored either way and kept on a miss."""
+    or miss: the next tier's request is stored either way and kept on a miss. ``direct``, ``lw``:
+    :func:`_direct` of the tier for ``g_in``."""
     k = 0
+    key_sh, base_mask = set_bits + g_in, set_mask << lw
     for i in range(m):
-        b = np.int64(src[lo + i] >> g_in)
-        miss = _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, 1)
+        word = np.int64(src[lo + i])
+        miss = _tier_word(words, src, lo + i, word, g_in, direct, lw, key_sh, base_mask, n_sets, set_mask, set_bits,
+                          ways, fifo, pow2_sets, width, 1)
         if not last:
-            out[k] = b >> g_out
+            out[k] = word >> (g_in + g_out)
         k += miss
     return k
 
@@ -394,6 +419,7 @@ def _build_runs(spec: tuple, shifts: tuple = (0, 0, 0)):
     (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = _tiers(spec)
     g_in, g0, g1 = shifts
     C = RUN_BLOCKS
+    (lw0, d0), (lw1, d1), (lw2, d2) = _direct(w0, p0, g_in), _direct(w1, p1, 0), _direct(w2, p2, 0)
 
     @njit(nogil=True)
     def runs(blk, n, par, t0, t1, t2, cnt):
@@ -406,13 +432,13 @@ def _build_runs(spec: tuple, shifts: tuple = (0, 0, 0)):
         m0 = m1 = m2 = 0
         for lo in range(0, n, C):
             m = min(C, n - lo)
-            k = _tier_run(blk, lo, m, g_in, a0, s0, k0, e0, x0, f0, p0, b0, q1, g0, n_t == 1)
+            k = _tier_run(blk, lo, m, g_in, a0, s0, k0, e0, x0, f0, p0, b0, q1, g0, n_t == 1, d0, lw0)
             m0 += k
             if n_t > 1:
-                k = _tier_run(q1, 0, k, 0, a1, s1, k1, e1, x1, f1, p1, b1, q2, g1, n_t == 2)
+                k = _tier_run(q1, 0, k, 0, a1, s1, k1, e1, x1, f1, p1, b1, q2, g1, n_t == 2, d1, lw1)
                 m1 += k
             if n_t > 2:
-                k = _tier_run(q2, 0, k, 0, a2, s2, k2, e2, x2, f2, p2, b2, q1, 0, True)
+                k = _tier_run(q2, 0, k, 0, a2, s2, k2, e2, x2, f2, p2, b2, q1, 0, True, d2, lw2)
                 m2 += k
         _add_counts(cnt, n, n_t, m0, m1, m2)
     return runs
