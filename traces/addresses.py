@@ -310,8 +310,8 @@ class AddressTrace(Trace):
         form = ipc_form(path)
         rows = 0
         try:
-            src = IpcTable(path, form)
-        except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
+            src = IpcTable(path, form, advise=False)     # the replay's check thread is first to read each page
+        except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as err:
             raise TraceError(f"{corrupt(form)} after 0 rows: {one_line(err)}", file=str(path)) from None
         try:
             check_schema(src.schema, fmt.LINES_SCHEMAS[self.word_bits], path)

@@ -61,7 +61,7 @@ def one_line(err: Exception) -> str:
 def read_small_table(path: Path, schema: pa.Schema) -> pa.Table:
     form = ipc_form(path)
     try:
-        src = IpcTable(path, form)
+        src = IpcTable(path, form, advise=False)     # a small table: no read-ahead to ask for
         try:
             check_schema(src.schema, schema, path)
             table = pa.Table.from_batches(list(src.batches()), schema=src.schema)
@@ -70,7 +70,7 @@ def read_small_table(path: Path, schema: pa.Schema) -> pa.Table:
         # the IPC reader trusts buffer contents; corrupt offsets or dictionary indices would
         # crash (not raise) in later compute calls, so every buffer is checked first
         table.validate(full=True)
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
+    except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as err:
         raise TraceError(f"{corrupt(form)}: {one_line(err)}", file=str(path)) from None
     check_nulls(table, path)
     return normalise(table, schema)

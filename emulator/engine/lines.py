@@ -41,14 +41,17 @@ class LineStream:
     once_rows: np.ndarray
     n_lines: int
     check: Callable[[np.ndarray, int], None] | None = None
+    release: Callable[[list], None] | None = None     # lets go of the chunks (emptying the list) after the replay
 
 
 def of_trace(trace) -> LineStream:
     """The stream of an address trace (:class:`traces.addresses.AddressTrace`) as the door takes it:
     its words unchecked here (each chunk checked beside the kernel), its straddling rows."""
+    from traces.ipc import release_mapped
+
     return LineStream(line_bytes=trace.line_bytes, chunks=lambda: trace.iter_lines(check=False),
                       writes=trace.writes, once_rows=trace.once_rows(), n_lines=trace.n_lines,
-                      check=trace.check_lines)
+                      check=trace.check_lines, release=release_mapped)
 
 
 def serves(geo: Geometry, stream: LineStream) -> bool:
@@ -92,6 +95,8 @@ def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, 
         finally:
             for c in checks:                # the first failing check raises (its TraceError names the row)
                 c.result()
+    if stream.release is not None:
+        stream.release(chunks)
     return counts, stats
 
 

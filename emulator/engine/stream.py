@@ -268,10 +268,8 @@ def _touch_at(words, base, ways, blk, j, key_sh, act, fifo, width):
 
 
 def _direct(ways_lit: int, pow2_sets: bool, shift: int) -> tuple[int, bool]:
-    """(log2 of the way count, whether a tier of these sets and ways takes its set and tag straight
-    from an input word shifted right by ``shift`` (a build constant): power-of-two sets and a
-    vector way count, and ``shift`` at most log2 of the ways (the set's first word is then the
-    input word shifted left and masked))."""
+    """(log2 ways, whether the tier takes set and tag straight from a word ``>> shift``: power-of-two
+    sets, a vector way count, ``shift`` <= log2 ways, so its set is the word shifted left, masked)."""
     lw = max(ways_lit, 1).bit_length() - 1
     return lw, bool(pow2_sets and ways_lit and shift <= lw)
 
