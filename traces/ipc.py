@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import mmap
 import os
-import threading
 from pathlib import Path
 
 import pyarrow as pa
 
+from common import background
 from common.errors import TraceError
 
 FILE_MAGIC = b"ARROW1"
@@ -100,11 +100,12 @@ class IpcTable:
 
 
 def release_mapped(arrays: list) -> None:
-    """Let go of ``arrays`` (views of a memory-mapped file, nothing else reading them) on a thread of
-    its own, emptying the list: there their pages are dropped from the process (``MADV_DONTNEED``,
-    taken under the address space's shared lock, so the caller's own page faults go on), then the
-    references, and with the last one the mapping. Unmapping 40 MB of touched words on the caller's
-    core cost it 2-2.6 ms (AMD EPYC, 2 vCPUs), a sixth of a 10 M-line replay; 0.8-1 ms so."""
+    """Let go of ``arrays`` (views of a memory-mapped file, nothing else reading them) on the
+    background worker (:mod:`common.background`), emptying the list: there their pages are dropped
+    from the process (``MADV_DONTNEED``, taken under the address space's shared lock, so the
+    caller's own page faults go on), then the references, and with the last one the mapping.
+    Unmapping 40 MB of touched words on the caller's core cost it 2-2.6 ms (AMD EPYC, 2 vCPUs), a
+    sixth of a 10 M-line replay; 0.8-1 ms so."""
     held = list(arrays)
     arrays.clear()
 
@@ -121,7 +122,7 @@ def release_mapped(arrays: list) -> None:
                     madvise(lo, hi - lo, MADV_DONTNEED)     # a hint: its result does not matter
         held.clear()
 
-    threading.Thread(target=drop, name="release-mapped", daemon=True).start()
+    background.submit(drop)
 
 
 MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)   # 4 on Linux and macOS

@@ -16,12 +16,12 @@ of a straddling access is really looked up and filled).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
 
+from common import background
 from emulator.engine.counters import HITS, MISSES
 from emulator.engine.geometry import Geometry, partition_bit
 from emulator.engine.options import ReplayOptions
@@ -83,18 +83,17 @@ def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, 
     # the mapped words, so the kernel finds them mapped (the replay of 10 M lines on an AMD EPYC,
     # 2 vCPUs: 15 ms against 20 ms with each chunk checked as the kernel reached it)
     chunks = [w for w in stream.chunks() if len(w)]
-    with ThreadPoolExecutor(1) as pool:
-        checks: list = []
-        try:
-            if stream.check is not None:
-                row = 0
-                for words in chunks:
-                    checks.append(pool.submit(stream.check, words, row))
-                    row += len(words)
-            counts, stats = _replay(r, chunks, geo, shift, once, progress)
-        finally:
-            for c in checks:                # the first failing check raises (its TraceError names the row)
-                c.result()
+    checks: list = []
+    try:
+        if stream.check is not None:
+            row = 0
+            for words in chunks:
+                checks.append(background.submit(stream.check, words, row))
+                row += len(words)
+        counts, stats = _replay(r, chunks, geo, shift, once, progress)
+    finally:
+        for c in checks:                # the first failing check raises (its TraceError names the row)
+            c.result()
     if stream.release is not None:
         stream.release(chunks)
     return counts, stats
