@@ -301,9 +301,10 @@ def _touch_ir(context, builder, sig, args, n, elt, fifo):
 
 def _touch_at_ir(context, builder, sig, args, n, elt, fifo):
     """IR for :func:`set_touch_at`: the key is ``blk[j] >> key_sh``, made in the vector registers
-    from a load of ``blk[j]`` there (the scalar code loads the same word for the set's index: the
-    pointer is passed through an empty asm so the two loads stay apart), so no general register
-    is moved into a vector one for it."""
+    from a load of ``blk[j]`` there, so no general register is moved into a vector one for it. The
+    scalar code loads the same word for the set's index; a one-lane load of it would be merged
+    with that one, a two-lane load of ``blk[j - 1:j + 1]`` is not (and the compiler narrows it to
+    a broadcast of ``blk[j]`` from memory)."""
     base_v, ways_v = _scalars(context, builder, sig, args[:3])
     blk_t, j_v = sig.args[3], context.cast(builder, args[4], sig.args[4], types.intp)
     key_sh = context.cast(builder, args[5], sig.args[5], types.int64)
@@ -384,7 +385,7 @@ miss, one down); with ``act`` 0, leave it as it is. The lookup and the update in
 compare, one shuffle and one blend, no branch and no count of trailing zeros."""
 set_touch_at.__doc__ = set_touch_at32.__doc__ = set_touch_at16.__doc__ = """``set_touch_at(words, base, ways, blk, j,
 key_sh, act, fifo)``: ``set_touch(words, base, ways, blk[j] >> key_sh, act, fifo)`` (``blk`` a 1-d
-array of 32- or 64-bit words, ``j`` in bounds), the key made in the vector registers from a load of
+array of 32- or 64-bit words, ``1 <= j < len(blk)``), the key made in the vector registers from a load of
 ``blk[j]`` there: no general register moved to a vector one (one such move an access was 5-11% of
 a one-level replay on an AMD EPYC Zen 5)."""
 set_front.__doc__ = set_front32.__doc__ = set_front16.__doc__ = """``set_front(words, base, ways, way, word)``: ``set_put(words,
