@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from emulator.engine.jit import njit
-from emulator.engine.simd import set_front, set_front32, set_lookup, set_push, set_push32, set_put
+from emulator.engine.simd import prefetch, set_front, set_front32, set_lookup, set_push, set_push32, set_put
 
 WAYS = list(range(1, 67))
 
@@ -362,3 +362,30 @@ def test_touch_at_is_touch_of_the_shifted_word(ways, literal, word_dtype):
             for j in range(1, len(blk)):
                 assert at(a, ways, ways, blk, j, sh) == plain(b, ways, ways, int(blk[j]) >> sh), (width, fifo, j)
                 assert np.array_equal(a, b), (width, fifo, j)
+
+
+@njit(cache=False)
+def _sum_asking_ahead(a, ahead):
+    s = 0
+    for i in range(len(a)):
+        prefetch(a, i + ahead)
+        s += a[i]
+    return s
+
+
+@pytest.mark.parametrize("ahead", [0, 512, 1 << 40, -(1 << 40)])
+def test_prefetch_is_a_hint_that_never_faults_or_changes_a_word(ahead):
+    a = np.arange(10_000, dtype=np.uint32) * 7
+    before = a.copy()
+    assert _sum_asking_ahead(a, ahead) == int(before.sum())       # far outside the array too
+    assert np.array_equal(a, before)
+
+
+def test_prefetch_is_compiled_to_a_prefetch_instruction_on_x86():
+    import platform
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"the instruction checked is x86's; this host is {platform.machine()}")
+    a = np.arange(16, dtype=np.int64)
+    _sum_asking_ahead(a, 512)
+    asm = "".join(_sum_asking_ahead.inspect_asm().values())
+    assert "prefetch" in asm

@@ -415,3 +415,24 @@ def _shift_loop(builder, data, base_v, way_v, word_v):
         src = builder.gep(data, [builder.sub(builder.add(base_v, x), ir.Constant(_I64, 1))])
         builder.store(builder.load(src), dst)
     builder.store(word_v, builder.gep(data, [base_v]))
+
+
+@intrinsic
+def prefetch(typingctx, arr, i):
+    """``prefetch(arr, i)``: ask for the cache line of ``arr[i]`` to be read into the host's
+    caches (LLVM's ``llvm.prefetch``: a hint, which never faults, so ``i`` may be past the end).
+    For a kernel that reads its input once in order: the host's own prefetcher stops at each 4 KiB
+    page, and a kernel a few nanoseconds an element waits at every page start."""
+    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(i, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        idx = context.cast(builder, args[1], sig.args[1], types.intp)
+        ptr = builder.bitcast(builder.gep(ary.data, [idx]), ir.PointerType(ir.IntType(8)))
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, _I32, _I32, _I32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, i), codegen

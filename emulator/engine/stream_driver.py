@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from emulator.engine import stream
+from emulator.engine import split, stream
 from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, EVICTIONS, FILLS, HITS, MISSES, N_COUNTERS
 from emulator.engine.geometry import Geometry
 from emulator.engine.options import ReplayOptions, random_seed_state
@@ -154,7 +154,7 @@ class StreamReplayer:
                 for c, lo in enumerate(range(0, n, chunk)):
                     hi = min(n, lo + chunk)
                     mid = (lo + hi) // 2
-                    k0, k1, or_ = stream.split_blocks(a, mid if k else lo, hi if k else mid, shift, bit,
+                    k0, k1, or_ = split.split_blocks(a, mid if k else lo, hi if k else mid, shift, bit,
                                                       bufs[c % 2][k][0], bufs[c % 2][k][1])
                     counts[c % 2, k] = k0, k1
                     seen[k] |= or_
@@ -182,7 +182,7 @@ class StreamReplayer:
             blk, wr, m = a[lo:lo + step], w[lo:lo + step], min(step, n - lo)
             shift = shift0
             if half is not None:
-                m = stream.select_half(blk, m, shift, wr, part_bit, part_val, *half)
+                m = split.select_half(blk, m, shift, wr, part_bit, part_val, *half)
                 (blk, wr), shift = half, 0
             for i in range(n_t):
                 if len(out) <= i or len(out[i][0]) < 2 * m:
