@@ -94,6 +94,34 @@ def test_words_on_the_stream_kernels_equal_the_walk(imported, writes, policy, n_
     assert fast.result.n_accesses == open_trace(t).n_lines
 
 
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("n_levels", [1, 2])
+def test_a_chain_keyed_on_the_words_hands_over_at_the_first_write(imported, tmp_path, policy, n_levels):
+    """A trace whose manifest does not say whether it writes: the chain serves it, its first tier
+    keyed on the words (it keeps them, not tags), and hands its state over to the tier passes at
+    the first write; every counter as on the walk."""
+    from traces.addresses import AddressTraceWriter
+
+    d, _ = imported
+    rng = np.random.default_rng(5)
+    # a hot set that stays in tier 0 beside a sweep that misses: the counts after the hand-over
+    # depend on every block handed over
+    lines = np.where(rng.random(16384) < 0.7, rng.integers(0, 40, 16384), rng.integers(0, 4000, 16384)).astype(np.uint64)
+    words = (lines << np.uint64(1)) | (np.arange(16384) >= 10000) & (rng.random(16384) < 0.3)
+    t = tmp_path / "unsaid.trace"
+    with AddressTraceWriter(t, line_bytes=64, batch_rows=4096) as w:
+        for lo in range(0, len(words), 4096):           # chunks of 4096 lines, the first two read only
+            w.add(words[lo:lo + 4096])
+        w.regions([0x7F00_0000], [int(lines.max() + 1) * 64])
+    assert open_trace(t).writes is None
+    chip = _chip(d, LEVELS[:n_levels], policy)
+    fast = replay_trace(t, chip).result
+    walk = replay_trace(t, chip, ReplayOptions(kernel="walk")).result
+    k = fast.meta["kernel"]
+    assert (k["name"], k["then"], k["at_block"]) == ("cache_stream_chain", "cache_stream_passes", 8192)
+    assert np.array_equal(fast.tiers, walk.tiers)
+
+
 def test_read_stream_equals_pycachesim(imported):
     from cachesim import Cache, CacheSimulator, MainMemory
 

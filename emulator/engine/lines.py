@@ -77,12 +77,14 @@ def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, 
     bit = partition_bit(geo, n_caches) if options.threads > 1 and stream.n_lines > 1 and not len(once) else None
     if chain and n_caches == 1:
         bit = None      # one tier is less work per block than splitting the stream (as replay_blocks)
-    r = StreamReplayer(geo, n_caches, options, chain=chain, bit=bit, hand_over=chain and stream.writes is None)
     # every chunk's view first (reading the file's index, no words), then every chunk's check on
     # the other core, in order, ahead of the kernel: the check is the first to read each page of
     # the mapped words, so the kernel finds them mapped (the replay of 10 M lines on an AMD EPYC,
     # 2 vCPUs: 15 ms against 20 ms with each chunk checked as the kernel reached it)
     chunks = [w for w in stream.chunks() if len(w)]
+    bits = {w.dtype.itemsize * 8 for w in chunks}
+    r = StreamReplayer(geo, n_caches, options, chain=chain, bit=bit, hand_over=chain and stream.writes is None,
+                       words=(bits.pop(), shift) if len(bits) == 1 else None)
     checks: list = []
     try:
         if stream.check is not None:

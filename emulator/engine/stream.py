@@ -9,7 +9,7 @@ after. Two kinds of kernel:
   tier's state depends only on the sequence of requests it sees.
 * :func:`chain_pass`: for streams without writes on at most three LRU/FIFO tiers, each block is
   followed down the tiers in one loop (no buffers), each tier keeping tags in the narrowest word
-  that holds them (16, 32 or 64 bits).
+  that holds them (16, 32 or 64 bits), or, keyed (:func:`can_key`), the input's words.
 
 State: one word per way, ``block << 1 | dirty`` (-1 when empty). The ``ways`` words of a set (from
 ``slot_base + set * ways``) hold its blocks in replacement order instead of stamps — most recently
@@ -244,18 +244,36 @@ def _direct(ways_lit: int, pow2_sets: bool, shift: int) -> tuple[int, bool]:
 
 @njit(nogil=True, inline="always")
 def _tier_word(words, blk, j, word, sh, direct, lw, key_sh, base_mask, n_sets, set_mask, set_bits, ways, fifo,
-               pow2_sets, width, act):
+               pow2_sets, width, act, keyed=False):
     """Look the block ``word >> sh`` up in one clean tier and update it (``word`` is ``blk[j]``;
     ``sh``, ``direct`` and ``lw`` build constants, :func:`_direct`; ``key_sh`` = ``set_bits + sh``,
     ``base_mask`` = ``set_mask << lw``); return 1 on a miss where ``act`` is 1. A direct tier makes
     its tag in the vector registers from ``blk[j]`` (past the first word: the intrinsic's load is
-    of the word and the one before it)."""
+    of the word and the one before it). A ``keyed`` tier (direct, ``sh`` >= 1) keeps the words
+    themselves, their bits below the tier's block cleared (:func:`can_key`)."""
     if direct:
         base = (word << (lw - sh)) & base_mask
+        if keyed:
+            return _touch(words, base, ways, word & -(1 << sh), act, fifo, width)
         if j:
             return _touch_at(words, base, ways, blk, j, key_sh, act, fifo, width)
         return _touch(words, base, ways, word >> key_sh, act, fifo, width)
     return _chain_tier(words, word >> sh, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, act)
+
+
+def can_key(ways_lit: int, pow2_sets: bool, shift: int) -> bool:
+    """Whether a direct tier (:func:`_direct`) reached by input words ``>> shift`` can be keyed:
+    keep the words themselves in their own width, their bits below the tier's block cleared (so
+    never the empty word -1: ``shift`` >= 1), not tags; its key is then a mask of the word, not a
+    shift (fewer operations on the vector unit's one lane-moving port of an Intel core)."""
+    return shift >= 1 and _direct(ways_lit, pow2_sets, shift)[1]
+
+
+def _check_keyed(spec: tuple, shifts: tuple) -> None:
+    """Each keyed tier can be (``shifts``: each tier's from the input words; None: fed blocks)."""
+    for i, t in enumerate(_tiers(spec)[:len(spec)]):
+        if t[4] and (shifts[i] is None or not can_key(t[0], t[1], shifts[i])):
+            raise ValueError(f"tier {i} of {spec} cannot be keyed under words shifted by {shifts[i]}")
 
 
 @njit(nogil=True, inline="always")
@@ -271,17 +289,15 @@ def _touch(words, base, ways, key, act, fifo, width):
     return miss & act
 
 
-# how far ahead (in words) the kernels ask for their input: the host's prefetcher follows a stream
-# only inside a 4 KiB page, and a kernel at ~1.2 ns a word waited at each page's first line (the
-# replay of 10 M 32-bit words on one 8-way LRU tier, an Intel Xeon KVM guest: 17.0 ms read from a
-# 40 MB array, 12.7 ms from one in the host's L2; 12.5 ms from the 40 MB array with this; 256 to
-# 1024 the same)
+# how far ahead (in words) the kernels ask for their input: the host's prefetcher stops at each 4 KiB
+# page, where a kernel at ~1.2 ns a word waited (10 M words, one tier, an Intel Xeon: 17.0 -> 12.5 ms)
 AHEAD = 512
 
 
 def _tiers(spec: tuple) -> tuple:
-    """``spec`` padded to three tiers (the absent ones: never reached)."""
-    return tuple(spec) + ((1, True, False, 64),) * (3 - len(spec))
+    """``spec`` padded to three tiers (the absent ones: never reached), each tier's entry to five
+    fields (a four-field one is not keyed)."""
+    return tuple(tuple(t) + (False,) * (5 - len(t)) for t in spec) + ((1, True, False, 64, False),) * (3 - len(spec))
 
 
 @njit(nogil=True, inline="always")
@@ -309,26 +325,25 @@ def _add_counts(cnt, n, n_t, m0, m1, m2):
 def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
     """The clean read-only chain kernel for one to three LRU/FIFO cache tiers: each block is
     followed down the tiers until one holds it (no writes, so no writebacks). Each tier's (way
-    count or 0 for a run-time count, power-of-two sets, fifo, tag width in bits) in ``spec`` is
-    compiled in. Each tier keeps its own words (:func:`chain_state`): tags in the narrowest word
-    that holds every tag of the address space (:func:`tag_width`), so a 16-way set of 16-bit
-    tags is one 32-byte vector (one AVX2 register) and the tiers' state a quarter of 64-bit
-    blocks' in the host's caches.
+    count or 0 for a run-time count, power-of-two sets, fifo, word width in bits, and optionally
+    keyed, :func:`can_key`) in ``spec`` is compiled in. Each tier keeps its own words
+    (:func:`chain_state`): tags in the narrowest word that holds every tag of the address space
+    (:func:`tag_width`; a 16-way set of 16-bit tags is one AVX2 register), or keyed words.
 
     The second tier is reached behind a branch on the first's miss (a first tier mostly hits or
     mostly misses: the branch is predicted); the third is looked up on every request that reached
     the second and changed only where the second missed (a second tier's hits and misses mix:
     a branch there would be mispredicted)."""
-    # (the closure holds only numbers and flags: a captured function would make the on-disk cache
-    # key differ in every process)
+    # (the closure holds only numbers and flags: a captured function would change the cache key)
     n_t = len(spec)
-    (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = _tiers(spec)
+    (w0, p0, f0, b0, y0), (w1, p1, f1, b1, y1), (w2, p2, f2, b2, y2) = _tiers(spec)
     # the input's shift to tier-0 blocks and the shifts between tiers (a handful of values: 0 where
     # the blocks are alike, 1 for an address trace's words) compiled in: three registers fewer
     g_in, g0, g1 = shifts
     # each tier's block is the input word shifted right (h0, h1, h2); a tier of power-of-two sets
     # and a vector way count takes its set and tag straight from the word
     h0, h1, h2 = g_in, g_in + g0, g_in + g0 + g1
+    _check_keyed(spec, (h0, h1, h2))
     (lw0, d0), (lw1, d1), (lw2, d2) = _direct(w0, p0, h0), _direct(w1, p1, h1), _direct(w2, p2, h2)
 
     @njit(nogil=True)
@@ -348,15 +363,15 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
         for j in range(n):
             prefetch(blk, j + AHEAD)      # (the input: see AHEAD)
             word = np.int64(blk[j])         # (uint64 words: kept in integer arithmetic)
-            miss = _tier_word(a0, blk, j, word, h0, d0, lw0, q0, r0, s0, k0, e0, x0, f0, p0, b0, 1)
+            miss = _tier_word(a0, blk, j, word, h0, d0, lw0, q0, r0, s0, k0, e0, x0, f0, p0, b0, 1, y0)
             m0 += miss
             if n_t == 1 or not miss:
                 continue
-            miss = _tier_word(a1, blk, j, word, h1, d1, lw1, q1, r1, s1, k1, e1, x1, f1, p1, b1, 1)
+            miss = _tier_word(a1, blk, j, word, h1, d1, lw1, q1, r1, s1, k1, e1, x1, f1, p1, b1, 1, y1)
             m1 += miss
             if n_t == 2:
                 continue
-            miss = _tier_word(a2, blk, j, word, h2, d2, lw2, q2, r2, s2, k2, e2, x2, f2, p2, b2, miss)
+            miss = _tier_word(a2, blk, j, word, h2, d2, lw2, q2, r2, s2, k2, e2, x2, f2, p2, b2, miss, y2)
             m2 += miss
         _add_counts(cnt, n, n_t, m0, m1, m2)
     return chain
@@ -364,7 +379,7 @@ def _build_chain(spec: tuple, shifts: tuple = (0, 0, 0)):
 
 @njit(nogil=True, inline="always")
 def _tier_run(src, lo, m, g_in, words, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, out, g_out, last,
-              direct, lw, ahead):
+              direct, lw, ahead, keyed):
     """One clean tier serves ``src[lo:lo + m] >> g_in`` in order; its misses (``>> g_out``, the
     next tier's blocks) go to ``out`` unless ``last``; returns how many missed. No branch on hit
     or miss: the next tier's request is stored either way and kept on a miss. ``direct``, ``lw``:
@@ -377,7 +392,7 @@ def _tier_run(src, lo, m, g_in, words, n_sets, set_mask, set_bits, ways, fifo, p
             prefetch(src, lo + i + AHEAD)
         word = np.int64(src[lo + i])
         miss = _tier_word(words, src, lo + i, word, g_in, direct, lw, key_sh, base_mask, n_sets, set_mask, set_bits,
-                          ways, fifo, pow2_sets, width, 1)
+                          ways, fifo, pow2_sets, width, 1, keyed)
         if not last:
             out[k] = word >> (g_in + g_out)
         k += miss
@@ -394,9 +409,10 @@ def _build_runs(spec: tuple, shifts: tuple = (0, 0, 0)):
     Against :func:`_build_chain`: no branch between the tiers and a loop per tier that keeps its
     few values in registers. Same arguments as the chain's kernel."""
     n_t = len(spec)
-    (w0, p0, f0, b0), (w1, p1, f1, b1), (w2, p2, f2, b2) = _tiers(spec)
+    (w0, p0, f0, b0, y0), (w1, p1, f1, b1, y1), (w2, p2, f2, b2, y2) = _tiers(spec)
     g_in, g0, g1 = shifts
     C = RUN_BLOCKS
+    _check_keyed(spec, (g_in, None, None))           # tiers 1 and 2 are fed blocks
     (lw0, d0), (lw1, d1), (lw2, d2) = _direct(w0, p0, g_in), _direct(w1, p1, 0), _direct(w2, p2, 0)
 
     @njit(nogil=True)
@@ -410,13 +426,13 @@ def _build_runs(spec: tuple, shifts: tuple = (0, 0, 0)):
         m0 = m1 = m2 = 0
         for lo in range(0, n, C):
             m = min(C, n - lo)
-            k = _tier_run(blk, lo, m, g_in, a0, s0, k0, e0, x0, f0, p0, b0, q1, g0, n_t == 1, d0, lw0, True)
+            k = _tier_run(blk, lo, m, g_in, a0, s0, k0, e0, x0, f0, p0, b0, q1, g0, n_t == 1, d0, lw0, True, y0)
             m0 += k
             if n_t > 1:
-                k = _tier_run(q1, 0, k, 0, a1, s1, k1, e1, x1, f1, p1, b1, q2, g1, n_t == 2, d1, lw1, False)
+                k = _tier_run(q1, 0, k, 0, a1, s1, k1, e1, x1, f1, p1, b1, q2, g1, n_t == 2, d1, lw1, False, y1)
                 m1 += k
             if n_t > 2:
-                k = _tier_run(q2, 0, k, 0, a2, s2, k2, e2, x2, f2, p2, b2, q1, 0, True, d2, lw2, False)
+                k = _tier_run(q2, 0, k, 0, a2, s2, k2, e2, x2, f2, p2, b2, q1, 0, True, d2, lw2, False, y2)
                 m2 += k
         _add_counts(cnt, n, n_t, m0, m1, m2)
     return runs
@@ -443,9 +459,8 @@ def chain_pass(blk, n, in_shift, par, tags, cnt, spec, form: str | None = None) 
     """Serve ``blk[:n] >> in_shift`` on the chain's tiers (``spec``, ``par`` rows as
     :func:`_build_chain` takes them) over their words ``tags`` (:func:`chain_state`), adding
     requests and misses per tier to ``cnt``. ``form``: ``"chain"`` (:func:`_build_chain`) or
-    ``"runs"`` (:func:`_build_runs`), the same counts; by default the chain for one or two tiers and
-    the runs for three (measured on the issue-4 stream, AMD EPYC Zen 3: the runs 13% faster at three
-    tiers, even at two, slower at one). Each build is made on first use, then cached on disk."""
+    ``"runs"`` (:func:`_build_runs`), the same counts; by default the chain for one or two tiers, the
+    runs for three (AMD EPYC Zen 3: 13% faster there). Each build is made once, then cached on disk."""
     n_t = len(spec)
     form = form or ("runs" if n_t == 3 else "chain")
     shifts = (int(in_shift), int(par[0, 4]) if n_t > 1 else 0, int(par[1, 4]) if n_t > 2 else 0)
@@ -457,9 +472,13 @@ def chain_pass(blk, n, in_shift, par, tags, cnt, spec, form: str | None = None) 
     fn(blk, n, par, t[0], t[1], t[2], cnt)
 
 
-def chain_blocks(tags: np.ndarray, n_sets: int, ways: int) -> np.ndarray:
+def chain_blocks(tags: np.ndarray, n_sets: int, ways: int, keyed_shift: int | None = None) -> np.ndarray:
     """A chain tier's words as the tier passes keep them: ``block << 1`` (clean) in the same order,
-    -1 where empty (the block is the tag and the set index, which the tag leaves out)."""
+    -1 where empty (the block is the tag and the set index, which the tag leaves out; of a keyed
+    tier, its word ``>> keyed_shift``)."""
+    if keyed_shift is not None:
+        u = tags.view(tags.dtype.str.replace("i", "u")).astype(np.int64)
+        return np.where(tags != -1, (u >> keyed_shift) << 1, -1)
     t = tags.astype(np.int64)
     s = np.repeat(np.arange(n_sets, dtype=np.int64), ways)
     return np.where(t >= 0, (t * n_sets + s) << 1, -1)
@@ -467,8 +486,9 @@ def chain_blocks(tags: np.ndarray, n_sets: int, ways: int) -> np.ndarray:
 
 def evictions(misses: int, tag, slot_base: int, n_slots: int) -> int:
     """A stream tier's evictions: each miss fills a way, an empty one or a victim's, and no way is
-    ever emptied again, so every miss beyond the ways that were filled from empty evicted a block."""
-    return misses - int(np.count_nonzero(tag[slot_base:slot_base + n_slots] >= 0))
+    ever emptied again, so every miss beyond the ways that were filled from empty evicted a block
+    (an empty way is -1; a keyed tier's words may be negative, never -1)."""
+    return misses - int(np.count_nonzero(tag[slot_base:slot_base + n_slots] != -1))
 
 
 def new_state(n_slots: int, dtype=np.int64) -> np.ndarray:

@@ -34,6 +34,28 @@ def _on_threads(fn, n_parts: int) -> None:
         list(pool.map(fn, range(n_parts)))
 
 
+# the most bytes of words a keyed tier keeps (an estimate of a host core's L2: 1-2 MiB on the
+# Intel Xeon and AMD EPYC hosts measured): 3 tiers over the issue-4 stream on an Intel Xeon,
+# the third of 8 MiB (512 KiB of 32-bit words) 4% faster keyed, of 64 MiB (4 MiB) 11% slower
+KEYED_BYTES = 1 << 20
+
+
+def _keyed(spec: list, args: list, bits: int, shift: int, form: str) -> tuple | None:
+    """Per tier, the shift from the words to its blocks where it is keyed (else None), or None for
+    none: in the chain every tier or none (a mix of keyed tiers and tags was slower than either on
+    an Intel Xeon: 2 tiers over the issue-4 stream, 28.6 ms against 27.4 with tags, 24.5 keyed),
+    in the runs the first (the others are fed blocks); each where it can be
+    (:func:`emulator.engine.stream.can_key`) and its words are at most :data:`KEYED_BYTES`."""
+    shifts = [shift]
+    for a in args[:-1]:
+        shifts.append(shifts[-1] + a[9])
+    reach = range(len(spec)) if form == "chain" else range(1)
+    if not all(stream.can_key(spec[i][0], spec[i][1], shifts[i]) and args[i][1] * args[i][3] * bits // 8 <= KEYED_BYTES
+               for i in reach):
+        return None
+    return tuple(shifts[i] if i in reach else None for i in range(len(spec)))
+
+
 class StreamReplayer:
     """State of the stream kernels over the first ``n_caches`` tiers of ``geo``; :meth:`feed` it
     block streams in order, then :meth:`counts`.
@@ -41,10 +63,14 @@ class StreamReplayer:
     ``chain``: the read-only chain kernel (else the tier passes); ``top_block``: every tier-0 block
     fed is below it (default: the geometry's space), the caller's to know (the chain's tag words
     are sized from it, :func:`emulator.engine.stream.tag_width`: a block beyond it would be counted
-    in a wrong set, never outside the words); ``bit``: the partition bit for two threads, or None."""
+    in a wrong set, never outside the words); ``bit``: the partition bit for two threads, or None;
+    ``words``: (bits, shift) when every feed is of words of that many bits, shifted so to tier-0
+    blocks (an address trace's): the chain's first tier is then keyed where it can be
+    (:func:`emulator.engine.stream.can_key`: it keeps the words, not tags)."""
 
     def __init__(self, geo: Geometry, n_caches: int, options: ReplayOptions, *, chain: bool,
-                 top_block: int | None = None, bit: int | None = None, hand_over: bool = False):
+                 top_block: int | None = None, bit: int | None = None, hand_over: bool = False,
+                 words: tuple[int, int] | None = None):
         self.geo, self.n_t, self.chain = geo, n_caches, chain
         if top_block is None:
             top_block = int(geo.space_bytes) >> (int(geo.block_bytes[0]).bit_length() - 1)
@@ -70,6 +96,7 @@ class StreamReplayer:
         self.n_slots = n_slots
         self.blocks_fed = 0
         self.reqs = None            # the chain's requests and misses per tier
+        self.keyed = None           # per chain tier, keyed: the shift from the words to its blocks (else None)
         if chain:
             # per tier: its sets, set mask, set bits, ways, shift to the next; its tags' width
             self.par = np.array([[a[1], a[2], max(a[2], 0).bit_length(), a[3], a[9]] for a in self.args], np.int64)
@@ -77,8 +104,16 @@ class StreamReplayer:
             for a in self.args:
                 widths.append(stream.tag_width(top, a[1]))
                 top = ((top - 1) >> a[9]) + 1
-            self.spec = tuple((a[3] if a[3] in stream.VECTOR_WAYS else 0, a[2] >= 0, bool(a[4]), w)
-                              for a, w in zip(self.args, widths))
+            spec = [(a[3] if a[3] in stream.VECTOR_WAYS else 0, a[2] >= 0, bool(a[4]), w)
+                    for a, w in zip(self.args, widths)]
+            self.form = "runs" if n_t == 3 else "chain"     # (stream.chain_pass's default)
+            # keyed tiers, on one thread (the two threads' halves are fed as blocks)
+            if words is not None and words[0] in (32, 64) and bit is None:
+                self.keyed = _keyed(spec, self.args, int(words[0]), int(words[1]), self.form)
+            for i, h in enumerate(self.keyed or ()):
+                if h is not None:
+                    spec[i], widths[i] = spec[i][:3] + (int(words[0]), True), int(words[0])
+            self.spec = tuple(spec)
             self.states = [(stream.chain_state(self.par, widths), np.zeros((n_t + 1, N_COUNTERS), np.int64))
                            for _ in self.parts]
             self.reqs = np.zeros((len(self.parts), n_t, 2), np.int64)
@@ -108,7 +143,7 @@ class StreamReplayer:
             for i, t in enumerate(tags):
                 s_i, w_i = int(self.geo.n_sets[i]), int(self.geo.n_ways[i])
                 off = int(self.geo.slot_off[i])
-                wide[off:off + s_i * w_i] = stream.chain_blocks(t, s_i, w_i)
+                wide[off:off + s_i * w_i] = stream.chain_blocks(t, s_i, w_i, self.keyed[i] if self.keyed else None)
             states.append((wide, cnt))
         self.states, self.chain, self.handed_over_at = states, False, self.blocks_fed
         self._init_passes()
@@ -135,8 +170,11 @@ class StreamReplayer:
 
     def _chain(self, a, shift):
         n = len(a)
+        if self.keyed and (a.dtype.itemsize * 8 != self.spec[0][3] or shift != self.keyed[0]):
+            raise ValueError(f"{a.dtype} words >> {shift} fed to a chain keyed for {self.spec[0][3]}-bit words "
+                             f">> {self.keyed[0]}")
         if len(self.parts) == 1:
-            stream.chain_pass(a, n, shift, self.par, self.states[0][0], self.reqs[0], self.spec)
+            stream.chain_pass(a, n, shift, self.par, self.states[0][0], self.reqs[0], self.spec, form=self.form)
             return
         # for each chunk, thread k splits its half of the chunk by the partition bit into two
         # buffers, both wait, then thread k replays part k from both buffers in stream order
