@@ -35,8 +35,9 @@ def _on_threads(fn, n_parts: int) -> None:
 
 
 # the most bytes of words a keyed tier keeps (an estimate of a host core's L2: 1-2 MiB on the
-# Intel Xeon and AMD EPYC hosts measured): 3 tiers over the issue-4 stream on an Intel Xeon,
-# the third of 8 MiB (512 KiB of 32-bit words) 4% faster keyed, of 64 MiB (4 MiB) 11% slower
+# Intel Xeon and AMD EPYC hosts measured). 3 tiers over the issue-4 stream on an Intel Xeon, every
+# tier keyed in the chain form against the runs with the first keyed: 4% faster with a third tier
+# of 8 MiB (512 KiB of 32-bit words), 11% slower with one of 64 MiB (4 MiB)
 KEYED_BYTES = 1 << 20
 
 
