@@ -281,13 +281,14 @@ def _as_version_4(src, dst):
     return t
 
 
+@pytest.mark.parametrize("writes", [0.0, 0.3])
 @pytest.mark.parametrize("straddle", ["both", "once"])
-def test_version_4_traces_read_and_replay_as_before(imported, tmp_path, straddle):
+def test_version_4_traces_read_and_replay_as_before(imported, tmp_path, straddle, writes):
     """A version-4 address trace (64-bit words, no word_bits) reads the same words and replays to
     the same counts as the version-5 trace it was made from (32-bit words), on the stream kernels
-    and on the walk."""
+    (read only: the chain, keyed on each width of word) and on the walk."""
     d, traces = imported
-    v5 = traces[0.3, straddle]
+    v5 = traces[writes, straddle]
     v4 = _as_version_4(v5, tmp_path / "v4.trace")
     a, b = open_trace(v5), open_trace(v4)
     assert (a.word_bits, b.word_bits, b.manifest["version"]) == (32, 64, 4)
