@@ -244,7 +244,7 @@ def _direct(ways_lit: int, pow2_sets: bool, shift: int) -> tuple[int, bool]:
 
 @njit(nogil=True, inline="always")
 def _tier_word(words, blk, j, word, sh, direct, lw, key_sh, base_mask, n_sets, set_mask, set_bits, ways, fifo,
-               pow2_sets, width, act, keyed=False):
+               pow2_sets, width, act, keyed):
     """Look the block ``word >> sh`` up in one clean tier and update it (``word`` is ``blk[j]``;
     ``sh``, ``direct`` and ``lw`` build constants, :func:`_direct`; ``key_sh`` = ``set_bits + sh``,
     ``base_mask`` = ``set_mask << lw``); return 1 on a miss where ``act`` is 1. A direct tier makes
@@ -295,8 +295,7 @@ AHEAD = 512
 
 
 def _tiers(spec: tuple) -> tuple:
-    """``spec`` padded to three tiers (the absent ones: never reached), each tier's entry to five
-    fields (a four-field one is not keyed)."""
+    """``spec`` padded to three tiers of five fields (absent tiers never reached; four fields: not keyed)."""
     return tuple(tuple(t) + (False,) * (5 - len(t)) for t in spec) + ((1, True, False, 64, False),) * (3 - len(spec))
 
 
@@ -400,6 +399,8 @@ def _tier_run(src, lo, m, g_in, words, n_sets, set_mask, set_bits, ways, fifo, p
 
 
 RUN_BLOCKS = 4096   # a chunk of the tier runs: its misses stay in the host's L1 between the tiers
+# the form chain_pass takes by default, by tier count: the runs for three (AMD EPYC Zen 3: 13% faster)
+CHAIN_FORM = {1: "chain", 2: "chain", 3: "runs"}
 
 
 def _build_runs(spec: tuple, shifts: tuple = (0, 0, 0)):
@@ -459,10 +460,10 @@ def chain_pass(blk, n, in_shift, par, tags, cnt, spec, form: str | None = None) 
     """Serve ``blk[:n] >> in_shift`` on the chain's tiers (``spec``, ``par`` rows as
     :func:`_build_chain` takes them) over their words ``tags`` (:func:`chain_state`), adding
     requests and misses per tier to ``cnt``. ``form``: ``"chain"`` (:func:`_build_chain`) or
-    ``"runs"`` (:func:`_build_runs`), the same counts; by default the chain for one or two tiers, the
-    runs for three (AMD EPYC Zen 3: 13% faster there). Each build is made once, then cached on disk."""
+    ``"runs"`` (:func:`_build_runs`), the same counts; by default :data:`CHAIN_FORM`'s. Each build
+    is made once, then cached on disk."""
     n_t = len(spec)
-    form = form or ("runs" if n_t == 3 else "chain")
+    form = form or CHAIN_FORM[n_t]
     shifts = (int(in_shift), int(par[0, 4]) if n_t > 1 else 0, int(par[1, 4]) if n_t > 2 else 0)
     fn = _CHAIN.get((spec, shifts, form))
     if fn is None:
@@ -477,7 +478,7 @@ def chain_blocks(tags: np.ndarray, n_sets: int, ways: int, keyed_shift: int | No
     -1 where empty (the block is the tag and the set index, which the tag leaves out; of a keyed
     tier, its word ``>> keyed_shift``)."""
     if keyed_shift is not None:
-        u = tags.view(tags.dtype.str.replace("i", "u")).astype(np.int64)
+        u = tags.view(np.uint32 if tags.itemsize == 4 else np.uint64).astype(np.int64)
         return np.where(tags != -1, (u >> keyed_shift) << 1, -1)
     t = tags.astype(np.int64)
     s = np.repeat(np.arange(n_sets, dtype=np.int64), ways)
@@ -485,9 +486,8 @@ def chain_blocks(tags: np.ndarray, n_sets: int, ways: int, keyed_shift: int | No
 
 
 def evictions(misses: int, tag, slot_base: int, n_slots: int) -> int:
-    """A stream tier's evictions: each miss fills a way, an empty one or a victim's, and no way is
-    ever emptied again, so every miss beyond the ways that were filled from empty evicted a block
-    (an empty way is -1; a keyed tier's words may be negative, never -1)."""
+    """A stream tier's evictions: each miss fills a way (an empty one, -1, or a victim's) and no way
+    is ever emptied again, so every miss beyond the ways filled from empty evicted (keyed words may be < 0)."""
     return misses - int(np.count_nonzero(tag[slot_base:slot_base + n_slots] != -1))
 
 

@@ -107,7 +107,7 @@ class StreamReplayer:
                 top = ((top - 1) >> a[9]) + 1
             spec = [(a[3] if a[3] in stream.VECTOR_WAYS else 0, a[2] >= 0, bool(a[4]), w)
                     for a, w in zip(self.args, widths)]
-            self.form = "runs" if n_t == 3 else "chain"     # (stream.chain_pass's default)
+            self.form = stream.CHAIN_FORM[n_t]
             # keyed tiers, on one thread (the two threads' halves are fed as blocks)
             if words is not None and words[0] in (32, 64) and bit is None:
                 self.keyed = _keyed(spec, self.args, int(words[0]), int(words[1]), self.form)
