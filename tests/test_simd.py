@@ -364,6 +364,50 @@ def test_touch_at_is_touch_of_the_shifted_word(ways, literal, word_dtype):
                 assert np.array_equal(a, b), (width, fifo, j)
 
 
+@pytest.mark.parametrize("ways", [3, 8, 16])
+@pytest.mark.parametrize("literal", [False, True])
+@pytest.mark.parametrize("word_dtype", [np.uint32, np.int64, np.uint64])
+def test_touch_key_is_touch_of_the_masked_word(ways, literal, word_dtype):
+    """set_touch_key (a keyed tier: the key ``blk[j] & key_mask``, broadcast from memory) gives
+    what set_touch of that key gives, on sets as wide as the words, words with their top bits set
+    (negative as the set's signed words) and low bits to drop, every ``j`` from the first word to
+    the last, for masks clearing 1 to 3 bits."""
+    from emulator.engine.simd import set_touch, set_touch32, set_touch_key, set_touch_key32
+
+    rng = np.random.default_rng(6500 + ways)
+    bits = np.dtype(word_dtype).itemsize * 8
+    op, op_key = (set_touch32, set_touch_key32) if bits == 32 else (set_touch, set_touch_key)
+    sdtype = np.int32 if bits == 32 else np.int64
+    for fifo in (False, True):
+        if literal:
+            @njit(cache=False)
+            def keyed(arr, base, n, blk, j, mask, op_key=op_key, fifo=fifo):
+                return op_key(arr.ctypes.data, base, ways, blk, j, mask, 1, fifo)
+        else:
+            @njit(cache=False)
+            def keyed(arr, base, n, blk, j, mask, op_key=op_key, fifo=fifo):
+                return op_key(arr.ctypes.data, base, n, blk, j, mask, 1, fifo)
+
+        @njit(cache=False)
+        def plain(arr, base, n, key, op=op, fifo=fifo):
+            return op(arr.ctypes.data, base, n, key, 1, fifo)
+
+        for sh in (1, 2, 3):
+            hi = np.uint64((1 << bits) - 1 if word_dtype != np.int64 else (1 << 63) - 1)
+            lines = rng.choice(np.arange(int(hi >> np.uint64(sh)) - 4 * ways, int(hi >> np.uint64(sh)), dtype=np.int64),
+                               size=ways + 1, replace=False).astype(np.uint64)
+            blk = (rng.choice(lines, size=12) << np.uint64(sh)).astype(word_dtype)
+            blk[1::2] |= word_dtype((1 << sh) - 1)      # the bits below the tier's block are dropped
+            keys = (lines << np.uint64(sh)).astype(word_dtype).view(sdtype)
+            a = np.full(2 * ways + 8, -1, sdtype)
+            a[ways:2 * ways] = keys[:ways]
+            b = a.copy()
+            for j in range(len(blk)):
+                key = int(np.array([blk[j]], word_dtype).view(sdtype)[0]) & -(1 << sh)
+                assert keyed(a, ways, ways, blk, j, -(1 << sh)) == plain(b, ways, ways, key), (fifo, sh, j)
+                assert np.array_equal(a, b), (fifo, sh, j)
+
+
 @njit(cache=False)
 def _sum_asking_ahead(a, ahead):
     s = 0

@@ -288,7 +288,51 @@ def _intrinsics(elt: ir.IntType):
 
         return types.int64(words, base, ways, blk, j, key_sh, act, fifo), codegen
 
-    return set_lookup, set_put, set_push, set_front, set_touch, set_touch_at
+    @intrinsic
+    def set_touch_key(typingctx, words, base, ways, blk, j, key_mask, act, fifo):
+        if not _typed(words, base, ways, j, key_mask, act) or not isinstance(fifo, types.Boolean) \
+                or not isinstance(blk, types.Array) or blk.ndim != 1 or not isinstance(blk.dtype, types.Integer) \
+                or blk.dtype.bitwidth != elt.width:
+            return None
+        n = _vector_ways(ways)
+        fifo_v = fifo.literal_value if isinstance(fifo, types.BooleanLiteral) else None
+
+        def codegen(context, builder, sig, args):
+            return _touch_key_ir(context, builder, sig, args, n, elt, fifo_v)
+
+        return types.int64(words, base, ways, blk, j, key_mask, act, fifo), codegen
+
+    return set_lookup, set_put, set_push, set_front, set_touch, set_touch_at, set_touch_key
+
+
+def _touch_key_ir(context, builder, sig, args, n, elt, fifo):
+    """IR for :func:`set_touch_key`: the key is ``blk[j] & key_mask``, its vector a broadcast of
+    ``blk[j]`` loaded from memory through an address the optimiser cannot see through (an empty
+    asm), so not merged with the scalar load of the same word: no move from a general register."""
+    base_v, ways_v = _scalars(context, builder, sig, args[:3])
+    blk_t, j_v = sig.args[3], context.cast(builder, args[4], sig.args[4], types.intp)
+    mask = _narrow(builder, context.cast(builder, args[5], sig.args[5], types.int64), elt)
+    act_v = context.cast(builder, args[6], sig.args[6], types.int64)
+    ary = context.make_array(blk_t)(context, builder, args[3])
+    ptr = cgutils.get_item_pointer(context, builder, blk_t, ary, [j_v], wraparound=False)
+    key_w = builder.and_(builder.load(ptr), mask)
+
+    def key_splat(n):
+        # the address through an opaque all-ones word (loop-invariant: hoisted), so the load is
+        # not merged with the scalar one; the mask's lanes ORed with lane numbers ANDed with an
+        # opaque zero, so the optimiser cannot see the mask as one word and mask before broadcasting
+        ones = builder.call(ir.InlineAsm(ir.FunctionType(_I64, [_I64]), "", "=r,0", False),
+                            [ir.Constant(_I64, -1)], "all_ones", attrs=("nounwind", "readnone"))
+        nothing = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
+                               [ir.Constant(elt, 0)], "zero", attrs=("nounwind", "readnone"))
+        lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
+        m = builder.or_(_splat(builder, mask, n), builder.and_(lane, _splat(builder, nothing, n)))
+        addr = builder.and_(builder.ptrtoint(ptr, _I64), ones)
+        far = builder.load(builder.inttoptr(addr, ptr.type), align=elt.width // 8)
+        return builder.and_(_splat(builder, far, n), m)
+
+    return _touch_body(builder, _data(context, builder, sig, args, elt), base_v, ways_v, key_w, key_splat, act_v,
+                       args[-1], n, elt, fifo)
 
 
 def _touch_ir(context, builder, sig, args, n, elt, fifo):
@@ -374,9 +418,9 @@ def _touch_body(builder, data, base_v, ways_v, key_w, key_splat, act_v, fifo_v, 
     return _by_ways(builder, ways_v, n, vector, loop)
 
 
-set_lookup, set_put, set_push, set_front, set_touch, set_touch_at = _intrinsics(_I64)
-set_lookup32, set_put32, set_push32, set_front32, set_touch32, set_touch_at32 = _intrinsics(_I32)
-set_lookup16, set_put16, set_push16, set_front16, set_touch16, set_touch_at16 = _intrinsics(ir.IntType(16))
+set_lookup, set_put, set_push, set_front, set_touch, set_touch_at, set_touch_key = _intrinsics(_I64)
+set_lookup32, set_put32, set_push32, set_front32, set_touch32, set_touch_at32, set_touch_key32 = _intrinsics(_I32)
+set_lookup16, set_put16, set_push16, set_front16, set_touch16, set_touch_at16, set_touch_key16 = _intrinsics(ir.IntType(16))
 set_touch.__doc__ = set_touch32.__doc__ = set_touch16.__doc__ = """``set_touch(words, base, ways, key, act, fifo)``:
 look ``key`` up in the set at ``words[base]`` and return 1 on a miss, else 0; with ``act`` 1,
 update the set as a clean cache tier does (``fifo``, a literal: a miss pushes the key in front, a
@@ -388,6 +432,12 @@ key_sh, act, fifo)``: ``set_touch(words, base, ways, blk[j] >> key_sh, act, fifo
 array of 32- or 64-bit words, ``1 <= j < len(blk)``), the key made in the vector registers from a load of
 ``blk[j]`` there: no general register moved to a vector one (one such move an access was 5-11% of
 a one-level replay on an AMD EPYC Zen 5)."""
+set_touch_key.__doc__ = set_touch_key32.__doc__ = set_touch_key16.__doc__ = """``set_touch_key(words, base, ways,
+blk, j, key_mask, act, fifo)``: ``set_touch(words, base, ways, blk[j] & key_mask, act, fifo)``
+(``blk`` a 1-d array of words as wide as the set's, ``0 <= j < len(blk)``: a keyed tier), the key's
+lanes one broadcast of ``blk[j]`` from memory, masked there: no general register moved into a vector
+one (on an Intel core, a broadcast from a general register takes port 5, beside the compare, the
+mask move and the shuffle)."""
 set_front.__doc__ = set_front32.__doc__ = set_front16.__doc__ = """``set_front(words, base, ways, way, word)``: ``set_put(words,
 base, ways, way, word, True)`` (the word to way 0, ways ``0..way-1`` one down) as one two-source
 shuffle, one compare and one blend. ``way = -1`` leaves the set as it is (in the vector form

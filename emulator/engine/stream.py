@@ -40,6 +40,7 @@ from emulator.engine.counters import (
 )
 from emulator.engine.jit import njit
 from emulator.engine.policies import xorshift64
+from emulator.engine.set_ops import touch, touch_at, touch_key
 from emulator.engine.simd import (
     VECTOR_WAYS,
     prefetch,
@@ -47,12 +48,6 @@ from emulator.engine.simd import (
     set_lookup,
     set_push,
     set_put,
-    set_touch,
-    set_touch16,
-    set_touch32,
-    set_touch_at,
-    set_touch_at16,
-    set_touch_at32,
 )
 
 
@@ -219,20 +214,7 @@ def _chain_tier(words, b, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, wid
     else:
         key = b // n_sets
         base = (b - key * n_sets) * ways
-    return _touch(words, base, ways, key, act, fifo, width)
-
-
-@njit(nogil=True, inline="always")
-def _touch_at(words, base, ways, blk, j, key_sh, act, fifo, width):
-    """:func:`emulator.engine.simd.set_touch_at` (the key ``blk[j] >> key_sh`` made in the vector
-    registers) on words of ``width`` bits; 1 on a miss where ``act`` is 1, else 0."""
-    if width == 16:
-        miss = set_touch_at16(words, base, ways, blk, j, key_sh, act, fifo)
-    elif width == 32:
-        miss = set_touch_at32(words, base, ways, blk, j, key_sh, act, fifo)
-    else:
-        miss = set_touch_at(words, base, ways, blk, j, key_sh, act, fifo)
-    return miss & act
+    return touch(words, base, ways, key, act, fifo, width)
 
 
 def _direct(ways_lit: int, pow2_sets: bool, shift: int) -> tuple[int, bool]:
@@ -254,10 +236,10 @@ def _tier_word(words, blk, j, word, sh, direct, lw, key_sh, base_mask, n_sets, s
     if direct:
         base = (word << (lw - sh)) & base_mask
         if keyed:
-            return _touch(words, base, ways, word & -(1 << sh), act, fifo, width)
+            return touch_key(words, base, ways, blk, j, -(1 << sh), act, fifo, width)
         if j:
-            return _touch_at(words, base, ways, blk, j, key_sh, act, fifo, width)
-        return _touch(words, base, ways, word >> key_sh, act, fifo, width)
+            return touch_at(words, base, ways, blk, j, key_sh, act, fifo, width)
+        return touch(words, base, ways, word >> key_sh, act, fifo, width)
     return _chain_tier(words, word >> sh, n_sets, set_mask, set_bits, ways, fifo, pow2_sets, width, act)
 
 
@@ -274,19 +256,6 @@ def _check_keyed(spec: tuple, shifts: tuple) -> None:
     for i, t in enumerate(_tiers(spec)[:len(spec)]):
         if t[4] and (shifts[i] is None or not can_key(t[0], t[1], shifts[i])):
             raise ValueError(f"tier {i} of {spec} cannot be keyed under words shifted by {shifts[i]}")
-
-
-@njit(nogil=True, inline="always")
-def _touch(words, base, ways, key, act, fifo, width):
-    """:func:`emulator.engine.simd.set_touch` on words of ``width`` bits (a build constant); 1 on
-    a miss where ``act`` is 1, else 0."""
-    if width == 16:
-        miss = set_touch16(words, base, ways, key, act, fifo)
-    elif width == 32:
-        miss = set_touch32(words, base, ways, key, act, fifo)
-    else:
-        miss = set_touch(words, base, ways, key, act, fifo)
-    return miss & act
 
 
 # how far ahead (in words) the kernels ask for their input: the host's prefetcher stops at each 4 KiB
