@@ -52,7 +52,23 @@ def machine() -> dict:
 
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "numba": numba.__version__, "numpy": np.__version__, "platform": platform.platform(),
+            "numba_target": numba_target(),
             "load_average": os.getloadavg()}   # other work on the machine inflates wall times
+
+
+def numba_target() -> dict:
+    """What Numba compiles for: the CPU name and whether AVX-512 / AVX2 are on (``NUMBA_CPU_NAME``
+    alone keeps the host's features: only ``NUMBA_CPU_FEATURES`` changes the instruction set)."""
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    name = config.CPU_NAME or ll.get_host_cpu_name()
+    if config.CPU_FEATURES is not None:
+        on = {f[1:] for f in config.CPU_FEATURES.split(",") if f.startswith("+")}
+    else:
+        on = {k for k, v in ll.get_host_cpu_features().items() if v}
+    return {"cpu_name": name, "avx512f": "avx512f" in on, "avx2": "avx2" in on,
+            "features_from": "NUMBA_CPU_FEATURES" if config.CPU_FEATURES is not None else "host"}
 
 
 def timed(fn, *args, repeat: int = 1, **kwargs):
