@@ -120,9 +120,13 @@ def test_imported_trace_replays_as_pycachesim(tmp_path, fmt, policy):
     # pycachesim refreshes no LRU position on a store hit: tierlab's --no-store-hit-recency
     tr = replay_trace(tmp_path / "a.trace", load_chip(str(tmp_path / "c.toml")), ReplayOptions(store_hit_recency=False))
     ref = _pycachesim(policy, records)
-    for name, _, _ in LEVELS:
-        t = tr.result.tier(name)
-        assert (t["hits"], t["misses"]) == ref[name], name
+    got = {name: (tr.result.tier(name)["hits"], tr.result.tier(name)["misses"]) for name, _, _ in LEVELS}
+    if got != ref:      # say which side moved: once (a fresh venv's full run) pycachesim's l2 did, not tierlab's
+        again = replay_trace(tmp_path / "a.trace", load_chip(str(tmp_path / "c.toml")),
+                             ReplayOptions(store_hit_recency=False))
+        raise AssertionError(f"tierlab {got} (again: "
+                             f"{ {n: (again.result.tier(n)['hits'], again.result.tier(n)['misses']) for n, _, _ in LEVELS} }), "
+                             f"pycachesim {ref} (again: {_pycachesim(policy, records)})")
     assert tr.result.tier("l2")["hits"] > 0 and tr.result.tier("l2")["misses"] > 0
 
 
