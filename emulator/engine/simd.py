@@ -72,9 +72,15 @@ def _load_opaque(builder, ptr, elt, n):
     empty asm; hoisted out of loops): a blend of loaded words stored back to where they came from
     would otherwise become a masked store where a set spans several host vectors (AVX2: a 16-way
     int32 or an 8-way int64 set), slow on AMD CPUs before Zen 4; so a plain store on every host."""
-    ones = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
-                        [ir.Constant(elt, -1)], "all_ones", attrs=("nounwind", "readnone"))
+    ones = _opaque(builder, ir.Constant(elt, -1))
     return builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
+
+
+def _opaque(builder, value):
+    """``value`` (a general-register integer) through an empty asm: the same value, which the
+    optimiser cannot see through (a constant one is hoisted out of loops)."""
+    return builder.call(ir.InlineAsm(ir.FunctionType(value.type, [value.type]), "", "=r,0", False),
+                        [value], "opaque", attrs=("nounwind", "readnone"))
 
 
 VECTOR_WAYS = (2, 4, 8, 16, 32)   # run-time way counts switched to the vector form
@@ -274,33 +280,27 @@ def _intrinsics(elt: ir.IntType):
 
         return types.int64(words, base, ways, key, act, fifo), codegen
 
-    @intrinsic
-    def set_touch_at(typingctx, words, base, ways, blk, j, key_sh, act, fifo):
-        if not _typed(words, base, ways, j, key_sh, act) or not isinstance(fifo, types.Boolean) \
-                or not isinstance(blk, types.Array) or blk.ndim != 1 or not isinstance(blk.dtype, types.Integer) \
-                or blk.dtype.bitwidth not in (32, 64):
-            return None
-        n = _vector_ways(ways)
-        fifo_v = fifo.literal_value if isinstance(fifo, types.BooleanLiteral) else None
+    def touch_of_word(name, ir_of, widths):
+        """A ``set_touch`` whose key is made from ``blk[j]`` (a 1-d array of words of one of
+        ``widths`` bits) and a further integer argument, by ``ir_of``."""
+        def op(typingctx, words, base, ways, blk, j, arg, act, fifo):
+            if not _typed(words, base, ways, j, arg, act) or not isinstance(fifo, types.Boolean) \
+                    or not isinstance(blk, types.Array) or blk.ndim != 1 or not isinstance(blk.dtype, types.Integer) \
+                    or blk.dtype.bitwidth not in widths:
+                return None
+            n = _vector_ways(ways)
+            fifo_v = fifo.literal_value if isinstance(fifo, types.BooleanLiteral) else None
 
-        def codegen(context, builder, sig, args):
-            return _touch_at_ir(context, builder, sig, args, n, elt, fifo_v)
+            def codegen(context, builder, sig, args):
+                return ir_of(context, builder, sig, args, n, elt, fifo_v)
 
-        return types.int64(words, base, ways, blk, j, key_sh, act, fifo), codegen
+            return types.int64(words, base, ways, blk, j, arg, act, fifo), codegen
 
-    @intrinsic
-    def set_touch_key(typingctx, words, base, ways, blk, j, key_mask, act, fifo):
-        if not _typed(words, base, ways, j, key_mask, act) or not isinstance(fifo, types.Boolean) \
-                or not isinstance(blk, types.Array) or blk.ndim != 1 or not isinstance(blk.dtype, types.Integer) \
-                or blk.dtype.bitwidth != elt.width:
-            return None
-        n = _vector_ways(ways)
-        fifo_v = fifo.literal_value if isinstance(fifo, types.BooleanLiteral) else None
+        op.__name__ = op.__qualname__ = name
+        return intrinsic(op)
 
-        def codegen(context, builder, sig, args):
-            return _touch_key_ir(context, builder, sig, args, n, elt, fifo_v)
-
-        return types.int64(words, base, ways, blk, j, key_mask, act, fifo), codegen
+    set_touch_at = touch_of_word("set_touch_at", _touch_at_ir, (32, 64))
+    set_touch_key = touch_of_word("set_touch_key", _touch_key_ir, (elt.width,))
 
     return set_lookup, set_put, set_push, set_front, set_touch, set_touch_at, set_touch_key
 
@@ -321,10 +321,7 @@ def _touch_key_ir(context, builder, sig, args, n, elt, fifo):
         # the address through an opaque all-ones word (loop-invariant: hoisted), so the load is
         # not merged with the scalar one; the mask's lanes ORed with lane numbers ANDed with an
         # opaque zero, so the optimiser cannot see the mask as one word and mask before broadcasting
-        ones = builder.call(ir.InlineAsm(ir.FunctionType(_I64, [_I64]), "", "=r,0", False),
-                            [ir.Constant(_I64, -1)], "all_ones", attrs=("nounwind", "readnone"))
-        nothing = builder.call(ir.InlineAsm(ir.FunctionType(elt, [elt]), "", "=r,0", False),
-                               [ir.Constant(elt, 0)], "zero", attrs=("nounwind", "readnone"))
+        ones, nothing = _opaque(builder, ir.Constant(_I64, -1)), _opaque(builder, ir.Constant(elt, 0))
         lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
         m = builder.or_(_splat(builder, mask, n), builder.and_(lane, _splat(builder, nothing, n)))
         addr = builder.and_(builder.ptrtoint(ptr, _I64), ones)
