@@ -11,11 +11,11 @@ from __future__ import annotations
 from kernels.base import Op, Ten
 
 
-def rmsnorm(name: str, x: Ten, y: Ten, gain: Ten, *, m: int, width: int, act_bytes: int,
+def rmsnorm(name: str, x: Ten, y: Ten, gain: Ten | None, *, m: int, width: int, act_bytes: int,
             x_offset: int = 0, y_offset: int = 0, row_stride: int = 0, bias: Ten | None = None) -> Op:
     """Normalise ``m`` rows of ``width`` elements (rows ``row_stride`` bytes apart if given). With a
     ``bias`` it is a LayerNorm (mean subtracted, bias added: 1 FLOP per element more), reading the
-    bias after the gain."""
+    bias after the gain. ``gain`` None: a norm without one (Llama 4's q/k norm)."""
     op = Op(name, "norm", m, (5 if bias is not None else 4) * m * width)
     row = width * act_bytes
     if row_stride and m > 1 and row_stride != row:

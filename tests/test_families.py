@@ -454,6 +454,35 @@ def test_llama4_global_layers_have_no_rotary(tmp_path):
     assert layers == {0, 1, 2}
 
 
+def test_llama4_qk_norm_is_a_gainless_norm_per_head_where_rotary_turns(tmp_path):
+    """Llama 4's use_qk_norm: q and k normalised per head, without a gain, on the layers that turn
+    rotary (Transformers' Llama4TextL2Norm / WeightlessRMSNorm): 4 FLOPs an element, each row read
+    and written once, no parameter; off, none of it."""
+    kw = dict(hidden_size=64, intermediate_size=32, intermediate_size_mlp=64, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, num_hidden_layers=4, num_local_experts=4, vocab_size=128,
+              attention_chunk_size=8, no_rope_layers=[1, 0, 1, 1])
+    on = spec_from_config(shrunk("llama-4-scout-17b-16e", use_qk_norm=True, **kw), name="tiny-llama4")
+    off = spec_from_config(shrunk("llama-4-scout-17b-16e", use_qk_norm=False, **kw), name="tiny-llama4")
+    assert on.param_count() == off.param_count()
+    batch, prompt = 2, 5
+    ops = trace_of(tmp_path, on, generate=1, batch=batch, prompt=prompt).op_arrays()
+    norms = [(int(layer), str(phase), int(flops)) for name, layer, phase, flops
+             in zip(ops["name"], ops["layer"], ops["phase"], ops["flops"]) if name in ("q_norm", "k_norm")]
+    assert {layer for layer, _, _ in norms} == {0, 2, 3}              # layer 1 turns no rotary
+    for phase, tokens in (("prefill", batch * prompt), ("decode", batch)):
+        per_layer = sum(f for layer, ph, f in norms if ph == phase and layer == 0)
+        assert per_layer == 4 * tokens * (4 + 2) * 16
+    (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
+    tally = Tally(trace_of(tmp_path / "on", on, generate=1, batch=batch, prompt=prompt))
+    tally_off = Tally(trace_of(tmp_path / "off", off, generate=1, batch=batch, prompt=prompt))
+    step = max(s for p, s, _, _ in tally.bytes if p == "decode")
+    for write in (False, True):
+        extra = (tally.kind_bytes("decode", step, "activation", write)
+                 - tally_off.kind_bytes("decode", step, "activation", write))
+        assert extra == 3 * batch * (4 + 2) * 16 * 2                  # 3 layers' q and k rows, bf16
+    assert tally.kind_bytes("decode", step, "weight") == tally_off.kind_bytes("decode", step, "weight")
+
+
 def test_an_unknown_wrapper_is_read_by_its_language_models_family():
     """Mistral-Small-3.1's Mistral3ForConditionalGeneration: the text model is a Mistral."""
     text = json.loads((configs_dir("models") / "mistral-small-24b.json").read_text())

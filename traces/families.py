@@ -49,7 +49,7 @@ class Family:
     o_bias: object = False
     mlp_bias: object = False
     mlp_gated: bool = True
-    qk_norm: object = False        # False | "head" (per head_dim) | "full" (over all heads) | a config key
+    qk_norm: object = False        # False | "head" (per head_dim) | "full" (over all heads) | "l2" (no gain) | a config key
     # (true: "head") | (a config key, "full")
     sinks: bool = False            # learned per-head attention-sink logits
     learned_positions: int = -1    # -1: rotary; else the table's extra rows beyond max positions (OPT: 2)
@@ -122,7 +122,7 @@ FAMILIES: dict[str, Family] = {
                       layers="layer_types", moe="gpt_oss"),
     "llama4": Family(("Llama4ForCausalLM", "Llama4ForConditionalGeneration"), ("llama4_text", "llama4"),
                      _keys(intermediate_size="intermediate_size_mlp"), layers="llama4", moe="llama4",
-                     nope_full_layers=True),
+                     nope_full_layers=True, qk_norm=("use_qk_norm", "l2")),
     "gpt2": Family(("GPT2LMHeadModel", "GPT2Model"), ("gpt2",),
                    {"hidden_size": "n_embd", "num_layers": "n_layer", "num_heads": "n_head",
                     "intermediate_size": "n_inner", "vocab_size": "vocab_size", "max_position_embeddings": "n_positions"},

@@ -403,14 +403,18 @@ class Lowering(RecurrentMixers, SparseIndexer):
                 ops.append(self._lin("q_proj", A + "q_proj", "norm", "q", m, seg))
                 ops.append(self._lin("k_proj", A + "k_proj", "norm", "k", m, seg))
                 ops.append(self._lin("v_proj", A + "v_proj", "norm", "v", m, seg))
+            rope = not s.learned_positions and not (s.nope_full_layers and s.layer_kind(i) == "full") \
+                and i not in s.nope_layers
             if s.qk_norm == "head":
                 ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m * s.num_heads, s.head_dim))
                 ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m * s.num_kv_heads, s.head_dim))
             elif s.qk_norm == "full":         # OLMoE: over all heads of the token
                 ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m, self.q_width))
                 ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m, kvw))
-            if not s.learned_positions and not (s.nope_full_layers and s.layer_kind(i) == "full") \
-                    and i not in s.nope_layers:
+            elif s.qk_norm == "l2" and rope:  # Llama 4: an RMS norm without a gain, per head, where rotary turns
+                for name, x, heads in (("q_norm", "q", s.num_heads), ("k_norm", "k", s.num_kv_heads)):
+                    ops.append(norm_k.rmsnorm(name, a[x], a[x], None, m=m * heads, width=s.head_dim, act_bytes=ab))
+            if rope:
                 rd = s.rotary_dim or s.head_dim        # partial rotary: the first rotary_dim of each head turn
                 ops.append(norm_k.rotary("rotary", [a["q"], a["k"]], [s.num_heads * rd, s.num_kv_heads * rd], m=m,
                                          act_bytes=ab))

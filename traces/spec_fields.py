@@ -23,7 +23,8 @@ def indexer_fields(r: Reader, q_lora_rank) -> dict:
 
 def qk_norm_layout(r: Reader, trait) -> str:
     """A family's q/k norms: ``"head"`` / ``"full"`` / ``""`` as they are, a config key (true: per head),
-    or (a config key, the layout when true)."""
+    or (a config key, the layout when true); ``"l2"`` is Llama 4's, per head without a gain, on the
+    layers that turn rotary."""
     if trait in ("head", "full", "") or trait is False:
         return trait or ""
     if isinstance(trait, tuple):

@@ -13,7 +13,7 @@ cache object), not from ATen operators.
 from __future__ import annotations
 
 # module class name fragments -> leaf kind (checked after the isinstance tests in leaf_kind)
-NORM_CLASSES = ("RMSNorm", "LayerNorm", "RmsNorm")
+NORM_CLASSES = ("RMSNorm", "LayerNorm", "RmsNorm", "L2Norm")   # L2Norm: Llama 4's q/k norm before Transformers 5.25
 ACTIVATION_CLASSES = ("SiLU", "SiLUActivation", "GELU", "GELUActivation", "NewGELUActivation", "GELUTanh",
                       "PytorchGELUTanh", "FastGELUActivation", "QuickGELUActivation", "ReLU", "ReLUSquaredActivation",
                       "SwiGLU", "Tanh", "Sigmoid", "GELUTanhActivation", "ClippedGELUActivation")
