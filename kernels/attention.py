@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kernels.base import Op, Ten
+from tierlab_kernels.base import Op, Ten
 
 
 class Cache(NamedTuple):
@@ -182,3 +182,8 @@ def index_scores(name: str, q: Ten, weights: Ten, cache: Cache, *, batch: int, s
     op.read(q, 0, batch * t * heads * dim * act_bytes).read(weights, 0, batch * t * heads * act_bytes)
     read_positions(op, cache, 0, 0, keys, count=batch)
     return op
+
+
+# The attention kernels by name; all share one signature:
+# kernel(name, q, o, key_caches, value_caches, *, scores=..., attn_tile=..., ...)
+ATTENTION = {"flash": flash_attention, "naive": naive_attention}

@@ -404,8 +404,8 @@ def test_gpt_oss_preset_defaults_to_its_released_mxfp4_experts():
 # ---- rings, chunks and the attention kernels ----------------------------------------------------
 
 def test_ring_spans_against_a_position_by_position_map():
-    from kernels.attention import Cache, cache_spans
-    from kernels.base import Ten
+    from tierlab_kernels.attention import Cache, cache_spans
+    from tierlab_kernels.base import Ten
 
     for ring in (1, 3, 8):
         c = Cache(Ten(0, 0), 1, ring, ring)
@@ -418,7 +418,7 @@ def test_ring_spans_against_a_position_by_position_map():
 
 
 def test_causal_pairs_with_windows_and_chunks_brute_force():
-    from kernels.attention import causal_pairs, key_range
+    from tierlab_kernels.attention import causal_pairs, key_range
 
     for start in range(0, 30, 7):
         for t in (1, 5, 17):

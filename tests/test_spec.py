@@ -188,11 +188,31 @@ def test_bad_value_type():
         spec_from_config(cfg)
 
 
+def test_a_checkout_never_shadows_hugging_faces_kernels():
+    """From a checkout's root (on sys.path first, as for ``python -m`` there), the name ``kernels``
+    is not tierlab's: Transformers imports Hugging Face's ``kernels`` by that name, and a regular
+    package of ours there would shadow it (``cannot import name ... from 'kernels'``)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    probe = ("import importlib.util as u; s = u.find_spec('kernels'); "
+             "print(s.origin if s is not None and s.origin else '')")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    origin = r.stdout.strip()
+    assert not origin or not Path(origin).resolve().is_relative_to(root), \
+        f"'kernels' resolves to {origin}, in the checkout (kernels/ must have no __init__.py)"
+
+
 def test_imports_resolve_to_this_project():
     import emulator
-    import kernels
+    import tierlab_kernels.base
     import traces
 
     root = Path(__file__).resolve().parent.parent
-    for mod in (traces, kernels, emulator):
+    for mod in (traces, emulator):
         assert Path(mod.__file__).resolve().parent.parent == root
+    # kernels/ is imported as tierlab_kernels (a folder without __init__.py, so it never shadows
+    # Hugging Face's `kernels`, which Transformers imports)
+    assert Path(tierlab_kernels.base.__file__).resolve().parent == root / "kernels"

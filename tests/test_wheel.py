@@ -23,13 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _packages() -> set[str]:
-    """Every package directory of the project (an ``__init__.py``), as a dotted name."""
+    """Every package directory of the project (a folder of modules, with or without an
+    ``__init__.py``), as the dotted name it is imported by: kernels/ is ``tierlab_kernels``."""
     out = set()
-    for top in ("common", "emulator", "traces", "kernels"):
-        for init in (ROOT / top).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT)
+    for name, top in (("common", "common"), ("emulator", "emulator"), ("traces", "traces"),
+                      ("tierlab_kernels", "kernels")):
+        for module in (ROOT / top).rglob("*.py"):
+            rel = module.parent.relative_to(ROOT / top)
             if "__pycache__" not in rel.parts:
-                out.add(".".join(rel.parts))
+                out.add(".".join((name,) + rel.parts))
     return out
 
 
@@ -56,10 +58,12 @@ def test_wheel_installs_and_runs_the_quick_start(tmp_path):
     wheel = next((tmp_path / "dist").glob("tierlab-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     # every package of the source tree is in the wheel, with the presets and the typing marker
-    shipped = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("/__init__.py")}
+    shipped = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith(".py") and "/" in n}
     missing = _packages() - shipped
     assert not missing, f"packages not in the wheel (add them to [tool.setuptools] packages): {sorted(missing)}"
     assert "emulator/py.typed" in names
+    # kernels/ ships as tierlab_kernels, without an __init__.py (the name ``kernels`` is Hugging Face's)
+    assert "tierlab_kernels/attention.py" in names and not any(n.startswith("kernels/") for n in names)
     for preset in ("tierlab_configs/chips/sn40l.toml", "tierlab_configs/models/llama-3.1-8b.json",
                    "tierlab_configs/systems/dgx-h100.toml"):
         assert preset in names, preset

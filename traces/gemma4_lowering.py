@@ -25,12 +25,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from kernels import ATTENTION
-from kernels import attention as attn
-from kernels import embedding as emb
-from kernels import moe as moe_k
-from kernels import norm as norm_k
-from kernels.base import Op
+from tierlab_kernels.attention import ATTENTION
+from tierlab_kernels import attention as attn
+from tierlab_kernels import embedding as emb
+from tierlab_kernels import moe as moe_k
+from tierlab_kernels import norm as norm_k
+from tierlab_kernels.base import Op
 from traces.dtypes import nbytes_of, scale_bytes
 from traces.lowering import Lowering
 from traces.routing import log_routes

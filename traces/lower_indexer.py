@@ -5,9 +5,9 @@ kind ``kv_index``, are the lowering's), called from the MLA attention block befo
 
 from __future__ import annotations
 
-from kernels import attention as attn
-from kernels import norm as norm_k
-from kernels.base import Op
+from tierlab_kernels import attention as attn
+from tierlab_kernels import norm as norm_k
+from tierlab_kernels.base import Op
 from traces.segments import Segment
 
 

@@ -27,10 +27,10 @@ from typing import NamedTuple
 import numpy as np
 
 from common.errors import UsageError
-from kernels import embedding as emb
-from kernels import moe as moe_k
-from kernels import norm as norm_k
-from kernels.base import Op, Ten
+from tierlab_kernels import embedding as emb
+from tierlab_kernels import moe as moe_k
+from tierlab_kernels import norm as norm_k
+from tierlab_kernels.base import Op, Ten
 from traces.dtypes import nbytes_of
 from traces.lowering import Lowering
 from traces.routing import Router

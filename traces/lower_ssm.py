@@ -6,9 +6,9 @@ lowering's); each block reads the layer's normed input ``norm`` and writes its o
 
 from __future__ import annotations
 
-from kernels import norm as norm_k
-from kernels import ssm as ssm_k
-from kernels.base import Op
+from tierlab_kernels import norm as norm_k
+from tierlab_kernels import ssm as ssm_k
+from tierlab_kernels.base import Op
 from traces.segments import Segment
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import ATTENTION
-from kernels import attention as attn
-from kernels import embedding as emb
-from kernels import linear as lin
-from kernels import mlp as mlp_k
-from kernels import moe as moe_k
-from kernels import norm as norm_k
-from kernels.base import Op, Ten
+from tierlab_kernels.attention import ATTENTION
+from tierlab_kernels import attention as attn
+from tierlab_kernels import embedding as emb
+from tierlab_kernels import linear as lin
+from tierlab_kernels import mlp as mlp_k
+from tierlab_kernels import moe as moe_k
+from tierlab_kernels import norm as norm_k
+from tierlab_kernels.base import Op, Ten
 from traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
 from traces.weightfmt import weight_tensors
 from common.errors import UsageError

@@ -23,7 +23,7 @@ named here):
 - **Attention** is one op per layer (a varlen kernel, as FlashAttention's serves vLLM): the query
   rows of the decodes, each decode's keys and values ``[0, position]`` (its window where it has
   one), each chunk's tiles of ``attn_tile`` queries against their causal keys, the output rows.
-  FLOPs as :mod:`kernels.attention` counts them, per sequence. It is ``pim_eligible`` only in a
+  FLOPs as :mod:`tierlab_kernels.attention` counts them, per sequence. It is ``pim_eligible`` only in a
   step of decodes alone. ``kv_append`` writes each sequence's new rows at its own positions.
 - **Logits** for the sequences that sample a token: every decode, and each chunk that ends its
   prompt (``sample``).
@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import UsageError
-from kernels import attention as attn
-from kernels.base import Op, Ten
+from tierlab_kernels import attention as attn
+from tierlab_kernels.base import Op, Ten
 from traces.dtypes import nbytes_of
 from traces.lowering import Lowering
 from traces.run import RunConfig
@@ -353,7 +353,7 @@ class _Mixed:
 def _position_rows(step: MixedStep, pos_id: int, row: int, shift: int) -> list:
     """The learned position rows a step's tokens read: each decode its own position's row, each
     prompt chunk its run of rows (``shift``: the table's rows before position 0, OPT's 2)."""
-    from kernels.base import Access
+    from tierlab_kernels.base import Access
 
     return ([Access(pos_id, (c + shift) * row, row) for c in step.decode]
             + [Access(pos_id, (st + shift) * row, t * row) for st, t, _ in step.prefill])

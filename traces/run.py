@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kernels import ATTENTION
+from tierlab_kernels.attention import ATTENTION
 from traces.dtypes import ACTIVATION_DTYPES, DEFAULT_QUANT_GROUP, KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from common.errors import UsageError
 from traces.format import DEFAULT_ALIGNMENT

@@ -5,12 +5,12 @@ Face names; an experts tensor ``[expert, out, in]`` as one tensor per expert, ``
 run's weights dtype (1-D ones in :func:`traces.dtypes.vector_dtype`, group-quantised matrices with
 their ``.scales``); per layer a K and a V cache tensor of ``batch x positions x row`` in the KV dtype,
 with the row widths the cache object received; activation buffers per row width. Ops, per recorded
-event (see :mod:`traces.capture.opmap`): a linear module -> :func:`kernels.linear.linear`; a norm ->
-:func:`kernels.norm.rmsnorm`; the embedding -> :func:`kernels.embedding.embedding`; an activation
+event (see :mod:`traces.capture.opmap`): a linear module -> :func:`tierlab_kernels.linear.linear`; a norm ->
+:func:`tierlab_kernels.norm.rmsnorm`; the embedding -> :func:`tierlab_kernels.embedding.embedding`; an activation
 followed by a product -> the gated SiLU-and-multiply, else the ungated activation; a residual add
 in a decoder layer -> an element-wise add; an attention call -> rotary (when the attention module
-ran rotate_half's ``neg``), the KV append and :func:`kernels.attention.flash_attention`; a router and
-experts -> :mod:`kernels.moe` with tokens routed by :class:`traces.routing.Router`.
+ran rotate_half's ``neg``), the KV append and :func:`tierlab_kernels.attention.flash_attention`; a router and
+experts -> :mod:`tierlab_kernels.moe` with tokens routed by :class:`traces.routing.Router`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from common.errors import UsageError
-from kernels import attention as attn
-from kernels import embedding as emb
-from kernels import linear as lin
-from kernels import moe as moe_k
-from kernels import norm as norm_k
-from kernels.base import Op, Ten
+from tierlab_kernels import attention as attn
+from tierlab_kernels import embedding as emb
+from tierlab_kernels import linear as lin
+from tierlab_kernels import moe as moe_k
+from tierlab_kernels import norm as norm_k
+from tierlab_kernels.base import Op, Ten
 from collections import Counter
 
 from traces.capture.opmap import ELEMENTWISE_ATEN, MOVES_NOTHING, ROTARY_CLASS, is_decoder_layer, layer_of

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from kernels import attention as attn
-from kernels.base import Op, Ten
+from tierlab_kernels import attention as attn
+from tierlab_kernels.base import Op, Ten
 from traces.dtypes import GROUP_QUANTISED, SCALE_DTYPE, activation_storage, nbytes_of, scale_bytes, vector_dtype
 
 
