@@ -206,6 +206,21 @@ def test_a_checkout_never_shadows_hugging_faces_kernels():
         f"'kernels' resolves to {origin}, the checkout's kernels/ (it must have no __init__.py)"
 
 
+def test_a_checkout_imports_the_kernels_without_an_install():
+    """Run from a checkout's root, ``tierlab_kernels`` is the root's ``tierlab_kernels.py``, whose
+    ``__path__`` is ``kernels/``: the lowering imports its kernels with no install's mapping."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    probe = "import tierlab_kernels, tierlab_kernels.attention as a; print(tierlab_kernels.__file__); print(a.__file__)"
+    r = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    package, module = r.stdout.split()
+    assert Path(package).resolve() == root / "tierlab_kernels.py"
+    assert Path(module).resolve() == root / "kernels" / "attention.py"
+
+
 def test_imports_resolve_to_this_project():
     import emulator
     import tierlab_kernels.base

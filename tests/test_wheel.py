@@ -64,6 +64,7 @@ def test_wheel_installs_and_runs_the_quick_start(tmp_path):
     assert "emulator/py.typed" in names
     # kernels/ ships as tierlab_kernels, without an __init__.py (the name ``kernels`` is Hugging Face's)
     assert "tierlab_kernels/attention.py" in names and not any(n.startswith("kernels/") for n in names)
+    assert "tierlab_kernels.py" not in names      # the checkout's shim would shadow the installed folder
     for preset in ("tierlab_configs/chips/sn40l.toml", "tierlab_configs/models/llama-3.1-8b.json",
                    "tierlab_configs/systems/dgx-h100.toml"):
         assert preset in names, preset
