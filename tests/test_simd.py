@@ -324,6 +324,28 @@ def test_touch_matches_the_reference(ways, literal, fifo):
             assert np.array_equal(np.delete(got, range(base, base + ways)), np.delete(a, range(base, base + ways)))
 
 
+def _touch_of_word(op, ways, literal, fifo):
+    """``op`` (set_touch_at or set_touch_key: the key made from ``blk[j]`` and one more argument)
+    jitted with act 1, the way count a constant or a run-time value."""
+    if literal:
+        @njit(cache=False)
+        def touch(arr, base, n, blk, j, arg, op=op, fifo=fifo):
+            return op(arr.ctypes.data, base, ways, blk, j, arg, 1, fifo)
+    else:
+        @njit(cache=False)
+        def touch(arr, base, n, blk, j, arg, op=op, fifo=fifo):
+            return op(arr.ctypes.data, base, n, blk, j, arg, 1, fifo)
+    return touch
+
+
+def _plain_touch(op, fifo):
+    """``op`` (a set_touch) jitted with act 1 and the way count a run-time value: the reference."""
+    @njit(cache=False)
+    def plain(arr, base, n, key, op=op, fifo=fifo):
+        return op(arr.ctypes.data, base, n, key, 1, fifo)
+    return plain
+
+
 @pytest.mark.parametrize("ways", [3, 8, 16])
 @pytest.mark.parametrize("literal", [False, True])
 @pytest.mark.parametrize("word_dtype", [np.uint32, np.int64, np.uint64])
@@ -337,19 +359,7 @@ def test_touch_at_is_touch_of_the_shifted_word(ways, literal, word_dtype):
     for width, (op, op_at) in {16: (set_touch16, set_touch_at16), 32: (set_touch32, set_touch_at32),
                                64: (set_touch, set_touch_at)}.items():
         for fifo in (False, True):
-            if literal:
-                @njit(cache=False)
-                def at(arr, base, n, blk, j, sh, op_at=op_at, fifo=fifo):
-                    return op_at(arr.ctypes.data, base, ways, blk, j, sh, 1, fifo)
-            else:
-                @njit(cache=False)
-                def at(arr, base, n, blk, j, sh, op_at=op_at, fifo=fifo):
-                    return op_at(arr.ctypes.data, base, n, blk, j, sh, 1, fifo)
-
-            @njit(cache=False)
-            def plain(arr, base, n, key, op=op, fifo=fifo):
-                return op(arr.ctypes.data, base, n, key, 1, fifo)
-
+            at, plain = _touch_of_word(op_at, ways, literal, fifo), _plain_touch(op, fifo)
             dtype = {16: np.int16, 32: np.int32, 64: np.int64}[width]
             sh = 3
             top = min(np.iinfo(dtype).max, np.iinfo(word_dtype).max >> sh)
@@ -379,19 +389,7 @@ def test_touch_key_is_touch_of_the_masked_word(ways, literal, word_dtype):
     op, op_key = (set_touch32, set_touch_key32) if bits == 32 else (set_touch, set_touch_key)
     sdtype = np.int32 if bits == 32 else np.int64
     for fifo in (False, True):
-        if literal:
-            @njit(cache=False)
-            def keyed(arr, base, n, blk, j, mask, op_key=op_key, fifo=fifo):
-                return op_key(arr.ctypes.data, base, ways, blk, j, mask, 1, fifo)
-        else:
-            @njit(cache=False)
-            def keyed(arr, base, n, blk, j, mask, op_key=op_key, fifo=fifo):
-                return op_key(arr.ctypes.data, base, n, blk, j, mask, 1, fifo)
-
-        @njit(cache=False)
-        def plain(arr, base, n, key, op=op, fifo=fifo):
-            return op(arr.ctypes.data, base, n, key, 1, fifo)
-
+        keyed, plain = _touch_of_word(op_key, ways, literal, fifo), _plain_touch(op, fifo)
         for sh in (1, 2, 3):
             hi = np.uint64((1 << bits) - 1 if word_dtype != np.int64 else (1 << 63) - 1)
             lines = rng.choice(np.arange(int(hi >> np.uint64(sh)) - 4 * ways, int(hi >> np.uint64(sh)), dtype=np.int64),
