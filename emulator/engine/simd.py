@@ -67,13 +67,19 @@ def _vector_ptr(builder, data, base, n):
     return builder.bitcast(builder.gep(data, [base]), ir.PointerType(ir.VectorType(data.type.pointee, n)))
 
 
-def _load_opaque(builder, ptr, elt, n):
-    """The ``n`` words at ``ptr``, ANDed with an all-ones word the optimiser cannot see through (an
-    empty asm; hoisted out of loops): a blend of loaded words stored back to where they came from
-    would otherwise become a masked store where a set spans several host vectors (AVX2: a 16-way
-    int32 or an 8-way int64 set), slow on AMD CPUs before Zen 4; so a plain store on every host."""
-    ones = _opaque(builder, ir.Constant(elt, -1))
-    return builder.and_(builder.load(ptr, align=elt.width // 8), _splat(builder, ones, n))
+def _load_opaque(builder, data, base, elt, n):
+    """The ``n`` words at ``data[base]``, loaded through a copy of ``data`` the optimiser cannot see
+    through (an empty asm on the loop-invariant address; hoisted out of loops, and the index stays
+    in the load's addressing, so no instruction is added an access): a blend of loaded words stored
+    back to where they came from would otherwise become a masked store where a set spans several
+    host vectors (AVX2: a 16-way int32 or an 8-way int64 set), slow on AMD CPUs before Zen 4; so a
+    plain store on every host."""
+    return builder.load(_vector_ptr(builder, _opaque_ptr(builder, data), base, n), align=elt.width // 8)
+
+
+def _opaque_ptr(builder, ptr):
+    """``ptr`` through :func:`_opaque`: the same address, which the optimiser cannot tell is ``ptr``."""
+    return builder.inttoptr(_opaque(builder, builder.ptrtoint(ptr, _I64)), ptr.type)
 
 
 def _opaque(builder, value):
@@ -181,7 +187,7 @@ def _intrinsics(elt: ir.IntType):
                 # become a branch
                 ptr = _vector_ptr(builder, data, base_v, n)
                 # the lanes kept are loaded through _load_opaque: a plain store on every host
-                old = _load_opaque(builder, ptr, elt, n)
+                old = _load_opaque(builder, data, base_v, elt, n)
                 shifted = builder.shuffle_vector(old, old, ir.Constant(ir.VectorType(_I32, n), [0] + list(range(n - 1))))
                 lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
                 keep_way = builder.sub(ir.Constant(_I64, 0), builder.zext(builder.not_(move_v), _I64))
@@ -218,10 +224,10 @@ def _intrinsics(elt: ir.IntType):
 
             def vector(n):
                 # one two-source shuffle puts the word in lane 0 and every way one down; one blend
-                # on the (data) flag keeps or takes it. The loaded words are ANDed with the opaque
-                # all-ones word (_load_opaque)
+                # on the (data) flag keeps or takes it. The words are loaded through an opaque copy
+                # of the address (_load_opaque)
                 ptr = _vector_ptr(builder, data, base_v, n)
-                old = _load_opaque(builder, ptr, elt, n)
+                old = _load_opaque(builder, data, base_v, elt, n)
                 pushed = builder.shuffle_vector(old, _splat(builder, word_v, n),
                                                 ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
                 flag = builder.icmp_signed("!=", _splat(builder, builder.zext(push_v, elt), n),
@@ -252,7 +258,7 @@ def _intrinsics(elt: ir.IntType):
                 # lanes 0..way take the words pushed one down with the word in lane 0 (one
                 # two-source shuffle), the others keep theirs: one compare and one blend
                 ptr = _vector_ptr(builder, data, base_v, n)
-                old = _load_opaque(builder, ptr, elt, n)
+                old = _load_opaque(builder, data, base_v, elt, n)
                 pushed = builder.shuffle_vector(old, _splat(builder, word_v, n),
                                                 ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
                 lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
@@ -318,14 +324,16 @@ def _touch_key_ir(context, builder, sig, args, n, elt, fifo):
     key_w = builder.and_(builder.load(ptr), mask)
 
     def key_splat(n):
-        # the address through an opaque all-ones word (loop-invariant: hoisted), so the load is
-        # not merged with the scalar one; the mask's lanes ORed with lane numbers ANDed with an
-        # opaque zero, so the optimiser cannot see the mask as one word and mask before broadcasting
-        ones, nothing = _opaque(builder, ir.Constant(_I64, -1)), _opaque(builder, ir.Constant(elt, 0))
+        # the word loaded at its offset from an opaque copy of the array's address (loop-invariant:
+        # hoisted; the offset stays in the load's addressing), so the load is not merged with the
+        # scalar one; the mask's lanes ORed with lane numbers ANDed with an opaque zero, so the
+        # optimiser cannot see the mask as one word and mask before broadcasting
+        nothing = _opaque(builder, ir.Constant(elt, 0))
         lane = ir.Constant(ir.VectorType(elt, n), [ir.Constant(elt, x) for x in range(n)])
         m = builder.or_(_splat(builder, mask, n), builder.and_(lane, _splat(builder, nothing, n)))
-        addr = builder.and_(builder.ptrtoint(ptr, _I64), ones)
-        far = builder.load(builder.inttoptr(addr, ptr.type), align=elt.width // 8)
+        offset = builder.sub(builder.ptrtoint(ptr, _I64), builder.ptrtoint(ary.data, _I64))
+        far_data = builder.ptrtoint(_opaque_ptr(builder, ary.data), _I64)
+        far = builder.load(builder.inttoptr(builder.add(far_data, offset), ptr.type), align=elt.width // 8)
         return builder.and_(_splat(builder, far, n), m)
 
     return _touch_body(builder, _data(context, builder, sig, args, elt), base_v, ways_v, key_w, key_splat, act_v,
@@ -385,7 +393,7 @@ def _touch_body(builder, data, base_v, ways_v, key_w, key_splat, act_v, fifo_v, 
         # 0..first match take the words pushed one down with the key in lane 0, and that lane set
         # is the mask's lowest set bit and the bits below it, ``t ^ (t - 1)``)
         ptr = _vector_ptr(builder, data, base_v, n)
-        old = _load_opaque(builder, ptr, elt, n)
+        old = _load_opaque(builder, data, base_v, elt, n)
         key_n = key_splat(n)
         eq = builder.icmp_signed("==", old, key_n)
         bits = builder.bitcast(eq, ir.IntType(n))
