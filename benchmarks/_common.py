@@ -62,11 +62,10 @@ def numba_target() -> dict:
     import llvmlite.binding as ll
     from numba.core import config
 
+    from emulator.engine.simd import target_features
+
     name = config.CPU_NAME or ll.get_host_cpu_name()
-    if config.CPU_FEATURES is not None:
-        on = {f[1:] for f in config.CPU_FEATURES.split(",") if f.startswith("+")}
-    else:
-        on = {k for k, v in ll.get_host_cpu_features().items() if v}
+    on = target_features()
     return {"cpu_name": name, "avx512f": "avx512f" in on, "avx2": "avx2" in on,
             "features_from": "NUMBA_CPU_FEATURES" if config.CPU_FEATURES is not None else "host"}
 

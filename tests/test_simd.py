@@ -431,3 +431,44 @@ def test_prefetch_is_compiled_to_a_prefetch_instruction_on_x86():
     _sum_asking_ahead(a, 512)
     asm = "".join(_sum_asking_ahead.inspect_asm().values())
     assert "prefetch" in asm
+
+
+# every AVX-512 feature LLVM knows, turned off for a target without AVX-512
+_NO_AVX512 = ",".join("-" + f for f in ("avx512f avx512dq avx512cd avx512bw avx512vl avx512ifma avx512vbmi "
+                                        "avx512vbmi2 avx512vnni avx512bitalg avx512vpopcntdq avx512bf16 "
+                                        "avx512fp16").split())
+_TARGETS = {256: ("haswell", "+avx2,+avx,+fma,+bmi,+bmi2,+popcnt,+sse4.2,+lzcnt,+f16c,+movbe," + _NO_AVX512),
+            128: ("nehalem", "+sse4.2,+popcnt,-avx,-avx2,-fma,-f16c," + _NO_AVX512)}
+
+
+@pytest.mark.parametrize("bits", [256, 128])
+def test_touch_on_a_target_without_avx512_matches_the_reference(bits, tmp_path):
+    """The forms built only where the target has no AVX-512 (an LRU set of one AVX2 register
+    updated by a permute from a table row; the blend's lanes read from a table on AVX2 and SSE):
+    test_touch_matches_the_reference and test_touch_key_is_touch_of_the_masked_word re-run in a
+    process that compiles for such a target (NUMBA_CPU_NAME and NUMBA_CPU_FEATURES, a scratch
+    cache), which first checks that it does."""
+    import os
+    import subprocess
+    import sys
+
+    import llvmlite.binding as ll
+
+    need = "avx2" if bits == 256 else "sse4.2"
+    if not ll.get_host_cpu_features().get(need, False):
+        pytest.skip(f"this host cannot run {need} code")
+    name, features = _TARGETS[bits]
+    code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+            "from emulator.engine import simd\n"
+            f"assert simd._VECTOR_BITS == {bits}, simd._VECTOR_BITS\n"
+            "import test_simd as t\n"
+            "for ways in (2, 4, 8, 16):\n"
+            "    for literal in (False, True):\n"
+            "        for fifo in (False, True):\n"
+            "            t.test_touch_matches_the_reference(ways, literal, fifo)\n"
+            "for ways in (8, 16):\n"
+            "    t.test_touch_key_is_touch_of_the_masked_word(ways, True, t.np.uint32)\n"
+            "    t.test_touch_key_is_touch_of_the_masked_word(ways, False, t.np.int64)\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBA_CPU_NAME=name, NUMBA_CPU_FEATURES=features)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
