@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from emulator.engine.jit import njit
-from emulator.engine.simd import prefetch, set_front, set_front32, set_lookup, set_push, set_push32, set_put
+from emulator.engine.prefetch import prefetch
+from emulator.engine.simd import set_front, set_front32, set_lookup, set_push, set_push32, set_put
 
 WAYS = list(range(1, 67))
 
@@ -459,8 +460,8 @@ def test_touch_on_a_target_without_avx512_matches_the_reference(bits, tmp_path):
         pytest.skip(f"this host cannot run {need} code")
     name, features = _TARGETS[bits]
     code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
-            "from emulator.engine import simd\n"
-            f"assert simd._VECTOR_BITS == {bits}, simd._VECTOR_BITS\n"
+            "from emulator.engine import simd_tables\n"
+            f"assert simd_tables.VECTOR_BITS == {bits}, simd_tables.VECTOR_BITS\n"
             "import test_simd as t\n"
             "for ways in (2, 4, 8, 16):\n"
             "    for literal in (False, True):\n"

@@ -24,29 +24,12 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from emulator.engine.simd_tables import VECTOR_BITS, lane_table_row, lanes_from_table, lru_by_permute, permute_lru
+
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 
-
-def target_features() -> set:
-    """The CPU features Numba compiles for: ``NUMBA_CPU_FEATURES`` where set (``NUMBA_CPU_NAME``
-    alone keeps the host's), else the host's. The compiled code's cache is keyed by the same."""
-    import llvmlite.binding as ll
-    from numba.core import config
-
-    if config.CPU_FEATURES is not None:
-        return {f[1:] for f in config.CPU_FEATURES.split(",") if f.startswith("+")}
-    return {k for k, v in ll.get_host_cpu_features().items() if v}
-
-
-def _vector_bits(features) -> int:
-    """The widest integer vector of a target, in bits: 512 with AVX-512 (``avx512bw``), 256 with
-    AVX2, else 128. Some forms below are built only for targets without AVX-512."""
-    return 512 if "avx512bw" in features else 256 if "avx2" in features else 128
-
-
-_VECTOR_BITS = _vector_bits(target_features())
 
 MAX_VECTOR_WAYS = 64
 
@@ -425,22 +408,22 @@ def _touch_body(builder, data, base_v, ways_v, key_w, key_splat, act_v, fifo_v, 
         t = builder.or_(bits, ir.Constant(_I64, (1 << (n - 1)) - (1 << 64 if n == 64 else 0)))
         take = builder.select(is_fifo, builder.sub(zero, miss), builder.xor(t, builder.sub(t, one)))
         take = builder.and_(take, act_all)
-        if _lanes_from_table(n, elt):
+        if lanes_from_table(n, elt):
             # the lanes as a row of a constant table (row x < n: lanes 0..x; row n: none; row n + 1:
             # all): LRU's row is the first match (the last way on a miss), FIFO's n + miss
             lru_row = builder.cttz(t, ir.Constant(_I1, 1))
             row = builder.select(is_fifo, builder.add(ir.Constant(_I64, n), miss), lru_row)
             row = builder.select(builder.icmp_signed("!=", act_all, zero), row, ir.Constant(_I64, n))
-            lanes = builder.icmp_signed("<", _lane_table_row(builder, row, n, elt),
+            lanes = builder.icmp_signed("<", lane_table_row(builder, row, n, elt),
                                         ir.Constant(ir.VectorType(elt, n), None))
         else:
             lanes = builder.bitcast(builder.trunc(take, ir.IntType(n)), ir.VectorType(_I1, n))
         pushed = builder.shuffle_vector(old, key_n, ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
         new = builder.select(lanes, pushed, old)
-        if fifo is not True and _permute_lru(n, elt):
+        if fifo is not True and permute_lru(n, elt):
             # LRU by one permute (a FIFO, or a run-time flag that is not a constant, keeps the blend)
             lru = builder.select(builder.icmp_signed("!=", act_all, zero),
-                                 _lru_by_permute(builder, old, key_n, bits, n, elt), old)
+                                 lru_by_permute(builder, old, key_n, bits, n, elt), old)
             new = builder.select(is_fifo, new, lru)
         builder.store(new, ptr, align=elt.width // 8)
         return miss
@@ -499,61 +482,6 @@ fill: what was in ``way`` is dropped); without, in place at ``way``. One blend e
 branch."""
 
 
-def _permute_lru(n, elt) -> bool:
-    """Whether an LRU set of ``n`` words of ``elt`` is updated by :func:`_lru_by_permute`: a set of
-    one 256-bit register on an AVX2 target without AVX-512 (8 32-bit words, 4 64-bit ones)."""
-    return _VECTOR_BITS == 256 and n * elt.width == 256 and elt.width in (32, 64)
-
-
-def _lanes_from_table(n, elt) -> bool:
-    """Whether a set's blend lanes are a row of :func:`_lane_table_row`: on a target without
-    AVX-512 (no mask registers: the lanes as a bit mask in a general register would be moved into
-    a vector one, broadcast and compared there, two of those on port 5 of an Intel core), for sets
-    of up to 1024 bits."""
-    return _VECTOR_BITS < 512 and 2 <= n and n * elt.width <= 1024
-
-
-def _lane_table_row(builder, row, n, elt):
-    """Row ``row`` of a constant table of ``n + 2`` rows of ``n`` words of ``elt``: row ``x < n``
-    all ones in lanes ``0..x``, row ``n`` none, row ``n + 1`` all."""
-    rows = [[-1 if x <= r < n or r > n else 0 for x in range(n)] for r in range(n + 2)]
-    return _table_row(builder, f"tierlab_lanes_{n}x{elt.width}", ir.VectorType(elt, n), rows, row)
-
-
-def _lru_by_permute(builder, old, key_n, bits, n, elt):
-    """An LRU set after a touch as one permute of its words by a row of a constant table, indexed
-    by the match mask ``bits`` (row 0, a miss: every way one down; a hit at ``f``, the lowest set
-    bit: way ``f`` to the front, the ways before it one down), then the key into way 0 (at a hit
-    it is the word that was at ``f``). On AVX2, against the blend of the words pushed one down by
-    lanes made from the mask (moved into a vector register, broadcast and compared there): eight
-    instructions fewer an access, 27 -> 19 at one level. With AVX-512 the blend's lanes are a mask
-    register and the blend stays."""
-    per = elt.width // 32                          # 32-bit lanes a word: vpermd moves 32-bit lanes
-    rows = []
-    for mask in range(1 << n):
-        f = (mask & -mask).bit_length() - 1 if mask else n - 1
-        order = [f] + [x for x in range(n) if x != f]        # (a miss: the last way dropped)
-        rows.append([per * w + k for w in order for k in range(per)])
-    row_t = ir.VectorType(_I32, 8)
-    index = _table_row(builder, f"tierlab_lru_permute_{n}x{elt.width}", row_t, rows, bits)
-    permd = builder.module.declare_intrinsic("llvm.x86.avx2.permd", fnty=ir.FunctionType(row_t, [row_t, row_t]))
-    moved = builder.bitcast(builder.call(permd, [builder.bitcast(old, row_t), index]), old.type)
-    return builder.shuffle_vector(moved, key_n, ir.Constant(ir.VectorType(_I32, n), [n] + list(range(1, n))))
-
-
-def _table_row(builder, name, row_t, rows, row):
-    """Row ``row`` (an int64) of the constant table ``name`` of ``rows`` (vectors of ``row_t``),
-    made once a module, internal to it, aligned to its rows (at most 64 bytes)."""
-    align = min(64, row_t.count * row_t.element.width // 8)
-    table = builder.module.globals.get(name)
-    if table is None:
-        arr_t = ir.ArrayType(row_t, len(rows))
-        table = ir.GlobalVariable(builder.module, arr_t, name)
-        table.global_constant, table.linkage, table.align = True, "internal", align
-        table.initializer = ir.Constant(arr_t, [ir.Constant(row_t, r) for r in rows])
-    return builder.load(builder.gep(table, [ir.Constant(_I32, 0), row]), align=align)
-
-
 def _shift_loop(builder, data, base_v, way_v, word_v):
     with cgutils.for_range(builder, way_v) as it:
         x = builder.sub(way_v, it.index)                # way, way - 1, ..., 1
@@ -561,25 +489,3 @@ def _shift_loop(builder, data, base_v, way_v, word_v):
         src = builder.gep(data, [builder.sub(builder.add(base_v, x), ir.Constant(_I64, 1))])
         builder.store(builder.load(src), dst)
     builder.store(word_v, builder.gep(data, [base_v]))
-
-
-@intrinsic
-def prefetch(typingctx, arr, i):
-    """``prefetch(arr, i)``: ask for the cache line of ``arr[i]`` to be read into the host's
-    caches (LLVM's ``llvm.prefetch``: a hint, which never faults, so ``i`` may be past the end).
-    For a kernel that reads its input once in order: the host's own prefetcher stops at each 4 KiB
-    page, and a kernel a few nanoseconds an element waits at every page start. Non-temporal (read
-    once: kept out of the caches the state and the caller's code live in where the host can)."""
-    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(i, types.Integer):
-        return None
-
-    def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        idx = context.cast(builder, args[1], sig.args[1], types.intp)
-        ptr = builder.bitcast(builder.gep(ary.data, [idx]), ir.PointerType(ir.IntType(8)))
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, _I32, _I32, _I32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 0), ir.Constant(_I32, 1)])
-        return context.get_dummy_value()
-
-    return types.void(arr, i), codegen

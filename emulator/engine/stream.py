@@ -41,9 +41,9 @@ from emulator.engine.counters import (
 from emulator.engine.jit import njit
 from emulator.engine.policies import xorshift64
 from emulator.engine.set_ops import touch, touch_at, touch_key
+from emulator.engine.prefetch import prefetch
 from emulator.engine.simd import (
     VECTOR_WAYS,
-    prefetch,
     set_front,
     set_lookup,
     set_push,
