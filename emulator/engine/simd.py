@@ -24,13 +24,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from emulator.engine.simd_tables import VECTOR_BITS, lane_table_row, lanes_from_table, lru_by_permute, permute_lru
+from emulator.engine.simd_tables import lane_table_row, lanes_from_table, lru_by_permute, permute_lru
 
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
-
-
 MAX_VECTOR_WAYS = 64
 
 
@@ -406,24 +404,24 @@ def _touch_body(builder, data, base_v, ways_v, key_w, key_splat, act_v, fifo_v, 
         # FIFO: a hit leaves the set as it is, a miss pushes the key in front; LRU: the lanes up
         # to the first match, all of them on a miss
         t = builder.or_(bits, ir.Constant(_I64, (1 << (n - 1)) - (1 << 64 if n == 64 else 0)))
-        take = builder.select(is_fifo, builder.sub(zero, miss), builder.xor(t, builder.sub(t, one)))
-        take = builder.and_(take, act_all)
+        acts = builder.icmp_signed("!=", act_all, zero)
         if lanes_from_table(n, elt):
             # the lanes as a row of a constant table (row x < n: lanes 0..x; row n: none; row n + 1:
             # all): LRU's row is the first match (the last way on a miss), FIFO's n + miss
             lru_row = builder.cttz(t, ir.Constant(_I1, 1))
             row = builder.select(is_fifo, builder.add(ir.Constant(_I64, n), miss), lru_row)
-            row = builder.select(builder.icmp_signed("!=", act_all, zero), row, ir.Constant(_I64, n))
+            row = builder.select(acts, row, ir.Constant(_I64, n))
             lanes = builder.icmp_signed("<", lane_table_row(builder, row, n, elt),
                                         ir.Constant(ir.VectorType(elt, n), None))
         else:
+            take = builder.select(is_fifo, builder.sub(zero, miss), builder.xor(t, builder.sub(t, one)))
+            take = builder.and_(take, act_all)
             lanes = builder.bitcast(builder.trunc(take, ir.IntType(n)), ir.VectorType(_I1, n))
         pushed = builder.shuffle_vector(old, key_n, ir.Constant(ir.VectorType(_I32, n), [n] + list(range(n - 1))))
         new = builder.select(lanes, pushed, old)
         if fifo is not True and permute_lru(n, elt):
             # LRU by one permute (a FIFO, or a run-time flag that is not a constant, keeps the blend)
-            lru = builder.select(builder.icmp_signed("!=", act_all, zero),
-                                 lru_by_permute(builder, old, key_n, bits, n, elt), old)
+            lru = builder.select(acts, lru_by_permute(builder, old, key_n, bits, n, elt), old)
             new = builder.select(is_fifo, new, lru)
         builder.store(new, ptr, align=elt.width // 8)
         return miss

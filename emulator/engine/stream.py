@@ -40,8 +40,8 @@ from emulator.engine.counters import (
 )
 from emulator.engine.jit import njit
 from emulator.engine.policies import xorshift64
-from emulator.engine.set_ops import touch, touch_at, touch_key
 from emulator.engine.prefetch import prefetch
+from emulator.engine.set_ops import touch, touch_at, touch_key
 from emulator.engine.simd import (
     VECTOR_WAYS,
     set_front,
