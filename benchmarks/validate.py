@@ -400,7 +400,8 @@ def predict(row: dict, pred: Predictor) -> dict:
     if kind in ("decode", "energy") and ("system" in row or "weights" in row):
         pt = pred.result(row["model"], context=row["context"], **setup)["per_token"]
         if kind == "energy":
-            return {"roofline": pt["energy_j"], "calibrated": None, "bound": pt["bound"]}
+            return {"roofline": pt["j_per_token_dynamic"], "calibrated": pt["j_per_token"], "bound": pt["bound"],
+                    "basis": pt["energy_board_basis"]}
         return {"roofline": pt["tokens_per_s"], "calibrated": pt["tokens_per_s_calibrated"], "bound": pt["bound"],
                 "bound_calibrated": pt["bound_calibrated"], "kernels": pt["kernels"],
                 "overhead_s": pt["overhead_s"], "latency_calibrated_s": pt["latency_calibrated_s"]}
@@ -410,7 +411,8 @@ def predict(row: dict, pred: Predictor) -> dict:
                "bound": pt["bound"], "bound_calibrated": pt["bound_calibrated"], "kernels": pt["kernels"],
                "overhead_s": pt["overhead_s"], "latency_calibrated_s": pt["latency_calibrated_s"]}
         if kind == "energy":
-            return {"roofline": pt["energy_j"], "calibrated": None, "bound": pt["bound"]}
+            return {"roofline": pt["j_per_token_dynamic"], "calibrated": pt["j_per_token"], "bound": pt["bound"],
+                    "basis": pt["energy_board_basis"]}
         if kind == "speed_ratio":
             other = pred.per_token(row["other"], row["chip"], context=row["context"])
             return {"roofline": pt["tokens_per_s"] / other["tokens_per_s"],

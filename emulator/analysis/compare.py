@@ -73,7 +73,7 @@ def summary_of(pt: dict | None, found: dict, parts=ENERGY_PARTS) -> dict:
     chip's, or a system's, which add ``network``)."""
     s = {"found": found, "bytes_by_link": {}, "in_memory_bytes": {}, "energy_j": {},
          "energy_per_token_j": None, "latency_per_token_s": None, "tokens_per_s": None,
-         "tokens_per_j": None, "bound": None}
+         "tokens_per_j": None, "bound": None, "j_per_token": None, "j_per_token_dynamic": None}
     if not pt:
         return s
     s["bytes_by_link"] = dict(pt["bytes_by_link"])
@@ -84,6 +84,9 @@ def summary_of(pt: dict | None, found: dict, parts=ENERGY_PARTS) -> dict:
     s["tokens_per_s"] = pt["tokens_per_s"]
     s["tokens_per_j"] = 1.0 / pt["energy_j"] if pt["energy_j"] > 0 else None
     s["bound"] = pt["bound"]
+    # board energy (dynamic + static power x modelled time); energy_per_token_j stays the dynamic
+    s["j_per_token"] = pt.get("j_per_token", pt["energy_j"])
+    s["j_per_token_dynamic"] = pt["energy_j"]
     return s
 
 
@@ -162,6 +165,7 @@ def table_rows(rows: list[ChipResult]) -> list[tuple[str, list]]:
     for p in ENERGY_PARTS:
         row(f"energy/token {p}", lambda s, p=p: s["energy_j"].get(p))
     row("energy/token total", lambda s: s["energy_per_token_j"])
+    row("energy/token board", lambda s: s["j_per_token"])
     row("latency/token", lambda s: s["latency_per_token_s"])
     row("tokens/s", lambda s: s["tokens_per_s"])
     row("tokens/J", lambda s: s["tokens_per_j"])

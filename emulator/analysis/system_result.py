@@ -36,6 +36,8 @@ Top-level keys:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from common.errors import CapacityError, TraceError
@@ -137,7 +139,7 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
     cal = calibrated(sr, sc, steps, tokens) if sc.calibration is not None else {}
     split = {k: float(np.mean(v)) / tokens for k, v in en.items()}
     n_coll = sum(len(_step_collectives(sc, s)) for s in steps) / len(steps)
-    return {
+    out = {
         "steps": len(steps),
         "batch": batch,
         "tokens_per_step": tokens,
@@ -162,6 +164,22 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
             **cal.get("_coordination", {}),
         },
     }
+    return board_energy(out, sc)
+
+
+def board_energy(out: dict, sc: SystemCost) -> dict:
+    """The per-token board-energy keys (:func:`emulator.cost.model.add_board_energy`): every device's
+    static power over the step's modelled time (calibrated where there is one), dynamic only if a
+    device's chip has no ``[power]``."""
+    from emulator.cost.model import add_board_energy
+
+    watts = [c.static_power_w for c in sc.devices]
+    one = sc.devices[0] if sc.devices else None
+    if one is None or any(w is None for w in watts):
+        return add_board_energy(out, replace(one, static_power_w=None), 0.0, "dynamic only") if one else out
+    cal = out.get("latency_calibrated_s")
+    time_s, basis = (cal, "calibrated") if cal is not None else (out["latency_s"], "roofline")
+    return add_board_energy(out, replace(one, static_power_w=float(sum(watts))), time_s, basis)
 
 
 def calibration_settings(sc: SystemCost) -> dict:

@@ -32,6 +32,8 @@ Layout (quantities are strings with units, see :mod:`emulator.chip.units`)::
     per_hour = "3.00 USD/h"; source = "https://..."; date = "2026-05-01"   # source and date required
     [execution]                   # optional: the calibrated latency (emulator.cost.organisation)
     kernel_overhead = "1.3 us"; fusion = "none"; overlap = "none"     # defaults "0 s", none, none
+    [power]                       # optional: board power, for board energy (energy_j = dynamic + static x time)
+    idle = "70 W"; tdp = "700 W"; static = "267 W"; memory_background = "20 W"   # static, memory_background optional
 
 ``achievable`` (optional, a number in (0, 1], default 1) in ``[compute]``, a ``[[tier]]`` or a
 ``[[link]]`` is the fraction of its peak FLOP/s or bandwidth a kernel reaches; like ``[execution]``
@@ -49,7 +51,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from emulator.chip.hierarchy import MANAGED, POLICIES, Chip, Price, Compute, Link, PimUnit, PlacementRule, Tier
-from emulator.chip.hierarchy import FUSIONS, OVERLAPS, Execution
+from emulator.chip.hierarchy import FUSIONS, OVERLAPS, Execution, Power
 from emulator.chip.units import format_size
 from common.paths import resolve_toml, toml_presets
 from common.suggest import did_you_mean
@@ -262,14 +264,32 @@ def price_from_table(d, error, table_check) -> Price:
     return Price(usd_per_hour=per_hour, source=source, date=date)
 
 
+# ---- [power]: board power (emulator.cost.model's board energy) -----------------------------------
+
+POWER_KEYS = {"idle": True, "tdp": True, "static": False, "memory_background": False}
+
+
+def power_from_table(ctx: FileReader, d) -> Power:
+    """Validate a ``[power]`` table: watts, none negative (``static`` defaults to ``idle``)."""
+    d = ctx.table(d, "power", POWER_KEYS)
+    w = {k: float(ctx.quantity(d[k], "power", f"power.{k}", positive=False)) for k in POWER_KEYS if k in d}
+    if w["tdp"] <= 0:
+        raise ctx.error("power.tdp", f"must be positive, got {d['tdp']!r}")
+    for k in ("idle", "static", "memory_background"):
+        if k in w and w[k] > w["tdp"]:
+            raise ctx.error(f"power.{k}", f"must not exceed power.tdp ({d['tdp']}), got {d[k]!r}")
+    return Power(idle_w=w["idle"], tdp_w=w["tdp"], static_w=w.get("static"),
+                 memory_background_w=w.get("memory_background"))
+
+
 # ---- the calibrated latency's keys: achievable fractions, [execution] (emulator.cost.organisation) ----
 
 # the optional keys of the calibrated latency, added to the layout's tables here (kept apart from them);
 # a tier's ``achievable`` is read around _tier (calibrated_tier), so _TIER_KEYS stays the layout's
-_TOP_KEYS = {**_TOP_KEYS, "execution": False}
+_TOP_KEYS = {**_TOP_KEYS, "execution": False, "power": False}
 _COMPUTE_KEYS = {**_COMPUTE_KEYS, "achievable": False}
 _LINK_KEYS = {**_LINK_KEYS, "achievable": False}
-_TIER_KEYS_CALIBRATION = {"achievable": False}
+_TIER_KEYS_CALIBRATION = {"achievable": False, "forward_misses": False}
 _EXECUTION_KEYS = {"kernel_overhead": False, "fusion": False, "overlap": False}
 
 
@@ -341,9 +361,10 @@ def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
     if "price" in d:
         price = price_from_table(d["price"], ctx.error, ctx.table)
     execution = execution_from_table(ctx, d["execution"]) if "execution" in d else Execution()
+    power = power_from_table(ctx, d["power"]) if "power" in d else None
     return Chip(name=name, tiers=tiers, links=links, compute=compute, placement=rules,
                 description=description, source_file=ctx.file, sources=dict(sources), source_sha256=sha256,
-                price=price, execution=execution)
+                price=price, execution=execution, power=power)
 
 
 def list_presets() -> list[str]:
@@ -365,10 +386,10 @@ def read_chip_toml(name_or_path) -> tuple[dict, Path, str]:
 
 def file_keys(section: str) -> tuple[str, ...]:
     """The keys a chip file's top level (``""``) or a ``tier``, ``link``, ``compute``, ``pim``,
-    ``execution`` or ``price`` table may hold."""
+    ``execution``, ``price`` or ``power`` table may hold."""
     return tuple({"": _TOP_KEYS, "tier": {**_TIER_KEYS, **_TIER_KEYS_CALIBRATION}, "link": _LINK_KEYS,
                   "compute": _COMPUTE_KEYS, "pim": _PIM_KEYS, "execution": _EXECUTION_KEYS,
-                  "price": PRICE_KEYS}[section])
+                  "price": PRICE_KEYS, "power": POWER_KEYS}[section])
 
 
 def strip_calibration_defaults(d: dict) -> None:
@@ -417,8 +438,9 @@ def chip_hash(chip_or_path) -> str:
         if chip_or_path.source_sha256:
             return chip_or_path.source_sha256
         d = asdict(chip_or_path)
-        if d.get("price") is None:          # chips without a price hash as before prices existed
-            d.pop("price", None)
+        for key in ("price", "power"):      # chips without them hash as before they existed
+            if d.get(key) is None:
+                d.pop(key, None)
         strip_calibration_defaults(d)
         canon = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(canon.encode()).hexdigest()

@@ -26,6 +26,24 @@ class Price:
 
 
 @dataclass(frozen=True)
+class Power:
+    """A chip's board power (``[power]`` of a chip file), in watts: the measured ``idle_w`` and the
+    vendor's ``tdp_w``; ``static_w``, the power the busy board draws that the dynamic energy does not
+    count (board energy = dynamic + ``static_w`` x modelled time; ``idle_w`` where not given); and,
+    where published, the memory's background power ``memory_background_w`` (included in the others)."""
+
+    idle_w: float
+    tdp_w: float
+    static_w: float | None = None
+    memory_background_w: float | None = None
+
+    @property
+    def static_power_w(self) -> float:
+        """The watts charged over the modelled time."""
+        return self.idle_w if self.static_w is None else self.static_w
+
+
+@dataclass(frozen=True)
 class PimUnit:
     """A processing-in-memory unit carried by a tier (issue 5)."""
 
@@ -139,6 +157,7 @@ class Chip:
     source_sha256: str | None = None   # hash of the chip file's bytes at load time (provenance)
     price: Price | None = None         # optional [price] table: rental USD per hour
     execution: Execution = Execution()  # optional [execution] table: kernels, fusion, overlap
+    power: Power | None = None         # optional [power] table: board power (board energy)
 
     def tier_index(self, name: str) -> int:
         for i, t in enumerate(self.tiers):

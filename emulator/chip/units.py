@@ -15,6 +15,7 @@ kind                accepted forms (examples)               returns
                     ``1979 TOP/s``, ``750 TOPS``
 ``time``            ``20 us``, ``20 µs``, ``1.5 ms``,       seconds (``float``)
                     ``800 ns``, ``2 s``
+``power``           ``700 W``, ``1.2 kW``, ``500 mW``       watts (``float``)
 ==================  ======================================  ===============================
 
 Size prefixes: decimal ``kB MB GB TB PB`` (powers of 1000) and binary ``KiB MiB GiB TiB PiB``
@@ -32,7 +33,7 @@ from fractions import Fraction
 
 from common.errors import ConfigError
 
-KINDS = ("size", "bandwidth", "energy_per_byte", "energy", "rate", "time")
+KINDS = ("size", "bandwidth", "energy_per_byte", "energy", "rate", "time", "power")
 
 _DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
@@ -46,6 +47,7 @@ _EXAMPLES = {
     "energy": 'an energy per operation such as "0.7 pJ"',
     "rate": 'a rate such as "989 TFLOP/s" or "750 TOPS"',
     "time": 'a time such as "20 us", "1.5 ms" or "800 ns"',
+    "power": 'a power such as "700 W" or "1.2 kW"',
 }
 
 _NUMBER = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(\S+)\s*$")
@@ -86,6 +88,9 @@ def _units(kind: str) -> dict[str, Fraction]:
     elif kind == "time":
         for p, f in _SMALL.items():
             table[f"{p}s"] = f
+    elif kind == "power":
+        for p, f in {**_SMALL, "k": Fraction(10**3), "M": Fraction(10**6)}.items():
+            table[f"{p}W"] = f
     else:
         raise ValueError(f"unknown quantity kind {kind!r}; expected one of {', '.join(KINDS)}")
     return table
@@ -192,4 +197,6 @@ def format_quantity(value: float | int, kind: str) -> str:
         return f"{_fmt_number(float(value) * 1e12 / 8)} pJ/bit"
     if kind == "time":
         return _fmt_scaled(float(value), "s", [("", 1.0), ("m", 1e-3), ("µ", 1e-6), ("n", 1e-9), ("p", 1e-12)])
+    if kind == "power":
+        return _fmt_scaled(float(value), "W", [("k", 1e3), ("", 1.0), ("m", 1e-3)])
     raise ValueError(f"unknown quantity kind {kind!r}; expected one of {', '.join(KINDS)}")

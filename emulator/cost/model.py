@@ -9,9 +9,14 @@ Energy (joules), per op, split by component:
   PIM at ``i``: pim_bytes_i x the PIM unit's in-bank read energy, plus the FLOPs of the ops that unit
                 runs (:mod:`emulator.cost.pim`) x its energy per FLOP
 The end-of-run flush, if replayed, is costed separately (``flush_j``) and not in the totals.
+That is the **dynamic** energy. The **board** energy adds the chip's static power (``[power]``:
+``static``, else ``idle``) over the modelled time of each decode step: the calibrated latency where the
+chip has one, else the roofline's (``per_token``'s ``energy_board_basis`` says which). A chip without
+``[power]`` reports dynamic energy only, with a :class:`NoPowerWarning` saying so.
 
 Latency (seconds), per op, a roofline stated as such: the largest of the op's compute time
-(FLOPs / peak FLOP/s; resource ``compute``), each tier's (bytes_read + bytes_written) / bandwidth,
+(FLOPs / peak FLOP/s; resource ``compute``), each tier's (bytes_read + bytes_written) / bandwidth (less, on a tier that forwards its misses, the
+fetched fill bytes a read took on their way through: see below),
 each link's (bytes_down + bytes_up) / bandwidth, each PIM unit's pim_bytes / internal bandwidth
 (``pim:TIER``) and, for an op run in memory, its FLOPs / the unit's FLOP/s (``pim_flops:TIER``).
 The resource reaching that maximum is the op's **bound**. Per decode step: the sum over the step's
@@ -27,12 +32,17 @@ activation format (``nvfp4``, ``mxfp4``) the chip lacks falls to ``fp8`` then ``
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, PIM_BYTES, link_bytes
 from emulator.chip.hierarchy import Chip
+
+
+class NoPowerWarning(UserWarning):
+    """A chip without ``[power]``: its energy is the dynamic energy only (the CLI prints one line)."""
 
 
 def compute_dtype(chip: Chip, manifest: dict | None) -> str:
@@ -58,6 +68,7 @@ class Cost:
     bound: np.ndarray                # [op]: index into resources
     flush_j: float
     organisation: object = None      # emulator.cost.organisation.Organisation: the calibrated latency
+    static_power_w: float | None = None  # the chip's [power] static watts (None: no [power], dynamic only)
 
     @property
     def energy_j(self) -> np.ndarray:
@@ -133,7 +144,36 @@ def cost(chip: Chip, per_op: np.ndarray, block_bytes: np.ndarray, flops: np.ndar
         f = np.asarray(flush)[None]
         flush_j = float((f[0, :, BYTES_READ] * rd + f[0, :, BYTES_WRITTEN] * wr).sum()
                         + (link_bytes(f, block_bytes)[0].sum(1) * le).sum())
-    return Cost(resources, dtype, tier_j, link_j, compute_j, pim_j, time_s, latency, bound, flush_j)
+    static_w = None
+    if chip.power is None:
+        warnings.warn(NoPowerWarning(f"{chip.source_file or chip.name}: no [power] section, so energy is the "
+                                     "dynamic energy only (j_per_token = j_per_token_dynamic)"), stacklevel=2)
+    else:
+        static_w = chip.power.static_power_w
+    return Cost(resources, dtype, tier_j, link_j, compute_j, pim_j, time_s, latency, bound, flush_j,
+                static_power_w=static_w)
+
+
+def board_energy(cst: Cost, dynamic_j: float, time_s: float) -> float:
+    """Board energy (J) of a step or request: its dynamic energy plus the chip's static power over its
+    modelled ``time_s``; the dynamic energy alone for a chip without ``[power]``."""
+    return dynamic_j + (cst.static_power_w or 0.0) * time_s
+
+
+def add_board_energy(out: dict, cst: Cost, time_s: float, basis: str, devices: int = 1) -> dict:
+    """Add the per-token board-energy keys to a ``per_token`` dict whose ``energy_j`` is the dynamic
+    energy per token: ``energy_dynamic_j`` and ``j_per_token_dynamic`` (= ``energy_j``, kept in its
+    meaning), ``energy_board_j`` and ``j_per_token`` (dynamic + ``devices`` x static power x
+    ``time_s`` per token, ``time_s`` the step's modelled time), ``static_power_w`` and
+    ``energy_board_basis`` (``calibrated``, ``roofline`` or ``dynamic only``)."""
+    dyn = float(out["energy_j"])
+    batch = int(out.get("tokens_per_step", out.get("batch", 1)) or 1)   # tokens a step makes
+    static = None if cst.static_power_w is None else cst.static_power_w * devices
+    board = dyn + (static or 0.0) * time_s / batch
+    out.update({"energy_dynamic_j": dyn, "j_per_token_dynamic": dyn, "energy_board_j": board,
+                "j_per_token": board, "static_power_w": static,
+                "energy_board_basis": basis if static is not None else "dynamic only"})
+    return out
 
 
 def per_step(cst: Cost, step: np.ndarray, phase: np.ndarray) -> dict[int, np.ndarray]:
@@ -204,7 +244,8 @@ def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.n
             "calibration": {"fusion": org.fusion, "overlap": org.overlap,
                             "kernel_overhead_s": org.kernel_overhead_s, "achievable": dict(org.achievable)},
         })
-    return out
+        return add_board_energy(out, cst, cal_latency, "calibrated")
+    return add_board_energy(out, cst, step_latency, "roofline")
 
 
 def prefill(cst: Cost, phase: np.ndarray, tokens: int) -> dict | None:

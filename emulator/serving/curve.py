@@ -30,7 +30,8 @@ from emulator.serving.schedule import schedule
 from emulator.serving.steps import CONTEXT_REL, TOKENS_REL, classify
 
 CURVE_KEYS = ("concurrency", "output_tokens_per_s", "output_tokens_per_s_per_chip", "total_tokens_per_s_per_chip",
-              "tokens_per_s_per_user", "ttft_s", "tpot_s", "usd_per_mtok", "energy_j_per_token")
+              "tokens_per_s_per_user", "ttft_s", "tpot_s", "usd_per_mtok", "energy_j_per_token",
+              "j_per_token", "j_per_token_dynamic")
 
 
 @dataclass
@@ -47,12 +48,14 @@ class Point:
     usd_per_mtok: float | None
     energy_j_per_token: float
     steps: dict = field(default_factory=dict)
+    j_per_token: float | None = None           # board: dynamic + static power x step time, per output token
+    j_per_token_dynamic: float | None = None   # = energy_j_per_token
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in CURVE_KEYS}
 
 
-def window_figures(s, step_s: np.ndarray, step_j: np.ndarray) -> dict:
+def window_figures(s, step_s: np.ndarray, step_j: np.ndarray, board_j: np.ndarray | None = None) -> dict:
     """The figures of a window whose steps took ``step_s`` seconds and ``step_j`` joules (module
     docstring), for one replica."""
     end = np.cumsum(step_s)
@@ -66,7 +69,9 @@ def window_figures(s, step_s: np.ndarray, step_j: np.ndarray) -> dict:
     if s.osl > 1 and done.any():
         tpot = float(np.mean((end[s.finish[done]] - end[s.first[done]]) / (s.osl - 1)))
     return {"time_s": total, "output_tokens": out, "output_tokens_per_s": out / total, "ttft_s": ttft,
-            "tpot_s": tpot, "energy_j_per_token": float(step_j.sum()) / out, "requests": int(ok.sum())}
+            "tpot_s": tpot, "energy_j_per_token": float(step_j.sum()) / out, "requests": int(ok.sum()),
+            "j_per_token_dynamic": float(step_j.sum()) / out,
+            "j_per_token": float((step_j if board_j is None else board_j).sum()) / out}
 
 
 def plan(isl: int, osl: int, concurrency: int, max_batch_tokens: int, *, dp: int = 1,
@@ -92,7 +97,8 @@ def point(replayer, isl: int, osl: int, concurrency: int, max_batch_tokens: int,
     costs = [replayer.cost(x) for x in shapes]
     step_s = np.array([c.latency_s for c in costs])[cl.of_step]
     step_j = np.array([c.energy_j for c in costs])[cl.of_step]
-    f = window_figures(s, step_s, step_j)
+    board_j = np.array([c.energy_j if c.energy_board_j is None else c.energy_board_j for c in costs])[cl.of_step]
+    f = window_figures(s, step_s, step_j, board_j)
     out = f["output_tokens_per_s"] * dp
     usd = None
     if price_per_hour is not None:
@@ -104,6 +110,7 @@ def point(replayer, isl: int, osl: int, concurrency: int, max_batch_tokens: int,
                  total_tokens_per_s_per_chip=out * (isl + osl) / osl / chips,
                  tokens_per_s_per_user=None if not tpot else 1.0 / tpot, ttft_s=f["ttft_s"], tpot_s=tpot,
                  usd_per_mtok=usd, energy_j_per_token=f["energy_j_per_token"],
+                 j_per_token=f["j_per_token"], j_per_token_dynamic=f["j_per_token_dynamic"],
                  steps={"window_steps": s.n_steps, "warmup_steps": s.warmup_steps, "classes": cl.n,
                         "replays": replayer.replays - before if replays is None else replays,
                         "requests": f["requests"],

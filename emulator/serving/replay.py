@@ -32,12 +32,15 @@ SET_GROUPS = 1 << 16
 
 @dataclass(frozen=True)
 class StepCost:
-    """One replayed step: calibrated and roofline latency (s), energy (J), the bound."""
+    """One replayed step: calibrated and roofline latency (s), dynamic energy (J), the bound, and the
+    board energy (J: dynamic + static power x the calibrated step time; the dynamic where the chip has no
+    ``[power]``)."""
 
     latency_s: float
     latency_roofline_s: float
     energy_j: float
     bound: str
+    energy_board_j: float | None = None
 
 
 class StepReplayer:
@@ -117,7 +120,9 @@ class StepReplayer:
         _remove(path)
         return StepCost(latency_s=float(pt["latency_calibrated_s"]), latency_roofline_s=float(pt["latency_s"]),
                         energy_j=float(pt["energy_j"]) * int(pt.get("batch", 1)),
-                        bound=str(pt.get("bound_calibrated", pt.get("bound"))))
+                        bound=str(pt.get("bound_calibrated", pt.get("bound"))),
+                        energy_board_j=float(pt.get("energy_board_j", pt["energy_j"]))
+                        * int(pt.get("tokens_per_step", pt.get("batch", 1))))
 
 
 _FORKED: StepReplayer | None = None     # the replayer a forked worker inherits (prefetch)

@@ -20,7 +20,7 @@ from emulator.sweep.grid import Point
 from emulator.sweep.overrides import build_chip, build_system
 
 RESULT_COLUMNS = ("tokens_per_s", "steady_tokens_per_s", "latency_s", "energy_j_per_token", "bound",
-                  "run_latency_s", "run_energy_j")
+                  "run_latency_s", "run_energy_j", "j_per_token", "j_per_token_dynamic")
 # cost columns of every row (emulator.cost.price.usd_per_mtok); usd_per_mtok is None without a price
 # usd_per_mtok_steady: the same at steady_tokens_per_s (a system's pipeline kept full; a chip's equals usd_per_mtok)
 COST_COLUMNS = ("devices", "price_per_hour", "price_source", "utilisation", "usd_per_kwh", "usd_per_mtok",
@@ -123,6 +123,8 @@ def row_of(point: Point, override_keys, d: dict | None, error: str | None) -> di
         row["steady_tokens_per_s"] = pt.get("steady_tokens_per_s", pt["tokens_per_s"])
         row["latency_s"] = pt["latency_s"]
         row["energy_j_per_token"] = pt["energy_j"]
+        row["j_per_token_dynamic"] = pt["energy_j"]
+        row["j_per_token"] = pt.get("j_per_token", pt["energy_j"])
         row["bound"] = pt["bound"]
         for link, b in pt["bytes_by_link"].items():
             row[f"bytes_per_token.{link}"] = float(b)
@@ -173,6 +175,7 @@ def serving_rows(points: list[Point], override_keys: list[str]) -> list[dict]:
             row.update({k: c.get(k, d.get(k)) for k in SERVING_COLUMNS})
             row.update(tokens_per_s=c["output_tokens_per_s"], steady_tokens_per_s=c["output_tokens_per_s"],
                        latency_s=c["tpot_s"], energy_j_per_token=c["energy_j_per_token"],
+                       j_per_token=c.get("j_per_token"), j_per_token_dynamic=c.get("j_per_token_dynamic"),
                        serving_usd_per_mtok=c["usd_per_mtok"])
             row.update(cost_columns(p, row))
             row["per_token_json"] = json.dumps(c)
