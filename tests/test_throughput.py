@@ -158,7 +158,9 @@ def test_json_contract(spec, tmp_path):
         assert k in d
     assert set(d["curve"][0]) == {"concurrency", "output_tokens_per_s", "output_tokens_per_s_per_chip",
                                   "total_tokens_per_s_per_chip", "tokens_per_s_per_user", "ttft_s", "tpot_s",
-                                  "usd_per_mtok", "energy_j_per_token"}
+                                  "usd_per_mtok", "energy_j_per_token", "j_per_token", "j_per_token_dynamic"}
+    for p in d["curve"]:      # board energy (issue 39) adds static power x time to the (kept) dynamic figure
+        assert p["j_per_token_dynamic"] == p["energy_j_per_token"] and p["j_per_token"] > p["energy_j_per_token"]
     assert d["max_output_tokens_per_s"] == max(p["output_tokens_per_s"] for p in d["curve"])
     import pyarrow.parquet as pq
 
