@@ -294,11 +294,20 @@ _EXECUTION_KEYS = {"kernel_overhead": False, "fusion": False, "overlap": False}
 
 
 def calibrated_tier(ctx: FileReader, d, i: int) -> Tier:
-    """:func:`_tier` plus the tier's optional ``achievable``."""
-    if not isinstance(d, dict) or "achievable" not in d:
+    """:func:`_tier` plus the tier's optional ``achievable`` and ``forward_misses`` (a read miss's block
+    is forwarded to the reader as it fills: one pass through the tier's port, :mod:`emulator.cost.model`)."""
+    if not isinstance(d, dict) or not ({"achievable", "forward_misses"} & set(d)):
         return _tier(ctx, d, i)
-    rest = {k: v for k, v in d.items() if k != "achievable"}
-    return replace(_tier(ctx, rest, i), achievable=achievable(ctx, d["achievable"], f"tier[{i}].achievable"))
+    rest = {k: v for k, v in d.items() if k not in ("achievable", "forward_misses")}
+    t = _tier(ctx, rest, i)
+    if "achievable" in d:
+        t = replace(t, achievable=achievable(ctx, d["achievable"], f"tier[{i}].achievable"))
+    if "forward_misses" in d:
+        fwd = ctx.boolean(d["forward_misses"], f"tier[{i}].forward_misses")
+        if fwd and t.managed != "cache":
+            raise ctx.error(f"tier[{i}].forward_misses", f"only a 'cache' tier forwards its misses, got managed = {t.managed!r}")
+        t = replace(t, forward_misses=fwd)
+    return t
 
 
 def achievable(ctx: FileReader, value, field: str) -> float:
@@ -400,6 +409,8 @@ def strip_calibration_defaults(d: dict) -> None:
     for part in [d.get("compute") or {}, *(d.get("tiers") or ()), *(d.get("links") or ())]:
         if part.get("achievable") == 1.0:
             part.pop("achievable")
+        if part.get("forward_misses") is False:
+            part.pop("forward_misses")
 
 
 _LOADED: dict[tuple[str, str], tuple[Chip, list]] = {}

@@ -76,6 +76,9 @@ class Tier:
     lend: bool = False
     pim: PimUnit | None = None
     achievable: float = 1.0            # fraction of ``bandwidth`` a kernel reaches (calibrated latency only)
+    # a memory-side cache (a GPU's L2) forwards a read miss's block to the reader as it fills it: the
+    # block crosses the tier's port once, so the tier's busy time counts the fill, not fill + read
+    forward_misses: bool = False
 
     @property
     def n_blocks(self) -> int:

@@ -24,6 +24,13 @@ ops. Per token: a decode step produces one token for each of the ``batch`` seque
 energy per token are per step / batch, the latency per token is the step's latency, and tokens/s =
 batch / step latency (averaged over the decode steps).
 
+A tier with ``forward_misses`` (a memory-side cache: a GPU's L2) hands a read miss's block to the
+reader as it fills it, so the block crosses the tier's port once. Its busy time counts, per op,
+bytes_read + bytes_written - min(fetched fill bytes, bytes_read): a streamed weight costs the L2 one
+pass, and the HBM behind it binds. Measured: a one-pass reduction on H100 reads 3,134 GB/s from HBM
+(95 % of 3.35 TB/s), which a fill-plus-read charge at the L2's 5.5 TB/s (2.75 TB/s of streaming)
+could not reach (chip file h100.toml, [S104] [S47]).
+
 Compute dtype: the trace's activations dtype (``manifest["run"]["activations"]``), falling back to its
 weights dtype, then ``bf16``, then the chip's first listed dtype (synthetic traces have no run); an FP4
 activation format (``nvfp4``, ``mxfp4``) the chip lacks falls to ``fp8`` then ``bf16``, with a note
@@ -37,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, PIM_BYTES, link_bytes
+from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, FILLS, PIM_BYTES, UNFETCHED, link_bytes
 from emulator.chip.hierarchy import Chip
 
 
@@ -131,7 +138,12 @@ def cost(chip: Chip, per_op: np.ndarray, block_bytes: np.ndarray, flops: np.ndar
         pim_flop_time[sel, k] = flops[sel] / u.flop_per_s
         compute_j[sel] = 0.0
         compute_s[sel] = 0.0
-    time_s = np.concatenate([compute_s[:, None], (b_rd + b_wr) / bw, lb / lbw if len(links) else
+    port = b_rd + b_wr
+    for i, t in enumerate(tiers):
+        if t.forward_misses:
+            fetched = (per_op[:, i, FILLS] - per_op[:, i, UNFETCHED]).astype(np.float64) * t.block_bytes
+            port[:, i] -= np.minimum(fetched, b_rd[:, i])
+    time_s = np.concatenate([compute_s[:, None], port / bw, lb / lbw if len(links) else
                              np.zeros((n_ops, 0)), pim_time, pim_flop_time], axis=1)
     resources = (("compute",) + tuple(f"tier:{t.name}" for t in tiers)
                  + tuple(f"link:{lk.upper}-{lk.lower}" for lk in links)
