@@ -62,7 +62,7 @@ def numba_target() -> dict:
     import llvmlite.binding as ll
     from numba.core import config
 
-    from emulator.engine.simd_tables import target_features
+    from tierlab.engine.simd_tables import target_features
 
     name = config.CPU_NAME or ll.get_host_cpu_name()
     on = target_features()

@@ -3,7 +3,7 @@
 Prints one JSON object: for every system preset, the calibrated all-reduce time, algorithm,
 protocol and bus bandwidth from 1 KiB to 8 GiB over one node (and the roofline's time), as
 ``tierlab collectives`` shows them; and the published nccl-tests curves
-(:data:`emulator.analysis.collective_curve.MEASURED`: 8 x H200 NVLS, 4 x GB200 ring) beside the
+(:data:`tierlab.analysis.collective_curve.MEASURED`: 8 x H200 NVLS, 4 x GB200 ring) beside the
 model on their systems, with the ratio per size. Nothing is timed on this machine: the figures are
 the model's, the same on every run.
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from _common import emit
 
-from common.errors import TierlabError
-from emulator.analysis.collective_curve import MEASURED, against_measured, curve
-from emulator.system.systemfile import list_presets, load_system
+from tierlab.common.errors import TierlabError
+from tierlab.analysis.collective_curve import MEASURED, against_measured, curve
+from tierlab.system.systemfile import list_presets, load_system
 
 
 def main():

@@ -1,5 +1,5 @@
 """Coverage of Transformers' decoder-only causal LMs: for every model type of the installed Transformers
-(``traces.capture.census.decoder_only_types``), its default config (``architectures`` set to its
+(``tierlab.traces.capture.census.decoder_only_types``), its default config (``architectures`` set to its
 causal-LM class) read the way ``tierlab trace CONFIG.json`` reads it, and the parameters Transformers
 builds on the meta device against tierlab's.
 
@@ -28,9 +28,9 @@ from pathlib import Path
 
 from _common import REPO, emit, log
 
-from common.errors import TierlabError, TraceError
-from traces.families import UnknownFamily
-from traces.spec import spec_from_config
+from tierlab.common.errors import TierlabError, TraceError
+from tierlab.traces.families import UnknownFamily
+from tierlab.traces.spec import spec_from_config
 
 MATMUL_OPS = ("aten.mm", "aten.bmm", "aten.matmul", "aten.baddbmm", "aten.addmm", "aten.einsum")
 TOLERANCE = 0.005          # "within 0.5%" (the issue's target)
@@ -47,9 +47,9 @@ def _alarm(signum, frame):
 
 
 def one(model_type: str, tmp: Path) -> dict:
-    from traces.capture import capture_trace
-    from traces.capture.census import default_config, meta_param_count
-    from traces.run import RunConfig
+    from tierlab.traces.capture import capture_trace
+    from tierlab.traces.capture.census import default_config, meta_param_count
+    from tierlab.traces.run import RunConfig
 
     row: dict = {"type": model_type}
     try:
@@ -68,7 +68,7 @@ def one(model_type: str, tmp: Path) -> dict:
             run = RunConfig(prompt=2, generate=1, batch=1)
             out = tmp / f"{model_type}.trace"
             capture_trace(config, run, out, name=model_type, force=True, why="no hand lowering")
-            from traces.reader import open_trace
+            from tierlab.traces.reader import open_trace
 
             m = open_trace(out).manifest
             row.update(path="capture", tierlab_params=m["capture"]["params"],
@@ -159,7 +159,7 @@ def main() -> None:
                          "pip install -e '.[capture]'") from None
 
     transformers.logging.set_verbosity_error()
-    from traces.capture.census import decoder_only_types
+    from tierlab.traces.capture.census import decoder_only_types
 
     types = args.types.split(",") if args.types else list(decoder_only_types())
     tmp = Path(tempfile.mkdtemp(prefix="bench-coverage-"))
@@ -189,7 +189,7 @@ def main() -> None:
         new = table(rows, head)
         text = text[:text.index(START)] + new + text[text.index(END) + len(END):] if START in text \
             else text.rstrip("\n") + "\n\n## Coverage of Transformers' decoder-only models\n\n" + new + "\n"
-        from common.atomic import atomic_path
+        from tierlab.common.atomic import atomic_path
 
         with atomic_path(doc, force=True) as p:
             p.write_text(text)

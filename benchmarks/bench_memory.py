@@ -73,15 +73,15 @@ energy = "1 pJ/bit"
 _PROBE = """
 import json, resource, sys, time
 import numpy as np
-from emulator.pipeline import replay_trace
-from emulator.chip.chipfile import load_chip
-from traces.reader import open_trace
+from tierlab.pipeline import replay_trace
+from tierlab.chip.chipfile import load_chip
+from tierlab.traces.reader import open_trace
 what, path, chip = sys.argv[1], sys.argv[2], load_chip(sys.argv[3])
 small = sys.argv[4]
 if what == "replay":
     replay_trace(small, chip)                     # load the JIT before measuring the baseline
 else:
-    from emulator.analysis.tier_mrc import tier_mrc
+    from tierlab.analysis.tier_mrc import tier_mrc
     tier_mrc(open_trace(small), chip, "l2", opt=False)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
@@ -103,7 +103,7 @@ def write_trace(path: Path, lines: int, run_lines: int = 250) -> int:
     A run starting near the end of the 64 MiB region is kept whole (the region tensor is one run
     longer) rather than split at the wrap as :func:`_common.issue_blocks` does.
     """
-    from traces.writer import TraceWriter
+    from tierlab.traces.writer import TraceWriter
 
     rng = np.random.default_rng(SEED)
     region = 64 << 20

@@ -34,19 +34,19 @@ import numpy as np
 
 from _common import emit, log
 
-from emulator.engine.counters import BYPASSES, HITS, MISSES
+from tierlab.engine.counters import BYPASSES, HITS, MISSES
 
 
 def chip_seconds_per_token(tr, ops) -> tuple[dict, str]:
     """The chip's own time per decode step: the cost model's per-op roofline latency summed over
     each step's ops (what ``tierlab replay --json`` reports as ``per_token.latency_s``)."""
-    from emulator.cost.model import per_step
-    from emulator.present.report import cost_of
+    from tierlab.cost.model import per_step
+    from tierlab.present.report import cost_of
 
     cst = cost_of(tr)
     steps = per_step(cst, ops["step"], ops["phase"])
     return ({str(s): float(cst.latency_s[ids].sum()) for s, ids in steps.items()},
-            "emulator.cost.model: per op max(compute, tier and link bytes / bandwidth), summed per step")
+            "tierlab.cost.model: per op max(compute, tier and link bytes / bandwidth), summed per step")
 
 
 def host_and_chip_per_token(tr, trace, t_replay: float) -> tuple[float | None, float | None]:
@@ -64,13 +64,13 @@ def host_and_chip_per_token(tr, trace, t_replay: float) -> tuple[float | None, f
 
 def presets(args) -> None:
     """Every model of ``--models`` on every chip preset that holds it (see the module doc)."""
-    from common.errors import CapacityError
-    from emulator.chip.chipfile import list_presets
-    from emulator.pipeline import replay_trace
-    from traces.lower import generate_trace
-    from traces.reader import open_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.common.errors import CapacityError
+    from tierlab.chip.chipfile import list_presets
+    from tierlab.pipeline import replay_trace
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.reader import open_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="tierlab-bench-") as tmp:
@@ -135,13 +135,13 @@ def main() -> None:
         presets(args)
         return
 
-    from emulator.engine.options import ReplayOptions
+    from tierlab.engine.options import ReplayOptions
 
-    from emulator.pipeline import replay_trace
-    from traces.lower import generate_trace
-    from traces.reader import open_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.pipeline import replay_trace
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.reader import open_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     with tempfile.TemporaryDirectory(prefix="tierlab-bench-") as tmp:
         t0 = time.perf_counter()

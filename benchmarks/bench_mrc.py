@@ -17,9 +17,9 @@ import numpy as np
 
 from _common import LINE_BYTES, emit, issue_blocks, log, timed_cpu
 
-from emulator.engine.jit import njit
-from emulator.analysis.mrc import LruDistances, SetLruDistances
-from emulator.analysis.mrc_opt import opt_misses
+from tierlab.engine.jit import njit
+from tierlab.analysis.mrc import LruDistances, SetLruDistances
+from tierlab.analysis.mrc_opt import opt_misses
 
 
 @njit

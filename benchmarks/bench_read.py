@@ -40,7 +40,7 @@ def old_reader(tmp: Path):
 
 
 def write_traces(tmp: Path, lines: int) -> tuple[Path, Path]:
-    from traces.writer import TraceWriter
+    from tierlab.traces.writer import TraceWriter
 
     b = issue_blocks(lines)
     new = tmp / "v3.trace"
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from traces.reader import open_trace
+    from tierlab.traces.reader import open_trace
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

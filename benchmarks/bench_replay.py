@@ -28,8 +28,8 @@ import numpy as np
 
 from _common import LINE_BYTES, REPO, emit, issue_blocks, log, timed, timed_cpu
 
-from emulator.chip.hierarchy import Tier
-from emulator.engine.jit import njit
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.jit import njit
 
 GEOMETRY = (("l1", 32 << 10, 8), ("l2", 1 << 20, 16), ("l3", 8 << 20, 16))
 PYCACHESIM_POLICY = {"lru": "LRU", "fifo": "FIFO", "random": "RR"}
@@ -45,8 +45,8 @@ def tierlab_replay(addresses: np.ndarray, tiers, threads: int = 1) -> list[int]:
     """The engine's raw-block entry point; returns misses per cache level. (The one place to
     plug a different entry point in.) ``threads`` > 1: the stream is split by a set-index bit
     shared by every tier and the halves replay on two threads (exact; see ReplayOptions.threads)."""
-    from emulator.engine.door import replay_blocks
-    from emulator.engine.options import ReplayOptions
+    from tierlab.engine.door import replay_blocks
+    from tierlab.engine.options import ReplayOptions
 
     result = replay_blocks(addresses, tiers=tiers, options=ReplayOptions(threads=threads))
     return [int(m) for m in result.counter("misses")[:len(tiers)]]
@@ -89,12 +89,12 @@ _JIT_PROBE = """
 import json, tempfile, time
 t0 = time.perf_counter()
 import numpy as np
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_blocks
-from emulator.pipeline import replay_trace
-from traces.lower import generate_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_blocks
+from tierlab.pipeline import replay_trace
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 t1 = time.perf_counter()
 tiers = tuple(Tier(n, c, 64, w, "lru", "cache", 1e12, 0.0, 0.0)
               for n, c, w in (("l1", 32 << 10, 8), ("l2", 1 << 20, 16)))

@@ -8,9 +8,9 @@ that cache; best and median reported). Commands:
 - ``replay_tiny``: ``tierlab replay TINY --chip h100`` of a tiny trace (Qwen2-0.5B, ``--context 16
   --generate 1``: 350 tensors, 1,232 access rows), written once before timing;
 - ``quick_start``: ``tierlab run llama-3.1-8b --chip sn40l --context 1024 --generate 4``;
-- ``import_cli``: ``python -c "import emulator.cli"`` (the floor every command pays).
+- ``import_cli``: ``python -c "import tierlab.cli"`` (the floor every command pays).
 
-Also reported: ``python -X importtime -c "import emulator.cli"`` (its total and the five slowest
+Also reported: ``python -X importtime -c "import tierlab.cli"`` (its total and the five slowest
 modules, cumulative), and a reference in the same run: ``python -c "import numpy, pyarrow"`` and
 ``python -c "import numba"`` (what no lazy import of ours can avoid once a replay compiles or loads
 kernels).
@@ -56,15 +56,15 @@ def cold_and_warm(name: str, cmd: list[str], repeat: int) -> dict:
 
 
 def import_profile() -> dict:
-    """``-X importtime`` of ``import emulator.cli``: total (us) and the slowest modules (cumulative)."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import emulator.cli"], cwd=REPO,
+    """``-X importtime`` of ``import tierlab.cli``: total (us) and the slowest modules (cumulative)."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import tierlab.cli"], cwd=REPO,
                          capture_output=True, text=True, check=True).stderr
     rows = []
     for line in out.splitlines():
         parts = line.split("|")
         if len(parts) == 3 and parts[1].strip().isdigit():
             rows.append((int(parts[1]), parts[2].rstrip()))
-    top = next((r for r in rows if r[1].strip() == "emulator.cli"), (0, ""))
+    top = next((r for r in rows if r[1].strip() == "tierlab.cli"), (0, ""))
     slow = sorted((r for r in rows if r[1].startswith("   ") or r[1].startswith("  ")), reverse=True)[:5]
     return {"emulator_cli_us": top[0], "slowest_cumulative_us": {m.strip(): us for us, m in slow}}
 
@@ -90,7 +90,7 @@ class Listener(event.Listener):
             outer[0] += took
 event.register("numba:compile", Listener())
 from click.testing import CliRunner
-from emulator.cli import main
+from tierlab.cli import main
 r = CliRunner().invoke(main, sys.argv[1:])
 top = sorted(own.items(), key=lambda kv: -kv[1])[:8]
 print(json.dumps({"exit_code": r.exit_code, "process_s": time.perf_counter() - t_start, "compile_s": outer[0],
@@ -131,7 +131,7 @@ def main() -> None:
             out["compile_profile"] = {"replay_tiny": compile_profile("replay_tiny", ["replay", str(tiny), "--chip", "h100"])}
             if not args.skip_quick_start:
                 out["compile_profile"]["quick_start"] = compile_profile("quick_start", quick)
-    out["import_cli"] = cold_and_warm("import_cli", [py, "-c", "import emulator.cli"], args.repeat)
+    out["import_cli"] = cold_and_warm("import_cli", [py, "-c", "import tierlab.cli"], args.repeat)
     out["reference"] = {
         "import_numpy_pyarrow": cold_and_warm("numpy+pyarrow", [py, "-c", "import numpy, pyarrow"], args.repeat),
         "import_numba": cold_and_warm("numba", [py, "-c", "import numba"], args.repeat),

@@ -1,7 +1,7 @@
 """Sweep speed-up: one block stream against several hierarchies, all cores vs one after the other.
 
 The issue-4 stream (``--lines``, default 2 M) on four hierarchies (1-, 2-, 3-level LRU and 2-level
-FIFO of bench_replay's geometry): sequential replays, then :func:`emulator.analysis.sweep.sweep_blocks`
+FIFO of bench_replay's geometry): sequential replays, then :func:`tierlab.analysis.sweep.sweep_blocks`
 with one worker per core on each backend; results must be identical. Other work on the machine
 takes cores from the sweep, so the load average and the speed-up a GIL-free spin loop gets on the
 same threads (``available_parallelism``, before and after) are recorded beside it.
@@ -20,8 +20,8 @@ import numpy as np
 from _common import LINE_BYTES, emit, issue_blocks, log, timed
 from bench_replay import tiers_for
 
-from emulator.engine.jit import njit
-from emulator.analysis.sweep import engine_releases_gil, sweep_blocks
+from tierlab.engine.jit import njit
+from tierlab.analysis.sweep import engine_releases_gil, sweep_blocks
 
 
 @njit(nogil=True)

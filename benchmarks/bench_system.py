@@ -1,10 +1,10 @@
 """System replay speed: a sharded decode (default Llama-3.1-70B, TP=8) replayed on a system of many chips.
 
 Generates ``MODEL --context N --generate N --tp N`` (bf16, batch 1) into a temporary directory once,
-then times :func:`emulator.system_pipeline.replay_system` on ``--system``: the first replay in the
+then times :func:`tierlab.system_pipeline.replay_system` on ``--system``: the first replay in the
 process (it also loads the compiled engine from Numba's cache) is reported apart
 (``first_replay_s``); ``replay_s`` is the best of the ``--repeat`` replays after it. Each device's
-slice replay (``emulator.pipeline.replay_trace``, called by ``replay_system``) is timed inside those
+slice replay (``tierlab.pipeline.replay_trace``, called by ``replay_system``) is timed inside those
 same calls (``per_device_replay_s``, from the best replay). Costing the result (``to_json``: the
 devices' costs, the collectives on the network and the critical path) is timed apart (``cost_s``).
 ``replay_cpu_s``: the process's CPU time in the best replay (all threads; on a shared machine the
@@ -23,7 +23,7 @@ repeat, and between those and the baseline.
 ``n_devices``); a distinct slice that differs from the most common one in a few ops only is its
 **twin** and replays beside it, only where it differs (``twins``: per twin its base device, the
 windows of ops it replayed on its own, and whether it joined the base again;
-:mod:`emulator.engine.twins`). The other distinct slices replay on ``--threads`` host threads
+:mod:`tierlab.engine.twins`). The other distinct slices replay on ``--threads`` host threads
 (default all cores; ``threads``: the threads used, one per job at most); the same trace is
 also replayed the old way, every device's slice one after another on one thread (``dedupe=False,
 threads=1``, best of ``--repeat``): ``baseline_replay_s`` and ``host_over_system_baseline``.
@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 from _common import emit, log
 
-from emulator.engine.counters import BYPASSES, HITS, MISSES
+from tierlab.engine.counters import BYPASSES, HITS, MISSES
 
 
 def main() -> None:
@@ -62,12 +62,12 @@ def main() -> None:
     args = ap.parse_args()
     kw = {"dedupe": not args.no_dedupe, "threads": args.threads}
 
-    import emulator.system_pipeline as sp
-    from emulator.analysis.system_result import to_json
-    from traces.lower import generate_trace
-    from traces.reader import open_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    import tierlab.system_pipeline as sp
+    from tierlab.analysis.system_result import to_json
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.reader import open_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     # each device's slice replay timed inside replay_system's own calls
     calls: list[float] = []
@@ -170,7 +170,7 @@ def main() -> None:
         "host_over_system_baseline": host_token * t_base / t_replay / system_token,
         "host_over_system_with_cost": (host_token + t_cost / max(len(host_by_step), 1) / tokens) / system_token,
         "system_time_source": "to_json(sr)['per_token']['latency_s'] / tokens_per_step: a decode step's "
-                              "critical path over devices (emulator.cost.system_cost)",
+                              "critical path over devices (tierlab.cost.system_cost)",
         # the calibrated latency (issue 22): tierlab's prediction of the system's own time per token
         "system_s_per_decode_token_calibrated": pt["latency_calibrated_s"] / tokens,
         "host_over_system_calibrated": host_token / (pt["latency_calibrated_s"] / tokens),

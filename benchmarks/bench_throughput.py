@@ -31,12 +31,12 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=1, help="replay processes (throughput --workers)")
     args = ap.parse_args(argv)
 
-    from emulator.serving.replay import StepReplayer
-    from emulator.serving.throughput import throughput
-    from emulator.system.systemfile import load_system
-    from traces.mixed import MixedStep
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.serving.replay import StepReplayer
+    from tierlab.serving.throughput import throughput
+    from tierlab.system.systemfile import load_system
+    from tierlab.traces.mixed import MixedStep
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     spec, system = load_model(args.model), load_system(args.system)
     log("warming the compiled kernels")

@@ -27,7 +27,7 @@ atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 import numpy as np  # noqa: E402
 
 import _common  # noqa: E402,F401  (puts the repository on sys.path)
-from emulator.engine import stream  # noqa: E402
+from tierlab.engine import stream  # noqa: E402
 
 
 def _asm(fn) -> str:

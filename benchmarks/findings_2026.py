@@ -3,7 +3,7 @@ gpt-oss-120b, each system at batch 1 (``tierlab run``) and at a serving point (`
 at one concurrency), in tokens/s per user, tokens/s per chip, J/token and $/Mtok, with the bound.
 
 Every figure is the calibrated model's (``per_token.*_calibrated``, the serving curve's point), made by
-the command printed beside it, through the Python API (``emulator.run``, ``emulator.throughput``: the
+the command printed beside it, through the Python API (``tierlab.run``, ``tierlab.throughput``: the
 same functions as the CLI). A setup that does not fit its system's memory is listed with the reason.
 
     python benchmarks/findings_2026.py                 # the Markdown tables on stdout
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from common.errors import TierlabError  # noqa: E402
+from tierlab.common.errors import TierlabError  # noqa: E402
 
 # model: (display name, trace options); the weights each is deployed in
 MODELS = {
@@ -50,7 +50,7 @@ def command(kind: str, model: str, system: str, par: dict, opts: dict) -> str:
 
 
 def one(model: str, system: str) -> dict:
-    import emulator
+    import tierlab
 
     _, opts = MODELS[model]
     par = dict(SYSTEMS[system])
@@ -61,12 +61,12 @@ def one(model: str, system: str) -> dict:
            "serving_command": command("throughput", model, system, par, opts)}
     chips = par["tp"]
     try:
-        d = emulator.run(model, system=system, context=CONTEXT, generate=2, **par, **opts).to_dict()
+        d = tierlab.run(model, system=system, context=CONTEXT, generate=2, **par, **opts).to_dict()
     except TierlabError as err:
         row["reason"] = str(err)
         return row
     pt = d["per_token"]
-    sysd = emulator.load_system(system)
+    sysd = tierlab.load_system(system)
     price = sysd.price.usd_per_hour * chips / sysd.n_chips if sysd.price else None
     tps = pt["tokens_per_s_calibrated"]
     row.update({"batch1_tokens_per_s_per_user": tps, "batch1_tokens_per_s_per_chip": tps / chips,
@@ -74,7 +74,7 @@ def one(model: str, system: str) -> dict:
                 "batch1_usd_per_mtok": price / 3600 / tps * 1e6 if price else None,
                 "collective_share": d["coordination"].get("collective_time_share_calibrated")})
     try:
-        c = emulator.throughput(model, system=system, input=INPUT, output=OUTPUT, concurrency=str(CONCURRENCY),
+        c = tierlab.throughput(model, system=system, input=INPUT, output=OUTPUT, concurrency=str(CONCURRENCY),
                                 **par, **opts).to_dict()
         pts = c["curve"]
         if pts:

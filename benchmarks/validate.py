@@ -6,7 +6,7 @@
 Each row is one published figure (source, URL, date in ``MEASURED``) and what tierlab predicts for the
 same setup: the roofline bound (``per_token.latency_s``) and the calibrated latency
 (``per_token.latency_calibrated_s``: the preset chip's achievable fractions, kernel overhead and
-fusion, :mod:`emulator.cost.organisation`), energy per token, or the capacity plan. ``ratio`` =
+fusion, :mod:`tierlab.cost.organisation`), energy per token, or the capacity plan. ``ratio`` =
 predicted / measured (calibrated where there is one); ``within_25`` says whether it is within ±25 %; ``aim`` marks the rows the ±25 % aim is
 for (batch-1 decode on GPUs by compiled code with CUDA graphs).
 The chip presets were calibrated on microbenchmarks only (HBM stream/reduction bandwidth, kernel
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:          # runnable from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from common.errors import UsageError  # noqa: E402
+from tierlab.common.errors import UsageError  # noqa: E402
 
 TORCHAO = ("pytorch/ao torchao/quantization/README.md, 'Benchmarks' tables (CUDA backend, NVIDIA-A100-80GB GPU "
            "and NVIDIA-H100 GPU; torchao/_models/llama/generate.py, torch.compile, batch 1)",
@@ -288,9 +288,9 @@ def _served(row: dict, pred) -> dict:
 
 def serving_prediction(row: dict, pred) -> dict:
     """``tierlab throughput``'s best point for the row's setup (concurrency auto, up to the KV limit)."""
-    from emulator.chip.chipfile import load_chip
-    from emulator.serving.throughput import throughput
-    from emulator.system.systemfile import load_system
+    from tierlab.chip.chipfile import load_chip
+    from tierlab.serving.throughput import throughput
+    from tierlab.system.systemfile import load_system
 
     where = {"system": load_system(row["system"])} if "system" in row else {"chip": load_chip(row["chip"])}
     d = throughput(model_spec(row["model"]), **where, isl=row["isl"], osl=row["osl"], weights=row["weights"],
@@ -386,7 +386,7 @@ BAND = {"decode": 0.25, "tp_scaling": 0.20, "ttft": 0.35, "busbw": 0.25, "collec
 
 def model_spec(name: str):
     """A tierlab preset, or ChatGLM2-6B as described above."""
-    from traces.spec import load_model, spec_from_config
+    from tierlab.traces.spec import load_model, spec_from_config
 
     if name == "chatglm2-6b":
         cfg = json.loads((ROOT / "configs" / "models" / "chatglm3-6b.json").read_text())
@@ -403,8 +403,8 @@ class Predictor:
         self.traces: dict[tuple, Path] = {}
 
     def trace(self, model: str, **run) -> Path:
-        from traces.lower import generate_trace
-        from traces.run import RunConfig
+        from tierlab.traces.lower import generate_trace
+        from tierlab.traces.run import RunConfig
 
         key = (model, tuple(sorted(run.items())))
         if key not in self.traces:
@@ -427,13 +427,13 @@ class Predictor:
             run["quant_group"] = quant_group
         path = self.trace(model, **run)
         if system is None:
-            from emulator.analysis.result import to_json
-            from emulator.pipeline import replay_trace
+            from tierlab.analysis.result import to_json
+            from tierlab.pipeline import replay_trace
 
             return to_json(replay_trace(path, chip))
-        from emulator.analysis.system_result import to_json as system_json
-        from emulator.system.systemfile import load_system
-        from emulator.system_pipeline import replay_system
+        from tierlab.analysis.system_result import to_json as system_json
+        from tierlab.system.systemfile import load_system
+        from tierlab.system_pipeline import replay_system
 
         return system_json(replay_system(path, load_system(system)))
 
@@ -447,10 +447,10 @@ def predict(row: dict, pred: Predictor) -> dict:
     setup = {k: row[k] for k in ("chip", "system", "tp", "weights", "kv", "activations", "quant_group", "batch")
              if k in row}
     if kind in ("busbw", "collective"):
-        from emulator.analysis.collective_curve import bus_bandwidth, curve
-        from emulator.system.systemfile import load_system
+        from tierlab.analysis.collective_curve import bus_bandwidth, curve
+        from tierlab.system.systemfile import load_system
 
-        from emulator.network.protocols import Settings
+        from tierlab.network.protocols import Settings
 
         system = load_system(row["system"])
         st = Settings(library=system.collective_library, skew_s=system.collective_skew_s,
@@ -497,11 +497,11 @@ def predict(row: dict, pred: Predictor) -> dict:
         return out
     spec = model_spec(row["model"])
     if kind == "context":
-        from emulator.analysis.capacity import Budget, capacity
+        from tierlab.analysis.capacity import Budget, capacity
 
         plan = capacity(spec, Budget.of_size(int(row["memory"])), weights=row["weights"])
         return {"roofline": plan.memory_context, "calibrated": None, "position_limit": plan.position_limit}
-    from emulator.analysis.capacity import activation_bytes, weight_bytes
+    from tierlab.analysis.capacity import activation_bytes, weight_bytes
 
     w = weight_bytes(spec, row["weights"])
     return {"roofline": w + spec.kv_bytes_per_token("bf16") * row["context"] + activation_bytes(spec, 1),
@@ -640,7 +640,7 @@ def plot(table: list[dict], path: str) -> None:
     ax2.set_title("every row's ratio, its band shaded (green: within)")
     fig.suptitle("benchmarks/validate.py", fontsize=11)
     fig.tight_layout()
-    from common.atomic import atomic_path
+    from tierlab.common.atomic import atomic_path
 
     with atomic_path(path, force=True) as tmp:      # a figure is redrawn in place
         fig.savefig(tmp, dpi=100, format=Path(path).suffix.lstrip(".") or "png")

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
 
 def check_output(path: str | os.PathLike, *, force: bool = False, directory: bool = False) -> Path:

@@ -1,8 +1,8 @@
-"""Numba's options for compiled code outside the engine: the same as :mod:`emulator.engine.jit`'s
+"""Numba's options for compiled code outside the engine: the same as :mod:`tierlab.engine.jit`'s
 (``cache=True``, no ``fastmath``, no C-callable wrapper; :func:`helper` without a Python wrapper),
 for the rooms that may not import the emulator (``traces/``: the address-trace parsers and checks).
 
-The engine's :func:`emulator.engine.jit.njit` adds one thing: its cached code is stamped with a hash
+The engine's :func:`tierlab.engine.jit.njit` adds one thing: its cached code is stamped with a hash
 of every module of the engine's rooms, because engine functions call each other's compiled helpers
 across files. The functions compiled with these options call only helpers of their own module, whose
 own source Numba's cache already checks.

@@ -1,29 +1,20 @@
-"""Where the shipped presets live: ``configs/`` of the checkout, or the installed copy of it."""
+"""Where the shipped presets live: the package ``tierlab.configs`` (``configs/`` of the checkout)."""
 
 from __future__ import annotations
 
-import importlib.util
+from importlib.resources import files
 from pathlib import Path
 
-from common.errors import ConfigError, UsageError
-from common.suggest import closest
+from tierlab.common.errors import ConfigError, UsageError
+from tierlab.common.suggest import closest
 
 
 def configs_dir(sub: str) -> Path:
-    """Directory of preset files (``sub`` is ``"chips"``, ``"systems"`` or ``"models"``).
-
-    From a checkout (or an editable install) it is ``configs/SUB`` beside the packages; a wheel
-    install carries the same files as the data-only package ``tierlab_configs.SUB``.
-    """
-    here = Path(__file__).resolve().parent.parent / "configs" / sub
-    if here.is_dir():
-        return here
-    spec = importlib.util.find_spec(f"tierlab_configs.{sub}")
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            if Path(loc).is_dir():
-                return Path(loc)
-    return here  # missing: callers report "no such preset" against the expected place
+    """Directory of preset files (``sub`` is ``"chips"``, ``"systems"``, ``"models"`` or
+    ``"collectives"``): ``SUB`` of the package ``tierlab.configs``, found one way, with
+    :mod:`importlib.resources` (an editable install maps it to the checkout's ``configs/``, a wheel
+    carries the files as package data)."""
+    return Path(str(files("tierlab.configs") / sub))
 
 
 def toml_presets(sub: str) -> list[str]:

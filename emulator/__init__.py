@@ -1,16 +1,16 @@
-"""tierlab emulator: the chip, the counting engine, costing, analyses, presentation and the CLI.
+"""tierlab: the chip, the counting engine, costing, analyses, presentation and the CLI.
 
 Data walks one way: ``chip`` (hierarchy, placement) -> ``engine`` (door -> kernel -> counters) ->
 ``cost`` (energy, latency) -> ``analysis`` / ``present`` -> ``cli``. See ``docs/design.md``.
 
-The Python API (``docs/api.md``; :mod:`emulator.api`)::
+The Python API (``docs/api.md``; :mod:`tierlab.api`)::
 
-    import emulator
-    r = emulator.run("llama-3.1-8b", chip="h100", context=1024, generate=4)
+    import tierlab
+    r = tierlab.run("llama-3.1-8b", chip="h100", context=1024, generate=4)
     r.to_dict()["per_token"]["tokens_per_s"]; r.to_arrow()    # the --json dict; one row per op
 
 ``trace``, ``replay``, ``run``, ``compare``, ``sweep``, ``throughput``, ``load_chip`` and ``load_system`` are
-imported on first use, so ``import emulator`` (and every ``tierlab`` command) stays cheap.
+imported on first use, so ``import tierlab`` (and every ``tierlab`` command) stays cheap.
 """
 
 from __future__ import annotations
@@ -20,21 +20,21 @@ from typing import TYPE_CHECKING
 __all__ = ["trace", "replay", "run", "compare", "sweep", "throughput", "load_chip", "load_system"]
 
 if TYPE_CHECKING:
-    from emulator.api import compare, load_chip, load_system, replay, run, sweep, throughput, trace
+    from tierlab.api import compare, load_chip, load_system, replay, run, sweep, throughput, trace
 
 
 def __getattr__(name: str):
     if name == "sweep":
-        # ``emulator.sweep`` is also the package of the sweep's machinery (emulator/sweep/), which
+        # ``tierlab.sweep`` is also the package of the sweep's machinery (emulator/sweep/), which
         # Python binds here when it is imported; that package is callable as this function.
-        import emulator.sweep as package
+        import tierlab.sweep as package
 
         return package
     if name in __all__:
-        import emulator.api
+        import tierlab.api
 
-        return getattr(emulator.api, name)
-    raise AttributeError(f"module 'emulator' has no attribute {name!r}")
+        return getattr(tierlab.api, name)
+    raise AttributeError(f"module 'tierlab' has no attribute {name!r}")
 
 
 def __dir__():

@@ -1,10 +1,10 @@
 """A trace replayed on a chip, the whole way: chip -> placement -> PIM plan -> the engine's door.
 
 :func:`replay_trace` opens what it is given (a trace path, a chip name or file), places every
-tensor (:func:`emulator.chip.placement.place`), decides which ops run in memory
-(:func:`emulator.cost.pim.plan_for_trace`) and streams the trace's access batches through
-:func:`emulator.engine.door.replay_arrays`. What it returns, :class:`TraceReplay`, is what costing
-(:mod:`emulator.cost`) and presentation (:mod:`emulator.present`) take.
+tensor (:func:`tierlab.chip.placement.place`), decides which ops run in memory
+(:func:`tierlab.cost.pim.plan_for_trace`) and streams the trace's access batches through
+:func:`tierlab.engine.door.replay_arrays`. What it returns, :class:`TraceReplay`, is what costing
+(:mod:`tierlab.cost`) and presentation (:mod:`tierlab.present`) take.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from typing import Callable
 
 import numpy as np
 
-from common.errors import TraceError
-from emulator.chip.chipfile import load_chip
-from emulator.chip.hierarchy import Chip
-from emulator.chip.placement import place
-from emulator.cost.pim import pim_tiers, plan_for_trace
-from emulator.engine.counters import ReplayResult
-from emulator.engine.door import replay_arrays
-from emulator.engine.lines import of_trace
-from emulator.engine.geometry import kind_index
-from emulator.engine.options import ReplayOptions
-from traces.reader import Trace, open_trace
+from tierlab.common.errors import TraceError
+from tierlab.chip.chipfile import load_chip
+from tierlab.chip.hierarchy import Chip
+from tierlab.chip.placement import place
+from tierlab.cost.pim import pim_tiers, plan_for_trace
+from tierlab.engine.counters import ReplayResult
+from tierlab.engine.door import replay_arrays
+from tierlab.engine.lines import of_trace
+from tierlab.engine.geometry import kind_index
+from tierlab.engine.options import ReplayOptions
+from tierlab.traces.reader import Trace, open_trace
 
 
 @dataclass
@@ -34,10 +34,10 @@ class TraceReplay:
 
     chip: Chip
     trace: Trace
-    placement: object      # emulator.chip.placement.Placement
+    placement: object      # tierlab.chip.placement.Placement
     options: ReplayOptions
     result: ReplayResult
-    pim: object = None     # emulator.cost.pim.PimPlan: where each op ran (None: no op ran in memory)
+    pim: object = None     # tierlab.cost.pim.PimPlan: where each op ran (None: no op ran in memory)
 
 
 @dataclass
@@ -47,8 +47,8 @@ class Placed:
 
     trace: Trace
     chip: Chip
-    placement: object      # emulator.chip.placement.Placement
-    pim: object            # emulator.cost.pim.PimPlan or None
+    placement: object      # tierlab.chip.placement.Placement
+    pim: object            # tierlab.cost.pim.PimPlan or None
     address: np.ndarray
     nbytes: np.ndarray
     kinds: np.ndarray
@@ -64,7 +64,7 @@ HOLD_ROWS = 1 << 18
 
 def placed(trace, chip: Chip | str, options: ReplayOptions, extra_rules=()) -> Placed:
     """Open ``trace`` and ``chip`` if given by name, place the tensors and plan PIM (what
-    :func:`replay_trace` and :func:`emulator.analysis.tier_requests.tier_requests` both start from)."""
+    :func:`replay_trace` and :func:`tierlab.analysis.tier_requests.tier_requests` both start from)."""
     if not isinstance(trace, Trace):
         trace = open_trace(trace)
     if not isinstance(chip, Chip):
@@ -110,7 +110,7 @@ def naming_the_tensor_table(trace: Trace):
 
 def replay_trace(trace, chip: Chip | str, options: ReplayOptions = ReplayOptions(), *,
                  extra_rules=(), progress: Callable[[int], None] | None = None) -> TraceReplay:
-    """Replay a trace (a path or an opened :class:`traces.reader.Trace`) on a chip (object or name).
+    """Replay a trace (a path or an opened :class:`tierlab.traces.reader.Trace`) on a chip (object or name).
 
     Placement is computed here; a model that does not fit raises CapacityError, a trace aligned
     below a tier's block raises TraceError. ``progress(n)``, if given, is called with the number of

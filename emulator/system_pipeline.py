@@ -1,17 +1,17 @@
 """A trace replayed on a system of many chips: each device's slice on its chip, the whole way.
 
 :func:`replay_system` opens what it is given (a trace path, a system name or file), cuts each
-device's **slice** (:mod:`emulator.system_slices`: a one-chip trace) and replays it with
-:func:`emulator.pipeline.replay_trace` on ``system.chip`` (placement, PIM plan and the engine's
+device's **slice** (:mod:`tierlab.system_slices`: a one-chip trace) and replays it with
+:func:`tierlab.pipeline.replay_trace` on ``system.chip`` (placement, PIM plan and the engine's
 door exactly as for one chip). Costing the collectives and the critical path is
-:mod:`emulator.cost.system_cost`.
+:mod:`tierlab.cost.system_cost`.
 
 Three speed-ups, none changing a count. **Identical slices are replayed once**
-(:func:`emulator.system_slices.slice_classes`, or by digest for traces too long to hold): one device
+(:func:`tierlab.system_slices.slice_classes`, or by digest for traces too long to hold): one device
 per class, the others sharing its counts (``dedupe=False`` replays every device). **Twins replay
 beside their base**: a distinct slice with the same tensor and op tables as the most common one
 differs from it in a few ops' accesses only (the rank holding a token's embedding row reads it), and
-is replayed only where it differs (:func:`emulator.engine.door.replay_twins`). **The other distinct
+is replayed only where it differs (:func:`tierlab.engine.door.replay_twins`). **The other distinct
 slices replay on threads** (``threads``, default ``os.cpu_count()``): the engine's kernels release
 the GIL.
 """
@@ -26,22 +26,22 @@ from typing import Callable
 
 import numpy as np
 
-from common.errors import UsageError
-from emulator.engine.door import replay_twins
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import TraceReplay, naming_the_tensor_table, placed, replay_trace
-from emulator.system.model import System
-from emulator.system.systemfile import load_system
-from emulator.system_slices import (DeviceRows, SliceTrace, held_streams, hold_stream, same_tables,
+from tierlab.common.errors import UsageError
+from tierlab.engine.door import replay_twins
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import TraceReplay, naming_the_tensor_table, placed, replay_trace
+from tierlab.system.model import System
+from tierlab.system.systemfile import load_system
+from tierlab.system_slices import (DeviceRows, SliceTrace, held_streams, hold_stream, same_tables,
                                     slice_classes, slice_digests, slices, tables_of)
-from traces.reader import Trace, open_trace
+from tierlab.traces.reader import Trace, open_trace
 
 DEVICE_FIELD = "--system or --tp"
 
 
 @dataclass
 class SystemReplay:
-    """A trace replayed on a system: one :class:`~emulator.pipeline.TraceReplay` per device (its
+    """A trace replayed on a system: one :class:`~tierlab.pipeline.TraceReplay` per device (its
     ``trace`` the device's slice) and ``op_ids[d]``, the global op ids of device ``d``'s ops."""
 
     system: System
@@ -55,7 +55,7 @@ class SystemReplay:
     replayed_as: list[int] = field(default_factory=list)
     threads: int = 1
     #: ``twin_of[r]``: the device whose replay device ``r``'s was replayed beside, only where their
-    #: slices differ (:mod:`emulator.engine.twins`)
+    #: slices differ (:mod:`tierlab.engine.twins`)
     twin_of: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -88,7 +88,7 @@ def _twin_group(sls: list[Trace], streams: list[tuple | None], reps: list[int], 
 
 def _run_twins(sls, streams, base, twins, system: System, options: ReplayOptions, extra_rules, weight,
                counted, done: dict) -> set[int]:
-    """Replay ``base`` and its ``twins`` together (:func:`emulator.engine.door.replay_twins`) into
+    """Replay ``base`` and its ``twins`` together (:func:`tierlab.engine.door.replay_twins`) into
     ``done``. Returns the twins whose rows the progress has counted though they are not in ``done``
     (the engine could not follow them): their own replays count none. Nothing is done where a PIM
     plan (made from the accesses) may differ between slices, or the kernel's state cannot fork."""
@@ -137,7 +137,7 @@ def replay_system(trace, system: System | str, options: ReplayOptions = ReplayOp
                   threads: int | None = None) -> SystemReplay:
     """Replay every device's slice of ``trace`` (a path or an opened Trace) on ``system``'s chip.
 
-    Each slice is placed, PIM-planned and replayed by :func:`emulator.pipeline.replay_trace`, so a
+    Each slice is placed, PIM-planned and replayed by :func:`tierlab.pipeline.replay_trace`, so a
     device's counts are exactly a one-chip replay of its slice. ``dedupe``: replay one device per
     class of identical slices (:func:`slice_digests`); the others get a :class:`TraceReplay` with
     their own slice as ``trace`` and the same placement, PIM plan and counts (shared objects: read

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from common.errors import TraceError
-from emulator.engine.scatter import scatter_rows
-from traces import format as fmt
-from traces.reader import Trace
+from tierlab.common.errors import TraceError
+from tierlab.engine.scatter import scatter_rows
+from tierlab.traces import format as fmt
+from tierlab.traces.reader import Trace
 
 
 class SliceTrace(Trace):
@@ -223,7 +223,7 @@ def _columns(rb: pa.RecordBatch) -> list[np.ndarray]:
 def _by_device(batches: list[list[np.ndarray]], n: int, op_dev, t_dev, op_local, t_local, foreign
                ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """The rows of ``batches`` (each the seven access columns as read) sorted out by device, in one
-    compiled counting sort (:func:`emulator.engine.scatter.scatter_rows`): whole columns, device
+    compiled counting sort (:func:`tierlab.engine.scatter.scatter_rows`): whole columns, device
     ``d``'s ``rows[d]`` rows in order from ``starts[d]``, op and tensor ids local to the device;
     ``foreign[d]`` is set where a row of device ``d`` reaches another device's tensor."""
     rows = np.zeros(n, np.int64)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 
-import emulator
+import tierlab
 
 
 def main(model: str = "gpt2", chips: tuple[str, ...] = ("h100", "sn40l"), context: int = 512, generate: int = 4):
-    c = emulator.compare(model, chips=list(chips), context=context, generate=generate)
+    c = tierlab.compare(model, chips=list(chips), context=context, generate=generate)
     print(f"{model}, context {context}, {generate} decode steps, per decode token:")
     print(f"{'chip':8} {'tokens/s':>10} {'latency':>10} {'energy':>9} {'tokens/J':>9}  bound")
     for r in c.to_arrow().to_pylist():

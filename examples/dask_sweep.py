@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-import emulator
+import tierlab
 
 GRID = {"model": ["gpt2"], "chip": ["h100", "a100"], "batch": [1, 8], "context": 256, "generate": 2,
         "overrides": {"tier.l2.capacity": ["25 MiB", "50 MiB"]}}
 
 
 def main(workers: int = 2, output: str | None = None, scheduler: str | None = None):
-    s = emulator.sweep(GRID, scheduler=scheduler, workers=workers, output=output)
+    s = tierlab.sweep(GRID, scheduler=scheduler, workers=workers, output=output)
     d = s.to_dict()
     print(f"{d['points']} points ({d['computed']} computed, {d['present']} already present, {d['failed']} failed)")
     print(f"{'chip':6} {'batch':>5} {'L2':>7} {'tokens/s':>10} {'J/token':>9}  bound")

@@ -16,8 +16,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import emulator
-from traces.importers import import_trace
+import tierlab
+from tierlab.traces.importers import import_trace
 
 CHIP = Path(__file__).with_name("cpu.toml")
 
@@ -50,7 +50,7 @@ def main(n: int = 64) -> dict:
             din = Path(tmp) / f"{order}.din"
             din.write_text("".join(f"{label} {addr:x} 8\n" for label, addr in accesses(n, order)))
             summary = import_trace(din, Path(tmp) / f"{order}.trace")          # tierlab import FILE -o DIR
-            d = emulator.replay(Path(tmp) / f"{order}.trace", chip=str(CHIP)).to_dict()
+            d = tierlab.replay(Path(tmp) / f"{order}.trace", chip=str(CHIP)).to_dict()
             tiers = {t["name"]: t for t in d["tiers"]}
             out[order] = {"records": summary["records"], "tiers": tiers}
             print(f"{order:5} {summary['records']:9d} {tiers['l1']['hit_rate']:11.1%} "

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 
-import emulator
+import tierlab
 
 
 def main(model: str = "qwen2-0.5b", chips: tuple[str, ...] = ("h100", "a100"), concurrency: tuple[int, ...] = (1, 8, 64, 256),
          input_tokens: int = 512, output_tokens: int = 128):
-    c = emulator.throughput(model, chips=list(chips), input=input_tokens, output=output_tokens,
+    c = tierlab.throughput(model, chips=list(chips), input=input_tokens, output=output_tokens,
                             concurrency=list(concurrency))
     print(f"{model}, {input_tokens} prompt + {output_tokens} output tokens per request:")
     print(f"{'chip':6} {'requests':>8} {'output tok/s':>12} {'tok/s per user':>14} {'TTFT':>9} {'TPOT':>9}")

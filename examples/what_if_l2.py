@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import argparse
 
-import emulator
+import tierlab
 
 
 def main(model: str = "gpt2", sizes: tuple[str, ...] = ("50 MiB", "200 MiB", "400 MiB"), context: int = 256,
          generate: int = 4) -> list[dict]:
-    trace = emulator.trace(model, context=context, generate=generate)     # traced once, replayed per size
+    trace = tierlab.trace(model, context=context, generate=generate)     # traced once, replayed per size
     out = []
     print(f"{model}, context {context}, {generate} decode steps on h100 with another L2 capacity:")
     print(f"{'L2':>9} {'L2 hit rate':>11} {'L2-HBM bytes/token':>19} {'tokens/s':>10}  bound")
     for size in sizes:
-        chip = emulator.load_chip("h100", {"tier.l2.capacity": size})
-        d = emulator.replay(trace, chip=chip).to_dict()
+        chip = tierlab.load_chip("h100", {"tier.l2.capacity": size})
+        d = tierlab.replay(trace, chip=chip).to_dict()
         l2 = next(t for t in d["tiers"] if t["name"] == "l2")
         pt = d["per_token"]
         row = {"l2": size, "l2_hit_rate": l2["hit_rate"], "l2_hbm_bytes_per_token": pt["bytes_by_link"]["l2-hbm"],

@@ -2,13 +2,13 @@
 
 A kernel is a plain function of shapes, dtypes (as byte sizes) and tensor handles; it returns a
 list of :class:`Op`. It never writes a trace itself, so each kernel can be tested on its own; the
-lowering (:mod:`traces.lower`) stamps layer/phase/step and hands the ops to the trace writer.
+lowering (:mod:`tierlab.traces.lower`) stamps layer/phase/step and hands the ops to the trace writer.
 
 ``kernels/`` has one module per operator family: ``embedding`` (gather), ``norm`` (norms, rotary,
 element-wise), ``linear`` (decode GEMV / prefill tiled GEMM), ``attention`` (flash and naive,
 GQA/MQA/MLA-aware, KV append, sliding and chunked rings; ``ATTENTION`` is their registry by name),
 ``mlp`` (gated and ungated), ``moe`` (router, dispatch, experts, combine) and ``ssm`` (Mamba / Gated
-DeltaNet convolution and scan over a fixed recurrent state). It is imported as ``tierlab_kernels``
+DeltaNet convolution and scan over a fixed recurrent state). It is imported as ``tierlab.kernels``
 (``pyproject.toml`` maps the name to the folder): the bare name ``kernels`` belongs to Hugging Face's
 package, which Transformers imports, so the folder has no ``__init__.py`` and never shadows it.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tierlab_kernels.base import Op, Ten
+from tierlab.kernels.base import Op, Ten
 
 
 def embedding(name: str, table: Ten, out: Ten, token_ids: np.ndarray, *, row_bytes: int, act_row_bytes: int,

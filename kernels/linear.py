@@ -13,7 +13,7 @@ FLOPs are ``2 * m * in * out`` (+ ``m * out`` for a bias).
 
 from __future__ import annotations
 
-from tierlab_kernels.base import Op, Ten
+from tierlab.kernels.base import Op, Ten
 
 
 def linear(name: str, weight: Ten, x: Ten, y: Ten, *, m: int, in_features: int, out_features: int,

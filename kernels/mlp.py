@@ -7,9 +7,9 @@ Ungated (GPT-2, OPT, Falcon): ``down(act(up(x)))``, 4 FLOPs per element for the 
 
 from __future__ import annotations
 
-from tierlab_kernels.base import Op, Ten
-from tierlab_kernels.linear import linear
-from tierlab_kernels.norm import elementwise
+from tierlab.kernels.base import Op, Ten
+from tierlab.kernels.linear import linear
+from tierlab.kernels.norm import elementwise
 
 
 def mlp(prefix: str, x: Ten, out: Ten, gate_buf: Ten | None, up_buf: Ten, act_buf: Ten, weights: dict, *, m: int,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tierlab_kernels.base import Op, Ten
+from tierlab.kernels.base import Op, Ten
 
 
 def route_op(name: str, logits: Ten, *, m: int, n_experts: int, k: int, act_bytes: int) -> Op:

@@ -8,7 +8,7 @@ Element-wise ops (residual add, SiLU-gated product) read each input once and wri
 
 from __future__ import annotations
 
-from tierlab_kernels.base import Op, Ten
+from tierlab.kernels.base import Op, Ten
 
 
 def rmsnorm(name: str, x: Ten, y: Ten, gain: Ten | None, *, m: int, width: int, act_bytes: int,

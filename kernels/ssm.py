@@ -14,7 +14,7 @@ update ``h = dA h + dBx``, the read-out ``C h``) plus 5 per channel (``D`` skip,
 
 from __future__ import annotations
 
-from tierlab_kernels.base import Op, Ten
+from tierlab.kernels.base import Op, Ten
 
 
 def conv(name: str, xz: Ten, out: Ten, weights: list[Ten | None], state: Ten, *, m: int, channels: int,

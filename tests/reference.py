@@ -8,7 +8,7 @@ only on the requests it sees, so both orders give identical counts. Level by lev
 Belady's OPT trivial here: a tier's whole future is the list in hand.
 
 Sets are Python lists of ways (``None`` or a dict); recency/fifo order is an ``OrderedDict``.
-The semantics are the ones documented in :mod:`emulator.engine.door`.
+The semantics are the ones documented in :mod:`tierlab.engine.door`.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def _tier(rt, reqs, tiers, tensors, counts, fcounts, b0, store_hit_recency, fow,
 
 def reference_replay_inclusive(tiers, lent_bytes, tensors, accesses, *, store_hit_recency=True,
                                flush=False, seed=0):
-    """The inclusive rule of :mod:`emulator.engine.door`, request by request (depth first, by recursion).
+    """The inclusive rule of :mod:`tierlab.engine.door`, request by request (depth first, by recursion).
 
     Same arguments and result as :func:`reference_replay` (lru, fifo and random only; fetches never
     skipped, as the engine requires). Level by level no longer works here: a farther tier's eviction

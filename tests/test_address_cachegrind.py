@@ -23,7 +23,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
+from tierlab.cli import main
 
 ON_CI = os.environ.get("CI", "").lower() == "true"
 MISSING = [t for t in ("valgrind", "gzip") if shutil.which(t) is None]

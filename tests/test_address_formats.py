@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
-from traces import importers
-from traces.importers import CHAMPSIM_RECORD, import_trace
-from traces.reader import open_trace
+from tierlab.cli import main
+from tierlab.traces import importers
+from tierlab.traces.importers import CHAMPSIM_RECORD, import_trace
+from tierlab.traces.reader import open_trace
 
 
 def _words(trace) -> list[tuple[int, int]]:
@@ -183,7 +183,7 @@ def test_import_json_keys(tmp_path):
     r = CliRunner().invoke(main, ["import", str(tmp_path / "p.lackey"), "-o", str(tmp_path / "p.trace"),
                                   "--straddle", "once", "--json"])
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     assert {"records", "lines", "reads", "writes", "straddles", "straddle", "descriptors", "tensors", "line",
             "format", "trace", "compression", "instruction_fetches", "word_bits"} <= set(s)
     assert s["straddle"] == "once" and open_trace(tmp_path / "p.trace").straddle == "once"

@@ -17,13 +17,13 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from common.errors import TraceError, UsageError
-from emulator.chip.chipfile import load_chip
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from traces import format as fmt
-from traces.importers import import_trace
-from traces.reader import open_trace
+from tierlab.common.errors import TraceError, UsageError
+from tierlab.chip.chipfile import load_chip
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.traces import format as fmt
+from tierlab.traces.importers import import_trace
+from tierlab.traces.reader import open_trace
 
 LEVELS = (("l1", 16, 4), ("l2", 64, 8), ("l3", 256, 8))     # (name, sets, ways), 64-byte lines
 
@@ -100,7 +100,7 @@ def test_a_chain_keyed_on_the_words_hands_over_at_the_first_write(imported, tmp_
     """A trace whose manifest does not say whether it writes: the chain serves it, its first tier
     keyed on the words (it keeps them, not tags), and hands its state over to the tier passes at
     the first write; every counter as on the walk."""
-    from traces.addresses import AddressTraceWriter
+    from tierlab.traces.addresses import AddressTraceWriter
 
     d, _ = imported
     rng = np.random.default_rng(5)
@@ -244,7 +244,7 @@ def test_reader_refuses_damaged_address_traces(imported, tmp_path):
 def test_region_tensors_cover_the_lines_touched(tmp_path):
     """A region's tensor starts at the 1 MiB boundary below its lowest line and ends after its highest
     (a stack near the top of its region is not a 1 GiB tensor); a word below it is refused."""
-    from traces.addresses import AddressTraceWriter
+    from tierlab.traces.addresses import AddressTraceWriter
 
     recs = [(0x1FFEFFF000 + 8 * i, 8, i % 2) for i in range(1000)] + [(0x4000000 + 64 * i, 8, 0) for i in range(50)]
     write_din(tmp_path / "s.din", recs)
@@ -307,7 +307,7 @@ def test_version_4_traces_read_and_replay_as_before(imported, tmp_path, straddle
 def test_writer_widens_to_64_bit_words_when_one_needs_them(tmp_path):
     """Words start as 32 bits; the first batch holding a word of 2**32 or more rewrites the batches
     written so far as 64-bit words, in order, and the manifest says word_bits 64."""
-    from traces.addresses import AddressTraceWriter
+    from tierlab.traces.addresses import AddressTraceWriter
 
     low = (np.arange(10, dtype=np.uint64) << np.uint64(1)) | np.uint64(1)
     high = np.array([(1 << 33) + 2, 6], np.uint64)          # line 2**32 + 1: past 32 bits

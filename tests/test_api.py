@@ -1,4 +1,4 @@
-"""The Python API (emulator.api, re-exported by emulator): each function's result against the CLI's
+"""The Python API (tierlab.api, re-exported by tierlab): each function's result against the CLI's
 --json for the same arguments, its rows against the CLI's Parquet and CSV, and bad arguments as
 typed errors naming them."""
 
@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-import emulator
-from common.errors import TierlabError, UsageError
-from emulator.cli import main
+import tierlab
+from tierlab.common.errors import TierlabError, UsageError
+from tierlab.cli import main
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "models" / "tiny-llama.json"
@@ -50,7 +50,7 @@ def _same(a, b, path=""):
 @pytest.fixture(scope="module")
 def tiny_trace(tmp_path_factory):
     out = tmp_path_factory.mktemp("api") / "t.trace"
-    return emulator.trace(TINY, context=32, prompt=8, generate=3, path=out)
+    return tierlab.trace(TINY, context=32, prompt=8, generate=3, path=out)
 
 
 def test_trace_is_the_cli_trace(tiny_trace, tmp_path):
@@ -64,7 +64,7 @@ def test_trace_is_the_cli_trace(tiny_trace, tmp_path):
 
 
 def test_replay_is_the_cli_replay(tiny_trace, tmp_path):
-    r = emulator.replay(tiny_trace, chip="h100", flush=True)
+    r = tierlab.replay(tiny_trace, chip="h100", flush=True)
     cli = _cli_json("replay", tiny_trace.path, "--chip", "h100", "--flush", "-o", tmp_path / "ops.parquet")
     _same(r.to_dict(), cli)
     # the rows: the CLI's per-op Parquet, column for column
@@ -73,8 +73,8 @@ def test_replay_is_the_cli_replay(tiny_trace, tmp_path):
 
 
 def test_options_reach_the_replay(tiny_trace):
-    on = emulator.replay(tiny_trace, chip="h100").to_dict()
-    off = emulator.replay(tiny_trace, chip="h100", set_groups=False, kernel="walk", policy_seed=3).to_dict()
+    on = tierlab.replay(tiny_trace, chip="h100").to_dict()
+    off = tierlab.replay(tiny_trace, chip="h100", set_groups=False, kernel="walk", policy_seed=3).to_dict()
     assert off["provenance"]["options"]["set_groups"] is False and off["provenance"]["options"]["seed"] == 3
     assert off["provenance"]["kernel"]["name"] != on["provenance"]["kernel"]["name"]
     assert off["tiers"] == on["tiers"]                     # identical counts, another kernel
@@ -85,7 +85,7 @@ def test_options_reach_the_replay(tiny_trace):
 
 def test_run_is_the_cli_run(tmp_path):
     args = dict(context=16, generate=2, batch=2, weights="int8")
-    r = emulator.run(TINY, chip="sn40l", keep_trace=tmp_path / "a.trace", **args)
+    r = tierlab.run(TINY, chip="sn40l", keep_trace=tmp_path / "a.trace", **args)
     cli = _cli_json("run", TINY, "--chip", "sn40l", "--context", 16, "--generate", 2, "--batch", 2, "--weights",
                     "int8", "--keep-trace", tmp_path / "b.trace")
     d = r.to_dict()
@@ -96,7 +96,7 @@ def test_run_is_the_cli_run(tmp_path):
 
 
 def test_run_on_a_system(tmp_path):
-    r = emulator.run(TINY, system="dgx-h100", context=16, generate=2, tp=2)
+    r = tierlab.run(TINY, system="dgx-h100", context=16, generate=2, tp=2)
     cli = _cli_json("run", TINY, "--system", "dgx-h100", "--context", 16, "--generate", 2, "--tp", 2)
     d = r.to_dict()
     for x in (d, cli):
@@ -114,8 +114,8 @@ def test_run_on_a_system(tmp_path):
 
 
 def test_compare_is_the_cli_compare(tiny_trace, tmp_path):
-    chip = emulator.load_chip("h100", {"tier.l2.capacity": "100 MiB"})
-    c = emulator.compare(tiny_trace, chips=["a100", chip], systems=["dgx-h100"])
+    chip = tierlab.load_chip("h100", {"tier.l2.capacity": "100 MiB"})
+    c = tierlab.compare(tiny_trace, chips=["a100", chip], systems=["dgx-h100"])
     d = c.to_dict()
     assert [x["chip"] for x in d["chips"]] == ["a100", "h100"] and d["systems"][0]["system"] == "dgx-h100"
     # the CLI cannot take a Chip object: compare the a100 and the system against it
@@ -145,7 +145,7 @@ def test_compare_is_the_cli_compare(tiny_trace, tmp_path):
 def test_sweep_is_the_cli_sweep(tmp_path):
     grid = {"model": [str(TINY)], "chip": ["h100", "a100"], "context": 16, "generate": 2,
             "overrides": {"tier.l2.capacity": ["25 MiB", "50 MiB"]}}
-    s = emulator.sweep(grid, workers=1, output=tmp_path / "api.parquet")
+    s = tierlab.sweep(grid, workers=1, output=tmp_path / "api.parquet")
     d = s.to_dict()
     assert d["points"] == 4 and d["computed"] == 4 and d["failed"] == 0 and d["output"] == str(tmp_path / "api.parquet")
     t = s.to_arrow()
@@ -156,47 +156,47 @@ def test_sweep_is_the_cli_sweep(tmp_path):
                     "--override", "tier.l2.capacity=25 MiB,50 MiB", "-o", tmp_path / "api.parquet")
     assert cli["present"] == 4 and cli["computed"] == 0 and list(cli) == list(d)
     # and the API resumes the CLI's file the same way
-    again = emulator.sweep(grid, output=tmp_path / "api.parquet").to_dict()
+    again = tierlab.sweep(grid, output=tmp_path / "api.parquet").to_dict()
     _same(again, cli)
-    assert emulator.sweep is not None and callable(emulator.sweep)
+    assert tierlab.sweep is not None and callable(tierlab.sweep)
     assert "<table>" in s._repr_html_()
 
 
 def test_sweep_callable_after_its_package_is_imported():
-    import emulator.sweep.grid  # noqa: F401  (binds the package to emulator.sweep)
+    import tierlab.sweep.grid  # noqa: F401  (binds the package to tierlab.sweep)
 
-    assert callable(emulator.sweep)
+    assert callable(tierlab.sweep)
     with pytest.raises(UsageError) as e:
-        emulator.sweep({"model": ["gpt2"], "chip": ["h100"], "colour": [1]})
+        tierlab.sweep({"model": ["gpt2"], "chip": ["h100"], "colour": [1]})
     assert e.value.field == "colour"
 
 
 def test_throughput_is_the_cli_throughput(tmp_path):
-    c = emulator.throughput(TINY, chip="h100", input=32, output=8, concurrency=[1, 4], tp=1)
+    c = tierlab.throughput(TINY, chip="h100", input=32, output=8, concurrency=[1, 4], tp=1)
     cli = _cli_json("throughput", TINY, "--chip", "h100", "--input", 32, "--output", 8, "--concurrency", "1,4",
                     "-o", tmp_path / "curve.parquet")
     _same(c.to_dict(), cli)
     assert c.to_arrow().equals(pq.read_table(tmp_path / "curve.parquet"))
     assert c.to_arrow().column("concurrency").to_pylist() == [1, 4]
-    both = emulator.throughput(TINY, chips=["h100", "a100"], input=32, output=8, concurrency="1,4")
+    both = tierlab.throughput(TINY, chips=["h100", "a100"], input=32, output=8, concurrency="1,4")
     _same(both.to_dict(), _cli_json("throughput", TINY, "--chips", "h100,a100", "--input", 32, "--output", 8,
                                     "--concurrency", "1,4"))
     assert both.to_arrow().num_rows == 4 and "TPOT" in both._repr_html_()
 
 
 def test_load_chip_and_system_overrides():
-    base = emulator.load_chip("h100")
-    big = emulator.load_chip("h100", {"tier.l2.capacity": "100 MiB"})
+    base = tierlab.load_chip("h100")
+    big = tierlab.load_chip("h100", {"tier.l2.capacity": "100 MiB"})
     assert base.tiers[0].capacity_bytes != big.tiers[0].capacity_bytes == 100 << 20
-    s = emulator.load_system("dgx-h100", {"chips": 4, "chips_per_node": 4, "chip.tier.hbm.bandwidth": "4 TB/s"})
-    assert s.n_chips == 4 and emulator.load_system("dgx-h100").n_chips == 8
+    s = tierlab.load_system("dgx-h100", {"chips": 4, "chips_per_node": 4, "chip.tier.hbm.bandwidth": "4 TB/s"})
+    assert s.n_chips == 4 and tierlab.load_system("dgx-h100").n_chips == 8
     hbm = [t for t in s.chip.tiers if t.name == "hbm"][0]
     assert hbm.bandwidth_bytes_per_s == 4e12
-    assert emulator.load_chip(Path(base.source_file)).tiers == base.tiers
+    assert tierlab.load_chip(Path(base.source_file)).tiers == base.tiers
 
 
 def test_results_as_tables(tiny_trace):
-    r = emulator.replay(tiny_trace, chip="h100")
+    r = tierlab.replay(tiny_trace, chip="h100")
     pl = r.to_polars()
     assert pl.shape == (r.to_arrow().num_rows, r.to_arrow().num_columns)
     try:
@@ -213,9 +213,9 @@ def test_results_as_tables(tiny_trace):
 
 
 def test_temporary_trace_removed_with_its_result():
-    t = emulator.trace(TINY, context=8, generate=1)
+    t = tierlab.trace(TINY, context=8, generate=1)
     p = Path(t.path)
-    assert p.is_dir() and emulator.replay(t, chip="h100").to_dict()["provenance"]["trace"] == str(p)
+    assert p.is_dir() and tierlab.replay(t, chip="h100").to_dict()["provenance"]["trace"] == str(p)
     del t
     import gc
 
@@ -226,52 +226,52 @@ def test_temporary_trace_removed_with_its_result():
 # ---- bad arguments: the typed error naming the argument, before any work ------------------------
 
 BAD = [
-    ("trace", lambda: emulator.trace(TINY, context=8, generate=1, colour=3), "colour", "unknown option"),
-    ("trace", lambda: emulator.trace(TINY, context="8", generate=1), "context", "expected an integer"),
-    ("trace", lambda: emulator.trace(TINY, context=8, generate=True), "generate", "expected an integer"),
-    ("trace", lambda: emulator.trace(TINY, context=8, generate=1, weights=4), "weights", "expected a string"),
-    ("trace", lambda: emulator.trace(42, context=8, generate=1), "model", "expected a name or path"),
-    ("trace", lambda: emulator.trace(TINY, context=8, generate=1, path=3.5), "path", "expected a name or path"),
-    ("trace", lambda: emulator.trace(TINY, context=8, generate=1, collective_buffers="both"), None, None),
-    ("replay", lambda t: emulator.replay(t, chip="h100", pim="yes"), "pim", "expected True or False"),
-    ("replay", lambda t: emulator.replay(t, chip="h100", kernel="fastest"), "kernel", "fastest"),
-    ("replay", lambda t: emulator.replay(t, chip="h100", flsh=True), "flsh", "did you mean 'flush'"),
-    ("replay", lambda t: emulator.replay(t, chip=3), "chip", "loaded object"),
-    ("replay", lambda t: emulator.replay(t), "--chip", "give --chip"),
-    ("replay", lambda t: emulator.replay(None, chip="h100"), "trace", "expected a name or path"),
-    ("replay", lambda t: emulator.replay(t, chip="h100", place=5), "place", "list of strings"),
-    ("run", lambda: emulator.run(TINY, chip="h100", generate=1.5), "generate", "expected an integer"),
-    ("run", lambda: emulator.run(TINY, chip="h100", json=True), "json", "unknown option"),
-    ("run", lambda: emulator.run(TINY, chip="h100", system="dgx-h100"), "--chip", "exactly one"),
-    ("run", lambda: emulator.run(TINY, chip="nope-chip", generate=1), None, "nope-chip"),
-    ("compare", lambda: emulator.compare(TINY, chips=["h100"], chip="a100"), "chip", "did you mean 'chips'"),
-    ("compare", lambda: emulator.compare(TINY, chips=[3]), "chips", "expected a name or path"),
-    ("compare", lambda: emulator.compare(TINY, chips=5), "chips", "expected a list"),
-    ("compare", lambda: emulator.compare(TINY), "--chips", "give --chips"),
-    ("compare", lambda: emulator.compare(DATA / "golden-v1-tiny-llama.trace", chips=["h100"], context=5), "MODEL",
+    ("trace", lambda: tierlab.trace(TINY, context=8, generate=1, colour=3), "colour", "unknown option"),
+    ("trace", lambda: tierlab.trace(TINY, context="8", generate=1), "context", "expected an integer"),
+    ("trace", lambda: tierlab.trace(TINY, context=8, generate=True), "generate", "expected an integer"),
+    ("trace", lambda: tierlab.trace(TINY, context=8, generate=1, weights=4), "weights", "expected a string"),
+    ("trace", lambda: tierlab.trace(42, context=8, generate=1), "model", "expected a name or path"),
+    ("trace", lambda: tierlab.trace(TINY, context=8, generate=1, path=3.5), "path", "expected a name or path"),
+    ("trace", lambda: tierlab.trace(TINY, context=8, generate=1, collective_buffers="both"), None, None),
+    ("replay", lambda t: tierlab.replay(t, chip="h100", pim="yes"), "pim", "expected True or False"),
+    ("replay", lambda t: tierlab.replay(t, chip="h100", kernel="fastest"), "kernel", "fastest"),
+    ("replay", lambda t: tierlab.replay(t, chip="h100", flsh=True), "flsh", "did you mean 'flush'"),
+    ("replay", lambda t: tierlab.replay(t, chip=3), "chip", "loaded object"),
+    ("replay", lambda t: tierlab.replay(t), "--chip", "give --chip"),
+    ("replay", lambda t: tierlab.replay(None, chip="h100"), "trace", "expected a name or path"),
+    ("replay", lambda t: tierlab.replay(t, chip="h100", place=5), "place", "list of strings"),
+    ("run", lambda: tierlab.run(TINY, chip="h100", generate=1.5), "generate", "expected an integer"),
+    ("run", lambda: tierlab.run(TINY, chip="h100", json=True), "json", "unknown option"),
+    ("run", lambda: tierlab.run(TINY, chip="h100", system="dgx-h100"), "--chip", "exactly one"),
+    ("run", lambda: tierlab.run(TINY, chip="nope-chip", generate=1), None, "nope-chip"),
+    ("compare", lambda: tierlab.compare(TINY, chips=["h100"], chip="a100"), "chip", "did you mean 'chips'"),
+    ("compare", lambda: tierlab.compare(TINY, chips=[3]), "chips", "expected a name or path"),
+    ("compare", lambda: tierlab.compare(TINY, chips=5), "chips", "expected a list"),
+    ("compare", lambda: tierlab.compare(TINY), "--chips", "give --chips"),
+    ("compare", lambda: tierlab.compare(DATA / "golden-v1-tiny-llama.trace", chips=["h100"], context=5), "MODEL",
      "got --context"),
-    ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"]}, workers=0), "workers", "range"),
-    ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"]}, workers="2"), "workers", "integer"),
-    ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"]}, price=-1.0), "price", "range"),
-    ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"]}, batch=[1]), "batch", "unknown option"),
-    ("sweep", lambda: emulator.sweep(7), "grid", "expected a name or path"),
-    ("sweep", lambda: emulator.sweep({"model": ["gpt2"], "chip": ["h100"], "overrides": 3}), "overrides", "dict"),
-    ("throughput", lambda: emulator.throughput(TINY, chip="h100", input="32", output=8), "input", "integer"),
-    ("throughput", lambda: emulator.throughput(TINY, chip="h100", input=32, output=8, concurrency=[1.5]),
+    ("sweep", lambda: tierlab.sweep({"model": ["gpt2"], "chip": ["h100"]}, workers=0), "workers", "range"),
+    ("sweep", lambda: tierlab.sweep({"model": ["gpt2"], "chip": ["h100"]}, workers="2"), "workers", "integer"),
+    ("sweep", lambda: tierlab.sweep({"model": ["gpt2"], "chip": ["h100"]}, price=-1.0), "price", "range"),
+    ("sweep", lambda: tierlab.sweep({"model": ["gpt2"], "chip": ["h100"]}, batch=[1]), "batch", "unknown option"),
+    ("sweep", lambda: tierlab.sweep(7), "grid", "expected a name or path"),
+    ("sweep", lambda: tierlab.sweep({"model": ["gpt2"], "chip": ["h100"], "overrides": 3}), "overrides", "dict"),
+    ("throughput", lambda: tierlab.throughput(TINY, chip="h100", input="32", output=8), "input", "integer"),
+    ("throughput", lambda: tierlab.throughput(TINY, chip="h100", input=32, output=8, concurrency=[1.5]),
      "concurrency", "list of integers"),
-    ("throughput", lambda: emulator.throughput(TINY, chip="h100", input=32, output=8, slo_tpot="fast"), "slo_tpot",
+    ("throughput", lambda: tierlab.throughput(TINY, chip="h100", input=32, output=8, slo_tpot="fast"), "slo_tpot",
      "a number"),
-    ("throughput", lambda: emulator.throughput(TINY, chip="h100", input=32, output=8, batch=4), "batch",
+    ("throughput", lambda: tierlab.throughput(TINY, chip="h100", input=32, output=8, batch=4), "batch",
      "unknown option"),
-    ("throughput", lambda: emulator.throughput(TINY, input=32, output=8), "--chip", "give --chip"),
-    ("load_chip", lambda: emulator.load_chip(None), "name_or_path", "expected a name or path"),
-    ("load_chip", lambda: emulator.load_chip("h100", {"tier.l2.capacity": True}), "overrides.tier.l2.capacity",
+    ("throughput", lambda: tierlab.throughput(TINY, input=32, output=8), "--chip", "give --chip"),
+    ("load_chip", lambda: tierlab.load_chip(None), "name_or_path", "expected a name or path"),
+    ("load_chip", lambda: tierlab.load_chip("h100", {"tier.l2.capacity": True}), "overrides.tier.l2.capacity",
      "string or number"),
-    ("load_chip", lambda: emulator.load_chip("h100", ["tier.l2.capacity"]), "overrides", "expected a dict"),
-    ("load_chip", lambda: emulator.load_chip("h100", {"tier.l9.capacity": "1 MiB"}), None, "l9"),
-    ("load_system", lambda: emulator.load_system(3), "name_or_path", "expected a name or path"),
-    ("load_system", lambda: emulator.load_system("dgx-h100", {"chips": None}), "overrides.chips", "string or number"),
-    ("load_system", lambda: emulator.load_system("no-such-system"), None, "no-such-system"),
+    ("load_chip", lambda: tierlab.load_chip("h100", ["tier.l2.capacity"]), "overrides", "expected a dict"),
+    ("load_chip", lambda: tierlab.load_chip("h100", {"tier.l9.capacity": "1 MiB"}), None, "l9"),
+    ("load_system", lambda: tierlab.load_system(3), "name_or_path", "expected a name or path"),
+    ("load_system", lambda: tierlab.load_system("dgx-h100", {"chips": None}), "overrides.chips", "string or number"),
+    ("load_system", lambda: tierlab.load_system("no-such-system"), None, "no-such-system"),
 ]
 
 
@@ -286,13 +286,13 @@ def test_bad_arguments(function, call, field, text, tiny_trace):
 
 
 def test_every_public_function_has_bad_argument_cases():
-    assert set(emulator.__all__) == {b[0] for b in BAD}
+    assert set(tierlab.__all__) == {b[0] for b in BAD}
 
 
 def test_import_is_cheap():
-    """``import emulator`` (and so every command's start) loads none of the API's machinery."""
-    code = ("import sys, emulator; print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('numpy', 'numba', 'pyarrow', 'click', 'traces') or m.startswith('emulator.')))")
+    """``import tierlab`` (and so every command's start) loads none of the API's machinery."""
+    code = ("import sys, tierlab; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('numpy', 'numba', 'pyarrow', 'click') or m.startswith('tierlab.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-    assert {"trace", "run", "sweep"} <= set(dir(emulator))
+    assert {"trace", "run", "sweep"} <= set(dir(tierlab))

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from common.atomic import atomic_path
+from tierlab.common.atomic import atomic_path
 
 
 @pytest.mark.parametrize("directory", [False, True])

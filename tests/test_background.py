@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from common import background
+from tierlab.common import background
 
 
 def test_jobs_run_in_order_on_one_other_thread():
@@ -45,7 +45,7 @@ def test_release_mapped_lets_go_of_the_views_on_the_worker(tmp_path):
     import numpy as np
     import pyarrow as pa
 
-    from traces.ipc import IpcTable, release_mapped
+    from tierlab.traces.ipc import IpcTable, release_mapped
 
     path = tmp_path / "w.arrow"
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, pa.schema([("word", pa.uint64())])) as w:

@@ -24,11 +24,11 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from emulator.chip.chipfile import list_presets as chip_presets
-from emulator.system.systemfile import list_presets as system_presets
-from emulator.cli import main
-from traces import format as fmt
-from traces.spec import ARCHITECTURES
+from tierlab.chip.chipfile import list_presets as chip_presets
+from tierlab.system.systemfile import list_presets as system_presets
+from tierlab.cli import main
+from tierlab.traces import format as fmt
+from tierlab.traces.spec import ARCHITECTURES
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden-v1-synthetic.trace"
@@ -137,7 +137,7 @@ def address_trace(edit: Callable[[Path], None] | None = None) -> Callable[[Path]
     and applying ``edit``."""
 
     def build(tmp: Path) -> None:
-        from traces.importers import import_trace
+        from tierlab.traces.importers import import_trace
 
         (tmp / "a.din").write_text("".join(f"{i % 2} {i * 64:x} 8\n" for i in range(64)))
         import_trace(tmp / "a.din", tmp / "a.trace")
@@ -245,7 +245,7 @@ def _unwritable(tmp: Path) -> None:
 
 def _nine_devices(tmp: Path) -> None:
     """A version-2 trace of nine devices, each one op reading its own tensor."""
-    from traces.writer import TraceWriter
+    from tierlab.traces.writer import TraceWriter
 
     with TraceWriter(tmp / "t.trace", run=None, devices=9) as w:
         for d in range(9):
@@ -258,7 +258,7 @@ SWEEP_OUT = ["-o", "{tmp}/r.parquet"]
 
 def _preset(name: str, **over) -> dict:
     """A shipped preset's config.json with some top-level fields changed."""
-    from common.paths import configs_dir
+    from tierlab.common.paths import configs_dir
 
     return {**json.loads((configs_dir("models") / f"{name}.json").read_text()), **over}
 
@@ -984,9 +984,9 @@ CASES = [
 
 
 def _tp2_trace(out: Path) -> None:
-    from traces.lower import generate_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     generate_trace(load_model(str(TINY)), RunConfig(context=8, generate=1, tp=2), out)
 

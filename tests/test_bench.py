@@ -6,8 +6,8 @@ import sys
 import numpy as np
 from click.testing import CliRunner
 
-from emulator.cli import main
-from emulator.cli.bench import benchmarks_dir, format_result
+from tierlab.cli import main
+from tierlab.cli.bench import benchmarks_dir, format_result
 
 sys.path.insert(0, str(benchmarks_dir()))
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from emulator.engine.blocks import BlockExpander, block_stream
-from common.errors import UsageError
+from tierlab.engine.blocks import BlockExpander, block_stream
+from tierlab.common.errors import UsageError
 
 
 def reference_blocks(tensor_addr, rows, block_bytes, include=None):

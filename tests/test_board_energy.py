@@ -8,10 +8,10 @@ import warnings
 import numpy as np
 import pytest
 
-from common.errors import ConfigError
-from emulator.chip.chipfile import chip_from_dict
-from emulator.chip.units import parse_quantity
-from emulator.cost.model import NoPowerWarning, cost, per_token
+from tierlab.common.errors import ConfigError
+from tierlab.chip.chipfile import chip_from_dict
+from tierlab.chip.units import parse_quantity
+from tierlab.cost.model import NoPowerWarning, cost, per_token
 
 
 def _chip(power=None):
@@ -26,7 +26,7 @@ def _chip(power=None):
 def _per_token(chip, batch=4):
     # two decode steps of one op each: 1e6 bytes read (1 us at 1 TB/s, 1 uJ) and 1e6 FLOPs (1 uJ)
     per_op = np.zeros((2, 1, 16), np.int64)
-    from emulator.engine.counters import BYTES_READ
+    from tierlab.engine.counters import BYTES_READ
     per_op[:, 0, BYTES_READ] = 10**6
     cst = cost(chip, per_op, np.array([64]), np.array([1e6, 1e6]))
     return per_token(cst, per_op, np.array([64]), np.array([0, 1]), np.array(["decode", "decode"], dtype=object),

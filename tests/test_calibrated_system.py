@@ -1,4 +1,4 @@
-"""The calibrated latency of a system (issue 22): collectives as they run (emulator.network.protocols)
+"""The calibrated latency of a system (issue 22): collectives as they run (tierlab.network.protocols)
 against closed forms, the organisation model on every device against one chip's, the roofline back
 when every overhead is off, overlap, and the prefill (time to first token)."""
 
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
-from emulator.cost.system_cost import COLL, RUN, critical_path
-from emulator.network.collective import plan_collective
-from emulator.network.protocols import Settings, load_library, time_collective, time_of
-from emulator.network.schedule import Group
-from emulator.system.systemfile import load_system
+from tierlab.cli import main
+from tierlab.cost.system_cost import COLL, RUN, critical_path
+from tierlab.network.collective import plan_collective
+from tierlab.network.protocols import Settings, load_library, time_collective, time_of
+from tierlab.network.schedule import Group
+from tierlab.system.systemfile import load_system
 
 TINY = Path(__file__).parent / "data" / "models" / "tiny-llama.json"
 US = 1e-6
@@ -215,8 +215,8 @@ def test_prefill_alone(tmp_path):
 
 def test_op_latency_shares_sum_to_groups():
     """Organisation.op_latency_s: whole groups' ops sum to latency_s of them."""
-    from emulator.chip.chipfile import load_chip
-    from emulator.cost.organisation import organise, with_execution
+    from tierlab.chip.chipfile import load_chip
+    from tierlab.cost.organisation import organise, with_execution
 
     chip = with_execution(load_chip("h100"), fusion="layer", kernel_overhead_s=2e-6)
     rng = np.random.default_rng(0)
@@ -240,7 +240,7 @@ def test_system_file_fields(tmp_path):
     bad = src.replace("[scale_up]", "[collectives]\nlibrary = \"mpi\"\n\n[scale_up]", 1)
     p = tmp_path / "s.toml"
     p.write_text(bad)
-    from common.errors import ConfigError
+    from tierlab.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="collectives.library"):
         load_system(p)
@@ -252,7 +252,7 @@ def test_system_file_fields(tmp_path):
 
 
 def _two(kind_a, ranks_a, ranks_b, size, spans):
-    from emulator.cost.system_cost import SystemCost, contention
+    from tierlab.cost.system_cost import SystemCost, contention
 
     system = load_system("dgx-h100")
     a = plan_collective(kind_a, Group(ranks_a, system), size, "ring")

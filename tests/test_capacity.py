@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.analysis.capacity import Budget, activation_tensor_bytes, capacity, weight_bytes
-from emulator.chip.chipfile import load_chip
-from emulator.cli.capacity import command
-from common.errors import CapacityError, UsageError
-from traces.lower import generate_trace
-from traces.reader import open_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.analysis.capacity import Budget, activation_tensor_bytes, capacity, weight_bytes
+from tierlab.chip.chipfile import load_chip
+from tierlab.cli.capacity import command
+from tierlab.common.errors import CapacityError, UsageError
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.reader import open_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 DATA = Path(__file__).parent / "data" / "models"
 TINY = ("llama", "qwen2", "mixtral", "deepseek-v3", "chatglm", "mistral", "qwen3-moe")
@@ -151,7 +151,7 @@ def test_budget_smaller_than_the_weights_is_refused():
 
 
 def _cli(args):
-    from emulator.cli import main
+    from tierlab.cli import main
 
     return CliRunner().invoke(main, args)
 
@@ -172,7 +172,7 @@ def test_cli_one_line_errors():
 def test_cli_json_and_table_agree():
     r = _cli(["capacity", "llama-3.1-8b", "--memory", "24GB", "--weights", "int4", "--json"])
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     plan = capacity(load_model("llama-3.1-8b"), Budget.of_size(24 * 10**9), weights="int4")
     assert d["memory_context"] == plan.memory_context and d["kv_bytes_per_token"] == 131072
     r = _cli(["capacity", "llama-3.1-8b", "--chip", "h100", "--tier", "hbm", "--context", "8192"])

@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from emulator.analysis.capacity import Budget, activation_bytes, activation_tensor_bytes, capacity, weight_bytes
+from tierlab.analysis.capacity import Budget, activation_bytes, activation_tensor_bytes, capacity, weight_bytes
 from test_capacity import tensor_sizes, trace_of
 from test_families import GPT_OSS_TINY, SMALL, shrunk
-from traces.spec import load_model, spec_from_config
+from tierlab.traces.spec import load_model, spec_from_config
 
 QWEN3_NEXT_TINY = dict(hidden_size=64, intermediate_size=64, moe_intermediate_size=16,
                        shared_expert_intermediate_size=16, num_experts=8, num_experts_per_tok=2, num_attention_heads=4,
@@ -127,7 +127,7 @@ def test_windowed_models_past_the_window_against_every_position():
 
 
 def test_state_space_model_cli_says_memory_sets_no_limit():
-    from emulator.cli import main
+    from tierlab.cli import main
 
     r = CliRunner().invoke(main, ["capacity", "mamba-codestral-7b", "--memory", "24GB"])
     assert r.exit_code == 0, r.output
@@ -136,7 +136,7 @@ def test_state_space_model_cli_says_memory_sets_no_limit():
     r = CliRunner().invoke(main, ["capacity", "mamba-codestral-7b", "--memory", "24GB", "--context", "1000", "--json"])
     import json
 
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     w = d["weight_bytes"]
     b = d["max_batch"]        # fixed state per sequence: the batch is what the state allows
     act = lambda n: activation_bytes(load_model("mamba-codestral-7b"), n)
@@ -191,8 +191,8 @@ def test_sparse_attention_and_kda_capacity_equals_the_trace(tmp_path, name):
     brute = max(p for p in range(1, 5000) if weight_bytes(spec) + activation_bytes(spec, 1) + state
                 + spec.kv_bytes(p) <= budget)
     assert capacity(spec, Budget.of_size(budget), batch=1).memory_context == brute
-    from emulator.serving.capacity import device_terms
-    from traces.run import RunConfig
+    from tierlab.serving.capacity import device_terms
+    from tierlab.traces.run import RunConfig
 
     assert device_terms(spec, RunConfig(prompt=1), 5, 1)[0][2] == spec.kv_bytes(5)       # a serving replica's KV per sequence
     pp = device_terms(spec, RunConfig(prompt=1, pp=2), 5, 1)                               # one layer a stage: the two add up

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import ConfigError
-from common.paths import configs_dir
-from traces.format import FORMAT_VERSION
-from traces.lower import generate_trace
-from traces.reader import open_trace
-from traces.run import RunConfig
-from traces.families import FAMILIES, LLAMA_KEYS, family_of
-from traces.spec import spec_from_config
-from traces.summary import summarize
+from tierlab.common.errors import ConfigError
+from tierlab.common.paths import configs_dir
+from tierlab.traces.format import FORMAT_VERSION
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.reader import open_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.families import FAMILIES, LLAMA_KEYS, family_of
+from tierlab.traces.spec import spec_from_config
+from tierlab.traces.summary import summarize
 
 RUN = dict(context=3, prompt=5, generate=2, batch=2)
 
@@ -162,7 +162,7 @@ def _preset(name: str) -> dict:
 
 
 def _both(config: dict, tmp: Path, **run_kw) -> tuple[dict, dict, object, Counter, Counter]:
-    from traces.capture import capture_trace
+    from tierlab.traces.capture import capture_trace
 
     run = RunConfig(**{**RUN, **run_kw})
     spec = spec_from_config(config)
@@ -198,7 +198,7 @@ def _check_both(config: dict, transformers, tmp_path) -> None:
         pytest.skip(f"Transformers {transformers.__version__} does not know model_type {config['model_type']!r}")
     refusal = CAPTURE_REFUSES.get(_family(config))
     if refusal:
-        from traces.capture import capture_trace
+        from tierlab.traces.capture import capture_trace
 
         with pytest.raises(ConfigError) as err:
             capture_trace(config, RunConfig(**RUN), tmp_path / "c.trace")
@@ -282,7 +282,7 @@ def _check_gemma4(cap: dict, hand: dict, spec, cap_k: Counter, hand_k: Counter, 
     and the activation bytes, of the operators the capture leaves unmapped (rotary, which Gemma 4 turns on
     q and k apart as mul/neg/cat; the layer-scalar product; the embeddings' scale and the per-layer inputs'
     sum)."""
-    from traces.weightfmt import weight_tensors
+    from tierlab.traces.weightfmt import weight_tensors
 
     run = RunConfig(**RUN)
     assert cap["weight_bytes"] == hand["weight_bytes"]
@@ -319,7 +319,7 @@ def test_capture_equals_lowering_of_gemma4_kv_sharing(transformers, tmp_path):
     """Gemma 4 with the last two of four layers reading the KV of the first two (a sliding and a global
     one), keys equal to values on the global layers (fewer KV heads there, wider heads), double-wide MLPs
     on the KV-shared layers, and the MoE block beside every MLP: both paths as for the default config."""
-    from traces.capture.census import default_config
+    from tierlab.traces.capture.census import default_config
 
     c = reduced(default_config("gemma4_text"))
     c.update(num_hidden_layers=4, num_kv_shared_layers=2, attention_k_eq_v=True, use_double_wide_mlp=True,
@@ -329,7 +329,7 @@ def test_capture_equals_lowering_of_gemma4_kv_sharing(transformers, tmp_path):
     spec = spec_from_config(c)
     assert [x.kv_layer for x in spec.gemma4.layers] == [0, 1, 0, 1] and spec.num_experts == 8
     _check_both(c, transformers, tmp_path)
-    from common.errors import UsageError
+    from tierlab.common.errors import UsageError
 
     with pytest.raises(UsageError, match="one device only"):     # the sharded lowering knows one layer width
         generate_trace(spec, RunConfig(**RUN, tp=2), tmp_path / "tp.trace")
@@ -359,14 +359,14 @@ NEW_HAND_TYPES = ["gemma", "phi", "olmo2", "olmo3", "granite", "granitemoe", "gr
 
 @pytest.mark.parametrize("model_type", NEW_HAND_TYPES)
 def test_capture_equals_lowering_of_transformers_defaults(model_type, transformers, tmp_path):
-    from traces.capture.census import default_config
+    from tierlab.traces.capture.census import default_config
 
     _check_both(reduced(default_config(model_type)), transformers, tmp_path)
 
 
 def test_capture_equals_lowering_of_nemotron_h_latent_moe(transformers, tmp_path):
     """Nemotron-H's latent MoE (experts between fc1 / fc2 latent projections) with MLP biases, both ways."""
-    from traces.capture.census import default_config
+    from tierlab.traces.capture.census import default_config
 
     _check_both(dict(reduced(default_config("nemotron_h")), moe_latent_size=16, mlp_bias=True), transformers,
                 tmp_path)
@@ -375,7 +375,7 @@ def test_capture_equals_lowering_of_nemotron_h_latent_moe(transformers, tmp_path
 def test_sparse_attention_top_k_both_ways(transformers, tmp_path):
     """DeepSeek-V3.2 with an index_topk shorter than the run's context: both paths read at most index_topk
     KV rows per decode query (and every index key), the same bytes per step."""
-    from traces.capture.census import default_config
+    from tierlab.traces.capture.census import default_config
 
     _check_both({**reduced(default_config("deepseek_v32")), "index_topk": 4}, transformers, tmp_path)
 
@@ -393,7 +393,7 @@ def test_capture_cli(transformers, tmp_path):
     """`tierlab trace MODEL --capture` writes a trace (the writer's format) that replays, and says what it recorded."""
     from click.testing import CliRunner
 
-    from emulator.cli import main
+    from tierlab.cli import main
 
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(reduced(_preset("qwen2-0.5b"))))
@@ -413,7 +413,7 @@ def test_capture_cli(transformers, tmp_path):
 def _cli(*args):
     from click.testing import CliRunner
 
-    from emulator.cli import main
+    from tierlab.cli import main
 
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
@@ -422,7 +422,7 @@ def test_no_hand_lowering_goes_through_capture(transformers, tmp_path):
     """`tierlab trace CONFIG.json` of a family with no hand lowering (OLMo 1) is captured by itself; the
     provenance says so and why; its traced weights hold Transformers' parameter count. A hand family's
     trace says it is the hand lowering's."""
-    from traces.capture.census import default_config, meta_param_count
+    from tierlab.traces.capture.census import default_config, meta_param_count
 
     config = default_config("olmo")
     config.update(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=256)
@@ -442,7 +442,7 @@ def test_run_and_compare_of_no_hand_lowering_go_through_capture(transformers, tm
     """`tierlab run` and `compare` of a family with no hand lowering (OLMo 1) trace it as `tierlab trace`
     does (captured by itself, kept with --keep-trace and saying so) and replay it: the same tiers and
     per-token figures as the kept trace replayed alone; --capture of a trace is refused."""
-    from traces.capture.census import default_config
+    from tierlab.traces.capture.census import default_config
 
     config = default_config("olmo")
     config.update(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=256)
@@ -469,7 +469,7 @@ def test_unmapped_operators_are_named(transformers, tmp_path):
     """Captured, Qwen3.5's attention output gate (a sigmoid and a product outside any module tierlab lowers)
     is named in one stderr line and in the manifest, with how many times it ran; its Gated DeltaNet layers
     keep state tensors, read and written once per decode step. (The hand lowering models the gate.)"""
-    from traces.capture.census import default_config
+    from tierlab.traces.capture.census import default_config
 
     config = default_config("qwen3_5_text")
     config.update(num_hidden_layers=4, layer_types=config["layer_types"][:4])
@@ -490,8 +490,8 @@ def test_sparse_attention_index_reads(transformers, tmp_path):
     layers.i.kv.index, of their own tensor kind (kv_index): each decode step appends one row per sequence and
     its scoring reads every cached index key of every sequence, beside the MLA latent the attention reads;
     closed forms. The KV cache's bytes count both."""
-    from traces.capture import capture_trace
-    from traces.capture.census import default_config
+    from tierlab.traces.capture import capture_trace
+    from tierlab.traces.capture.census import default_config
 
     c = reduced(default_config("deepseek_v32"))
     run = RunConfig(**RUN)
@@ -522,7 +522,7 @@ def test_capture_unknown_model_type(transformers, tmp_path):
     """A model_type Transformers does not know is one line naming the field."""
     from click.testing import CliRunner
 
-    from emulator.cli import main
+    from tierlab.cli import main
 
     cfg = tmp_path / "m.json"
     cfg.write_text(json.dumps({"model_type": "no-such-model", "hidden_size": 64}))
@@ -536,7 +536,7 @@ def test_capture_unknown_model_type(transformers, tmp_path):
 # ---- families only the capture reads, against closed forms ----------------------------------------
 
 def _capture(config: dict, tmp: Path, **run_kw) -> tuple[dict, Counter]:
-    from traces.capture import capture_trace
+    from tierlab.traces.capture import capture_trace
 
     path = capture_trace(config, RunConfig(**{**RUN, "context": 0, **run_kw}), tmp / "c.trace")
     return summarize(open_trace(path)), _decode_flops_by_kind(path)

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from traces.reader import open_trace
-from traces.run import RunConfig
-from traces.summary import summarize
+from tierlab.traces.reader import open_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.summary import summarize
 
 RUN = dict(context=0, prompt=5, generate=2, batch=2)
 
 
 def _capture(model_type: str, tmp, **over):
-    from traces.capture import capture_trace
-    from traces.capture.census import default_config, meta_param_count
+    from tierlab.traces.capture import capture_trace
+    from tierlab.traces.capture.census import default_config, meta_param_count
 
     config = {**default_config(model_type), **over}
     tr = open_trace(capture_trace(config, RunConfig(**RUN), tmp / "c.trace"))

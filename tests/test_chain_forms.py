@@ -10,8 +10,8 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from emulator.engine import stream
-from emulator.engine.stream import RUN_BLOCKS
+from tierlab.engine import stream
+from tierlab.engine.stream import RUN_BLOCKS
 
 
 def _reference(blocks, geo, fifo):

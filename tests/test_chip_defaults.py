@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.chip.chipfile import NoEffectWarning, chip_from_dict, list_presets, load_chip, read_chip_toml
-from emulator.cli import main
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from traces.lower import generate_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.chip.chipfile import NoEffectWarning, chip_from_dict, list_presets, load_chip, read_chip_toml
+from tierlab.cli import main
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 DATA = Path(__file__).parent / "data"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.chip.chipfile import chip_from_dict, chip_hash, list_presets, load_chip
-from emulator.cli import main
-from emulator.chip.hierarchy import Chip, Compute, Tier
-from common.errors import ConfigError, UsageError
+from tierlab.chip.chipfile import chip_from_dict, chip_hash, list_presets, load_chip
+from tierlab.cli import main
+from tierlab.chip.hierarchy import Chip, Compute, Tier
+from tierlab.common.errors import ConfigError, UsageError
 
 F = "chips/x.toml"
 
@@ -284,7 +284,7 @@ def test_cli_lists_and_shows(tmp_path):
     p.write_text(GOOD)
     r = CliRunner().invoke(main, ["chips", str(p), "--json"])
     assert r.exit_code == 0
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     assert d["tiers"][1]["pim"]["ops"] == ["linear", "attention"] and d["links"][1]["bandwidth_bytes_per_s"] == 12.5e9
     assert d["tiers"][0]["sets"] == 2048 and d["sha256"] == chip_hash(p)
     r = CliRunner().invoke(main, ["chips", str(p)])
@@ -304,7 +304,7 @@ def test_cli_unknown_preset_real_process():
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from common.errors import TierlabError  # noqa: E402
+from tierlab.common.errors import TierlabError  # noqa: E402
 
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 2**40), st.floats(allow_nan=True),
                     st.text(max_size=12), st.sampled_from(["0 B", "-1 KiB", "3 GB/s", "1e999 B", "7 B", "lru",
@@ -361,7 +361,7 @@ def test_fuzz_random_bytes_as_chip_file(tmp_path_factory, blob):
 @settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_fuzz_mutated_preset_text(tmp_path_factory, data):
-    from common.paths import configs_dir
+    from tierlab.common.paths import configs_dir
     name = data.draw(st.sampled_from(list_presets()))
     text = (configs_dir("chips") / f"{name}.toml").read_text()
     i = data.draw(st.integers(0, len(text) - 1))
@@ -382,7 +382,7 @@ def test_a_chip_file_loaded_again_is_read_again_when_its_bytes_change(tmp_path):
     (frozen) Chip and the same warnings, edited bytes a new Chip."""
     import warnings
 
-    from emulator.chip.chipfile import NoEffectWarning, read_chip_toml
+    from tierlab.chip.chipfile import NoEffectWarning, read_chip_toml
 
     d, path, _ = read_chip_toml("h100")
     text = path.read_text()

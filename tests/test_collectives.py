@@ -1,4 +1,4 @@
-"""Collective algorithms (emulator.network): closed forms, properties over random groups, refusals
+"""Collective algorithms (tierlab.network): closed forms, properties over random groups, refusals
 and the auto rule. Expected values are computed here from the formulas, not read from the code."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.errors import UsageError
-from emulator.network import tree as tree_mod
-from emulator.network.collective import ALGORITHM_NAMES, KINDS, Group, plan_collective, refusal
-from emulator.system.model import Fabric, System
+from tierlab.common.errors import UsageError
+from tierlab.network import tree as tree_mod
+from tierlab.network.collective import ALGORITHM_NAMES, KINDS, Group, plan_collective, refusal
+from tierlab.system.model import Fabric, System
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
 SIZES = (1000.0, 64 * MiB, 3 * GiB)

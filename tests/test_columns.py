@@ -1,10 +1,10 @@
-"""traces.columns.string_in against Python set membership on the same strings."""
+"""tierlab.traces.columns.string_in against Python set membership on the same strings."""
 
 import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
-from traces.columns import string_in
+from tierlab.traces.columns import string_in
 
 WORDS = st.sampled_from(["linear", "attention", "norm", "", "lin", "linearx", "é", "kv", "weight", "ß✓"])
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
-from emulator.analysis.compare import compare, summarise, table_rows
-from emulator.present.compare import format_table
-from emulator.engine.options import ReplayOptions
-from traces.lower import generate_trace
-from traces.reader import open_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.cli import main
+from tierlab.analysis.compare import compare, summarise, table_rows
+from tierlab.present.compare import format_table
+from tierlab.engine.options import ReplayOptions
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.reader import open_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 DATA = Path(__file__).parent / "data" / "models"
 CHIPS = ["h100", "sn40l", "h100-hbm-pim", "attacc", "aim-gddr6"]
@@ -36,14 +36,14 @@ def cli(*args):
 def replay_json(trace_path, chip, *flags):
     r = cli("replay", trace_path, "--chip", chip, "--json", *flags)
     assert r.exit_code == 0, r.output
-    return json.loads(r.output)
+    return json.loads(r.stdout)
 
 
 @pytest.mark.parametrize("pim", ["--pim", "--no-pim"])
 def test_compare_rows_equal_separate_replays(trace_path, pim):
     r = cli("compare", trace_path, "--chips", ",".join(CHIPS), "--json", pim)
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     assert [c["chip"] for c in d["chips"]] == CHIPS and d["pim"] == (pim == "--pim")
     for c in d["chips"]:
         assert c["fits"]
@@ -75,7 +75,7 @@ def test_moe_active_parameters_in_the_title(tmp_path):
     path = generate_trace(spec, RunConfig(context=2, generate=1), tmp_path / "t.trace")
     r = cli("compare", path, "--chips", "sn40l")
     assert r.exit_code == 0, r.output
-    from traces.spec import human_count
+    from tierlab.traces.spec import human_count
 
     assert spec.active_param_count() < spec.param_count()
     assert r.output.startswith(f"tiny-mixtral: {human_count(spec.param_count())} parameters, "
@@ -96,7 +96,7 @@ def test_chip_that_cannot_hold_the_model_is_shown_with_the_reason(tmp_path):
     assert all(vals[1] is None for _, vals in table_rows(rows))
     r = cli("compare", path, "--chips", f"h100,{small}", "--json")
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     assert d["chips"][1]["fits"] is False and d["chips"][1]["replay"] is None
     assert d["chips"][1]["reason"] == rows[1].reason
 
@@ -122,7 +122,7 @@ def test_model_is_traced_once_and_compared(tmp_path):
     r = cli("compare", DATA / "tiny-llama.json", "--chips", "h100,sn40l", "--context", 4, "--generate", 2,
             "--keep-trace", keep, "--json")
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     assert d["run"]["generate"] == 2 and d["model"]["name"] == "tiny-llama"
     spec = load_model(DATA / "tiny-llama.json")
     assert d["model"]["active_params"] == spec.active_param_count() == d["model"]["params"]

@@ -24,13 +24,13 @@ import importlib, json, pkgutil, sys
 import numpy as np
 from numba.core import types
 from numba.core.registry import CPUDispatcher
-import emulator
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_blocks
-from emulator.pipeline import replay_trace
-from traces.lower import generate_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+import tierlab
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_blocks
+from tierlab.pipeline import replay_trace
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 trace = generate_trace(load_model("qwen2-0.5b"), RunConfig(context=16, generate=1), sys.argv[1])
 for chip in ("sn40l", "h100"):
@@ -41,7 +41,7 @@ tiers = [Tier("l1", 32 << 10, 64, 8, "lru", "cache", 1.0, 0.0, 0.0),
 replay_blocks(a, tiers=tiers)
 replay_blocks(a, a % 3 == 0, tiers=tiers)
 out = {}
-for m in pkgutil.walk_packages(emulator.__path__, "emulator."):
+for m in pkgutil.walk_packages(tierlab.__path__, "tierlab."):
     try:
         mod = importlib.import_module(m.name)
     except Exception:

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from common.errors import UsageError
-from emulator.chip.hierarchy import Chip, Compute, Link, Tier
-from emulator.cli import main
-from emulator.engine.dispatch import KERNEL_NAMES, KERNELS, Request, choose
-from emulator.engine.door import replay_blocks
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from traces.writer import TraceWriter
+from tierlab.common.errors import UsageError
+from tierlab.chip.hierarchy import Chip, Compute, Link, Tier
+from tierlab.cli import main
+from tierlab.engine.dispatch import KERNEL_NAMES, KERNELS, Request, choose
+from tierlab.engine.door import replay_blocks
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.traces.writer import TraceWriter
 
 
 def _req(**kw) -> Request:
@@ -206,7 +206,7 @@ energy = "1 pJ/bit"
     for kernel in ("auto", "walk", "set_groups"):
         res = runner.invoke(main, ["replay", str(trace), "--chip", str(chip_file), "--kernel", kernel, "--json"])
         assert res.exit_code == 0, res.output
-        d = json.loads(res.output)
+        d = json.loads(res.stdout)
         got[kernel] = d
         assert d["provenance"]["options"]["kernel"] == kernel
     assert got["auto"]["provenance"]["kernel"]["name"] == "cache_stream_chain"
@@ -216,7 +216,7 @@ energy = "1 pJ/bit"
     res = runner.invoke(main, ["replay", str(trace), "--chip", str(chip_file), "--kernel", "cache_stream_passes",
                                "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["tiers"] == got["auto"]["tiers"]
+    assert json.loads(res.stdout)["tiers"] == got["auto"]["tiers"]
     res = runner.invoke(main, ["replay", str(trace), "--chip", str(chip_file), "--kernel", "cache_stream_chain",
                                "--flush"])
     assert res.exit_code == 2

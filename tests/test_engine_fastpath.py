@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_arrays, replay_blocks
-from emulator.engine.options import ReplayOptions
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_arrays, replay_blocks
+from tierlab.engine.options import ReplayOptions
 from test_engine_reference import _engine, scenarios
 
 
@@ -99,8 +99,8 @@ def test_two_thread_set_partition_is_exact(seed, policy, levels, flush):
 
 
 def test_partition_bit():
-    from emulator.engine.geometry import build_geometry
-    from emulator.engine.geometry import partition_bit as bit_of
+    from tierlab.engine.geometry import build_geometry
+    from tierlab.engine.geometry import partition_bit as bit_of
 
     def partition_bit(tiers):
         return bit_of(build_geometry(tiers, [0] * len(tiers), [1 << 62] * len(tiers), ReplayOptions()))
@@ -194,7 +194,7 @@ def test_read_only_chain_on_one_and_two_threads_equals_the_walk(levels, policy, 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("writes", [False, True])
 def test_negative_address_is_refused_on_every_path(threads, writes):
-    from common.errors import UsageError
+    from tierlab.common.errors import UsageError
 
     tiers = [_cache("l1", 16, 4, 64), _cache("l2", 64, 8, 64)]
     a = np.arange(0, 64 * 4000, 64)
@@ -253,7 +253,7 @@ def test_runs_over_a_region_holding_written_blocks_are_cut_at_them(seed, policy)
 
 
 def test_argsort_unique_is_numpys_order_of_distinct_values():
-    from emulator.engine.fastpath import argsort_unique
+    from tierlab.engine.fastpath import argsort_unique
     rng = np.random.default_rng(2)
     for n in list(range(0, 70)) + [129, 1000, 4097]:
         v = np.concatenate([rng.permutation(10 * n + 5)[:n], [-7, 99]]).astype(np.int64)   # past n: ignored

@@ -1,4 +1,4 @@
-"""Lazy tier state (emulator.engine.lazy): stacks of runs give bit-identical counters to per-block replay.
+"""Lazy tier state (tierlab.engine.lazy): stacks of runs give bit-identical counters to per-block replay.
 
 Streams are built so the lazy paths all run: full runs (at least sets x ways blocks of tier 0),
 partial runs stacked on them (at least sets / ways blocks), short runs (a few sets, made real),
@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.engine.counters import TIER_COUNTERS
-from emulator.engine.jit import njit
-from emulator.engine.lazy import LZ_FEN_OFF, LZ_SET_OFF, N_LZ_FIELDS, rot_add, rot_value, run_count
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_blocks
-from emulator.engine.options import ReplayOptions
-from common.errors import UsageError
+from tierlab.engine.counters import TIER_COUNTERS
+from tierlab.engine.jit import njit
+from tierlab.engine.lazy import LZ_FEN_OFF, LZ_SET_OFF, N_LZ_FIELDS, rot_add, rot_value, run_count
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_blocks
+from tierlab.engine.options import ReplayOptions
+from tierlab.common.errors import UsageError
 
 
 def _cache(name, sets, ways, block, policy):
@@ -106,7 +106,7 @@ def test_lazy_stack_depth_is_an_option_and_changes_no_count():
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 1 << 40), st.integers(0, 1 << 20), st.integers(1, 30000), st.integers(0, 29999))
 def test_division_free_run_shape_equals_run_count(F, length, S, s):
-    from emulator.engine.lazy import count_in, last_in, run_count
+    from tierlab.engine.lazy import count_in, last_in, run_count
 
     s %= S
     L = F + length
@@ -154,7 +154,7 @@ def test_fill_counts_match_per_set_counting(S, runs):
 
 
 def test_sort_in_place_sorts_the_first_n_and_leaves_the_rest():
-    from emulator.engine.lazy import sort_in_place
+    from tierlab.engine.lazy import sort_in_place
     rng = np.random.default_rng(1)
     for n in list(range(0, 40)) + [257]:
         a = rng.integers(-5, 5, n + 3).astype(np.int64)

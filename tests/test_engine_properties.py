@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_blocks
-from emulator.engine.options import ReplayOptions
-from common.errors import UsageError
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_blocks
+from tierlab.engine.options import ReplayOptions
+from tierlab.common.errors import UsageError
 
 
 def _cache(name, n_blocks, block, ways, policy):

@@ -11,11 +11,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.engine.counters import TIER_COUNTERS, link_bytes
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_arrays
-from emulator.engine.geometry import KINDS
-from emulator.engine.options import ReplayOptions
+from tierlab.engine.counters import TIER_COUNTERS, link_bytes
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_arrays
+from tierlab.engine.geometry import KINDS
+from tierlab.engine.options import ReplayOptions
 from reference import reference_replay
 
 TENSOR_SPAN = 1024  # tensors start at multiples of this (aligned for every block size used)

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-import emulator
-from emulator.cli import main as cli
+import tierlab
+from tierlab.cli import main as cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -62,7 +62,7 @@ def test_what_if_l2():
     assert float(small[2].rstrip("%")) < 2
     assert float(big[3]) == pytest.approx(float(small[3]) / 4, rel=0.03)
     # the small-L2 row is the h100 preset with that capacity, as a chip file would give it
-    d = emulator.run("gpt2", chip=emulator.load_chip("h100", {"tier.l2.capacity": "50 MiB"}), context=64,
+    d = tierlab.run("gpt2", chip=tierlab.load_chip("h100", {"tier.l2.capacity": "50 MiB"}), context=64,
                      generate=4).to_dict()
     assert f"{d['per_token']['tokens_per_s']:.1f}" == small[5]
 
@@ -75,7 +75,7 @@ def test_dask_sweep(tmp_path):
     # two points replayed again one by one, outside the sweep
     for chip, batch, l2 in (("h100", 1, "25 MiB"), ("a100", 8, "50 MiB")):
         row = next(r for r in rows if (r["chip"], r["batch"], r["tier.l2.capacity"]) == (chip, batch, l2))
-        d = emulator.run("gpt2", chip=emulator.load_chip(chip, {"tier.l2.capacity": l2}), batch=batch, context=256,
+        d = tierlab.run("gpt2", chip=tierlab.load_chip(chip, {"tier.l2.capacity": l2}), batch=batch, context=256,
                          generate=2).to_dict()
         assert row["tokens_per_s"] == pytest.approx(d["per_token"]["tokens_per_s"], rel=1e-12)
         assert f"{row['tokens_per_s']:10.1f}" in out

@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from common.errors import ConfigError, UsageError
-from common.paths import configs_dir
+from tierlab.common.errors import ConfigError, UsageError
+from tierlab.common.paths import configs_dir
 from test_lower import Tally, trace_of
 from test_spec import PUBLISHED as PUBLISHED_SPEC
-from traces.spec import list_presets, load_model, spec_from_config
-from traces.weightfmt import weight_bytes
+from tierlab.traces.spec import list_presets, load_model, spec_from_config
+from tierlab.traces.weightfmt import weight_bytes
 
 
 def attn(h, nh, kvh, hd, qkv_bias=False, o_bias=False, qk=0, sinks=False):
@@ -28,7 +28,7 @@ def mlp(h, f, gated=True, bias=False):
 
 
 def closed_form(name: str) -> int:
-    """Parameters from the published configs, written out independently of traces.spec."""
+    """Parameters from the published configs, written out independently of tierlab.traces.spec."""
     if name == "qwen3-8b":
         return 36 * (attn(4096, 32, 8, 128, qk=256) + mlp(4096, 12288) + 2 * 4096) + 2 * 151936 * 4096 + 4096
     if name == "gemma-2-9b":     # four norms per layer, tied embeddings, head_dim 256 != 3584 / 16
@@ -389,7 +389,7 @@ def test_sharding_refuses_what_it_does_not_split(tmp_path):
 
 
 def test_gpt_oss_preset_defaults_to_its_released_mxfp4_experts():
-    from traces.weightfmt import default_weights, weight_tensors
+    from tierlab.traces.weightfmt import default_weights, weight_tensors
 
     g = load_model("gpt-oss-20b")
     assert default_weights(g) == "native" and default_weights(load_model("deepseek-v3")) == "bf16"
@@ -404,8 +404,8 @@ def test_gpt_oss_preset_defaults_to_its_released_mxfp4_experts():
 # ---- rings, chunks and the attention kernels ----------------------------------------------------
 
 def test_ring_spans_against_a_position_by_position_map():
-    from tierlab_kernels.attention import Cache, cache_spans
-    from tierlab_kernels.base import Ten
+    from tierlab.kernels.attention import Cache, cache_spans
+    from tierlab.kernels.base import Ten
 
     for ring in (1, 3, 8):
         c = Cache(Ten(0, 0), 1, ring, ring)
@@ -418,7 +418,7 @@ def test_ring_spans_against_a_position_by_position_map():
 
 
 def test_causal_pairs_with_windows_and_chunks_brute_force():
-    from tierlab_kernels.attention import causal_pairs, key_range
+    from tierlab.kernels.attention import causal_pairs, key_range
 
     for start in range(0, 30, 7):
         for t in (1, 5, 17):
@@ -431,7 +431,7 @@ def test_causal_pairs_with_windows_and_chunks_brute_force():
 def test_windowed_rings_multi_turn_offload_and_kernels_stay_in_bounds(tmp_path, attention):
     """Conversations with KV offload over sliding rings: every access inside its tensor (the reader
     checks each), and decode KV reads equal the closed form for both attention kernels."""
-    from traces.reader import open_trace
+    from tierlab.traces.reader import open_trace
 
     spec = spec_from_config(shrunk("gpt-oss-20b", **GPT_OSS_TINY), name="tiny-gpt-oss")
     t = trace_of(tmp_path, spec, turns=((9, 3), (5, 2)), kv_offload=True, attention=attention, attn_tile=4)

@@ -1,5 +1,5 @@
 """Hand lowerings against the model Transformers builds: for each family tierlab reads by hand, the
-parameter count of ``traces.spec`` equals the count of the causal LM Transformers builds from the same
+parameter count of ``tierlab.traces.spec`` equals the count of the causal LM Transformers builds from the same
 config on the meta device (parameters, a tied one once, and persistent buffers), for the config class's
 defaults written in full (``to_dict``) and as ``save_pretrained`` writes them (``to_diff_dict``: only
 what differs from the defaults, so tierlab's table of Transformers defaults fills the rest), and in the
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import ConfigError
-from traces.spec import spec_from_config
+from tierlab.common.errors import ConfigError
+from tierlab.traces.spec import spec_from_config
 
 
 # model types whose default config tierlab reads by hand (the families of traces/families.py)
@@ -28,7 +28,7 @@ HAND_TYPES = ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwe
 @pytest.fixture(scope="module")
 def census(transformers):
     transformers.logging.set_verbosity_error()
-    from traces.capture import census
+    from tierlab.traces.capture import census
 
     return census
 
@@ -211,7 +211,7 @@ def test_coverage_benchmark_rows(census, tmp_path):
     capture, refused with its reason), Transformers' count against tierlab's; never a traceback row."""
     import sys
 
-    from emulator.cli.bench import benchmarks_dir
+    from tierlab.cli.bench import benchmarks_dir
 
     sys.path.insert(0, str(benchmarks_dir()))
     from bench_coverage import one, summary
@@ -258,10 +258,10 @@ def test_deepseek_v32_closed_forms(census):
 def test_deepseek_v32_decode_reads_top_k_rows(census, tmp_path):
     """Each decode query of a DeepSeek-V3.2 layer reads min(positions, index_topk) latent rows (the KV
     the indexer picked) and every cached index key (its scoring), one sequence at a time per row."""
-    from traces.lower import generate_trace
-    from traces.reader import open_trace
-    from traces.run import RunConfig
-    from traces.summary import summarize
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.reader import open_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.summary import summarize
 
     spec = spec_from_config(_v32(census))
     B, L, D, topk = 2, 2, 16, 4
@@ -357,7 +357,7 @@ def test_gemma4_closed_forms(census, shared, k_eq_v, wide):
     only and caching nothing (with use_double_wide_mlp their MLPs twice as wide), the per-layer inputs'
     table, projection and norm and each layer's gate, projection and norm, four sandwich norms and a
     layer_scalar per layer; the sliding layers keep at most their window."""
-    from common.errors import ConfigError
+    from tierlab.common.errors import ConfigError
 
     c = _gemma4(census, num_kv_shared_layers=shared, attention_k_eq_v=k_eq_v, use_double_wide_mlp=wide,
                 num_global_key_value_heads=1)

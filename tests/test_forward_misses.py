@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulator.analysis.result import to_json
-from emulator.chip.chipfile import load_chip
-from emulator.cost.model import cost
-from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, FILLS, UNFETCHED
-from emulator.pipeline import replay_trace
-from traces.lower import generate_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.analysis.result import to_json
+from tierlab.chip.chipfile import load_chip
+from tierlab.cost.model import cost
+from tierlab.engine.counters import BYTES_READ, BYTES_WRITTEN, FILLS, UNFETCHED
+from tierlab.pipeline import replay_trace
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +71,6 @@ def test_forward_misses_on_a_memory_tier_is_refused(tmp_path):
     bad = text.replace('managed = "memory"\n', 'managed = "memory"\nforward_misses = true\n', 1)
     p = tmp_path / "bad.toml"
     p.write_text(bad)
-    from common.errors import ConfigError
+    from tierlab.common.errors import ConfigError
     with pytest.raises(ConfigError, match=r"forward_misses.*only a 'cache' tier"):
         load_chip(p)

@@ -21,17 +21,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.chip.chipfile import list_presets as chip_presets
-from emulator.chip.chipfile import load_chip
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from traces import format as fmt
-from common.errors import TierlabError
-from traces.lower import generate_trace
-from common.paths import configs_dir
-from traces.reader import open_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.chip.chipfile import list_presets as chip_presets
+from tierlab.chip.chipfile import load_chip
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.traces import format as fmt
+from tierlab.common.errors import TierlabError
+from tierlab.traces.lower import generate_trace
+from tierlab.common.paths import configs_dir
+from tierlab.traces.reader import open_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "data" / "golden-v1-synthetic.trace"
@@ -218,7 +218,7 @@ def fuzz_trace(data, scratch: Path) -> str:
         (t / target).write_bytes(_mutate_bytes(data, (t / target).read_bytes()))
 
     def read_all():
-        from traces.summary import summarize
+        from tierlab.traces.summary import summarize
 
         trace = open_trace(t)
         rows = sum(b.num_rows for b in trace.iter_accesses(batch_rows=3))
@@ -341,7 +341,7 @@ def test_fuzz_trace_values_read_and_replay(scratch, data):
 
 
 def test_outcome_lets_only_tierlab_errors_through():
-    from common.errors import TraceError
+    from tierlab.common.errors import TraceError
 
     assert outcome(lambda: None) == "ok"
     assert outcome(lambda: (_ for _ in ()).throw(TraceError("bad", file="x"))) == "error:TraceError"

@@ -18,9 +18,11 @@ from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# import name -> folder (kernels/ is imported as tierlab_kernels; pyproject.toml's package-dir)
-PACKAGES = {"common": "common", "emulator": "emulator", "traces": "traces", "tierlab_kernels": "kernels"}
-FIRST_PARTY = set(PACKAGES) | {"tierlab_configs"}
+# import name -> folder: one installed package, tierlab, whose folders pyproject.toml's package-dir maps
+# (emulator/ is tierlab itself; common/, traces/ and kernels/ its subpackages)
+PACKAGES = {"tierlab": "emulator", "tierlab.common": "common", "tierlab.traces": "traces",
+            "tierlab.kernels": "kernels"}
+FIRST_PARTY = {"tierlab"}
 MAX_LINES = 500
 
 # import name -> distribution name, where they differ
@@ -122,7 +124,7 @@ def resolve(imp: Imp) -> str | None:
     """The tierlab module an import loads (the submodule for ``from pkg import submodule``), or
     None when it is not one of ours."""
     mods = modules()
-    if imp.base.split(".")[0] not in PACKAGES:
+    if imp.base.split(".")[0] not in FIRST_PARTY:
         return None
     if imp.name is not None and imp.target in mods:
         return imp.target
@@ -245,7 +247,7 @@ def module_aliases(mod: str) -> dict[str, str]:
     for node in ast.walk(tree(mod)):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.split(".")[0] not in PACKAGES:
+                if a.name.split(".")[0] not in FIRST_PARTY:
                     continue
                 if a.asname:
                     out[a.asname] = a.name
@@ -308,19 +310,24 @@ def test_no_module_over_500_lines():
 # --- e. the rooms import one way ---------------------------------------------------------------------
 
 # (rooms the rule covers, prefixes they must never import, why)
+# the rooms of emulator/ (tierlab.X for each module or folder of it): what traces/ and common/ never import
+EMULATOR_ROOMS = tuple(sorted(f"tierlab.{p.stem}" for p in (ROOT / "emulator").iterdir()
+                              if ((p.suffix == ".py" and p.stem not in ("__init__", "kernels"))
+                                  or (p / "__init__.py").exists())))
 LAYERS = (
-    (("traces", "tierlab_kernels"), ("emulator",), "a trace is chip-independent"),
-    (("common",), ("emulator", "traces", "tierlab_kernels"), "common/ is the shared base"),
-    (("emulator.engine",), ("emulator.cost", "emulator.analysis", "emulator.present", "emulator.cli",
-                            "emulator.pipeline"), "the engine counts; it never costs or presents"),
-    (("emulator.chip",), ("emulator.engine", "emulator.cost", "emulator.analysis", "emulator.present",
-                          "emulator.cli"), "the chip is data the engine is given"),
-    (("emulator.cost",), ("emulator.analysis", "emulator.present", "emulator.cli"), "cost comes before analysis"),
-    (("emulator.system",), ("emulator.engine", "emulator.network", "emulator.cost", "emulator.analysis",
-                            "emulator.present", "emulator.cli"), "a system is data, as a chip is"),
-    (("emulator.network",), ("emulator.engine", "emulator.cost", "emulator.analysis", "emulator.present",
-                             "emulator.cli"), "collectives are counted from the system alone"),
-    (("emulator.analysis",), ("emulator.present", "emulator.cli"), "analyses compute; presentation shows"),
+    (("tierlab.traces", "tierlab.kernels"), EMULATOR_ROOMS, "a trace is chip-independent"),
+    (("tierlab.common",), EMULATOR_ROOMS + ("tierlab.traces", "tierlab.kernels"),
+     "common/ is the shared base"),
+    (("tierlab.engine",), ("tierlab.cost", "tierlab.analysis", "tierlab.present", "tierlab.cli",
+                            "tierlab.pipeline"), "the engine counts; it never costs or presents"),
+    (("tierlab.chip",), ("tierlab.engine", "tierlab.cost", "tierlab.analysis", "tierlab.present",
+                          "tierlab.cli"), "the chip is data the engine is given"),
+    (("tierlab.cost",), ("tierlab.analysis", "tierlab.present", "tierlab.cli"), "cost comes before analysis"),
+    (("tierlab.system",), ("tierlab.engine", "tierlab.network", "tierlab.cost", "tierlab.analysis",
+                            "tierlab.present", "tierlab.cli"), "a system is data, as a chip is"),
+    (("tierlab.network",), ("tierlab.engine", "tierlab.cost", "tierlab.analysis", "tierlab.present",
+                             "tierlab.cli"), "collectives are counted from the system alone"),
+    (("tierlab.analysis",), ("tierlab.present", "tierlab.cli"), "analyses compute; presentation shows"),
 )
 
 

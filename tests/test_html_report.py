@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
-from emulator.present.format import format_si
+from tierlab.cli import main
+from tierlab.present.format import format_si
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "models" / "tiny-llama.json"
@@ -76,7 +76,7 @@ def test_mrc_in_the_report_when_asked(tmp_path):
     _cli("replay", trace, "--chip", "h100", "--html", out, "--mrc", "l2")
     html = out.read_text()
     assert set(figures_of(html)) == CHIP_FIGURES | {"mrc"}
-    from emulator.present.mrc import format_mrc
+    from tierlab.present.mrc import format_mrc
     from html import escape
 
     assert escape(format_mrc(mrc)) in html                   # the table tierlab mrc prints
@@ -125,8 +125,8 @@ def test_sweep_report(tmp_path):
 
 
 def test_without_matplotlib_one_line_naming_the_extra(tmp_path, monkeypatch):
-    import emulator.present.plots as plots
-    from common.errors import UsageError
+    import tierlab.present.plots as plots
+    from tierlab.common.errors import UsageError
 
     def missing():
         raise UsageError("plotting needs matplotlib: pip install 'tierlab[plot]'", field="--plot")
@@ -199,14 +199,14 @@ def test_time_breakdown_sums_against_the_per_op_table(tmp_path):
     """Each resource's roofline share is the per-op Parquet's latency of the decode ops it bounds."""
     import pyarrow.parquet as pq
 
-    from emulator.api.handover import receiving
-    from emulator.present import breakdown
+    from tierlab.api.handover import receiving
+    from tierlab.present import breakdown
 
     trace = make_trace(tmp_path)
     _cli("replay", trace, "--chip", "sn40l", "-o", tmp_path / "ops.parquet")
     ops = pq.read_table(tmp_path / "ops.parquet").to_pylist()
-    from emulator.api.options import call
-    from emulator.cli.replay import command
+    from tierlab.api.options import call
+    from tierlab.cli.replay import command
 
     with receiving(lambda d, o: (d, breakdown.time_breakdown(o["replay"], o["cost"]))) as got:
         call(command, {"chip": "sn40l"}, {"trace": str(trace)})     # the replay, its objects kept
@@ -220,9 +220,9 @@ def test_time_breakdown_sums_against_the_per_op_table(tmp_path):
 
 
 def test_time_breakdown_of_a_system_run(tmp_path):
-    from emulator.api.handover import receiving
-    from emulator.present import breakdown
-    from emulator.present.format import format_percent
+    from tierlab.api.handover import receiving
+    from tierlab.present import breakdown
+    from tierlab.present.format import format_percent
 
     out = tmp_path / "s.html"
     d = json.loads(_cli("run", TINY, "--system", "dgx-h100", "--tp", "2", "--generate", "2", "--html", out,
@@ -239,8 +239,8 @@ def test_time_breakdown_of_a_system_run(tmp_path):
     assert rows["collectives&#x27; share of the critical path (roofline)"] == [format_percent(share)]
     assert "device 0" in _text(figs["devices"]) and "device 1" in _text(figs["devices"])
     # every device's bar adds up to the step: its ops, its collectives, its wait
-    from emulator.api.options import call
-    from emulator.cli.run import command
+    from tierlab.api.options import call
+    from tierlab.cli.run import command
 
     with receiving(lambda d, o: breakdown.system_time(o["replay"], o["cost"])) as got:
         call(command, {"system": "dgx-h100", "tp": 2, "generate": 2}, {"model": str(TINY)})

@@ -12,13 +12,13 @@ import pytest
 from cachesim import Cache, CacheSimulator, MainMemory
 from click.testing import CliRunner
 
-from emulator.analysis.tier_requests import tier_requests
-from emulator.chip.chipfile import load_chip
-from emulator.cli import main
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from traces.importers import import_trace
-from traces.reader import open_trace
+from tierlab.analysis.tier_requests import tier_requests
+from tierlab.chip.chipfile import load_chip
+from tierlab.cli import main
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.traces.importers import import_trace
+from tierlab.traces.reader import open_trace
 
 DATA = Path(__file__).parent / "data"
 
@@ -134,7 +134,7 @@ def test_lines_and_regions():
     """Each access requests the lines covering it, in order (the same line twice is two requests); a
     1 GiB region becomes a tensor at k * 2**30 in first-seen order, so addresses keep their value
     modulo 2**30; an access crossing a region boundary has its lines in both."""
-    from traces.textparse import to_lines
+    from tierlab.traces.textparse import to_lines
     a = np.array([1 << 30, 64, 64, (1 << 30) - 8, 200], np.int64)
     s = np.array([64, 64, 64, 16, 8], np.int64)
     k = np.array([0, 0, 1, 0, 3], np.uint8)
@@ -157,7 +157,7 @@ def test_lines_and_regions():
 def _ref_requests(chip, trace, target):
     """Level by level (each tier consumes the whole list of the one above; a miss sends its fetch,
     then its dirty victim), lru/fifo; the tensors' homes as the replay places them."""
-    from emulator.chip.placement import place
+    from tierlab.chip.placement import place
 
     home = place(chip, trace.tensors, align_bytes=trace.alignment or 1).home
     addr = trace.tensors.column("address").to_pylist()
@@ -207,9 +207,9 @@ def _recorded(trace, chip, tier, chunk=1 << 20):
 
 
 def _tiny(tmp, model="tiny-llama", **run):
-    from traces.lower import generate_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     return open_trace(generate_trace(load_model(str(DATA / "models" / f"{model}.json")),
                                      RunConfig(**{"prompt": 4, "generate": 2, "batch": 2, **run}), tmp / f"{model}.trace"))
@@ -273,7 +273,7 @@ def test_import_cli(tmp_path):
     r = CliRunner().invoke(main, ["import", str(src), "-o", str(out), "--format", "text", "--line", "128", "--json"])
     assert r.exit_code == 0, r.output
     import json
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     # 128-byte lines: 0x1000 and 0x1040 share line 32 (two requests), 0x1080 (a write) is line 33,
     # 4096 = 0x1000 again: four descriptors, each one line
     assert (s["records"], s["descriptors"], s["line"], s["format"]) == (4, 4, 128, "text")

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from emulator.engine.counters import TIER_COUNTERS
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_blocks
-from emulator.engine.geometry import KINDS
-from emulator.engine.options import ReplayOptions
+from tierlab.engine.counters import TIER_COUNTERS
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_blocks
+from tierlab.engine.geometry import KINDS
+from tierlab.engine.options import ReplayOptions
 from reference import reference_replay_inclusive
 from test_engine_reference import _engine, scenarios
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
 
 def _inclusive(sc):
@@ -147,8 +147,8 @@ def test_inclusive_refuses_opt():
 def test_cli_flag_reaches_the_options():
     from click.testing import CliRunner
 
-    from emulator.cli import main
-    from emulator.cli.replay import options_from
+    from tierlab.cli import main
+    from tierlab.cli.replay import options_from
 
     assert "--inclusive / --no-inclusive" in CliRunner().invoke(main, ["replay", "--help"]).output
     kw = dict(store_hit_recency=True, fetch_on_write_miss=True, fetch_on_writeback_miss=True, flush=False,
@@ -170,10 +170,10 @@ def test_inclusive_equals_non_inclusive_with_one_caching_tier(sc):
 
 def _engine_state(tiers, lent, tensors, acc, opts):
     """Replay with the engine and return its final state: per caching tier the set of (block, tensor)."""
-    from emulator.engine.door import drive
-    from emulator.engine.geometry import build_geometry
-    from emulator.engine.state import MODE_CACHE, Tensors
-    from emulator.engine.walker import WalkReplayer
+    from tierlab.engine.door import drive
+    from tierlab.engine.geometry import build_geometry
+    from tierlab.engine.state import MODE_CACHE, Tensors
+    from tierlab.engine.walker import WalkReplayer
 
     addr = np.array([t[0] for t in tensors], np.int64)
     nbytes = np.array([t[3] for t in tensors], np.int64)

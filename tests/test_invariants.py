@@ -1,7 +1,7 @@
 """Debug mode: the invariant checker accepts real replays and catches every kind of broken count.
 
 Real replays (presets with caches, scratchpads, lending memory, PIM; every policy; flush on and off)
-must pass :func:`emulator.engine.invariants.check_result`; the same results with one counter nudged must
+must pass :func:`tierlab.engine.invariants.check_result`; the same results with one counter nudged must
 fail it, each with the law it breaks. ``ReplayOptions(debug=True)`` (or ``TIERLAB_DEBUG=1``, which
 conftest.py sets for the whole suite) runs the check after every replay; with both off a wrong
 count goes unnoticed, which the sabotage test shows.
@@ -14,17 +14,17 @@ import copy
 import numpy as np
 import pytest
 
-import emulator.engine.door as replay_mod
-from emulator.engine.counters import C
-from emulator.chip.hierarchy import Tier
-from emulator.engine.invariants import InvariantError, check_result, debug_from_env
-from emulator.engine.door import replay_blocks
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from common.errors import TierlabError
-from traces.lower import generate_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+import tierlab.engine.door as replay_mod
+from tierlab.engine.counters import C
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.invariants import InvariantError, check_result, debug_from_env
+from tierlab.engine.door import replay_blocks
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.common.errors import TierlabError
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from emulator.engine import jit, setgroups, walk
+from tierlab.engine import jit, setgroups, walk
 
 
 def test_package_stamp_follows_every_module(tmp_path):

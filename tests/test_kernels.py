@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tierlab_kernels import attention as attn
-from tierlab_kernels.base import Ten
-from tierlab_kernels.embedding import embedding
-from tierlab_kernels.linear import linear
-from tierlab_kernels.moe import expert_mlp
-from tierlab_kernels.norm import rmsnorm
+from tierlab.kernels import attention as attn
+from tierlab.kernels.base import Ten
+from tierlab.kernels.embedding import embedding
+from tierlab.kernels.linear import linear
+from tierlab.kernels.moe import expert_mlp
+from tierlab.kernels.norm import rmsnorm
 
 W, X, Y, S, B = Ten(0, 10**9), Ten(1, 10**9), Ten(2, 10**9), Ten(3, 10**6), Ten(4, 10**6)
 

@@ -1,7 +1,7 @@
 """Nothing half-written, nothing lost: interrupted runs leave no valid-looking output; --force.
 
 * SIGKILL: ``tierlab trace`` runs in a subprocess and is killed at each of the writer's interrupt
-  points (:mod:`traces.writer`: ``TIERLAB_TEST_PAUSE_AT`` makes it stop there and wait, so the
+  points (:mod:`tierlab.traces.writer`: ``TIERLAB_TEST_PAUSE_AT`` makes it stop there and wait, so the
   signal lands at that point however busy the machine is) and once during start-up. What is left
   must not read as a trace: nothing at the final path, and the temporary sibling (``.tmp-NAME-*``)
   refused by ``open_trace`` unless its manifest was already complete (a kill between the manifest
@@ -30,10 +30,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
-from common.errors import TraceError
-from traces.reader import open_trace
-from traces.writer import PAUSE_AT, PAUSE_FILE, PAUSE_S
+from tierlab.cli import main
+from tierlab.common.errors import TraceError
+from tierlab.traces.reader import open_trace
+from tierlab.traces.writer import PAUSE_AT, PAUSE_FILE, PAUSE_S
 
 DATA = Path(__file__).parent / "data"
 MODEL = str(DATA / "models" / "tiny-mixtral.json")

@@ -14,12 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from common.errors import TraceError, UsageError
-from traces.lower import generate_trace
-from traces.reader import open_trace
-from traces.routing import Router, write_routing_table
-from traces.run import RouterSpec, RunConfig
-from traces.spec import load_model
+from tierlab.common.errors import TraceError, UsageError
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.reader import open_trace
+from tierlab.traces.routing import Router, write_routing_table
+from tierlab.traces.run import RouterSpec, RunConfig
+from tierlab.traces.spec import load_model
 
 DATA = Path(__file__).parent / "data" / "models"
 
@@ -355,7 +355,7 @@ def test_index_keys_go_with_the_kv(tmp_path):
     """DeepSeek-V3.2's index keys (kind kv_index) are offloaded and restored between turns beside the KV, a
     kv_offload twin per layer, and each pipeline microbatch reads and writes its own sequences' index rows."""
     from test_capacity_families import SPARSE_AND_KDA
-    from traces.spec import spec_from_config
+    from tierlab.traces.spec import spec_from_config
 
     spec = spec_from_config(SPARSE_AND_KDA["deepseek_v32"])
     tr = open_trace(generate_trace(spec, RunConfig(turns=((3, 2), (2, 2)), kv_offload=True, batch=2),

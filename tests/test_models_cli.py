@@ -7,9 +7,9 @@ import json
 
 from click.testing import CliRunner
 
-from emulator.cli import main
-from traces.families import FAMILIES
-from traces.spec import list_presets, load_model
+from tierlab.cli import main
+from tierlab.traces.families import FAMILIES
+from tierlab.traces.spec import list_presets, load_model
 
 
 def test_models_lists_every_preset_with_its_attention():
@@ -24,7 +24,7 @@ def test_models_lists_every_preset_with_its_attention():
 def test_models_families_lists_the_table():
     r = CliRunner().invoke(main, ["models", "--families", "--json"])
     assert r.exit_code == 0
-    rows = {x["family"]: x for x in json.loads(r.output)}
+    rows = {x["family"]: x for x in json.loads(r.stdout)}
     assert set(rows) == set(FAMILIES) | {"chatglm"}
     for name in list_presets():
         assert name in rows[load_model(name).family]["presets"]

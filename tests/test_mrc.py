@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from emulator.analysis.mrc import LruDistances, SetLruDistances, lru_curve
-from emulator.analysis.mrc_opt import opt_misses
-from common.errors import UsageError
+from tierlab.analysis.mrc import LruDistances, SetLruDistances, lru_curve
+from tierlab.analysis.mrc_opt import opt_misses
+from tierlab.common.errors import UsageError
 from reference import naive_lru_misses
 
 B = 64

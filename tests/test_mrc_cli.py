@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
-from traces.writer import TraceWriter
+from tierlab.cli import main
+from tierlab.traces.writer import TraceWriter
 from reference import naive_lru_misses
 
 CHIP = """
@@ -174,7 +174,7 @@ def test_deeper_tier_sees_only_tensors_homed_beyond_nearer_tiers(trace, tmp_path
     chip.write_text(SPAD_CHIP)
     res = CliRunner().invoke(main, ["mrc", str(path), "--tier", "l2", "--chip", str(chip), "--json"])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     weight_blocks = []                              # the fixture's weight walks at 128 B blocks
     for _ in range(3):
         weight_blocks += list(range(0, 40_000 // 128 + 1))
@@ -201,7 +201,7 @@ def test_plot_without_matplotlib_is_a_clear_error(trace, tmp_path, monkeypatch):
 
 
 def test_cli_default_opt_limit_is_the_librarys():
-    from emulator.analysis.tier_mrc import DEFAULT_OPT_LIMIT_BLOCKS
-    from emulator.cli.mrc import OPT_LIMIT_BLOCKS
+    from tierlab.analysis.tier_mrc import DEFAULT_OPT_LIMIT_BLOCKS
+    from tierlab.cli.mrc import OPT_LIMIT_BLOCKS
 
     assert OPT_LIMIT_BLOCKS == DEFAULT_OPT_LIMIT_BLOCKS

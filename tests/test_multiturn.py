@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import UsageError
-from traces.lower import generate_trace, plan_segments
-from traces.reader import open_trace
-from traces.run import RunConfig, conversation, parse_turn_lengths
-from traces.spec import load_model
+from tierlab.common.errors import UsageError
+from tierlab.traces.lower import generate_trace, plan_segments
+from tierlab.traces.reader import open_trace
+from tierlab.traces.run import RunConfig, conversation, parse_turn_lengths
+from tierlab.traces.spec import load_model
 
 DATA = Path(__file__).parent / "data" / "models"
 TURNS = ((6, 3), (5, 2), (9, 0), (2, 4))
@@ -70,7 +70,7 @@ def expected_turns(turns, context, reuse, offload, tile):
 
 def bytes_per_turn(trace):
     """Issued bytes per turn and tensor kind, expanded row by row from the trace (independent of
-    emulator.analysis.turns)."""
+    tierlab.analysis.turns)."""
     conv = trace.manifest["run"]["conversation"]
     kinds = trace.tensors.column("kind").to_pylist()
     turn_of = {}

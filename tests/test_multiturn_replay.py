@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from emulator.chip.chipfile import chip_from_dict
-from emulator.cli import main
-from emulator.engine.counters import link_bytes
-from emulator.pipeline import replay_trace
-from emulator.cost.trace_cost import cost_of
-from emulator.analysis.turns import per_turn
-from emulator.present.report import format_turns
-from traces.lower import generate_trace
-from traces.reader import open_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.chip.chipfile import chip_from_dict
+from tierlab.cli import main
+from tierlab.engine.counters import link_bytes
+from tierlab.pipeline import replay_trace
+from tierlab.cost.trace_cost import cost_of
+from tierlab.analysis.turns import per_turn
+from tierlab.present.report import format_turns
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.reader import open_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 DATA = Path(__file__).parent / "data" / "models"
 TURNS = ((24, 4),) * 3
@@ -134,7 +134,7 @@ def test_run_cli_per_turn(tmp_path):
     args = ["run", model, "--chip", "h100", "--turn-lengths", "6:2,4:3"]
     r = CliRunner().invoke(main, args + ["--json"])
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     assert [t["turn"] for t in d["per_turn"]] == [0, 1]
     assert [t["prefill_tokens"] for t in d["per_turn"]] == [6, 4]
     assert sum(t["link_bytes"] for t in d["per_turn"]) == sum(lk["bytes_down"] + lk["bytes_up"] for lk in d["links"])
@@ -142,7 +142,7 @@ def test_run_cli_per_turn(tmp_path):
     assert r.exit_code == 0, r.output
     assert "per turn" in r.output and "\ntotal " in r.output
     r = CliRunner().invoke(main, ["run", model, "--chip", "h100", "--prompt", "4", "--json"])
-    assert json.loads(r.output)["per_turn"] is None
+    assert json.loads(r.stdout)["per_turn"] is None
     r = CliRunner().invoke(main, args + ["--kv-offload", "--no-kv-reuse"])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "kv_offload" in r.output
 
@@ -150,7 +150,7 @@ def test_run_cli_per_turn(tmp_path):
 @pytest.mark.parametrize("conv", [[], [{"op_start": 0}], [{"op_start": 0, "op_end": 10 ** 9}],
                                   [{"op_start": 5, "op_end": 9}, {"op_start": 0, "op_end": 4}]])
 def test_bad_conversation_in_manifest(tmp_path, conv):
-    from common.errors import TraceError
+    from tierlab.common.errors import TraceError
 
     path = generate_trace(load_model(DATA / "tiny-llama.json"), RunConfig(turns=((3, 1), (2, 1))), tmp_path / "c.trace")
     tr = replay_trace(path, "h100")

@@ -1,4 +1,4 @@
-"""The calibrated latency (emulator.cost.organisation): kernel overhead x kernels, fusion's kernel
+"""The calibrated latency (tierlab.cost.organisation): kernel overhead x kernels, fusion's kernel
 count in closed form, achievable fractions scaling times exactly, overlap's rule, and with every
 option off the roofline exactly, with every figure that existed before equal to the golden values
 recorded from the code before the calibrated latency (tests/data/pre-calibration-golden.py)."""
@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulator.analysis.result import to_json
-from emulator.chip.chipfile import chip_from_dict, chip_hash, load_chip
-from emulator.cost.organisation import groups_of, kernels_of, organise, with_execution
-from emulator.cost.trace_cost import cost_of
-from emulator.pipeline import replay_trace
-from traces.lower import generate_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.analysis.result import to_json
+from tierlab.chip.chipfile import chip_from_dict, chip_hash, load_chip
+from tierlab.cost.organisation import groups_of, kernels_of, organise, with_execution
+from tierlab.cost.trace_cost import cost_of
+from tierlab.pipeline import replay_trace
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "models" / "tiny-llama.json"
@@ -174,7 +174,7 @@ def test_code_built_chip_hashes_as_before():
 
 
 def test_per_op_parquet_names_each_ops_kernel(traces):
-    from emulator.present.report import per_op_table
+    from tierlab.present.report import per_op_table
 
     spec = load_model(TINY)
     chip = with_execution(load_chip("h100"), **{**OFF, "fusion": "layer"})

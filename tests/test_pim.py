@@ -12,18 +12,18 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.chip.chipfile import load_chip
-from emulator.cli import main
-from emulator.engine.counters import BYPASSES, HITS, MISSES, PIM_BYTES, WRITETHROUGHS
-from emulator.chip.hierarchy import PlacementRule
-from emulator.cost.pim import dominant_operands
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from emulator.present.report import cost_of, to_json
-from traces.lower import generate_trace
-from traces.reader import open_trace
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.chip.chipfile import load_chip
+from tierlab.cli import main
+from tierlab.engine.counters import BYPASSES, HITS, MISSES, PIM_BYTES, WRITETHROUGHS
+from tierlab.chip.hierarchy import PlacementRule
+from tierlab.cost.pim import dominant_operands
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.present.report import cost_of, to_json
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.reader import open_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 DATA = Path(__file__).parent / "data" / "models"
 PIM_CHIPS = ("h100-hbm-pim", "aim-gddr6", "attacc")
@@ -165,7 +165,7 @@ def test_link_bytes_saved_equal_in_memory_bytes_per_op(llama_trace):
     plain = replay_trace(llama_trace, chip, ReplayOptions(pim=False), extra_rules=rules).result
     pim = replay_trace(llama_trace, chip, extra_rules=rules).result
     in_mem = pim.per_op[:, 1, PIM_BYTES]
-    from emulator.engine.counters import link_bytes
+    from tierlab.engine.counters import link_bytes
 
     lp, lq = link_bytes(plain.per_op, plain.block_bytes), link_bytes(pim.per_op, pim.block_bytes)
     assert (lp[:, 0, 0] == lq[:, 0, 0] + in_mem).all()
@@ -202,7 +202,7 @@ def test_cli_no_pim_equals_the_same_gpu_without_pim(tmp_path, llama_trace):
     for chip, flag in (("h100", "--pim"), ("h100-hbm-pim", "--no-pim")):
         r = CliRunner().invoke(main, ["replay", str(llama_trace.path), "--chip", chip, flag, "--json"])
         assert r.exit_code == 0, r.output
-        out[chip] = without_idle_pim(json.loads(r.output))
+        out[chip] = without_idle_pim(json.loads(r.stdout))
     for key in ("tiers", "links", "per_token", "energy_j", "by_kind"):
         assert out["h100"][key] == out["h100-hbm-pim"][key], key
 
@@ -248,7 +248,7 @@ def test_in_memory_bytes_are_shown_apart_in_json_text_and_parquet(tmp_path, llam
     out = tmp_path / "ops.parquet"
     r = CliRunner().invoke(main, ["replay", str(llama_trace.path), "--chip", "h100-hbm-pim", "-o", str(out), "--json"])
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     tr = replay_trace(llama_trace, "h100-hbm-pim")
     hbm = tr.chip.tier_index("hbm")
     total = int(tr.result.tiers[hbm, PIM_BYTES])
@@ -272,7 +272,7 @@ def test_in_memory_bytes_are_shown_apart_in_json_text_and_parquet(tmp_path, llam
 def test_a_trace_read_once_for_plan_and_replay_counts_as_one_read_twice(llama_trace, moe_trace, chip, monkeypatch):
     """A small trace's batches are read once and held for the PIM plan and the replay
     (``pipeline.HOLD_ROWS``); streamed twice, the plan and every count are the same."""
-    import emulator.pipeline as pipeline
+    import tierlab.pipeline as pipeline
 
     for trace in (llama_trace, moe_trace):
         held = replay_trace(trace, chip, ReplayOptions(batch_rows=7))

@@ -8,12 +8,12 @@ import tomllib
 import pytest
 from click.testing import CliRunner
 
-from emulator.chip.chipfile import list_presets
-from emulator.cli import main
-from common.paths import configs_dir
-from traces.run import RunConfig
-from traces.lower import generate_trace
-from traces.spec import load_model
+from tierlab.chip.chipfile import list_presets
+from tierlab.cli import main
+from tierlab.common.paths import configs_dir
+from tierlab.traces.run import RunConfig
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.spec import load_model
 
 
 @pytest.fixture(scope="module")

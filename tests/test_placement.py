@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from emulator.chip.chipfile import chip_from_dict
-from emulator.chip.hierarchy import PlacementRule
-from emulator.chip.placement import place
-from common.errors import CapacityError, ConfigError
+from tierlab.chip.chipfile import chip_from_dict
+from tierlab.chip.hierarchy import PlacementRule
+from tierlab.chip.placement import place
+from tierlab.common.errors import CapacityError, ConfigError
 
 
 def tier(name, capacity, block="64 B", managed="memory", **kw):
@@ -157,7 +157,7 @@ def test_empty_table():
     assert p.home.tolist() == [] and p.bytes_by_tier.tolist() == [0, 0]
 
 
-# A plain reference of the documented semantics, sharing no code with emulator.chip.placement.
+# A plain reference of the documented semantics, sharing no code with tierlab.chip.placement.
 def reference(caps, home_ok, rules, sizes, kinds, names, layers):
     used = [0] * len(caps)
     home = [None] * len(sizes)
@@ -230,13 +230,13 @@ def test_matches_plain_reference(data):
 
 
 def test_parse_rule_forms():
-    from emulator.chip.placement import parse_rule
+    from tierlab.chip.placement import parse_rule
     assert parse_rule("sram") == PlacementRule(tier="sram")
     assert parse_rule("sram:kind=kv,spill") == PlacementRule(tier="sram", kind="kv", spill=True)
     assert parse_rule("ddr:kind=weight,name=*.experts.*,layers=2-5") == PlacementRule(
         tier="ddr", kind="weight", name="*.experts.*", layers=(2, 5))
     assert parse_rule("hbm:layers=3").layers == (3, 3)
-    from common.errors import UsageError
+    from tierlab.common.errors import UsageError
     for bad, msg in [(":kind=kv", "expected TIER[:kind=K,name=GLOB,layers=A-B,spill], got ':kind=kv'"),
                      ("sram:kin=kv", "unknown or repeated condition 'kin=kv'; expected kind=K, name=GLOB, layers=A-B or spill"),
                      ("sram:kind=kv,kind=weight", "unknown or repeated condition 'kind=weight'; expected kind=K, "

@@ -6,11 +6,11 @@ import tomllib
 
 import pytest
 
-from emulator.chip.chipfile import OP_KINDS, list_presets, load_chip
-from emulator.chip.placement import place
-from common.errors import CapacityError
-from traces.format import DEFAULT_ALIGNMENT
-from common.paths import configs_dir
+from tierlab.chip.chipfile import OP_KINDS, list_presets, load_chip
+from tierlab.chip.placement import place
+from tierlab.common.errors import CapacityError
+from tierlab.traces.format import DEFAULT_ALIGNMENT
+from tierlab.common.paths import configs_dir
 
 PRESETS = list_presets()
 QUANTITY = re.compile(r'"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*[A-Za-zµ/]+"')
@@ -127,10 +127,10 @@ def test_pim_units_sit_on_memory_tiers_with_known_ops(name):
 
 @pytest.fixture(scope="module")
 def trace_of(tmp_path_factory):
-    lower = pytest.importorskip("traces.lower")
-    from traces.reader import open_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    lower = pytest.importorskip("tierlab.traces.lower")
+    from tierlab.traces.reader import open_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     cache = {}
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from emulator.chip.chipfile import list_presets, load_chip
-from emulator.system.systemfile import list_presets as system_presets
+from tierlab.chip.chipfile import list_presets, load_chip
+from tierlab.system.systemfile import list_presets as system_presets
 
 GB, GiB, MB, MiB, TB = 10**9, 2**30, 10**6, 2**20, 10**12
 NEW_CHIPS = ("b200", "b300", "gb200", "mi300x", "mi325x", "mi355x", "tpu-v5e", "tpu-v6e", "tpu-v7",
@@ -81,9 +81,9 @@ def test_runs_llama_8b(name, tmp_path, monkeypatch):
     """``tierlab run llama-3.1-8b --chip X --context 128 --generate 1`` succeeds, and a decode step
     takes at least the closed form: every weight but the embedding table (of which a step reads one
     row) read once from its home tier, at that tier's bandwidth (its PIM unit's, if it has one)."""
-    from emulator.cli import main
-    from traces.spec import load_model
-    from traces.weightfmt import weight_bytes
+    from tierlab.cli import main
+    from tierlab.traces.spec import load_model
+    from tierlab.traces.weightfmt import weight_bytes
     monkeypatch.chdir(tmp_path)
     weights = WEIGHTS.get(name, "bf16")
     args = ["run", "llama-3.1-8b", "--chip", name, "--context", "128", "--generate", "1", "--json",
@@ -108,7 +108,7 @@ def test_runs_llama_8b(name, tmp_path, monkeypatch):
 # ---- FP4 formats (NVFP4, MXFP4), FP4 compute, FP8 KV -------------------------------------------
 
 def test_fp4_bits_per_element_closed_forms():
-    from traces.dtypes import bits_per_element, block_scaled_bytes
+    from tierlab.traces.dtypes import bits_per_element, block_scaled_bytes
     assert bits_per_element("nvfp4") == 4 + 8 / 16 == 4.5      # E2M1 + one E4M3 per 16
     assert bits_per_element("mxfp4") == 4 + 8 / 32 == 4.25     # E2M1 + one E8M0 per 32
     assert block_scaled_bytes(4096, 14336, "nvfp4") == (4096 * 14336 // 2, 4096 * 14336 // 16)
@@ -123,8 +123,8 @@ def test_weight_bytes_with_scales_against_closed_forms(fmt, block, scale):
     """Llama-3.1-8B under a FP4 checkpoint format: every matrix but the embeddings and LM head at
     4 bits plus one 1-byte scale per ``block`` inputs of a row; the two kept matrices in bf16;
     vectors in bf16. Summed by hand from the model's dimensions."""
-    from traces.spec import load_model
-    from traces.weightfmt import weight_bytes, weight_tensors
+    from tierlab.traces.spec import load_model
+    from tierlab.traces.weightfmt import weight_bytes, weight_tensors
     s = load_model("llama-3.1-8b")
     h, f, v, L = s.hidden_size, s.intermediate_size, s.vocab_size, s.num_layers
     kv = s.num_kv_heads * s.head_dim
@@ -137,8 +137,8 @@ def test_weight_bytes_with_scales_against_closed_forms(fmt, block, scale):
 
 
 def test_native_modelopt_nvfp4_checkpoint():
-    from traces.spec import load_model
-    from traces.weightfmt import native_rule
+    from tierlab.traces.spec import load_model
+    from tierlab.traces.weightfmt import native_rule
     s = load_model("llama-3.1-8b")
     q = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
     rule, vec = native_rule(SimpleNamespace(config={**(s.config or {}), "quantization_config": q}, source=None))
@@ -154,8 +154,8 @@ def test_native_modelopt_nvfp4_checkpoint():
     ("h100", "bf16", "bf16", False), ("tpu-v5e", "fp8", "bf16", False),       # unchanged rule, no note
 ])
 def test_compute_dtype_and_fallback_note(chip, activations, expected, noted):
-    from common.errors import UsageError
-    from emulator.chip.compute import resolve_compute_dtype
+    from tierlab.common.errors import UsageError
+    from tierlab.chip.compute import resolve_compute_dtype
     c = load_chip(chip)
     dtype, note = resolve_compute_dtype(c, activations, "bf16")
     assert dtype == expected and (note is not None) == noted
@@ -170,7 +170,7 @@ def test_compute_dtype_and_fallback_note(chip, activations, expected, noted):
 def test_fp4_run_costs_at_the_fp4_peak_and_stores_activations_in_bf16(tmp_path, monkeypatch):
     """W4A4 NVFP4 on B200: the compute time is the trace's FLOPs over the NVFP4 peak; the activation
     tensors are bf16 (the same bytes as a bf16-activation run); on H100 the same run notes fp8."""
-    from emulator.cli import main
+    from tierlab.cli import main
     monkeypatch.chdir(tmp_path)
 
     def run(chip, activations, keep):
@@ -182,7 +182,7 @@ def test_fp4_run_costs_at_the_fp4_peak_and_stores_activations_in_bf16(tmp_path, 
 
     d, err = run("b200", "nvfp4", "a.trace")
     assert err == ""
-    from traces.reader import open_trace
+    from tierlab.traces.reader import open_trace
     t = open_trace(tmp_path / "a.trace")
     decode = [p == "decode" for p in t.ops.column("phase").to_pylist()]
     flops = sum(f for f, dec in zip(t.ops.column("flops").to_pylist(), decode) if dec)
@@ -200,7 +200,7 @@ def test_fp4_run_costs_at_the_fp4_peak_and_stores_activations_in_bf16(tmp_path, 
 
 def test_fp8_kv_is_half_of_bf16():
     """KV bytes per token: 2 (K and V) x layers x KV heads x head dim x the dtype's bytes."""
-    from traces.spec import load_model
+    from tierlab.traces.spec import load_model
     s = load_model("llama-3.1-8b")
     per_token = 2 * s.num_layers * s.num_kv_heads * s.head_dim
     assert s.kv_bytes_per_token("fp8") == per_token and s.kv_bytes_per_token("bf16") == 2 * per_token
@@ -214,7 +214,7 @@ GRID_SYSTEMS = ("tpu-v6e-256", "tpu-v7-4x4x4", "trn2-16")
 
 
 def test_system_presets_fabrics():
-    from emulator.system.systemfile import load_system
+    from tierlab.system.systemfile import load_system
     nvl = load_system("gb200-nvl72")
     assert (nvl.n_chips, nvl.chips_per_node, nvl.n_nodes, nvl.scale_up.topology) == (72, 72, 1, "switch")
     assert nvl.scale_up.bandwidth_bytes_per_s == 900e9 and nvl.scale_up.in_network_reduction
@@ -233,7 +233,7 @@ def test_system_presets_fabrics():
 def test_system_runs_llama_8b(name, tmp_path, monkeypatch):
     """``tierlab run llama-3.1-8b --system X --tp N``: N = 8 on the GPU systems (Llama-3.1-8B's 8 KV
     heads), 1 on the one-wafer CS-3; the per-step collectives are there exactly when N > 1."""
-    from emulator.cli import main
+    from tierlab.cli import main
     monkeypatch.chdir(tmp_path)
     tp = NEW_SYSTEMS.get(name, 8)
     args = ["run", "llama-3.1-8b", "--system", name, "--context", "128", "--generate", "1", "--json"]
@@ -251,8 +251,8 @@ def test_system_runs_llama_8b(name, tmp_path, monkeypatch):
 def test_collectives_curve_over_every_preset_skips_the_one_chip_system():
     """``tierlab collectives`` (every system preset) runs with cs-3 among them: a one-chip system has
     no all-reduce and is left out; asked for by name it is refused in one line."""
-    from emulator.cli import main
-    from emulator.system.systemfile import list_presets as systems
+    from tierlab.cli import main
+    from tierlab.system.systemfile import list_presets as systems
     r = CliRunner().invoke(main, ["collectives", "--json"])
     assert r.exit_code == 0, r.output
     names = {x["system"] for x in json.loads(r.stdout)["systems"]}

@@ -8,11 +8,11 @@ import tomllib
 
 import pytest
 
-from common.errors import ConfigError
-from common.paths import configs_dir
-from emulator.chip.chipfile import chip_from_dict, load_chip, read_chip_toml
-from emulator.cost.price import parse_per_hour, usd_per_mtok
-from emulator.system.systemfile import load_system, system_from_dict
+from tierlab.common.errors import ConfigError
+from tierlab.common.paths import configs_dir
+from tierlab.chip.chipfile import chip_from_dict, load_chip, read_chip_toml
+from tierlab.cost.price import parse_per_hour, usd_per_mtok
+from tierlab.system.systemfile import load_system, system_from_dict
 
 PRICE = {"per_hour": "2.99 USD/h", "source": "https://example.com/prices", "date": "2026-05-01"}
 
@@ -96,8 +96,8 @@ def test_presets_have_sourced_prices():
 
 from pathlib import Path  # noqa: E402
 
-from emulator.sweep.grid import grid_from_dict  # noqa: E402
-from emulator.sweep.point import run_group  # noqa: E402
+from tierlab.sweep.grid import grid_from_dict  # noqa: E402
+from tierlab.sweep.point import run_group  # noqa: E402
 
 TINY = str(Path(__file__).resolve().parent / "data" / "models" / "tiny-llama.json")
 AXES = {"model": [TINY], "chip": ["h100", "a100"], "batch": [1, 2], "context": [16], "generate": [1]}
@@ -145,7 +145,7 @@ def test_no_price_gives_null():
 
 # ---- Pareto front and plot ----------------------------------------------------------------------
 
-from emulator.present.plots import pareto_front, pareto_points  # noqa: E402
+from tierlab.present.plots import pareto_front, pareto_points  # noqa: E402
 
 
 def test_pareto_front_hand_made():
@@ -167,8 +167,8 @@ def test_cli_sweep_price_and_pareto_plot(tmp_path):
     pytest.importorskip("matplotlib")
     from click.testing import CliRunner
 
-    from emulator.cli import main
-    from emulator.sweep.store import read_rows
+    from tierlab.cli import main
+    from tierlab.sweep.store import read_rows
 
     out, png = tmp_path / "s.parquet", tmp_path / "p.png"
     r = CliRunner().invoke(main, ["sweep", "--model", TINY, "--chip", "h100,a100", "--batch", "1,2", "--context", "16",
@@ -186,7 +186,7 @@ def test_cli_plot_without_matplotlib_is_one_line(tmp_path, monkeypatch):
 
     from click.testing import CliRunner
 
-    from emulator.cli import main
+    from tierlab.cli import main
 
     real = builtins.__import__
 
@@ -207,9 +207,9 @@ def test_grid_file_cost_table(tmp_path):
     win where given; a bad key or value is one line naming it."""
     from click.testing import CliRunner
 
-    from common.errors import UsageError
-    from emulator.cli import main
-    from emulator.sweep.grid import economics_from_table, load_grid
+    from tierlab.common.errors import UsageError
+    from tierlab.cli import main
+    from tierlab.sweep.grid import economics_from_table, load_grid
 
     f = tmp_path / "g.toml"
     f.write_text('model = ["qwen2-0.5b"]\nchip = ["h100"]\ngenerate = [1]\n'

@@ -7,8 +7,8 @@ import pytest
 
 from cachesim import Cache, CacheSimulator, MainMemory
 
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_blocks
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_blocks
 
 
 def _tier(name, sets, ways, block, policy):

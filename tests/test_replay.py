@@ -9,14 +9,14 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
-from emulator.engine.counters import C
-from emulator.chip.hierarchy import Chip, Compute, Link, PimUnit, PlacementRule, Tier
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from emulator.present.report import cost_of, to_json
-from common.errors import CapacityError, TraceError
-from traces.writer import TraceWriter
+from tierlab.cli import main
+from tierlab.engine.counters import C
+from tierlab.chip.hierarchy import Chip, Compute, Link, PimUnit, PlacementRule, Tier
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.present.report import cost_of, to_json
+from tierlab.common.errors import CapacityError, TraceError
+from tierlab.traces.writer import TraceWriter
 
 KIB = 1024
 W_BYTES, KV_BYTES, ACT_BYTES = 64 * KIB, 16 * KIB, 4 * KIB
@@ -180,7 +180,7 @@ def test_cli_replay_json_and_parquet(trace, tmp_path):
     out = tmp_path / "ops.parquet"
     res = CliRunner().invoke(main, ["replay", str(trace), "--chip", str(chip), "--json", "-o", str(out)])
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     for key in ("chip", "tiers", "links", "energy_j", "per_token", "provenance"):
         assert key in d
     assert {"name", "hits", "misses", "fills", "evictions", "writebacks", "bytes_read",
@@ -208,9 +208,9 @@ def test_cli_errors_are_one_line_exit_2(trace, tmp_path):
 
 def test_model_decode_on_h100_moves_weights_and_kv_per_token(tmp_path):
     """Dense decode on a GPU whose L2 cannot hold the model: per token ~ weight + KV bytes."""
-    from traces.lower import generate_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     spec = load_model("qwen2-0.5b")
     ctx = 32

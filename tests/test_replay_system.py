@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
+from tierlab.cli import main
 
 TINY = str(Path(__file__).resolve().parent / "data" / "models" / "tiny-llama.json")
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
-from emulator.engine.options import ReplayOptions
-from traces import format as fmt
+from tierlab.cli import main
+from tierlab.engine.options import ReplayOptions
+from tierlab.traces import format as fmt
 
 DATA = Path(__file__).parent / "data"
 MIXTRAL = str(DATA / "models" / "tiny-mixtral.json")
@@ -159,6 +159,6 @@ def test_provenance(replay_inputs):
     assert p["options"]["seed"] == 9
     # a chip preset is hashed too: its file's bytes
     d = json.loads(cli("replay", t, "--chip", "h100", "--json"))
-    from common.paths import configs_dir
+    from tierlab.common.paths import configs_dir
 
     assert d["provenance"]["chip_sha256"] == hashlib.sha256((configs_dir("chips") / "h100.toml").read_bytes()).hexdigest()

@@ -1,4 +1,4 @@
-"""The ``tierlab`` console script (``emulator.cli.script``) ends without the interpreter's teardown,
+"""The ``tierlab`` console script (``tierlab.cli.script``) ends without the interpreter's teardown,
 and nothing is lost by it: every byte written to stdout and stderr arrives (also through a pipe),
 the exit status is the command's, and exit handlers still run."""
 
@@ -13,7 +13,7 @@ import pytest
 
 PY = [sys.executable, "-c"]
 # the exit handler's line stays in stdout's buffer (a pipe: block-buffered) unless the exit flushes it
-RUN = ("import atexit, sys; from emulator.cli import script; "
+RUN = ("import atexit, sys; from tierlab.cli import script; "
        "atexit.register(lambda: print('exit handler ran')); "
        "sys.argv = ['tierlab'] + sys.argv[1:]; script()")
 
@@ -45,6 +45,6 @@ def test_the_exit_status_is_the_commands(args, code):
 
 
 def test_a_bug_still_shows_its_traceback():
-    code = ("import sys, emulator.cli as c; c.main = lambda: 1 / 0; sys.argv = ['tierlab']; c.script()")
+    code = ("import sys, tierlab.cli as c; c.main = lambda: 1 / 0; sys.argv = ['tierlab']; c.script()")
     r = subprocess.run([*PY, code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "ZeroDivisionError" in r.stderr and "Traceback" in r.stderr

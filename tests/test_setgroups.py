@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from emulator.engine import setgroups
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import kernel_for, replay_arrays, replay_blocks
-from emulator.engine.geometry import KINDS, build_geometry
-from emulator.engine.groups_driver import SetGroupReplayer
-from emulator.engine.options import ReplayOptions
-from emulator.engine.state import Descriptors, Tensors
+from tierlab.engine import setgroups
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import kernel_for, replay_arrays, replay_blocks
+from tierlab.engine.geometry import KINDS, build_geometry
+from tierlab.engine.groups_driver import SetGroupReplayer
+from tierlab.engine.options import ReplayOptions
+from tierlab.engine.state import Descriptors, Tensors
 from test_engine_reference import _engine, _expected, draw_accesses
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
 
 @st.composite
@@ -119,7 +119,7 @@ def test_calls_folded_in_compiled_code_count_as_the_walk(sc, call_ops, max_group
     call, a batch is many calls, and a hand-over to the walk may come in any of them."""
     from unittest import mock
 
-    from emulator.engine import door
+    from tierlab.engine import door
 
     tiers, lent, tensors, n_ops, acc, opts, cuts = sc
     opts = dataclasses.replace(opts, max_set_groups=max_groups, fast_min_blocks=1)
@@ -137,7 +137,7 @@ def test_a_hand_over_inside_a_call_of_many_ops_keeps_every_ops_counts(call_ops):
     16 or 0, whose counts so far must land on their own ops (per op equal to the walk's)."""
     from unittest import mock
 
-    from emulator.engine import door
+    from tierlab.engine import door
 
     rng = np.random.default_rng(11)
     tiers = [Tier("c", 64 * 2 * 32, 32, 2, "lru", "cache", 1.0, 0.0, 0.0),
@@ -268,11 +268,11 @@ def test_where_set_groups_apply():
 def test_model_decode_on_h100_equals_the_lazy_engine(tmp_path):
     # a real trace on a real preset (one caching tier over HBM and DDR): the group replay and the
     # lazy-stack engine (itself tested against the walk) give the same counters
-    from emulator.pipeline import replay_trace
-    from traces.lower import generate_trace
-    from traces.reader import open_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.pipeline import replay_trace
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.reader import open_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     path = generate_trace(load_model("qwen2-0.5b"), RunConfig(context=64, generate=2), tmp_path / "q.trace")
     tr = open_trace(path)

@@ -1,4 +1,4 @@
-"""Sharding in the lowering (traces.shard, traces.lower_parallel): TP, PP, EP and DP against arithmetic."""
+"""Sharding in the lowering (tierlab.traces.shard, tierlab.traces.lower_parallel): TP, PP, EP and DP against arithmetic."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.errors import UsageError
-from traces.lower import generate_trace
-from traces.reader import open_trace
-from traces.routing import Router
-from traces.run import RunConfig
-from traces.shard import ShardPlan
-from traces.spec import load_model, spec_from_config
+from tierlab.common.errors import UsageError
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.reader import open_trace
+from tierlab.traces.routing import Router
+from tierlab.traces.run import RunConfig
+from tierlab.traces.shard import ShardPlan
+from tierlab.traces.spec import load_model, spec_from_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = json.loads((ROOT / "tests" / "data" / "models" / "tiny-llama.json").read_text())
@@ -311,7 +311,7 @@ def test_flops_conserved_and_accesses_on_the_op_device(tmp_path_factory, case):
 def test_info_json_devices_and_collectives(tmp_path):
     from click.testing import CliRunner
 
-    from emulator.cli import main
+    from tierlab.cli import main
 
     out = tmp_path / "t.trace"
     r = CliRunner().invoke(main, ["trace", "qwen2-0.5b", "-o", str(out), "--generate", "1", "--tp", "2", "--pp", "2"])

@@ -10,14 +10,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 from test_capacity_families import QWEN3_NEXT_TINY
 from test_families import GPT_OSS_TINY, SMALL, shrunk
 from test_shard import _digest, accesses, trace
-from traces.lower import generate_trace
-from traces.run import RunConfig
-from traces.shard import ShardPlan
-from traces.spec import spec_from_config
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.run import RunConfig
+from tierlab.traces.shard import ShardPlan
+from tierlab.traces.spec import spec_from_config
 
 FAMILIES = {
     "gpt-oss-20b": GPT_OSS_TINY,
@@ -239,7 +239,7 @@ def test_refusals_name_the_mixer_dimension():
     assert e.value.field == "--tp"
     from dataclasses import replace
 
-    from traces.shard import check_shardable
+    from tierlab.traces.shard import check_shardable
     with pytest.raises(UsageError, match="lowered on one device only"):
         check_shardable(replace(spec, norm_layout="post"))
 

@@ -9,9 +9,9 @@ the empty word, and words whose low bit is set (the dirty bit the stream kernel 
 import numpy as np
 import pytest
 
-from emulator.engine.jit import njit
-from emulator.engine.prefetch import prefetch
-from emulator.engine.simd import set_front, set_front32, set_lookup, set_push, set_push32, set_put
+from tierlab.engine.jit import njit
+from tierlab.engine.prefetch import prefetch
+from tierlab.engine.simd import set_front, set_front32, set_lookup, set_push, set_push32, set_put
 
 WAYS = list(range(1, 67))
 
@@ -198,7 +198,7 @@ def test_front_is_put_with_a_move(ways):
 def _narrow_forms(ways, literal):
     """lookup / push / front over int16 and int32 words (the chain's tag words), the way count a
     run-time value or (``literal``) a constant."""
-    from emulator.engine.simd import set_front16, set_lookup16, set_lookup32, set_push16
+    from tierlab.engine.simd import set_front16, set_lookup16, set_lookup32, set_push16
 
     ops = {16: (set_lookup16, set_push16, set_front16), 32: (set_lookup32, set_push32, set_front32)}
     out = {}
@@ -268,7 +268,7 @@ def test_narrow_words_match_the_reference(ways, literal):
 def _touch_forms(ways, literal, fifo):
     """set_touch over int16, int32 and int64 words, the way count a constant or a run-time value,
     ``fifo`` a literal (as the chain builds it)."""
-    from emulator.engine.simd import set_touch, set_touch16, set_touch32
+    from tierlab.engine.simd import set_touch, set_touch16, set_touch32
 
     out = {}
     for width, op in ((16, set_touch16), (32, set_touch32), (64, set_touch)):
@@ -354,7 +354,7 @@ def test_touch_at_is_touch_of_the_shifted_word(ways, literal, word_dtype):
     """set_touch_at (the key ``blk[j] >> key_sh`` made in the vector registers) gives what
     set_touch of that key gives, on 16/32/64-bit sets, words of 32 or 64 bits, the last word of the
     array included (the load stays inside it)."""
-    from emulator.engine.simd import set_touch, set_touch16, set_touch32, set_touch_at, set_touch_at16, set_touch_at32
+    from tierlab.engine.simd import set_touch, set_touch16, set_touch32, set_touch_at, set_touch_at16, set_touch_at32
 
     rng = np.random.default_rng(6000 + ways)
     for width, (op, op_at) in {16: (set_touch16, set_touch_at16), 32: (set_touch32, set_touch_at32),
@@ -383,7 +383,7 @@ def test_touch_key_is_touch_of_the_masked_word(ways, literal, word_dtype):
     what set_touch of that key gives, on sets as wide as the words, words with their top bits set
     (negative as the set's signed words) and low bits to drop, every ``j`` from the first word to
     the last, for masks clearing 1 to 3 bits."""
-    from emulator.engine.simd import set_touch, set_touch32, set_touch_key, set_touch_key32
+    from tierlab.engine.simd import set_touch, set_touch32, set_touch_key, set_touch_key32
 
     rng = np.random.default_rng(6500 + ways)
     bits = np.dtype(word_dtype).itemsize * 8
@@ -460,7 +460,7 @@ def test_touch_on_a_target_without_avx512_matches_the_reference(bits, tmp_path):
         pytest.skip(f"this host cannot run {need} code")
     name, features = _TARGETS[bits]
     code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
-            "from emulator.engine import simd_tables\n"
+            "from tierlab.engine import simd_tables\n"
             f"assert simd_tables.VECTOR_BITS == {bits}, simd_tables.VECTOR_BITS\n"
             "import test_simd as t\n"
             "for ways in (2, 4, 8, 16):\n"

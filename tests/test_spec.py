@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import ConfigError
-from traces.spec import list_presets, load_model, spec_from_config
+from tierlab.common.errors import ConfigError
+from tierlab.traces.spec import list_presets, load_model, spec_from_config
 
 DATA = Path(__file__).parent / "data" / "models"
 
@@ -24,7 +24,7 @@ def gqa_layer(h, nh, kvh, hd, bias=False, qk_norm=False):
 
 
 def closed_form(name: str) -> int:
-    """Parameter counts written out from the published configs, independently of traces.spec."""
+    """Parameter counts written out from the published configs, independently of tierlab.traces.spec."""
     if name == "llama-3.1-8b":
         return 32 * (gqa_layer(4096, 32, 8, 128) + 3 * 4096 * 14336 + 2 * 4096) + 2 * 128256 * 4096 + 4096
     if name == "llama-3.1-70b":
@@ -206,29 +206,30 @@ def test_a_checkout_never_shadows_hugging_faces_kernels():
         f"'kernels' resolves to {origin}, the checkout's kernels/ (it must have no __init__.py)"
 
 
-def test_a_checkout_imports_the_kernels_without_an_install():
-    """Run from a checkout's root, ``tierlab_kernels`` is the root's ``tierlab_kernels.py``, whose
-    ``__path__`` is ``kernels/``: the lowering imports its kernels with no install's mapping."""
+def test_the_kernels_are_the_checkouts_kernels_folder():
+    """``tierlab.kernels`` (emulator/kernels.py, whose ``__path__`` names the folder) finds its
+    modules in the repository's ``kernels/``, which stays a folder without ``__init__.py``."""
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    probe = "import tierlab_kernels, tierlab_kernels.attention as a; print(tierlab_kernels.__file__); print(a.__file__)"
-    r = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=60)
+    probe = "import tierlab.kernels as k, tierlab.kernels.attention as a; print(k.__path__[0]); print(a.__file__)"
+    r = subprocess.run([sys.executable, "-c", probe], cwd=root.parent, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    package, module = r.stdout.split()
-    assert Path(package).resolve() == root / "tierlab_kernels.py"
+    folder, module = r.stdout.split()
+    assert Path(folder).resolve() == root / "kernels"
     assert Path(module).resolve() == root / "kernels" / "attention.py"
+    assert not (root / "kernels" / "__init__.py").exists()
 
 
 def test_imports_resolve_to_this_project():
-    import emulator
-    import tierlab_kernels.base
-    import traces
+    import tierlab
+    import tierlab.kernels.base
+    import tierlab.traces as traces
 
     root = Path(__file__).resolve().parent.parent
-    for mod in (traces, emulator):
+    for mod in (traces, tierlab):
         assert Path(mod.__file__).resolve().parent.parent == root
-    # kernels/ is imported as tierlab_kernels (a folder without __init__.py, so it never shadows
+    # kernels/ is imported as tierlab.kernels (never the top-level `kernels`, so it never shadows
     # Hugging Face's `kernels`, which Transformers imports)
-    assert Path(tierlab_kernels.base.__file__).resolve().parent == root / "kernels"
+    assert Path(tierlab.kernels.base.__file__).resolve().parent == root / "kernels"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.analysis.system_result import steady_rate
-from emulator.cli import main
+from tierlab.analysis.system_result import steady_rate
+from tierlab.cli import main
 
 TINY = str(Path(__file__).resolve().parent / "data" / "models" / "tiny-llama.json")
 

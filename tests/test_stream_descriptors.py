@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cachesim import Cache, CacheSimulator, MainMemory
 
-from emulator.chip.hierarchy import Chip, Compute, Link, Tier
-from emulator.engine import door
-from emulator.engine.blocks import BlockExpander, expand_rows
-from emulator.engine.door import replay_arrays
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from traces.writer import TraceWriter
+from tierlab.chip.hierarchy import Chip, Compute, Link, Tier
+from tierlab.engine import door
+from tierlab.engine.blocks import BlockExpander, expand_rows
+from tierlab.engine.door import replay_arrays
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.traces.writer import TraceWriter
 
 BLOCK = 64
 

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_blocks
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from emulator.analysis.sweep import sweep_blocks, sweep_trace
-from common.errors import UsageError
-from traces.writer import TraceWriter
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_blocks
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.analysis.sweep import sweep_blocks, sweep_trace
+from tierlab.common.errors import UsageError
+from tierlab.traces.writer import TraceWriter
 
 
 def cache(name, cap, ways, policy, block=64):

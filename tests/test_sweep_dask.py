@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.analysis.result import to_json
-from emulator.cli import main
-from emulator.cost.trace_cost import cost_of
-from emulator.pipeline import replay_trace
-from emulator.sweep import runner, store as store_mod
-from emulator.sweep.grid import grid_from_dict, load_grid
-from emulator.sweep.overrides import build_chip
-from emulator.sweep.point import run_config
-from emulator.sweep.store import SweepStore, read_rows
-from traces.lower import generate_trace
-from traces.spec import load_model
+from tierlab.analysis.result import to_json
+from tierlab.cli import main
+from tierlab.cost.trace_cost import cost_of
+from tierlab.pipeline import replay_trace
+from tierlab.sweep import runner, store as store_mod
+from tierlab.sweep.grid import grid_from_dict, load_grid
+from tierlab.sweep.overrides import build_chip
+from tierlab.sweep.point import run_config
+from tierlab.sweep.store import SweepStore, read_rows
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.spec import load_model
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -109,7 +109,7 @@ def grid(batches=(1, 2), chips=("h100", "a100"), caps=("25 MiB", "50 MiB")):
 
 def single_run(tmp: Path, row: dict) -> dict:
     """The ``to_json`` of the point's own trace and replay, as ``tierlab run`` does it."""
-    from emulator.sweep.grid import Point
+    from tierlab.sweep.grid import Point
 
     run = {k: row[k] for k in ("batch", "context", "prompt", "generate", "weights", "kv", "tp", "pp", "ep", "dp")}
     p = Point(row["model"], row["chip"], None, run, {L2: row[L2]} if row.get(L2) else {})

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import UsageError
-from emulator.sweep.grid import grid_from_dict
-from emulator.sweep.overrides import apply_chip_overrides, apply_system_overrides, build_system
-from emulator.sweep.point import run_config
+from tierlab.common.errors import UsageError
+from tierlab.sweep.grid import grid_from_dict
+from tierlab.sweep.overrides import apply_chip_overrides, apply_system_overrides, build_system
+from tierlab.sweep.point import run_config
 
 TINY = str(Path(__file__).resolve().parent / "data" / "models" / "tiny-llama.json")
 

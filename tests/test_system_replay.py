@@ -10,20 +10,20 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from common.errors import TraceError, UsageError
-from emulator.analysis.result import to_json as chip_json
-from emulator.analysis.system_result import per_token
-from emulator.analysis.system_result import to_json as system_json
-from emulator.chip.hierarchy import Chip, Compute, Link, Tier
-from emulator.cli import main
-from emulator.cost.system_cost import COLL, OP, cost_system, critical_path
-from emulator.cost.trace_cost import cost_of
-from emulator.network.collective import Group, plan_collective
-from emulator.pipeline import replay_trace
-from emulator.system.systemfile import load_system
-from emulator.system_pipeline import replay_system
-from traces.reader import open_trace
-from traces.writer import TraceWriter
+from tierlab.common.errors import TraceError, UsageError
+from tierlab.analysis.result import to_json as chip_json
+from tierlab.analysis.system_result import per_token
+from tierlab.analysis.system_result import to_json as system_json
+from tierlab.chip.hierarchy import Chip, Compute, Link, Tier
+from tierlab.cli import main
+from tierlab.cost.system_cost import COLL, OP, cost_system, critical_path
+from tierlab.cost.trace_cost import cost_of
+from tierlab.network.collective import Group, plan_collective
+from tierlab.pipeline import replay_trace
+from tierlab.system.systemfile import load_system
+from tierlab.system_pipeline import replay_system
+from tierlab.traces.reader import open_trace
+from tierlab.traces.writer import TraceWriter
 
 KIB = 1024
 
@@ -187,7 +187,7 @@ def test_critical_path_pipelines_microbatches():
 def test_runs_of_ops_walk_as_the_ops_one_by_one(tp8):
     """walk_items gives each run of compute ops as one RUN item; the same walk over one OP item per
     op (the plain form critical_path also takes) gives the same path."""
-    from emulator.cost.system_cost import RUN, run_starts, walk_items
+    from tierlab.cost.system_cost import RUN, run_starts, walk_items
     sr = replay_system(tp8, "dgx-h100")
     sc = cost_system(sr)
     items, coll_time, coll_res = walk_items(sr, sc)
@@ -289,9 +289,9 @@ def test_cli_run_a_sharded_trace_on_a_system():
 # ---- identical slices replayed once; distinct slices on threads: pure speed-ups -------------------
 
 def _lowered(tmp_path, model, **run):
-    from traces.lower import generate_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
     return open_trace(generate_trace(load_model(model), RunConfig(**run), tmp_path / f"{model}.trace"))
 
 
@@ -326,7 +326,7 @@ def test_identical_tp_slices_are_replayed_once(tp8):
 
 
 def test_slice_digests_tell_differing_slices_apart(tmp_path):
-    from emulator.system_slices import held_streams, slice_classes, slice_digests, slices
+    from tierlab.system_slices import held_streams, slice_classes, slice_digests, slices
     tr = open_trace(_emit(tmp_path / "tp.trace", 4))       # the weight shard's size differs per device
     assert len(set(slice_digests(tr, slices(tr)))) == 4
     sls = slices(tr)
@@ -421,8 +421,8 @@ def test_an_access_to_another_devices_tensor_is_refused_with_dedupe(tmp_path):
 
 
 def test_dedupe_without_holding_the_batches_in_memory(tp8, monkeypatch):
-    import emulator.system_pipeline as sp
-    from emulator.system_slices import slice_digests, slices
+    import tierlab.system_pipeline as sp
+    from tierlab.system_slices import slice_digests, slices
     held = replay_system(tp8, "dgx-h100")
     # the exact comparison (held slices) and the digests (streamed) find the same classes
     g = slice_digests(tp8, slices(tp8))

@@ -1,4 +1,4 @@
-"""System files and presets (emulator.system.systemfile) and ``tierlab systems``."""
+"""System files and presets (tierlab.system.systemfile) and ``tierlab systems``."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from common.errors import ConfigError, UsageError
-from common.paths import configs_dir
-from emulator.chip.chipfile import list_presets as chip_presets
-from emulator.chip.units import parse_quantity
-from emulator.cli import main
-from emulator.system.systemfile import list_presets, load_system, system_from_dict
+from tierlab.common.errors import ConfigError, UsageError
+from tierlab.common.paths import configs_dir
+from tierlab.chip.chipfile import list_presets as chip_presets
+from tierlab.chip.units import parse_quantity
+from tierlab.cli import main
+from tierlab.system.systemfile import list_presets, load_system, system_from_dict
 
 PRESETS = ("dgx-h100", "hgx-h200", "sn40l-16", "dgx-h100-x2", "dgx-a100-x16", "dgx-h100-x16",
            "dgx-b200", "gb200-nvl72", "mi300x-8", "mi355x-8", "gaudi3-8", "cs-3")

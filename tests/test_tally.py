@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulator.engine.tally import fold_batch
+from tierlab.engine.tally import fold_batch
 
 
 def test_fold_equals_the_numpy_sums():

@@ -15,19 +15,19 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from emulator.analysis.capacity import activation_bytes, weight_bytes
-from emulator.analysis.result import to_json
-from emulator.chip.chipfile import load_chip
-from emulator.cli import main
-from emulator.pipeline import replay_trace
-from emulator.serving.capacity import kv_limit
-from emulator.serving.curve import window_figures
-from emulator.serving.schedule import schedule
-from emulator.serving.throughput import throughput
-from traces.lower import generate_trace
-from traces.mixed import MixedStep, lower_step
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.analysis.capacity import activation_bytes, weight_bytes
+from tierlab.analysis.result import to_json
+from tierlab.chip.chipfile import load_chip
+from tierlab.cli import main
+from tierlab.pipeline import replay_trace
+from tierlab.serving.capacity import kv_limit
+from tierlab.serving.curve import window_figures
+from tierlab.serving.schedule import schedule
+from tierlab.serving.throughput import throughput
+from tierlab.traces.lower import generate_trace
+from tierlab.traces.mixed import MixedStep, lower_step
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 TINY = str(Path(__file__).resolve().parent / "data" / "models" / "tiny-llama.json")
 
@@ -91,7 +91,7 @@ def test_decodes_alone_lower_as_run_does(spec, tmp_path):
 
 
 def test_mixed_attention_flops_closed_form(spec, tmp_path):
-    from traces.reader import open_trace
+    from tierlab.traces.reader import open_trace
 
     st = MixedStep(decode=[10, 50], prefill=[(0, 40, False), (16, 8, True)])
     t = open_trace(lower_step(spec, RunConfig(generate=1), st, tmp_path / "m.trace"))
@@ -170,7 +170,7 @@ def test_json_contract(spec, tmp_path):
 
 def test_system_tp1_equals_chip(spec):
     """A system replay of a one-device step is the chip's (the calibrated latency of a TP=1 system)."""
-    from emulator.system.systemfile import load_system
+    from tierlab.system.systemfile import load_system
 
     a = throughput(spec, chip=load_chip("h100"), isl=64, osl=8, concurrency="2")
     b = throughput(spec, system=load_system("dgx-h100"), isl=64, osl=8, concurrency="2")
@@ -182,9 +182,9 @@ def test_system_tp2_steps_lower_and_replay(spec, tmp_path):
     """The serving curve on a system with TP=2 (what benchmarks/validate.py's serving rows run): each mixed
     step lowers into two devices' slices whose KV together is the one-device step's, and the curve replays
     them on the system."""
-    from emulator.system.systemfile import load_system
-    from traces.reader import open_trace
-    from traces.summary import summarize
+    from tierlab.system.systemfile import load_system
+    from tierlab.traces.reader import open_trace
+    from tierlab.traces.summary import summarize
 
     st = MixedStep(decode=[10, 50], prefill=[(0, 40, False)])
     one = summarize(open_trace(lower_step(spec, RunConfig(generate=1), st, tmp_path / "one.trace")))
@@ -197,8 +197,8 @@ def test_system_tp2_steps_lower_and_replay(spec, tmp_path):
 # ---- the sweep's serving axes -----------------------------------------------------------------
 
 def test_sweep_row_equals_single_command(spec):
-    from emulator.sweep.grid import grid_from_dict
-    from emulator.sweep.point import run_group
+    from tierlab.sweep.grid import grid_from_dict
+    from tierlab.sweep.point import run_group
 
     grid = grid_from_dict({"model": [TINY], "chip": ["h100"], "input": [64], "output": [16], "concurrency": [1, 4]})
     assert grid.columns[-3:] == ["input", "output", "concurrency"]
@@ -215,8 +215,8 @@ def test_sweep_row_equals_single_command(spec):
 
 
 def test_serving_grid_needs_both_lengths():
-    from common.errors import UsageError
-    from emulator.sweep.grid import grid_from_dict
+    from tierlab.common.errors import UsageError
+    from tierlab.sweep.grid import grid_from_dict
 
     with pytest.raises(UsageError, match="needs both input and output"):
         grid_from_dict({"model": [TINY], "chip": ["h100"], "input": [64]})
@@ -245,8 +245,8 @@ def test_ttft_at_concurrency_one_is_runs_prefill(spec):
 def test_kv_home_tiers_stop_at_the_first_memory(chip, tiers):
     """A serving engine keeps weights and KV in the scratchpads and memories nearest first, up to the
     first memory tier (host DDR is not a KV home): the capacity of the closed form is their sum."""
-    from emulator.chip.chipfile import load_chip
-    from emulator.serving.capacity import memory_tier, memory_tiers
+    from tierlab.chip.chipfile import load_chip
+    from tierlab.serving.capacity import memory_tier, memory_tiers
 
     c = load_chip(chip)
     assert [t.name for t in memory_tiers(c)] == tiers

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulator.chip.chipfile import load_chip
-from emulator.serving.curve import window_figures
-from emulator.serving.replay import StepReplayer
-from emulator.serving.schedule import schedule
-from emulator.serving.steps import classify, log_bin
-from traces.run import RunConfig
-from traces.spec import load_model
+from tierlab.chip.chipfile import load_chip
+from tierlab.serving.curve import window_figures
+from tierlab.serving.replay import StepReplayer
+from tierlab.serving.schedule import schedule
+from tierlab.serving.steps import classify, log_bin
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import load_model
 
 TINY = str(Path(__file__).resolve().parent / "data" / "models" / "tiny-llama.json")
 BOUND = 0.02
@@ -54,10 +54,10 @@ def test_bins():
 def test_learned_positions_read_each_tokens_own_row(tmp_path):
     """GPT-2 (learned positions): a step with decodes at positions 5 and 900 and a chunk of 100 prompt
     tokens from 0 reads rows 5 and 900 and the run 0..99 of the position table, nothing else."""
-    from traces.mixed import MixedStep, lower_step
-    from traces.reader import open_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.traces.mixed import MixedStep, lower_step
+    from tierlab.traces.reader import open_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     spec = load_model("gpt2")
     t = open_trace(lower_step(spec, RunConfig(generate=1), MixedStep(decode=(5, 900), prefill=((0, 100, True),)),

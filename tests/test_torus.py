@@ -3,7 +3,7 @@ the ``torus`` collective's bytes, steps and per-link loads against closed forms 
 1 x n torus against a ring, and every byte on a physical link.
 
 The per-link loads are tallied here from the stages' flows (a plain sum per directed pair), not by
-:func:`emulator.network.schedule.account`, which is only asked for per-rank bytes, steps and time."""
+:func:`tierlab.network.schedule.account`, which is only asked for per-rank bytes, steps and time."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from collections import defaultdict
 
 import pytest
 
-from common.errors import ConfigError, UsageError
-from emulator.network import torus
-from emulator.network.collective import Group, plan_collective
-from emulator.system.model import grid_neighbours
-from emulator.system.systemfile import load_system, system_from_dict
+from tierlab.common.errors import ConfigError, UsageError
+from tierlab.network import torus
+from tierlab.network.collective import Group, plan_collective
+from tierlab.system.model import grid_neighbours
+from tierlab.system.systemfile import load_system, system_from_dict
 
 S = 96e6          # a buffer every axis length here divides evenly
 
@@ -131,7 +131,7 @@ def test_one_by_n_torus_is_a_ring(n, kind):
     assert t.bytes_received_per_rank == pytest.approx(r.bytes_received_per_rank)
     assert t.steps == r.steps
     ring_link = defaultdict(float)
-    from emulator.network import ring
+    from tierlab.network import ring
     for st in ring.stages(kind, g, S):
         for f in st.flows:
             ring_link[f.src, f.dst] += f.bytes
@@ -238,7 +238,7 @@ def test_v6e_pod_all_reduce_bandwidth_is_googles():
 
 
 def test_grid_route_is_dimension_ordered_and_shortest():
-    from emulator.network.schedule import grid_route
+    from tierlab.network.schedule import grid_route
 
     s = grid((4, 4))                       # a 4 x 4 torus: device = 4 row + column
     assert grid_route(s, 0, 1) == [(0, 1)]                   # neighbours: one link

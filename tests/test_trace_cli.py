@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator.cli import main
-from traces.spec import list_presets, load_model
+from tierlab.cli import main
+from tierlab.traces.spec import list_presets, load_model
 
 DATA = Path(__file__).parent / "data"
 TINY = str(DATA / "models" / "tiny-llama.json")
@@ -94,7 +94,7 @@ def test_every_command_is_registered():
     # The README's commands all exist (a missing module would fail the import, not vanish silently).
     import click
 
-    from emulator.cli import main
+    from tierlab.cli import main
 
     names = {"trace", "info", "models", "mrc", "bench", "chips", "replay", "run",
              "compare", "capacity", "systems", "sweep", "export", "import", "collectives", "throughput"}

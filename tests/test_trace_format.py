@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from traces import format as fmt
-from common.errors import TraceError, UsageError
-from traces.reader import open_trace
-from traces.writer import TraceWriter
+from tierlab.traces import format as fmt
+from tierlab.common.errors import TraceError, UsageError
+from tierlab.traces.reader import open_trace
+from tierlab.traces.writer import TraceWriter
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(DATA))
@@ -55,8 +55,8 @@ def test_index_keys_are_their_own_kind_and_older_traces_read(tmp_path):
     """A sparse-attention indexer's cached keys (DeepSeek-V3.2) are kind kv_index: the summary counts them in
     the KV cache's bytes and their traffic apart, the engine breaks them out. A trace from before the kind,
     holding them as kv, reads as it did; a kind this tierlab does not know counts as other."""
-    from emulator.engine.geometry import KINDS, kind_index
-    from traces.summary import summarize
+    from tierlab.engine.geometry import KINDS, kind_index
+    from tierlab.traces.summary import summarize
 
     for kind in ("kv_index", "kv"):
         with TraceWriter(tmp_path / f"{kind}.trace") as w:

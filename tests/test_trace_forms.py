@@ -13,22 +13,22 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from common.errors import TraceError
-from emulator.cli import main
-from emulator.pipeline import replay_trace
-from emulator.system_pipeline import replay_system
-from traces import format as fmt
-from traces.reader import open_trace
-from traces.writer import TraceWriter
+from tierlab.common.errors import TraceError
+from tierlab.cli import main
+from tierlab.pipeline import replay_trace
+from tierlab.system_pipeline import replay_system
+from tierlab.traces import format as fmt
+from tierlab.traces.reader import open_trace
+from tierlab.traces.writer import TraceWriter
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "models" / "tiny-llama.json"
 
 
 def _tiny(tmp: Path, name="t.trace", **run) -> Path:
-    from traces.lower import generate_trace
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     return generate_trace(load_model(str(TINY)), RunConfig(**{"prompt": 4, "generate": 2, "batch": 2, **run}),
                           tmp / name)

@@ -8,10 +8,10 @@ import json
 import pyarrow as pa
 import pytest
 
-from common.errors import TraceError
-from traces import format as fmt
-from traces.reader import open_trace
-from traces.writer import TraceWriter
+from tierlab.common.errors import TraceError
+from tierlab.traces import format as fmt
+from tierlab.traces.reader import open_trace
+from tierlab.traces.writer import TraceWriter
 
 
 def _two_device_trace(path):

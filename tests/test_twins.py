@@ -5,7 +5,7 @@ Base streams as in tests/test_setgroups.py (a lone LRU/FIFO tier over memory tie
 PIM flags, every count-changing option), over more ops; each twin is the base with a few ops
 changed: rows inserted, dropped, moved or turned into writes. Every counter per op, per kind and of
 the flush, the blocks, the descriptors and the replayer's statistics equal those of
-:func:`emulator.engine.door.replay_arrays` on the twin alone (itself tested against the reference
+:func:`tierlab.engine.door.replay_arrays` on the twin alone (itself tested against the reference
 and the walk), whether the twin joins the base again or not.
 """
 
@@ -17,11 +17,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.chip.hierarchy import Tier
-from emulator.engine.door import replay_arrays, replay_twins
-from emulator.engine.geometry import KINDS
-from emulator.engine.options import ReplayOptions
-from emulator.engine.twins import diff_ops
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.door import replay_arrays, replay_twins
+from tierlab.engine.geometry import KINDS
+from tierlab.engine.options import ReplayOptions
+from tierlab.engine.twins import diff_ops
 from test_engine_reference import draw_accesses
 
 STATS = ("fast_requests", "set_groups_sweeps", "set_groups_max", "set_groups_written_out")

@@ -3,8 +3,8 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from emulator.chip.units import format_quantity, parse_quantity
-from common.errors import ConfigError
+from tierlab.chip.units import format_quantity, parse_quantity
+from tierlab.common.errors import ConfigError
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -26,7 +26,7 @@ def test_every_row_has_a_source_with_url_and_date():
 def test_memory_row_is_the_closed_form():
     (r,) = validate.rows(["chatglm2-6b-fp16-mem-8k"])
     # ChatGLM2-6B: 6,243,584,000 parameters in bf16; KV 28 layers x (K, V) x 2 groups x 128 x 2 B per token
-    from emulator.analysis.capacity import activation_bytes
+    from tierlab.analysis.capacity import activation_bytes
 
     act = activation_bytes(validate.model_spec("chatglm2-6b"), 1)
     assert r["predicted"]["roofline"] == 6_243_584_000 * 2 + 28 * 2 * 2 * 128 * 2 * 8192 + act

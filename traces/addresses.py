@@ -31,11 +31,11 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from common.atomic import atomic_path
-from common.errors import TraceError
-from common.jit import njit
-from traces import format as fmt
-from traces.trace import Trace
+from tierlab.common.atomic import atomic_path
+from tierlab.common.errors import TraceError
+from tierlab.common.jit import njit
+from tierlab.traces import format as fmt
+from tierlab.traces.trace import Trace
 
 REGION_BYTES = 1 << fmt.REGION_SHIFT
 TENSOR_ALIGN = 1 << 20     # a region's tensor starts at a multiple of this inside it (every preset's blocks divide it)
@@ -169,7 +169,7 @@ class AddressTraceWriter:
         return self._ctx.__exit__(None, None, None)
 
     def _write_small(self) -> None:
-        from traces.writer import generator_name
+        from tierlab.traces.writer import generator_name
 
         n = len(self._regions)
         tensors = pa.table({"tensor_id": pa.array(range(n), pa.uint32()),
@@ -203,7 +203,7 @@ class AddressTraceWriter:
 def open_address_trace(p: Path, manifest: dict, mpath: Path):
     """Open the version-4 or -5 address trace ``p`` (manifest read): check its tables, return an
     :class:`AddressTrace`."""
-    from traces.tables import check_tensor_layout, read_small_table
+    from tierlab.traces.tables import check_tensor_layout, read_small_table
 
     tables = manifest.get("tables")
     if not isinstance(tables, dict):
@@ -301,8 +301,8 @@ class AddressTrace(Trace):
         record batch, then the row count. ``check=False``: the words are not checked against the
         tensors here (the caller runs :meth:`check_lines` on each, e.g. beside the
         replay); everything else is."""
-        from traces.ipc import IpcTable, corrupt, ipc_form
-        from traces.tables import check_schema, one_line
+        from tierlab.traces.ipc import IpcTable, corrupt, ipc_form
+        from tierlab.traces.tables import check_schema, one_line
 
         path = self.path / fmt.LINES_FILE
         nbytes = self._tensor_nbytes.astype(np.int64)
@@ -381,5 +381,5 @@ class AddressTrace(Trace):
 
 
 def _read_table(path: Path, schema: pa.Schema) -> pa.Table:
-    from traces.tables import read_small_table
+    from tierlab.traces.tables import read_small_table
     return read_small_table(path, schema)

@@ -9,12 +9,12 @@ which is negligible and not traced. KV caches and activations never carry scales
 (``fp8`` KV: FP8 E4M3 with a per-tensor scale, not traced).
 
 Activations in ``nvfp4`` / ``mxfp4`` (W4A4): the GEMMs read their activation input in that format,
-so the run's arithmetic is costed at the chip's FP4 rate (:func:`emulator.chip.compute.resolve_compute_dtype`);
+so the run's arithmetic is costed at the chip's FP4 rate (:func:`tierlab.chip.compute.resolve_compute_dtype`);
 the activation tensors the trace keeps between ops (residual stream, attention, norms) stay in
 ``bf16`` (:data:`ACTIVATION_STORAGE`), as serving engines keep them: the FP4 copy of a GEMM's input
 is made inside its producer's kernel (:func:`block_scaled_bytes` gives its size) and is not traced.
 
-Formats of released checkpoints (:mod:`traces.weightfmt` says which tensors take them):
+Formats of released checkpoints (:mod:`tierlab.traces.weightfmt` says which tensors take them):
 
 - ``mxfp4`` (OCP Microscaling MXFP4, gpt-oss's experts): 4-bit E2M1 elements, one shared 8-bit
   E8M0 scale per 32 consecutive input elements of a row (``<matrix>.scales``, dtype ``e8m0``):
@@ -31,7 +31,7 @@ Formats of released checkpoints (:mod:`traces.weightfmt` says which tensors take
 
 from __future__ import annotations
 
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
 DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4,
               "mxfp4": 4, "nvfp4": 4, "fp8-block": 8, "int4-g128": 4, "e8m0": 8, "e4m3": 8}

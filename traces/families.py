@@ -5,12 +5,12 @@ it, the config keys of its dialect (``keys``: GPT-2's ``n_embd`` is Llama's ``hi
 traits (norm kind and layout, which projections carry biases, gated or plain MLP, learned positions,
 q/k norms, attention sinks, tied embeddings by default) and, by name, the reader of its attention
 pattern (``layers``: full, sliding-window, chunked or state-space per layer; the readers are in
-:mod:`traces.layer_patterns`) and of its MoE layout (``moe``). Adding a family that shares a dialect
+:mod:`tierlab.traces.layer_patterns`) and of its MoE layout (``moe``). Adding a family that shares a dialect
 and a layout is a few lines here and one test.
 
 A multimodal wrapper (``...ForConditionalGeneration``) nests its language model in ``text_config``:
 the text model is read from there (the vision tower is not modelled). An unknown family, or a value
-of a known field the family does not understand, is a :class:`~common.errors.ConfigError` naming the
+of a known field the family does not understand, is a :class:`~tierlab.common.errors.ConfigError` naming the
 field.
 """
 
@@ -20,16 +20,16 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from common.errors import ConfigError
-from common.paths import configs_dir
-from traces.layer_patterns import LAYER_PATTERNS, LAYER_READERS, nemotron_h_blocks  # noqa: F401  (the table's API)
+from tierlab.common.errors import ConfigError
+from tierlab.common.paths import configs_dir
+from tierlab.traces.layer_patterns import LAYER_PATTERNS, LAYER_READERS, nemotron_h_blocks  # noqa: F401  (the table's API)
 
 MAX_DIMENSION = 2**31 - 1
 
 
 class UnknownFamily(ConfigError):
     """A config of a family with no hand lowering (``family``: its architecture or model type): ``tierlab
-    trace`` takes it to the capture path (:mod:`traces.capture`) when the capture extra is installed."""
+    trace`` takes it to the capture path (:mod:`tierlab.traces.capture`) when the capture extra is installed."""
 
     def __init__(self, message: str, *, family=None, **kw):
         super().__init__(message, **kw)
@@ -69,7 +69,7 @@ class Family:
     nope: str = ""                 # which layers run without rotary: "no_rope_layers" (SmolLM3: 0 there)
     parallel: tuple = ()           # (config key, its default, layout when true): the key switches norm_layout
     # between that parallel layout and "pre" (GPT-NeoX's and StableLM's use_parallel_residual)
-    ssm: str = ""                  # a Mamba-2 mixer's dialect (traces.ssm_fields.SSM_READERS): "nemotron_h", "falcon_h1"
+    ssm: str = ""                  # a Mamba-2 mixer's dialect (tierlab.traces.ssm_fields.SSM_READERS): "nemotron_h", "falcon_h1"
     ties: bool = True              # False: the LM head is never tied (Nemotron-H: Transformers ties nothing)
     indexer: bool = False          # DeepSeek-V3.2's sparse attention: a lightning indexer picks index_topk KV rows
 
@@ -330,7 +330,7 @@ def _defaults_table() -> dict:
 def transformers_defaults(model_type: str, family: str, config: dict) -> dict:
     """The field defaults of the Transformers config class of ``model_type`` (else of the family's first
     model type) that ``config`` leaves out: what a config written by ``save_pretrained`` omits
-    (``configs/models/defaults/``, written from Transformers by :func:`traces.capture.census.write_defaults`).
+    (``configs/models/defaults/``, written from Transformers by :func:`tierlab.traces.capture.census.write_defaults`).
     A default is not applied where the config gives the key in its older spelling (Transformers 4's
     ``num_experts`` for Transformers 5's ``num_local_experts``)."""
     table = _defaults_table()

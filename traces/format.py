@@ -14,8 +14,8 @@ written last. See ``docs/trace-format.md`` for the meaning of every column.
   devices), stored in the Arrow IPC **file** form (``ARROW1`` magic and a footer: what
   ``polars.read_ipc`` opens, and what allows memory-mapped zero-copy reading) instead of the stream
   form; the manifest always names ``devices``. Versions 1 and 2 wrote the stream form. The reader
-  takes either form for every version (:mod:`traces.ipc`).
-* **Version 4** (address traces, :mod:`traces.addresses`): a trace of one op over one address
+  takes either form for every version (:mod:`tierlab.traces.ipc`).
+* **Version 4** (address traces, :mod:`tierlab.traces.addresses`): a trace of one op over one address
   stream, the manifest's ``kind`` ``"addresses"``: ``tensors.arrow`` and ``ops.arrow`` as version
   1's (one tensor per 2**30-byte region the addresses touch, at a multiple of 2**30; one op),
   ``lines.arrow`` (one column ``word`` = ``line << 1 | is_write``, line numbers of
@@ -137,7 +137,7 @@ ADDRESS_TABLES = {
 }
 
 
-# Collective kinds and what their size S is (emulator.network.schedule counts them):
+# Collective kinds and what their size S is (tierlab.network.schedule counts them):
 #   all_reduce      every rank's input, which is also its output
 #   all_gather      the gathered output (each rank contributes S / n)
 #   reduce_scatter  every rank's input (each keeps S / n of the reduced result)

@@ -1,6 +1,6 @@
 """Gemma 4's text model (``Gemma4ForCausalLM``, model_type ``gemma4_text``; the language model of the
 multimodal ``gemma4`` in its ``text_config``): what its config says beyond the family row of
-:mod:`traces.families`, read into the :class:`Gemma4Layout` a spec carries (``ModelSpec.gemma4``), as
+:mod:`tierlab.traces.families`, read into the :class:`Gemma4Layout` a spec carries (``ModelSpec.gemma4``), as
 Transformers' ``modeling_gemma4`` builds the model:
 
 - Per-layer heads. The global (full-attention) layers' heads are ``global_head_dim`` wide (default 512)
@@ -17,7 +17,7 @@ Transformers' ``modeling_gemma4`` builds the model:
   (``per_layer_input_gate``, hidden -> P), multiplies in its slice, projects back
   (``per_layer_projection``), norms and adds.
 - Every layer ends scaling its output by ``layer_scalar``, a one-element persistent buffer (counted and
-  read). The MoE block (``enable_moe_block``, read by :mod:`traces.families`) runs beside the dense MLP.
+  read). The MoE block (``enable_moe_block``, read by :mod:`tierlab.traces.families`) runs beside the dense MLP.
 
 Logit soft-capping (``final_logit_softcapping``) is a scalar: no bytes. Not modelled: bidirectional
 attention over all tokens (``use_bidirectional_attention: "all"``, not a causal LM).
@@ -60,7 +60,7 @@ class Gemma4Layout:
 
 
 def read_gemma4(r, spans: tuple, kv_heads: int, head_dim: int, ffn: int) -> Gemma4Layout:
-    """The layout of a Gemma 4 text config (``r``: its :class:`~traces.families.Reader`; ``spans``: the
+    """The layout of a Gemma 4 text config (``r``: its :class:`~tierlab.traces.families.Reader`; ``spans``: the
     layers' attention, as the family's layer reader read it)."""
     n = len(spans)
     if r.config.get("use_bidirectional_attention") == "all":

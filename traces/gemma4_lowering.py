@@ -1,5 +1,5 @@
-"""The one-device lowering of Gemma 4's text model (:mod:`traces.gemma4`): :class:`Gemma4Lowering` is the
-:class:`~traces.lowering.Lowering` of every other family with Gemma 4's layer in place of the generic one.
+"""The one-device lowering of Gemma 4's text model (:mod:`tierlab.traces.gemma4`): :class:`Gemma4Lowering` is the
+:class:`~tierlab.traces.lowering.Lowering` of every other family with Gemma 4's layer in place of the generic one.
 
 Per segment, after the embedding gather, the per-layer inputs (with ``hidden_size_per_layer_input``):
 the gather of ``embed_tokens_per_layer`` rows (``layers * P`` each), ``per_layer_model_projection`` of the
@@ -25,20 +25,20 @@ from dataclasses import replace
 
 import numpy as np
 
-from tierlab_kernels.attention import ATTENTION
-from tierlab_kernels import attention as attn
-from tierlab_kernels import embedding as emb
-from tierlab_kernels import moe as moe_k
-from tierlab_kernels import norm as norm_k
-from tierlab_kernels.base import Op
-from traces.dtypes import nbytes_of, scale_bytes
-from traces.lowering import Lowering
-from traces.routing import log_routes
-from traces.segments import Segment
+from tierlab.kernels.attention import ATTENTION
+from tierlab.kernels import attention as attn
+from tierlab.kernels import embedding as emb
+from tierlab.kernels import moe as moe_k
+from tierlab.kernels import norm as norm_k
+from tierlab.kernels.base import Op
+from tierlab.traces.dtypes import nbytes_of, scale_bytes
+from tierlab.traces.lowering import Lowering
+from tierlab.traces.routing import log_routes
+from tierlab.traces.segments import Segment
 
 
 class Gemma4Lowering(Lowering):
-    """:class:`~traces.lowering.Lowering` of a spec with a Gemma 4 layout (``spec.gemma4``)."""
+    """:class:`~tierlab.traces.lowering.Lowering` of a spec with a Gemma 4 layout (``spec.gemma4``)."""
 
     def _act(self, name: str, rows: int, width: int):
         """A scratch buffer of at least the elements Gemma 4's widest layer needs of it (``_least``)."""

@@ -18,11 +18,11 @@ Forms (``--format``, else from the extension, after a ``.gz`` / ``.xz`` one):
   records (ip; branch flags; 2 destination and 4 source register bytes; 2 destination (store) and 4
   source (load) memory addresses, 0 = none): per instruction its loads, then its stores, each one byte.
 
-Text forms are parsed in compiled code over the raw bytes (:mod:`traces.textparse`), chunk by
+Text forms are parsed in compiled code over the raw bytes (:mod:`tierlab.traces.textparse`), chunk by
 chunk; gzip and xz input (told by its magic bytes) is decompressed as a stream. Every record
 touches the ``line``-byte lines covering ``[address, address + size)``; with ``straddle="once"``
 an access touching several lines counts once at tier 0 of a replay (cachegrind's convention), by
-default each line counts. The result is a version-4 address trace (:mod:`traces.addresses`).
+default each line counts. The result is a version-4 address trace (:mod:`tierlab.traces.addresses`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import TraceError, UsageError
-from traces import textparse as tp
-from traces.format import REGION_SHIFT, STRADDLE_CONVENTIONS
+from tierlab.common.errors import TraceError, UsageError
+from tierlab.traces import textparse as tp
+from tierlab.traces.format import REGION_SHIFT, STRADDLE_CONVENTIONS
 
 FORMATS = ("npy", "text", "din", "csv", "lackey", "drcachesim", "champsim")
 EXTENSIONS = {".npy": "npy", ".txt": "text", ".trace": "text", ".addr": "text", ".din": "din", ".csv": "csv",
@@ -284,7 +284,7 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
                  straddle: str = "both", instructions: bool | None = None) -> dict:
     """Write the address trace at ``path`` as an address trace directory ``out``; return a summary
     (``tierlab import --json``)."""
-    from traces.addresses import AddressTraceWriter
+    from tierlab.traces.addresses import AddressTraceWriter
 
     src = Path(path)
     fmt = format_of(src, fmt)

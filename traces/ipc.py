@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from common import background
-from common.errors import TraceError
+from tierlab.common import background
+from tierlab.common.errors import TraceError
 
 FILE_MAGIC = b"ARROW1"
 STREAM_MARKER = b"\xff\xff\xff\xff"
@@ -117,7 +117,7 @@ def _madvise():
 
 def release_mapped(arrays: list) -> None:
     """Let go of ``arrays`` (views of a memory-mapped file, nothing else reading them) on the
-    background worker (:mod:`common.background`), emptying the list: there their pages are dropped
+    background worker (:mod:`tierlab.common.background`), emptying the list: there their pages are dropped
     from the process (``MADV_DONTNEED``, taken under the address space's shared lock, so the
     caller's own page faults go on), then the references, and with the last one the mapping.
     Unmapping 40 MB of touched words on the caller's core cost it 2-2.6 ms after the replay (AMD

@@ -1,6 +1,6 @@
 """Layer patterns: how each family's config says which mixer every layer runs.
 
-A reader takes a :class:`traces.families.Reader` of the text model's config and the layer count and
+A reader takes a :class:`tierlab.traces.families.Reader` of the text model's config and the layer count and
 returns, per layer, ``("full", 0)`` | ``("sliding", W)`` | ``("chunked", C)`` (attention over all keys,
 the last W, or the current chunk of C), ``("mamba", 0)`` (a Mamba / Mamba-2 mixer), ``("linear", 0)``
 (Gated DeltaNet, Kimi Delta Attention) or ``("none", 0)`` (no mixer: Nemotron-H's MLP and MoE blocks). ``Family.layers``
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from traces.families import Reader
+    from tierlab.traces.families import Reader
 
 
 def _window(r: Reader, n: int, key: str = "sliding_window") -> list:

@@ -2,7 +2,7 @@
 
 A run is a list of :class:`Segment` s — a prefill of ``tokens`` positions per sequence, or one
 decode step, or a KV copy between conversation turns — each starting at a KV-cache position.
-:func:`traces.segments.plan_segments` builds the list for a :class:`~traces.run.RunConfig`;
+:func:`tierlab.traces.segments.plan_segments` builds the list for a :class:`~tierlab.traces.run.RunConfig`;
 :func:`lower_segments` writes any list (multi-turn runs, whose later turns keep or re-prefill
 earlier KV, are another list of segments over the same tensors).
 
@@ -12,7 +12,7 @@ add, post-attention norm, MLP or MoE block, residual add; final norm; LM head ov
 of each sequence. Tensors (trace kinds):
 
 - ``weight``: every tensor of :meth:`ModelSpec.weight_shapes`, in the weights dtype (vectors in
-  :func:`traces.dtypes.vector_dtype`), plus a ``<name>.scales`` tensor per matrix when the weights
+  :func:`tierlab.traces.dtypes.vector_dtype`), plus a ``<name>.scales`` tensor per matrix when the weights
   are group-quantised (int8/int4).
 - ``kv``: per layer ``layers.i.kv.k`` and ``layers.i.kv.v`` (MLA: ``layers.i.kv.latent``), each
   ``batch x positions x row`` in the KV dtype, sequences ``positions * row`` bytes apart
@@ -37,8 +37,8 @@ token ids and MoE routing from the same (seed, step -1) streams, so a re-prefill
 a reusing turn routes, and more.
 
 A run over several devices (``run.sharded``: tensor, pipeline, expert or data parallelism, or
-microbatches) is lowered by :mod:`traces.lower_parallel` into one format-v2 trace; the class doing
-the one-device work is :class:`traces.lowering.Lowering`.
+microbatches) is lowered by :mod:`tierlab.traces.lower_parallel` into one format-v2 trace; the class doing
+the one-device work is :class:`tierlab.traces.lowering.Lowering`.
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from common.errors import UsageError
-from traces.gemma4_lowering import Gemma4Lowering
-from traces.lowering import Lowering
-from traces.routing import ROUTING_FILE, ROUTING_SCHEMA
-from traces.run import RunConfig
-from traces.segments import COPY_ACTIONS, Segment, conversation_table, plan_segments, plan_turns  # noqa: F401
-from traces.spec import ModelSpec
-from traces.writer import TraceWriter
+from tierlab.common.errors import UsageError
+from tierlab.traces.gemma4_lowering import Gemma4Lowering
+from tierlab.traces.lowering import Lowering
+from tierlab.traces.routing import ROUTING_FILE, ROUTING_SCHEMA
+from tierlab.traces.run import RunConfig
+from tierlab.traces.segments import COPY_ACTIONS, Segment, conversation_table, plan_segments, plan_turns  # noqa: F401
+from tierlab.traces.spec import ModelSpec
+from tierlab.traces.writer import TraceWriter
 
 
 def generate_trace(spec: ModelSpec, run: RunConfig, out_dir: str | os.PathLike, *, force: bool = False,
@@ -80,8 +80,8 @@ def lower_segments(spec: ModelSpec, run: RunConfig, segments: list[Segment], out
     (``turn >= 0``) are summarised per turn in the manifest's ``run.conversation``."""
     if not any(s.action == "compute" for s in segments):
         raise UsageError("nothing to trace: no prefill or decode segment", field="segments")
-    if run.sharded:   # several devices (or microbatches): traces.lower_parallel, format v2
-        from traces.lower_parallel import lower_parallel
+    if run.sharded:   # several devices (or microbatches): tierlab.traces.lower_parallel, format v2
+        from tierlab.traces.lower_parallel import lower_parallel
 
         return Path(lower_parallel(spec, run, segments, out_dir, force=force, progress=progress,
                                    record_routing=record_routing))

@@ -1,14 +1,14 @@
 """DeepSeek-V3.2's lightning indexer in the one-device lowering: :class:`SparseIndexer` is a part of
-:class:`traces.lowering.Lowering` (its tensors, ``_lin``, ``_norm`` and the layer's index cache, tensor
+:class:`tierlab.traces.lowering.Lowering` (its tensors, ``_lin``, ``_norm`` and the layer's index cache, tensor
 kind ``kv_index``, are the lowering's), called from the MLA attention block before the rotary.
 """
 
 from __future__ import annotations
 
-from tierlab_kernels import attention as attn
-from tierlab_kernels import norm as norm_k
-from tierlab_kernels.base import Op
-from traces.segments import Segment
+from tierlab.kernels import attention as attn
+from tierlab.kernels import norm as norm_k
+from tierlab.kernels.base import Op
+from tierlab.traces.segments import Segment
 
 
 class SparseIndexer:

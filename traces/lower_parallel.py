@@ -1,7 +1,7 @@
 """The sharded lowering: a run over ``dp x pp x tp`` devices as one trace (format v2).
 
 Every device is lowered by a :class:`_DeviceLowering` — the one-device lowering of
-:mod:`traces.lower` over the device's *local* model (:meth:`traces.shard.ShardPlan.local_spec`:
+:mod:`tierlab.traces.lower` over the device's *local* model (:meth:`tierlab.traces.shard.ShardPlan.local_spec`:
 its heads, MLP columns, vocabulary rows, layers and experts) — written as a generator that emits
 its compute ops and *yields* at every point where it joins other devices (a :class:`Sync`). The
 driver runs the devices of a pipeline stage in lockstep: at each yield it declares the collective
@@ -26,17 +26,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from common.errors import UsageError
-from tierlab_kernels import embedding as emb
-from tierlab_kernels import moe as moe_k
-from tierlab_kernels import norm as norm_k
-from tierlab_kernels.base import Op, Ten
-from traces.dtypes import nbytes_of
-from traces.lowering import Lowering
-from traces.routing import Router
-from traces.segments import COPY_ACTIONS, Segment, conversation_table
-from traces.shard import Shard, ShardPlan, check_shardable
-from traces.writer import TraceWriter
+from tierlab.common.errors import UsageError
+from tierlab.kernels import embedding as emb
+from tierlab.kernels import moe as moe_k
+from tierlab.kernels import norm as norm_k
+from tierlab.kernels.base import Op, Ten
+from tierlab.traces.dtypes import nbytes_of
+from tierlab.traces.lowering import Lowering
+from tierlab.traces.routing import Router
+from tierlab.traces.segments import COPY_ACTIONS, Segment, conversation_table
+from tierlab.traces.shard import Shard, ShardPlan, check_shardable
+from tierlab.traces.writer import TraceWriter
 
 REPLICA_SEED_STRIDE = 1 << 32
 
@@ -361,7 +361,7 @@ def _shift(ops: list[Op], by: dict[int, int]) -> list[Op]:
 def lower_parallel(spec, run, segments: list[Segment], out_dir, *, force: bool = False, progress=None,
                    record_routing: bool = False, device_lowering=None):
     """Write the sharded trace of ``segments`` (see the module docstring). ``device_lowering``: the
-    callable making each device's lowering (``DeviceLowering`` or a subclass; :mod:`traces.mixed`
+    callable making each device's lowering (``DeviceLowering`` or a subclass; :mod:`tierlab.traces.mixed`
     lowers a serving step with one)."""
     check_shardable(spec)
     plan = ShardPlan(spec, run)

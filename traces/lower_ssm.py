@@ -1,15 +1,15 @@
 """The recurrent mixers' ops of the one-device lowering: Mamba (Jamba), Mamba-2 (Mamba2, Nemotron-H,
 Falcon-H1), Gated DeltaNet (Qwen3-Next, Qwen3.5) and Kimi Delta Attention (Kimi-Linear). :class:`RecurrentMixers` is a part of
-:class:`traces.lowering.Lowering` (its tensors, ``_lin`` and the layer's state tensors are the
+:class:`tierlab.traces.lowering.Lowering` (its tensors, ``_lin`` and the layer's state tensors are the
 lowering's); each block reads the layer's normed input ``norm`` and writes its output to ``out``.
 """
 
 from __future__ import annotations
 
-from tierlab_kernels import norm as norm_k
-from tierlab_kernels import ssm as ssm_k
-from tierlab_kernels.base import Op
-from traces.segments import Segment
+from tierlab.kernels import norm as norm_k
+from tierlab.kernels import ssm as ssm_k
+from tierlab.kernels.base import Op
+from tierlab.traces.segments import Segment
 
 
 class RecurrentMixers:

@@ -1,31 +1,31 @@
 """The one-device lowering: :class:`Lowering` declares a model's tensors and writes the ops of each
-segment (the execution order and tensors are described in :mod:`traces.lower`; the recurrent mixers'
-ops are :mod:`traces.lower_ssm`'s, DeepSeek-V3.2's indexer :mod:`traces.lower_indexer`'s). The sharded
-lowering (:mod:`traces.lower_parallel`) runs one per device over the device's local model.
+segment (the execution order and tensors are described in :mod:`tierlab.traces.lower`; the recurrent mixers'
+ops are :mod:`tierlab.traces.lower_ssm`'s, DeepSeek-V3.2's indexer :mod:`tierlab.traces.lower_indexer`'s). The sharded
+lowering (:mod:`tierlab.traces.lower_parallel`) runs one per device over the device's local model.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tierlab_kernels.attention import ATTENTION
-from tierlab_kernels import attention as attn
-from tierlab_kernels import embedding as emb
-from tierlab_kernels import linear as lin
-from tierlab_kernels import mlp as mlp_k
-from tierlab_kernels import moe as moe_k
-from tierlab_kernels import norm as norm_k
-from tierlab_kernels.base import Op, Ten
-from traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
-from traces.weightfmt import weight_tensors
-from common.errors import UsageError
-from traces.lower_indexer import SparseIndexer
-from traces.lower_ssm import RecurrentMixers
-from traces.routing import Router, log_routes
-from traces.run import RunConfig
-from traces.segments import COPY_ACTIONS, Segment
-from traces.spec import ModelSpec, WeightShape
-from traces.writer import TraceWriter
+from tierlab.kernels.attention import ATTENTION
+from tierlab.kernels import attention as attn
+from tierlab.kernels import embedding as emb
+from tierlab.kernels import linear as lin
+from tierlab.kernels import mlp as mlp_k
+from tierlab.kernels import moe as moe_k
+from tierlab.kernels import norm as norm_k
+from tierlab.kernels.base import Op, Ten
+from tierlab.traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
+from tierlab.traces.weightfmt import weight_tensors
+from tierlab.common.errors import UsageError
+from tierlab.traces.lower_indexer import SparseIndexer
+from tierlab.traces.lower_ssm import RecurrentMixers
+from tierlab.traces.routing import Router, log_routes
+from tierlab.traces.run import RunConfig
+from tierlab.traces.segments import COPY_ACTIONS, Segment
+from tierlab.traces.spec import ModelSpec, WeightShape
+from tierlab.traces.writer import TraceWriter
 
 
 class Lowering(RecurrentMixers, SparseIndexer):
@@ -61,7 +61,7 @@ class Lowering(RecurrentMixers, SparseIndexer):
 
     # ---- tensors ------------------------------------------------------------------------------
     def _declare_weights(self) -> None:
-        """Each weight tensor (:func:`traces.weightfmt.weight_tensors`) and, after it, its scale and
+        """Each weight tensor (:func:`tierlab.traces.weightfmt.weight_tensors`) and, after it, its scale and
         zero-point tensors; ``weights[name]`` = (tensor, None | its one aux tensor | a tuple of them)."""
         run, dev = self.run, self.device
         self.wdtype: dict[str, str] = {}

@@ -1,14 +1,14 @@
 """One serving step of continuous batching as a trace: a prefill chunk (or a few) and decodes, each
 sequence at its own context length.
 
-:class:`traces.run.RunConfig` gives every sequence of a batch the same context; a step of a serving
+:class:`tierlab.traces.run.RunConfig` gives every sequence of a batch the same context; a step of a serving
 engine (vLLM, SGLang) does not: the running decodes are each at their own position and the step's
 token budget is shared with chunks of prompts being prefilled. :class:`MixedStep` describes one
 such step and :func:`lower_step` writes it as a trace of one decode step (``phase`` ``decode``,
 ``step`` 0, every op of the step), on one device or sharded (``run.tp``/``pp``/``ep``/``dp``,
-through :func:`traces.lower_parallel.lower_parallel` with a device lowering of this module).
+through :func:`tierlab.traces.lower_parallel.lower_parallel` with a device lowering of this module).
 
-What differs from the lowering of a decode step (:mod:`traces.lowering`, reused for every op not
+What differs from the lowering of a decode step (:mod:`tierlab.traces.lowering`, reused for every op not
 named here):
 
 - **Tokens.** The step's ``T`` tokens (decodes first, then the chunks in order) go through every
@@ -23,7 +23,7 @@ named here):
 - **Attention** is one op per layer (a varlen kernel, as FlashAttention's serves vLLM): the query
   rows of the decodes, each decode's keys and values ``[0, position]`` (its window where it has
   one), each chunk's tiles of ``attn_tile`` queries against their causal keys, the output rows.
-  FLOPs as :mod:`tierlab_kernels.attention` counts them, per sequence. It is ``pim_eligible`` only in a
+  FLOPs as :mod:`tierlab.kernels.attention` counts them, per sequence. It is ``pim_eligible`` only in a
   step of decodes alone. ``kv_append`` writes each sequence's new rows at its own positions.
 - **Logits** for the sequences that sample a token: every decode, and each chunk that ends its
   prompt (``sample``).
@@ -39,15 +39,15 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import UsageError
-from tierlab_kernels import attention as attn
-from tierlab_kernels.base import Op, Ten
-from traces.dtypes import nbytes_of
-from traces.lowering import Lowering
-from traces.run import RunConfig
-from traces.segments import Segment
-from traces.spec import ModelSpec
-from traces.writer import TraceWriter
+from tierlab.common.errors import UsageError
+from tierlab.kernels import attention as attn
+from tierlab.kernels.base import Op, Ten
+from tierlab.traces.dtypes import nbytes_of
+from tierlab.traces.lowering import Lowering
+from tierlab.traces.run import RunConfig
+from tierlab.traces.segments import Segment
+from tierlab.traces.spec import ModelSpec
+from tierlab.traces.writer import TraceWriter
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def lower_step(spec: ModelSpec, run: RunConfig, step: MixedStep, out_dir, *, for
     gives the dtypes, tiles and parallelism; its lengths and batch are replaced by the step's."""
     if run.attention != "flash":
         raise UsageError("a serving step is lowered with flash attention only", field="attention")
-    if spec.gemma4:     # its layers differ in heads and KV (traces.gemma4_lowering): not in a mixed step
+    if spec.gemma4:     # its layers differ in heads and KV (tierlab.traces.gemma4_lowering): not in a mixed step
         raise UsageError("a serving step of Gemma 4 is not lowered (tierlab trace, run and compare take it)", field="model")
     if run.pp_microbatches != 1:
         raise UsageError("a serving step is one microbatch (--pp-microbatches 1)", field="--pp-microbatches")
@@ -113,7 +113,7 @@ def lower_step(spec: ModelSpec, run: RunConfig, step: MixedStep, out_dir, *, for
                        "turns": (), "kv_reuse": True, "kv_offload": False})
     label = Segment("decode", 0, step.tokens, 0)
     if run.sharded:
-        from traces.lower_parallel import lower_parallel
+        from tierlab.traces.lower_parallel import lower_parallel
 
         return Path(lower_parallel(spec, run, [label], out_dir, force=force,
                                    device_lowering=functools.partial(_MixedDevice.make, step)))
@@ -128,8 +128,8 @@ BULK_MIN = 64
 
 
 class _Mixed:
-    """What a mixed step changes in a lowering (mixed into :class:`~traces.lowering.Lowering` and
-    :class:`~traces.lower_parallel.DeviceLowering`; see the module docstring)."""
+    """What a mixed step changes in a lowering (mixed into :class:`~tierlab.traces.lowering.Lowering` and
+    :class:`~tierlab.traces.lower_parallel.DeviceLowering`; see the module docstring)."""
 
     step: MixedStep
 
@@ -321,7 +321,7 @@ class _Mixed:
     def _emit(self, ops, layer, seg, *rest):
         """Every op labelled as the step (phase decode, step 0). The ops of one call are declared
         first, then all their descriptors in op order (as the writer allows) as one set of columns:
-        the rows :class:`~traces.writer.TraceWriter` gets are those of writing them one by one. (No
+        the rows :class:`~tierlab.traces.writer.TraceWriter` gets are those of writing them one by one. (No
         access is moved: a serving step is one microbatch, and attention models keep no state.)"""
         collective = rest[0] if rest else -1
         w, parts = self.w, []
@@ -353,7 +353,7 @@ class _Mixed:
 def _position_rows(step: MixedStep, pos_id: int, row: int, shift: int) -> list:
     """The learned position rows a step's tokens read: each decode its own position's row, each
     prompt chunk its run of rows (``shift``: the table's rows before position 0, OPT's 2)."""
-    from tierlab_kernels.base import Access
+    from tierlab.kernels.base import Access
 
     return ([Access(pos_id, (c + shift) * row, row) for c in step.decode]
             + [Access(pos_id, (st + shift) * row, t * row) for st, t, _ in step.prefill])
@@ -388,7 +388,7 @@ class MixedLowering(_Mixed, Lowering):
 
 @functools.cache
 def _device_class():
-    from traces.lower_parallel import DeviceLowering
+    from tierlab.traces.lower_parallel import DeviceLowering
 
     class MixedDevice(_Mixed, DeviceLowering):
         """One device of a sharded :class:`MixedStep`."""

@@ -6,7 +6,7 @@ plain, large or dictionary-encoded; they are decoded to plain strings) and the r
 tensors and ops tables against the manifest. Tensor ids and op ids must be 0..n-1 in order; tensor
 byte ranges must not overlap and addresses must be multiples of the recorded alignment. Every table
 may be in the Arrow IPC file form (version 3) or the stream form (versions 1 and 2); both are read
-from a memory map (:mod:`traces.ipc`).
+from a memory map (:mod:`tierlab.traces.ipc`).
 
 :meth:`Trace.iter_accesses` checks every batch with numpy (op ids exist and never decrease, tensor
 ids exist, count >= 1, nbytes >= 1, every chunk lies inside its tensor) and, at the end, the access
@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from traces import format as fmt
-from traces.tables import check_tensor_layout, read_small_table
-from traces.trace import Trace
-from common.errors import TraceError
+from tierlab.traces import format as fmt
+from tierlab.traces.tables import check_tensor_layout, read_small_table
+from tierlab.traces.trace import Trace
+from tierlab.common.errors import TraceError
 
 
 def open_trace(path: str | os.PathLike) -> Trace:
@@ -56,7 +56,7 @@ def open_trace(path: str | os.PathLike) -> Trace:
                          f"{', '.join(map(str, fmt.READ_VERSIONS))}", file=str(mpath), field="version")
     kind = manifest.get("kind", "descriptors") if version >= 4 else "descriptors"
     if kind == fmt.ADDRESS_KIND:
-        from traces.addresses import open_address_trace
+        from tierlab.traces.addresses import open_address_trace
         return open_address_trace(p, manifest, mpath)
     if kind != "descriptors":
         raise TraceError(f"kind {kind!r}; expected {fmt.ADDRESS_KIND!r} or 'descriptors'", file=str(mpath),

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from common.errors import TraceError, UsageError
-from traces.run import RouterSpec
+from tierlab.common.errors import TraceError, UsageError
+from tierlab.traces.run import RouterSpec
 
 ROUTING_COLUMNS = ("step", "layer", "token", "expert")
 ROUTING_SCHEMA = pa.schema([(c, pa.int32()) for c in ROUTING_COLUMNS])

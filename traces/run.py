@@ -13,7 +13,7 @@ With ``kv_reuse`` the KV of earlier turns stays in the cache and turn t prefills
 (attending to all history); without it turn t re-prefills the whole history (every earlier prompt
 and answer) plus its prompt. ``context`` positions are a cached prefix (e.g. a system prompt) kept by
 both modes. ``kv_offload`` (reuse only) copies the live KV to tensors of kind ``kv_offload`` after
-each turn but the last and reads it back before the next (see :mod:`traces.lower`).
+each turn but the last and reads it back before the next (see :mod:`tierlab.traces.lower`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tierlab_kernels.attention import ATTENTION
-from traces.dtypes import ACTIVATION_DTYPES, DEFAULT_QUANT_GROUP, KV_DTYPES, WEIGHT_DTYPES, check_dtype
-from common.errors import UsageError
-from traces.format import DEFAULT_ALIGNMENT
+from tierlab.kernels.attention import ATTENTION
+from tierlab.traces.dtypes import ACTIVATION_DTYPES, DEFAULT_QUANT_GROUP, KV_DTYPES, WEIGHT_DTYPES, check_dtype
+from tierlab.common.errors import UsageError
+from tierlab.traces.format import DEFAULT_ALIGNMENT
 
 ATTENTION_KERNELS = tuple(ATTENTION)
 # Limits that keep a run's lowering within memory (it holds one op's descriptors for every sequence
@@ -181,7 +181,7 @@ MAX_DEVICES = 1 << 12
 
 
 def _check_parallel(run: "RunConfig") -> None:
-    """The model-independent checks of the parallelism fields (the model's are in traces.shard)."""
+    """The model-independent checks of the parallelism fields (the model's are in tierlab.traces.shard)."""
     for name in ("tp", "pp", "ep", "dp", "pp_microbatches"):
         v = getattr(run, name)
         opt = "--" + name.replace("_", "-")

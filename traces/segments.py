@@ -1,8 +1,8 @@
 """A run as a list of segments: the prefill, each decode step, and a conversation's turns and KV copies.
 
-:func:`plan_segments` turns a :class:`~traces.run.RunConfig` into the segments
-:func:`traces.lower.lower_segments` writes; :func:`plan_turns` does it for a conversation (see
-:mod:`traces.lower` for the semantics), and :func:`conversation_table` summarises its turns for the
+:func:`plan_segments` turns a :class:`~tierlab.traces.run.RunConfig` into the segments
+:func:`tierlab.traces.lower.lower_segments` writes; :func:`plan_turns` does it for a conversation (see
+:mod:`tierlab.traces.lower` for the semantics), and :func:`conversation_table` summarises its turns for the
 manifest. Lengths are tokens (positions) per sequence.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traces.run import RunConfig
+from tierlab.traces.run import RunConfig
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def _mamba_shapes(s, i: int, x: str) -> list[WeightShape]:
 
 
 def _gemma4_shapes(s) -> list[WeightShape]:
-    """Gemma 4's text model (:mod:`traces.gemma4`), in Gemma4TextModel's order: the per-layer-input
+    """Gemma 4's text model (:mod:`tierlab.traces.gemma4`), in Gemma4TextModel's order: the per-layer-input
     tables after the embedding; per layer the attention (a KV-shared layer's q and o only; no v_proj with
     attention_k_eq_v on a global layer; v_norm has no gain), the sandwich norms around the dense MLP
     and, with the MoE block, the router (its norm has no gain: ``scale`` and ``per_expert_scale`` are

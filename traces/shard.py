@@ -1,7 +1,7 @@
 """The sharding plan: which device holds which layers, heads, MLP columns, vocabulary rows and experts.
 
 Devices: ``dp x pp x tp``; device ``d = (dp_rank * pp + stage) * tp + tp_rank``. Per device the
-lowering sees a *local* :class:`~traces.spec.ModelSpec` (:meth:`Shard.local_spec`) whose dimensions
+lowering sees a *local* :class:`~tierlab.traces.spec.ModelSpec` (:meth:`Shard.local_spec`) whose dimensions
 are its shard's: ``num_heads / tp`` query heads, ``num_kv_heads / tp`` KV heads (or one replicated
 head when there are fewer KV heads than ranks), ``intermediate_size / tp`` MLP columns,
 ``vocab_size / tp`` embedding and LM-head rows, and (MoE with ``ep == 1``) ``moe_intermediate_size
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from common.errors import UsageError
-from traces.run import RunConfig
-from traces.spec import ModelSpec
+from tierlab.common.errors import UsageError
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import ModelSpec
 
 
 ROW_PARALLEL_BIASES = ("o_proj.bias", "down_proj.bias", "out_proj.bias")

@@ -1,9 +1,9 @@
 """Model specs: a Hugging Face ``config.json`` (or a preset name) read into a frozen :class:`ModelSpec`.
 
-The families and their dialects are data in :mod:`traces.families` (Llama, Mistral, Qwen2/3, Qwen2-
+The families and their dialects are data in :mod:`tierlab.traces.families` (Llama, Mistral, Qwen2/3, Qwen2-
 and Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V2/V3, GLM-4.5, Gemma 2/3, Phi-3/4, gpt-oss, Llama 4, GPT-2,
 OPT, Falcon, Jamba, Mamba-2, Nemotron-H, Falcon-H1, ...) plus GLM/ChatGLM (``model_type: chatglm``) read here. The list of weight
-matrices and vectors of a model lives in one place, :mod:`traces.shapes`; the parameter count and the
+matrices and vectors of a model lives in one place, :mod:`tierlab.traces.shapes`; the parameter count and the
 trace's weight tensors both derive from it. Not modelled: DeepSeek's and GLM-4.5's
 multi-token-prediction layers (``num_nextn_predict_layers``), which inference without speculative
 decoding does not run, and the vision towers of multimodal wrappers.
@@ -17,17 +17,17 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from traces.dtypes import KV_DTYPES, check_dtype, nbytes_of
-from common.errors import ConfigError
-from common.suggest import closest
-from common.paths import configs_dir
-from traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MAX_DIMENSION, MODEL_TYPES, MOE_READERS,  # noqa: F401
+from tierlab.traces.dtypes import KV_DTYPES, check_dtype, nbytes_of
+from tierlab.common.errors import ConfigError
+from tierlab.common.suggest import closest
+from tierlab.common.paths import configs_dir
+from tierlab.traces.families import (ARCHITECTURES, FAMILIES, LAYER_READERS, MAX_DIMENSION, MODEL_TYPES, MOE_READERS,  # noqa: F401
                              REMOTE_CODE_ARCHITECTURES, UNMODELLED, UNMODELLED_EQUALS, Reader, family_of)
-from traces.gemma4 import read_gemma4
-from traces.layer_patterns import layer_count
-from traces.spec_fields import indexer_fields, qk_norm_layout, rotary_dim
-from traces.shapes import WeightShape, weight_shapes  # noqa: F401  (WeightShape is part of this module's API)
-from traces.ssm_fields import SSM_READERS, delta_net_fields, kda_fields, mamba2_fields, mamba_fields
+from tierlab.traces.gemma4 import read_gemma4
+from tierlab.traces.layer_patterns import layer_count
+from tierlab.traces.spec_fields import indexer_fields, qk_norm_layout, rotary_dim
+from tierlab.traces.shapes import WeightShape, weight_shapes  # noqa: F401  (WeightShape is part of this module's API)
+from tierlab.traces.ssm_fields import SSM_READERS, delta_net_fields, kda_fields, mamba2_fields, mamba_fields
 
 STATE_KINDS = ("mamba", "linear")
 
@@ -104,7 +104,7 @@ class ModelSpec:
     index_topk: int = 0           # DeepSeek-V3.2's sparse attention: each query reads at most this many KV rows,
     index_heads: int = 0          # chosen by a lightning indexer of index_heads query heads over its own
     index_head_dim: int = 0       # cached key per position (index_head_dim elements: tensor kind kv_index)
-    gemma4: object = None         # Gemma 4's per-layer heads, KV sharing, per-layer inputs (traces.gemma4.Gemma4Layout)
+    gemma4: object = None         # Gemma 4's per-layer heads, KV sharing, per-layer inputs (tierlab.traces.gemma4.Gemma4Layout)
     config: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
     source: str | None = field(default=None, repr=False, compare=False, hash=False)   # the config file, for errors
 
@@ -225,7 +225,7 @@ class ModelSpec:
         return total
 
     def weight_shapes(self) -> list[WeightShape]:
-        """Every weight tensor in execution order (see :mod:`traces.shapes`); computed once per spec."""
+        """Every weight tensor in execution order (see :mod:`tierlab.traces.shapes`); computed once per spec."""
         return list(self._shapes)
 
     @cached_property
@@ -285,7 +285,7 @@ def read_config_json(p: Path):
 
 def spec_from_config(config: dict, *, name: str = "model", file: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a parsed Hugging Face config dict (its family from
-    :mod:`traces.families`); ``file`` names the config in errors, then and later."""
+    :mod:`tierlab.traces.families`); ``file`` names the config in errors, then and later."""
     spec = _spec_from_config(config, name, file)
     object.__setattr__(spec, "source", file)     # frozen: set once, here
     return spec
@@ -382,9 +382,9 @@ def _spec_from_config(config: dict, name: str, file: str | None) -> ModelSpec:
         kw.update(indexer_fields(r, kw["q_lora_rank"]))
     if fam.mamba:
         kw.update(mamba_fields(r, h))
-    if fam.ssm:                      # Mamba-2 in a hybrid's own dialect (traces.ssm_fields)
+    if fam.ssm:                      # Mamba-2 in a hybrid's own dialect (tierlab.traces.ssm_fields)
         kw.update(SSM_READERS[fam.ssm](r, h))
-    if family == "gemma4":           # per-layer heads, KV sharing, per-layer inputs (traces.gemma4)
+    if family == "gemma4":           # per-layer heads, KV sharing, per-layer inputs (tierlab.traces.gemma4)
         kw["gemma4"] = read_gemma4(r, spans, kv_heads, head_dim, ffn)
     spec = ModelSpec(**kw)
     if spec.num_experts and spec.num_experts_per_tok < 1:

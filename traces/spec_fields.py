@@ -1,11 +1,11 @@
-"""Readers of a config's optional parts into :class:`~traces.spec.ModelSpec` fields, beside the core
-dimensions :mod:`traces.spec` reads: DeepSeek-V3.2's sparse-attention indexer, the q/k norms' layout and
-the rotary's dimensions (the recurrent mixers' fields are :mod:`traces.ssm_fields`'). Each takes the family's
-:class:`~traces.families.Reader` (which names the file and field on error)."""
+"""Readers of a config's optional parts into :class:`~tierlab.traces.spec.ModelSpec` fields, beside the core
+dimensions :mod:`tierlab.traces.spec` reads: DeepSeek-V3.2's sparse-attention indexer, the q/k norms' layout and
+the rotary's dimensions (the recurrent mixers' fields are :mod:`tierlab.traces.ssm_fields`'). Each takes the family's
+:class:`~tierlab.traces.families.Reader` (which names the file and field on error)."""
 
 from __future__ import annotations
 
-from traces.families import Reader
+from tierlab.traces.families import Reader
 
 
 def indexer_fields(r: Reader, q_lora_rank) -> dict:

@@ -3,13 +3,13 @@
 Mamba (Jamba: ``mamba_*``), Mamba-2 (``Mamba2ForCausalLM``; Nemotron-H's and Falcon-H1's own
 spellings of it, :data:`SSM_READERS`), Gated DeltaNet (Qwen3-Next's ``linear_*``) and Kimi Delta
 Attention (Kimi-Linear's ``linear_*`` / ``linear_attn_config``). Each reader takes
-a :class:`traces.families.Reader` of the text model's config and returns :class:`traces.spec.ModelSpec`
-fields; the per-layer pattern of which layers run them is :mod:`traces.layer_patterns`'.
+a :class:`tierlab.traces.families.Reader` of the text model's config and returns :class:`tierlab.traces.spec.ModelSpec`
+fields; the per-layer pattern of which layers run them is :mod:`tierlab.traces.layer_patterns`'.
 """
 
 from __future__ import annotations
 
-from traces.families import Reader
+from tierlab.traces.families import Reader
 
 
 def mamba_fields(r: Reader, h: int) -> dict:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.errors import TraceError
-from traces.format import KV_CACHE_KINDS, PHASES, TENSOR_KINDS
-from traces.reader import Trace
+from tierlab.common.errors import TraceError
+from tierlab.traces.format import KV_CACHE_KINDS, PHASES, TENSOR_KINDS
+from tierlab.traces.reader import Trace
 
 RW = ("read", "write")
 
@@ -26,7 +26,7 @@ def params_of(trace: Trace) -> int | None:
     if isinstance(spec, dict) and isinstance(spec.get("params"), int):
         return spec["params"]
     if isinstance(trace.manifest.get("model"), dict):
-        from traces.spec import spec_from_config
+        from tierlab.traces.spec import spec_from_config
 
         try:
             return spec_from_config(trace.manifest["model"]).param_count()
@@ -115,7 +115,7 @@ def device_totals(trace: Trace, tens: dict | None = None, ops: dict | None = Non
 
 
 def collective_totals(trace: Trace) -> dict:
-    """Per collective kind: how many and their total size S (bytes, see traces.format.COLLECTIVE_KINDS)."""
+    """Per collective kind: how many and their total size S (bytes, see tierlab.traces.format.COLLECTIVE_KINDS)."""
     out: dict = {}
     c = trace.collectives
     if c.num_rows:

@@ -1,6 +1,6 @@
 """Reading the small tables of a trace directory (tensors, ops, collectives, straddles): schema and
-null checks, plain strings, the tensors' layout. Shared by :mod:`traces.reader` (descriptor traces)
-and :mod:`traces.addresses` (address traces), which import it and never each other at module level."""
+null checks, plain strings, the tensors' layout. Shared by :mod:`tierlab.traces.reader` (descriptor traces)
+and :mod:`tierlab.traces.addresses` (address traces), which import it and never each other at module level."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from common.errors import TraceError
-from traces.ipc import IpcTable, corrupt, ipc_form
+from tierlab.common.errors import TraceError
+from tierlab.traces.ipc import IpcTable, corrupt, ipc_form
 
 
 def _is_string(t: pa.DataType) -> bool:

@@ -22,7 +22,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from common.jit import helper, njit
+from tierlab.common.jit import helper, njit
 
 FORMATS = {"text": 0, "din": 1, "csv": 2, "lackey": 3, "drcachesim": 4}
 TEXT, DIN, CSV, LACKEY, DRCACHESIM = range(5)

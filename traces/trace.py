@@ -1,6 +1,6 @@
 """A validated trace: :class:`Trace` holds its small tables and streams its accesses in checked
 record batches (:meth:`Trace.iter_accesses`, :meth:`Trace.access_columns`). Made by
-:func:`traces.reader.open_trace`, which validates the directory first; :mod:`traces.addresses`
+:func:`tierlab.traces.reader.open_trace`, which validates the directory first; :mod:`tierlab.traces.addresses`
 builds its address traces on it."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from common.errors import TraceError
-from traces import format as fmt
-from traces.ipc import IpcTable, corrupt, ipc_form
-from traces.tables import check_nulls, check_schema, one_line
+from tierlab.common.errors import TraceError
+from tierlab.traces import format as fmt
+from tierlab.traces.ipc import IpcTable, corrupt, ipc_form
+from tierlab.traces.tables import check_nulls, check_schema, one_line
 
 
 class Trace:
@@ -33,7 +33,7 @@ class Trace:
 
     @property
     def kind(self) -> str:
-        """``"descriptors"`` (versions 1-3, and 4 without a kind) or ``"addresses"`` (:mod:`traces.addresses`)."""
+        """``"descriptors"`` (versions 1-3, and 4 without a kind) or ``"addresses"`` (:mod:`tierlab.traces.addresses`)."""
         return "descriptors"
 
     @property

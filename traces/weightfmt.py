@@ -3,7 +3,7 @@ zero-point tensors that come with it: the one list the lowering declares and the
 
 - A plain dtype (``bf16``, ``fp16``, ``fp32``, ``fp8``) or ``int8``/``int4`` applies to every matrix
   (embeddings and LM head included, as tierlab always did); vectors stay in
-  :func:`traces.dtypes.vector_dtype`.
+  :func:`tierlab.traces.dtypes.vector_dtype`.
 - A checkpoint format (``mxfp4``, ``nvfp4``, ``fp8-block``, ``int4-g128``) applies to every matrix but the
   embeddings, the LM head and the MoE routers, which released checkpoints keep in bf16 (gpt-oss's
   ``modules_to_not_convert``; DeepSeek-V3's FP8 release; AutoAWQ and GPTQ leave ``embed_tokens`` and
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from common.errors import ConfigError
-from traces.dtypes import CHECKPOINT_FORMATS, aux_tensors, nbytes_of, vector_dtype
+from tierlab.common.errors import ConfigError
+from tierlab.traces.dtypes import CHECKPOINT_FORMATS, aux_tensors, nbytes_of, vector_dtype
 
 TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 UNQUANTISED = ("embed_tokens", "embed_positions", "lm_head")

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from traces import format as fmt
-from common.atomic import atomic_path
-from common.errors import TraceError, UsageError
-from common.version import tierlab_version
+from tierlab.traces import format as fmt
+from tierlab.common.atomic import atomic_path
+from tierlab.common.errors import TraceError, UsageError
+from tierlab.common.version import tierlab_version
 
 GENERATOR = "tierlab"
 
@@ -259,7 +259,7 @@ class TraceWriter:
     def add_collective(self, kind: str, ranks, size_bytes: int, phase: str, step: int, layer: int = -1,
                        send_bytes=None) -> int:
         """Declare a collective among ``ranks`` (devices, in group order) of size ``size_bytes`` (see
-        :data:`traces.format.COLLECTIVE_KINDS`); ``send_bytes`` (all_to_all only, optional): the
+        :data:`tierlab.traces.format.COLLECTIVE_KINDS`); ``send_bytes`` (all_to_all only, optional): the
         n x n bytes each rank sends each rank, row-major. Returns its id (version 2 only)."""
         if self.devices == 1:
             raise TraceError("a one-device trace has no collectives", field="collective")

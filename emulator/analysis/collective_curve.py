@@ -1,5 +1,5 @@
 """All-reduce time and bus bandwidth across message sizes, modelled (the calibrated collectives of
-:mod:`emulator.network.protocols` and the roofline's) beside published nccl-tests curves: the
+:mod:`tierlab.network.protocols` and the roofline's) beside published nccl-tests curves: the
 table behind ``tierlab collectives`` and ``benchmarks/bench_collectives.py``.
 
 Bus bandwidth is nccl-tests' convention: ``algbw x 2(n-1)/n`` with ``algbw = size / time``, kept for
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.network.collective import Group, plan_collective
-from emulator.network.protocols import Settings, time_collective
+from tierlab.network.collective import Group, plan_collective
+from tierlab.network.protocols import Settings, time_collective
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = tuple(KiB << (2 * i) for i in range(12)) + (8 * GiB,)    # 1 KiB .. 4 GiB by 4x, then 8 GiB
@@ -76,7 +76,7 @@ def curve(system, ranks: int | None = None, sizes=SIZES, settings: Settings | No
 
 def against_measured(mc: MeasuredCurve, system=None) -> dict:
     """A measured curve beside the model's on its system (loaded by name unless given)."""
-    from emulator.system.systemfile import load_system
+    from tierlab.system.systemfile import load_system
 
     system = system or load_system(mc.system)
     rows = curve(system, mc.ranks, mc.sizes, algorithm=mc.algorithm)

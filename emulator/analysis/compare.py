@@ -1,12 +1,12 @@
 """One trace replayed on several chips, side by side.
 
 Each chip's result is exactly what ``tierlab replay TRACE --chip NAME --json`` gives (the same
-:func:`emulator.pipeline.replay_trace` and :func:`emulator.analysis.result.to_json`); this module only
-lines the per-token figures up (their text table is :mod:`emulator.present.compare`). A chip that
+:func:`tierlab.pipeline.replay_trace` and :func:`tierlab.analysis.result.to_json`); this module only
+lines the per-token figures up (their text table is :mod:`tierlab.present.compare`). A chip that
 cannot hold the model (placement raises CapacityError) or cannot replay this trace (TraceError: e.g. the trace's alignment is below a tier's block) stays in the
 comparison with the reason; any other error stops the comparison.
 
-Per-token figures are for decode (a decode step makes one token per sequence; see :mod:`emulator.cost.model`):
+Per-token figures are for decode (a decode step makes one token per sequence; see :mod:`tierlab.cost.model`):
 
 * ``bytes per token`` on each link (down + up), and ``in memory`` bytes per token read by a PIM unit;
 * ``found at TIER (KIND)``: the share of the requests for blocks of that tensor kind arriving at the
@@ -20,15 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from emulator.analysis.result import to_json as replay_json
-from emulator.chip.chipfile import load_chip
-from emulator.chip.hierarchy import Chip
-from emulator.cost.trace_cost import cost_of
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from common.errors import CapacityError, TraceError
-from traces.dtypes import DTYPE_BITS
-from traces.reader import Trace, open_trace
+from tierlab.analysis.result import to_json as replay_json
+from tierlab.chip.chipfile import load_chip
+from tierlab.chip.hierarchy import Chip
+from tierlab.cost.trace_cost import cost_of
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.common.errors import CapacityError, TraceError
+from tierlab.traces.dtypes import DTYPE_BITS
+from tierlab.traces.reader import Trace, open_trace
 
 ENERGY_PARTS = ("tiers", "links", "compute", "pim")
 

@@ -16,7 +16,7 @@ therefore gives the miss count of every capacity at once:
   n_sets; each set is its own LRU stack, so the per-set distance gives the exact miss count of every
   way count up to ``max_ways`` (capacity = n_sets x ways x block) in the same single pass.
 * OPT (Belady's MIN, no bypass: a miss always fills and evicts the resident block used farthest in
-  the future) needs the future, so :func:`emulator.analysis.mrc_opt.opt_misses` takes the whole stream in memory and runs one
+  the future) needs the future, so :func:`tierlab.analysis.mrc_opt.opt_misses` takes the whole stream in memory and runs one
   exact simulation per size (a heap when fully associative, a scan of the set otherwise).
 
 Counts are per block access of the stream given (hits + misses = accesses); block numbers are
@@ -28,9 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from emulator.engine.jit import helper, njit
+from tierlab.engine.jit import helper, njit
 
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
 _EMPTY = -1
 

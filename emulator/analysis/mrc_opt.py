@@ -4,7 +4,7 @@ OPT needs the future, so the whole stream is held in memory: blocks are renumber
 (:func:`dense_ids`), each access's next use is found in one backward pass, and one exact simulation
 runs per capacity -- a heap keyed by next use when fully associative, a scan of the set otherwise.
 No bypass: a miss always fills and evicts the resident block used farthest in the future (lowest way
-on ties). LRU curves, which need no future, are in :mod:`emulator.analysis.mrc`.
+on ties). LRU curves, which need no future, are in :mod:`tierlab.analysis.mrc`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from emulator.engine.jit import helper, njit
-from emulator.analysis.mrc import BlockTable, as_blocks, table_slot
-from common.errors import UsageError
+from tierlab.engine.jit import helper, njit
+from tierlab.analysis.mrc import BlockTable, as_blocks, table_slot
+from tierlab.common.errors import UsageError
 
 
 @njit

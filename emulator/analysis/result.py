@@ -9,7 +9,7 @@ Top-level keys: ``chip``, ``tiers`` (list: ``name``, ``hits``, ``misses``, ``fil
 null: ``tokens``, ``latency_s``, ``bound``, ``latency_calibrated_s``, ``bound_calibrated``: the time
 to first token), ``latency_s`` (whole run), ``by_kind``,
 ``flush``, ``placement``, ``counts`` (descriptors and tier-0 blocks replayed) and ``provenance``;
-``per_turn`` (a conversation trace, else null: one entry per turn, see :mod:`emulator.analysis.turns`).
+``per_turn`` (a conversation trace, else null: one entry per turn, see :mod:`tierlab.analysis.turns`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from common.version import tierlab_version
-from emulator.cost.model import Cost, per_token, prefill
-from emulator.cost.pim import summary as pim_summary
-from emulator.cost.trace_cost import cost_of
-from emulator.engine.counters import TIER_COUNTERS, link_bytes, tier_dict
-from emulator.pipeline import TraceReplay
-from emulator.analysis.turns import per_turn
-from traces.format import FORMAT_VERSION
+from tierlab.common.version import tierlab_version
+from tierlab.cost.model import Cost, per_token, prefill
+from tierlab.cost.pim import summary as pim_summary
+from tierlab.cost.trace_cost import cost_of
+from tierlab.engine.counters import TIER_COUNTERS, link_bytes, tier_dict
+from tierlab.pipeline import TraceReplay
+from tierlab.analysis.turns import per_turn
+from tierlab.traces.format import FORMAT_VERSION
 
 
 def _hit_rate(d: dict) -> float | None:
@@ -109,7 +109,7 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
             "chip_file": chip.source_file,
             "compute_dtype": cst.dtype,
             "options": tr.options.to_dict(),
-            # which kernel counted, and why (emulator.engine.dispatch); set groups that fell back to
+            # which kernel counted, and why (tierlab.engine.dispatch); set groups that fell back to
             # the walk mid-stream say so
             "kernel": {**r.meta["kernel"],
                        **({"written_out": r.meta["set_groups_written_out"]}

@@ -22,12 +22,12 @@ from typing import Sequence
 
 import numpy as np
 
-from emulator.chip.hierarchy import Chip, Tier
-from emulator.engine import walk
-from emulator.engine.door import replay_blocks
-from emulator.engine.options import ReplayOptions
-from emulator.pipeline import replay_trace
-from common.errors import UsageError
+from tierlab.chip.hierarchy import Chip, Tier
+from tierlab.engine import walk
+from tierlab.engine.door import replay_blocks
+from tierlab.engine.options import ReplayOptions
+from tierlab.pipeline import replay_trace
+from tierlab.common.errors import UsageError
 
 BACKENDS = ("auto", "thread", "process")
 
@@ -79,9 +79,9 @@ def _replay_trace_task(path, chip, options):
 def sweep_blocks(addresses, hierarchies: Sequence[Sequence[Tier]], is_write=None, *,
                  options: ReplayOptions = ReplayOptions(), workers: int | None = None,
                  backend: str = "auto") -> list:
-    """:func:`emulator.engine.door.replay_blocks` of one address stream on each hierarchy, in parallel.
+    """:func:`tierlab.engine.door.replay_blocks` of one address stream on each hierarchy, in parallel.
 
-    Returns the :class:`~emulator.engine.counters.ReplayResult` of each hierarchy, in the order given.
+    Returns the :class:`~tierlab.engine.counters.ReplayResult` of each hierarchy, in the order given.
     """
     a = np.ascontiguousarray(addresses, np.int64)
     w = np.zeros(a.shape, np.bool_) if is_write is None else np.ascontiguousarray(is_write, np.bool_)
@@ -109,7 +109,7 @@ def sweep_blocks(addresses, hierarchies: Sequence[Sequence[Tier]], is_write=None
 
 def sweep_trace(trace_path, chips: Sequence[Chip | str], *, options: ReplayOptions = ReplayOptions(),
                 workers: int | None = None, backend: str = "auto") -> list:
-    """:func:`emulator.engine.door.replay_trace` of one trace on each chip, in parallel.
+    """:func:`tierlab.engine.door.replay_trace` of one trace on each chip, in parallel.
 
     Returns ``(placement, ReplayResult)`` per chip, in the order given (workers reopen the trace
     by path, so only the path and the chip travel to them).

@@ -6,10 +6,10 @@ Top-level keys:
 * ``system`` (its name), ``chip``, ``parallelism`` (``tp``, ``pp``, ``ep``, ``dp`` from the trace
   manifest's run, 1 when absent), ``n_devices`` (devices of the trace);
 * ``per_token`` (decode only, else null): ``steps``, ``batch``, ``tokens_per_step`` (dp x batch),
-  ``latency_s`` (a decode step's critical path, :mod:`emulator.cost.system_cost`), ``tokens_per_s``
+  ``latency_s`` (a decode step's critical path, :mod:`tierlab.cost.system_cost`), ``tokens_per_s``
   (tokens per step / step latency: the step's fill and drain included), ``steady_tokens_per_s``
   (continuous decoding, the microbatches cycling through the pipeline: :func:`steady_rate`, from the
-  busiest device's busy time :attr:`emulator.cost.system_cost.Path.busy_s`; equal to
+  busiest device's busy time :attr:`tierlab.cost.system_cost.Path.busy_s`; equal to
   ``tokens_per_s`` with one microbatch), ``energy_j`` (J per token: devices' tier, link, compute and PIM
   energy plus the network's), ``energy_split_j`` (``tiers``, ``links``, ``compute``, ``pim``,
   ``network``), ``bytes_by_link`` (chip links summed over devices, and the network fabrics
@@ -26,12 +26,12 @@ Top-level keys:
   ``collectives_per_token``, ``collective_time_on_path_s`` and ``collective_time_share`` (time in
   collectives on the critical path / step latency), ``per_message_overhead_s`` (sum over the step's
   collectives of steps x latency), ``messages_per_step`` (messages over all fabrics), and the run's
-  ``connections`` (peer processes and peer nodes per rank, :func:`emulator.cost.system_cost.connections`);
+  ``connections`` (peer processes and peer nodes per rank, :func:`tierlab.cost.system_cost.connections`);
 * ``energy_j`` (whole run: ``total``, ``devices``, ``network``), ``latency_s`` (the whole run's
   critical path) and ``provenance`` (the one-chip provenance plus ``system_file``,
   ``system_sha256``, ``collective_algo`` and ``slices``: how the devices' slices were replayed —
   ``replayed_as`` per device, the device whose replay its counts are, and ``twins``, each twin
-  device with the device it replayed beside, :mod:`emulator.engine.twins`).
+  device with the device it replayed beside, :mod:`tierlab.engine.twins`).
 """
 
 from __future__ import annotations
@@ -40,18 +40,18 @@ from dataclasses import replace
 
 import numpy as np
 
-from common.errors import CapacityError, TraceError
-from emulator.analysis.compare import ENERGY_PARTS, ChipResult, summary_of
-from emulator.analysis.result import link_names, to_json as chip_json
-from emulator.cost.model import Cost
-from emulator.cost.system_cost import SystemCost, calibrate, connections, cost_system, decode_steps
-from emulator.engine.counters import link_bytes
-from emulator.network.schedule import FABRICS, fabric_obj
-from emulator.engine.options import ReplayOptions
-from emulator.system.model import System
-from emulator.system.systemfile import load_system
-from emulator.system_pipeline import SystemReplay, check_fits, replay_system
-from traces.reader import Trace, open_trace
+from tierlab.common.errors import CapacityError, TraceError
+from tierlab.analysis.compare import ENERGY_PARTS, ChipResult, summary_of
+from tierlab.analysis.result import link_names, to_json as chip_json
+from tierlab.cost.model import Cost
+from tierlab.cost.system_cost import SystemCost, calibrate, connections, cost_system, decode_steps
+from tierlab.engine.counters import link_bytes
+from tierlab.network.schedule import FABRICS, fabric_obj
+from tierlab.engine.options import ReplayOptions
+from tierlab.system.model import System
+from tierlab.system.systemfile import load_system
+from tierlab.system_pipeline import SystemReplay, check_fits, replay_system
+from tierlab.traces.reader import Trace, open_trace
 
 PARALLELISM = ("tp", "pp", "ep", "dp")
 LATENCY_MODEL = ("critical path over devices, a bound: each op its roofline latency, a collective from "
@@ -168,10 +168,10 @@ def per_token(sr: SystemReplay, sc: SystemCost) -> dict | None:
 
 
 def board_energy(out: dict, sc: SystemCost) -> dict:
-    """The per-token board-energy keys (:func:`emulator.cost.model.add_board_energy`): every device's
+    """The per-token board-energy keys (:func:`tierlab.cost.model.add_board_energy`): every device's
     static power over the step's modelled time (calibrated where there is one), dynamic only if a
     device's chip has no ``[power]``."""
-    from emulator.cost.model import add_board_energy
+    from tierlab.cost.model import add_board_energy
 
     watts = [c.static_power_w for c in sc.devices]
     one = sc.devices[0] if sc.devices else None
@@ -196,7 +196,7 @@ def calibration_settings(sc: SystemCost) -> dict:
                             "skew_s": st.skew_s, "overheads": st.overheads,
                             "model": "launch + base latency + steps x step latency + bytes / (bandwidth x "
                                      "achievable x protocol efficiency) + skew; the least over the library's "
-                                     "algorithms and protocols (emulator.network.protocols)"}}
+                                     "algorithms and protocols (tierlab.network.protocols)"}}
 
 
 def calibrated(sr: SystemReplay, sc: SystemCost, steps: dict, tokens: int) -> dict:
@@ -244,7 +244,7 @@ def calibrated(sr: SystemReplay, sc: SystemCost, steps: dict, tokens: int) -> di
 def busiest_utilisation(sc: SystemCost, spans: dict, latency_s: float) -> dict:
     """Per fabric, the busiest link's utilisation over a step: the bytes its collectives put on it /
     (its rate x the step's calibrated latency)."""
-    from emulator.network.schedule import link_rate
+    from tierlab.network.schedule import link_rate
 
     per_link: dict = {}
     for c in spans:
@@ -319,8 +319,8 @@ def device_entry(d: int, full: dict, cst: Cost) -> dict:
 
 def to_json(sr: SystemReplay, sc: SystemCost | None = None, *, collectives=None, overlap: str = "none") -> dict:
     """The result dict behind ``--json`` of a system run. ``collectives`` (an
-    :class:`emulator.network.protocols.Settings`, default the system file's) and ``overlap``
-    (``none``, ``tp``, ``ep``) set the calibrated latency (:func:`emulator.cost.system_cost.calibrate`)."""
+    :class:`tierlab.network.protocols.Settings`, default the system file's) and ``overlap``
+    (``none``, ``tp``, ``ep``) set the calibrated latency (:func:`tierlab.cost.system_cost.calibrate`)."""
     sc = sc or cost_system(sr)
     if sc.calibration is None or collectives is not None or overlap != sc.calibration.overlap:
         calibrate(sr, sc, collectives, overlap)
@@ -358,7 +358,7 @@ def to_json(sr: SystemReplay, sc: SystemCost | None = None, *, collectives=None,
 
 
 def summarise(d: dict) -> dict:
-    """A system run's per-token figures in the shape of :func:`emulator.analysis.compare.summarise`
+    """A system run's per-token figures in the shape of :func:`tierlab.analysis.compare.summarise`
     (so systems and chips line up in one comparison); ``energy_j`` adds ``network``."""
     pt = d.get("per_token")
     found: dict[str, list] = {}
@@ -373,7 +373,7 @@ def summarise(d: dict) -> dict:
 
 def compare_systems(trace, systems, options=None, *, extra_rules=(), collective_algo="auto", progress=None):
     """Replay ``trace`` on each system (names, files or System objects), in order; one
-    :class:`emulator.analysis.compare.ChipResult` each (its ``chip`` the system's name). A system
+    :class:`tierlab.analysis.compare.ChipResult` each (its ``chip`` the system's name). A system
     whose chip cannot hold a device's slice, or cannot replay it, stays with the reason."""
     options = options or ReplayOptions()
     loaded = [s if isinstance(s, System) else load_system(s) for s in systems]

@@ -16,11 +16,11 @@ from typing import Callable
 
 import numpy as np
 
-from emulator.analysis.mrc import LruDistances, SetLruDistances
-from emulator.analysis.mrc_opt import opt_misses
-from emulator.chip.placement import place
-from emulator.engine.blocks import BlockExpander, tensor_addresses
-from common.errors import UsageError
+from tierlab.analysis.mrc import LruDistances, SetLruDistances
+from tierlab.analysis.mrc_opt import opt_misses
+from tierlab.chip.placement import place
+from tierlab.engine.blocks import BlockExpander, tensor_addresses
+from tierlab.common.errors import UsageError
 
 DEFAULT_OPT_LIMIT_BLOCKS = 1 << 24   # OPT holds the stream in memory: ~24 bytes per block access
 

@@ -1,8 +1,8 @@
 """The requests that reach one tier of a chip when a trace replays on it, in order.
 
-Placement, the PIM plan and the engine's geometry are those :func:`emulator.pipeline.replay_trace`
+Placement, the PIM plan and the engine's geometry are those :func:`tierlab.pipeline.replay_trace`
 uses, so the stream is the one the replay counts: its length is the tier's ``hits + misses +
-bypasses + writethroughs`` (:mod:`emulator.engine.requests`). For ``tierlab export --format
+bypasses + writethroughs`` (:mod:`tierlab.engine.requests`). For ``tierlab export --format
 ramulator|dramsim3``.
 """
 
@@ -12,14 +12,14 @@ from typing import Iterator
 
 import numpy as np
 
-from common.errors import UsageError
-from emulator.chip.chipfile import load_chip
-from emulator.chip.hierarchy import Chip
-from emulator.engine.door import prepare
-from emulator.engine.options import ReplayOptions
-from emulator.engine.requests import RequestRecorder
-from emulator.pipeline import access_batches, naming_the_tensor_table, placed
-from traces.reader import Trace, open_trace
+from tierlab.common.errors import UsageError
+from tierlab.chip.chipfile import load_chip
+from tierlab.chip.hierarchy import Chip
+from tierlab.engine.door import prepare
+from tierlab.engine.options import ReplayOptions
+from tierlab.engine.requests import RequestRecorder
+from tierlab.pipeline import access_batches, naming_the_tensor_table, placed
+from tierlab.traces.reader import Trace, open_trace
 
 
 def tier_requests(trace, chip, tier_name: str, options: ReplayOptions = ReplayOptions(), *,

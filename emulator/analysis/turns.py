@@ -2,7 +2,7 @@
 
 A conversation trace records its turns in the manifest (``run.conversation``: per turn the op id
 range ``[op_start, op_end)``, tokens per sequence prefilled and decoded, the KV positions already
-cached, and the op ranges of its KV copies; see :mod:`traces.lower`). This module sums a replay's
+cached, and the op ranges of its KV copies; see :mod:`tierlab.traces.lower`). This module sums a replay's
 per-op counts and costs over each turn's ops:
 
 - ``bytes_by_link``: bytes moved down and up each link (``{link: {"down", "up"}}``) and ``link_bytes``
@@ -12,21 +12,21 @@ per-op counts and costs over each turn's ops:
   ``kv_offload_bytes``: bytes of the offload copies read and written — both as issued by the kernels
   (descriptor ``nbytes * count``, before any cache), so they are the same on every chip;
 - ``energy_j`` (total, and ``tiers``/``links``/``compute``/``pim`` splits) and ``latency_s`` (sum of
-  the ops' roofline latencies) from :mod:`emulator.cost.model`;
+  the ops' roofline latencies) from :mod:`tierlab.cost.model`;
 - ``decode_latency_s_per_token``: the turn's decode-step latency averaged over its decode steps.
 
 Bytes are bytes, energies joules, times seconds; the tokens are per sequence (a turn of a batch of B
 conversations processes B times as many). The per-turn table is
-:func:`emulator.present.report.format_turns`.
+:func:`tierlab.present.report.format_turns`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from emulator.cost.trace_cost import cost_of
-from emulator.engine.counters import link_bytes
-from common.errors import TraceError
+from tierlab.cost.trace_cost import cost_of
+from tierlab.engine.counters import link_bytes
+from tierlab.common.errors import TraceError
 
 KV_KINDS = ("kv", "kv_offload")
 _TURN_KEYS = ("turn", "prompt_tokens", "answer_tokens", "history_positions", "prefill_tokens", "decode_tokens",
@@ -87,8 +87,8 @@ def issued_kv_bytes(trace, turns: list[dict], batch_rows: int = 1 << 20) -> np.n
 
 
 def per_turn(tr, cst=None) -> list[dict] | None:
-    """Per-turn results of a :class:`emulator.engine.door.TraceReplay` (see the module docstring), or
-    None when its trace is not a conversation. ``cst``: its :class:`emulator.cost.model.Cost` (computed
+    """Per-turn results of a :class:`tierlab.engine.door.TraceReplay` (see the module docstring), or
+    None when its trace is not a conversation. ``cst``: its :class:`tierlab.cost.model.Cost` (computed
     if not given)."""
     turns = conversation_of(tr.trace)
     if turns is None:

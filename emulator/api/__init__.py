@@ -1,13 +1,13 @@
-"""tierlab's Python API: the commands as functions returning results (``emulator.trace``,
-``emulator.run``, ... re-export these). See ``docs/api.md``.
+"""tierlab's Python API: the commands as functions returning results (``tierlab.trace``,
+``tierlab.run``, ... re-export these). See ``docs/api.md``.
 
 Each function runs the same command function as the ``tierlab`` command (``emulator/cli/``) with
 the same option checks and defaults; where the command would print, it hands its ``--json`` dict
-and the objects behind it to the function (:mod:`emulator.api.handover`), so ``result.to_dict()``
+and the objects behind it to the function (:mod:`tierlab.api.handover`), so ``result.to_dict()``
 is what ``--json`` prints for the same arguments and the two cannot drift. Keyword options are the
 command's long options with ``_`` for ``-`` (``policy_seed=``, ``pim=False``, ``html="r.html"``);
-an unknown name or a wrong type raises :class:`common.errors.UsageError` naming it; bad files and
-values raise the typed errors of :mod:`common.errors`, as the CLI reports them.
+an unknown name or a wrong type raises :class:`tierlab.common.errors.UsageError` naming it; bad files and
+values raise the typed errors of :mod:`tierlab.common.errors`, as the CLI reports them.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
 if TYPE_CHECKING:
-    from emulator.api.results import ComparisonResult, CurveResult, ReplayResult, SweepResult, TraceResult
-    from emulator.chip.hierarchy import Chip
-    from emulator.system.model import System
+    from tierlab.api.results import ComparisonResult, CurveResult, ReplayResult, SweepResult, TraceResult
+    from tierlab.chip.hierarchy import Chip
+    from tierlab.system.model import System
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -40,14 +40,14 @@ def _text(v, field: str, *, allow=()) -> Any:
 
 
 def _loaded():
-    from emulator.chip.hierarchy import Chip
-    from emulator.system.model import System
+    from tierlab.chip.hierarchy import Chip
+    from tierlab.system.model import System
 
     return Chip, System
 
 
 def _take_replay(system: bool):
-    from emulator.api.results import ReplayResult
+    from tierlab.api.results import ReplayResult
 
     return lambda d, o: ReplayResult(d, o["replay"], o["cost"], system=system)
 
@@ -67,11 +67,11 @@ def trace(model: PathLike, *, context: int, generate: int, prompt: int = 0, batc
     (default: the model's, bf16). Written to ``path`` (a new directory) or, without it, to a
     temporary directory that lives as long as the result. ``options``: the other options of
     ``tierlab trace`` (``router=``, ``seed=``, ``attention=``, ``turns=``, ``force=``, ...).
-    Returns a :class:`~emulator.api.results.TraceResult` (``to_dict()`` is ``tierlab trace --json``)."""
-    from emulator.api.handover import receiving
-    from emulator.api.options import call
-    from emulator.api.results import TraceResult
-    from emulator.cli.trace import command
+    Returns a :class:`~tierlab.api.results.TraceResult` (``to_dict()`` is ``tierlab trace --json``)."""
+    from tierlab.api.handover import receiving
+    from tierlab.api.options import call
+    from tierlab.api.results import TraceResult
+    from tierlab.cli.trace import command
 
     model = _text(model, "model")
     given = dict(options, context=context, generate=generate, prompt=prompt, batch=batch, tp=tp, pp=pp, ep=ep,
@@ -95,10 +95,10 @@ def replay(trace: "TraceResult | PathLike", chip: "str | Chip | None" = None, sy
     chip ``.toml`` or a :func:`load_chip` result) or on ``system`` (likewise, :func:`load_system`).
     ``options``: those of ``tierlab replay`` (``pim=``, ``flush=``, ``kernel=``, ``place=[...]``,
     ``fusion=``, ``output="ops.parquet"``, ``html="report.html"``, ``collective_algo=``, ...).
-    Returns a :class:`~emulator.api.results.ReplayResult` (``to_dict()`` is ``tierlab replay --json``)."""
-    from emulator.api.handover import receiving
-    from emulator.api.options import call
-    from emulator.cli.replay import command
+    Returns a :class:`~tierlab.api.results.ReplayResult` (``to_dict()`` is ``tierlab replay --json``)."""
+    from tierlab.api.handover import receiving
+    from tierlab.api.options import call
+    from tierlab.cli.replay import command
 
     Chip, System = _loaded()
     path = _text(trace, "trace")
@@ -114,10 +114,10 @@ def run(model: PathLike, chip: "str | Chip | None" = None, system: "str | System
     """Trace ``model`` and replay it on ``chip`` or ``system`` in one go, as ``tierlab run``:
     ``options`` are the trace options (``context=``, ``generate=``, ``batch=``, ``tp=``, ...), the
     replay options (as :func:`replay`) and ``keep_trace="DIR"``.
-    Returns a :class:`~emulator.api.results.ReplayResult` (``to_dict()`` is ``tierlab run --json``)."""
-    from emulator.api.handover import receiving
-    from emulator.api.options import call
-    from emulator.cli.run import command
+    Returns a :class:`~tierlab.api.results.ReplayResult` (``to_dict()`` is ``tierlab run --json``)."""
+    from tierlab.api.handover import receiving
+    from tierlab.api.options import call
+    from tierlab.cli.run import command
 
     Chip, System = _loaded()
     model = _text(model, "model")
@@ -143,12 +143,12 @@ def compare(model: "TraceResult | PathLike", chips: "Sequence[str | Chip]" = (),
     """Replay one trace of ``model`` (a model, traced once with the trace options, or an existing
     trace) on every chip and system, as ``tierlab compare``. ``options``: the trace options, ``pim=``,
     ``kernel=``, ``place=``, ``fusion=``..., ``collective_algo=``, ``csv=``, ``plot=``, ``html=``,
-    ``keep_trace=``. Returns a :class:`~emulator.api.results.ComparisonResult` (``to_dict()`` is
+    ``keep_trace=``. Returns a :class:`~tierlab.api.results.ComparisonResult` (``to_dict()`` is
     ``tierlab compare --json``; ``to_arrow()`` one row per chip and system)."""
-    from emulator.api.handover import receiving
-    from emulator.api.options import call
-    from emulator.api.results import ComparisonResult
-    from emulator.cli.compare import command
+    from tierlab.api.handover import receiving
+    from tierlab.api.options import call
+    from tierlab.api.results import ComparisonResult
+    from tierlab.cli.compare import command
 
     Chip, System = _loaded()
     model = _text(model, "model")
@@ -171,12 +171,12 @@ def sweep(grid: "PathLike | Mapping[str, Any]", scheduler: str | None = None, wo
     ``scheduler``: a running Dask scheduler's address (default: an embedded LocalCluster of
     ``workers`` processes). ``options``: ``output="sweep.parquet"`` (default: a temporary file, its
     rows kept in the result), ``max_points=``, ``connect_timeout=``, ``price=``, ``usd_per_kwh=``,
-    ``utilisation=``, ``plot=``, ``html=``. Returns a :class:`~emulator.api.results.SweepResult`
+    ``utilisation=``, ``plot=``, ``html=``. Returns a :class:`~tierlab.api.results.SweepResult`
     (``to_dict()`` is ``tierlab sweep --json``; ``to_arrow()`` one row per point)."""
-    from emulator.api.handover import receiving
-    from emulator.api.options import call
-    from emulator.cli.sweep import command
-    from emulator.sweep.grid import AXES, economics_from_table, grid_from_dict, load_grid
+    from tierlab.api.handover import receiving
+    from tierlab.api.options import call
+    from tierlab.cli.sweep import command
+    from tierlab.sweep.grid import AXES, economics_from_table, grid_from_dict, load_grid
 
     if isinstance(grid, Mapping):
         d = dict(grid)
@@ -195,8 +195,8 @@ def sweep(grid: "PathLike | Mapping[str, Any]", scheduler: str | None = None, wo
         options["output"] = str(Path(keep.name) / "sweep.parquet")
 
     def take(d, o):
-        from emulator.api.results import SweepResult
-        from emulator.sweep.store import read_rows
+        from tierlab.api.results import SweepResult
+        from tierlab.sweep.store import read_rows
         import pyarrow as pa
 
         wanted = {p.hash for p in o["grid"].points(o["max_points"])}
@@ -221,12 +221,12 @@ def throughput(model: PathLike, chip: "str | Chip | None" = None, system: "str |
     ``chips`` / ``systems``, names or files). ``options``: ``tp=``, ``pp=``, ``ep=``, ``dp=``,
     ``weights=``, ``kv=``, ``activations=``, ``max_batch_tokens=``, ``memory_utilisation=``,
     ``slo_tpot=`` and ``slo_ttft=`` (ms), ``collective_algo=``, ``plot=``, ``html=``, ``parquet=``,
-    ``force=``. Returns a :class:`~emulator.api.results.CurveResult` (``to_dict()`` is
+    ``force=``. Returns a :class:`~tierlab.api.results.CurveResult` (``to_dict()`` is
     ``tierlab throughput --json``; ``to_arrow()`` one row per point of each curve); see docs/serving.md."""
-    from emulator.api.handover import receiving
-    from emulator.api.options import call
-    from emulator.api.results import CurveResult
-    from emulator.cli.throughput import command
+    from tierlab.api.handover import receiving
+    from tierlab.api.options import call
+    from tierlab.api.results import CurveResult
+    from tierlab.cli.throughput import command
 
     Chip, System = _loaded()
     model = _text(model, "model")
@@ -248,8 +248,8 @@ def load_chip(name_or_path: PathLike, overrides: Mapping[str, Any] | None = None
     """A chip: a preset name (``h100``; see ``tierlab chips``) or a chip ``.toml`` file, with
     ``overrides`` (what-if keys as in ``tierlab sweep --override``: ``{"tier.l2.capacity": "50 MiB"}``)
     written into its TOML before it is validated, so units and checks are those of chip files."""
-    from emulator.chip.chipfile import load_chip as _load
-    from emulator.sweep.overrides import build_chip
+    from tierlab.chip.chipfile import load_chip as _load
+    from tierlab.sweep.overrides import build_chip
 
     name = _text(name_or_path, "name_or_path")
     if overrides is None:
@@ -260,8 +260,8 @@ def load_chip(name_or_path: PathLike, overrides: Mapping[str, Any] | None = None
 def load_system(name_or_path: PathLike, overrides: Mapping[str, Any] | None = None) -> "System":
     """A system of many chips: a preset name (``dgx-h100``; see ``tierlab systems``) or a system
     ``.toml`` file, with ``overrides`` (``chips``, ``scale_up.KEY``, ``chip.tier.hbm.bandwidth``, ...)."""
-    from emulator.sweep.overrides import build_system
-    from emulator.system.systemfile import load_system as _load
+    from tierlab.sweep.overrides import build_system
+    from tierlab.system.systemfile import load_system as _load
 
     name = _text(name_or_path, "name_or_path")
     if overrides is None:

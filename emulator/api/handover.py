@@ -1,6 +1,6 @@
 """How a command hands its result to the Python API instead of printing it.
 
-The API (:mod:`emulator.api`) runs the very command functions the CLI runs; each calls
+The API (:mod:`tierlab.api`) runs the very command functions the CLI runs; each calls
 :func:`hand_over` where it would print, with its ``--json`` dict and the objects it was built from.
 Outside the API (the ``tierlab`` command) there is no receiver and the command prints as before.
 This module imports nothing, so the commands pay nothing for it.

@@ -4,7 +4,7 @@ command functions the CLI runs.
 A public name is the option's long name with ``_`` for ``-`` (``--policy-seed`` is ``policy_seed``,
 ``--pim/--no-pim`` is ``pim``, ``--html`` is ``html``); its default and its check are the option's.
 ``None`` means "not given" (the option's default). A name the command lacks, or a value of the
-wrong Python type, is a :class:`common.errors.UsageError` naming the argument, before any work.
+wrong Python type, is a :class:`tierlab.common.errors.UsageError` naming the argument, before any work.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from common.errors import UsageError
-from common.suggest import did_you_mean
+from tierlab.common.errors import UsageError
+from tierlab.common.suggest import did_you_mean
 
 
 def public_name(p: click.Parameter) -> str:

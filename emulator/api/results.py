@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
 
 class Result:
@@ -56,7 +56,7 @@ class Result:
 
 
 class TraceResult(Result):
-    """A trace written by :func:`emulator.trace`: ``path`` is its directory (``os.fspath`` works,
+    """A trace written by :func:`tierlab.trace`: ``path`` is its directory (``os.fspath`` works,
     so it can be passed wherever a trace path is); ``to_arrow()`` is its ops table. A trace made
     without ``path=`` lives in a temporary directory removed when this object is."""
 
@@ -69,7 +69,7 @@ class TraceResult(Result):
         return self.path
 
     def _repr_html_(self) -> str:
-        from emulator.present.html import trace_summary_html
+        from tierlab.present.html import trace_summary_html
 
         return trace_summary_html(self.to_dict())
 
@@ -79,7 +79,7 @@ class TraceResult(Result):
 
 
 def _per_op(replay, cost) -> pa.Table:
-    from emulator.present.report import per_op_table
+    from tierlab.present.report import per_op_table
 
     return per_op_table(replay, cost)
 
@@ -94,7 +94,7 @@ def _system_per_op(replay, cost) -> pa.Table:
 
 
 class ReplayResult(Result):
-    """A replay on a chip or a system (:func:`emulator.replay`, :func:`emulator.run`):
+    """A replay on a chip or a system (:func:`tierlab.replay`, :func:`tierlab.run`):
     ``to_arrow()`` has one row per op (a system's: per device and op, ``device`` first), the columns
     of ``tierlab replay -o FILE.parquet``."""
 
@@ -118,7 +118,7 @@ class ReplayResult(Result):
         return None if pt is None else pt["bound"]
 
     def _repr_html_(self) -> str:
-        from emulator.present.html import replay_summary_html
+        from tierlab.present.html import replay_summary_html
 
         return replay_summary_html(self.to_dict())
 
@@ -131,7 +131,7 @@ class ReplayResult(Result):
 
 
 def _comparison_rows(rows) -> pa.Table:
-    from emulator.analysis.compare import table_rows
+    from tierlab.analysis.compare import table_rows
 
     metrics = table_rows(rows)
     out: list[dict[str, Any]] = []
@@ -144,7 +144,7 @@ def _comparison_rows(rows) -> pa.Table:
 
 
 class ComparisonResult(Result):
-    """Chips and systems side by side (:func:`emulator.compare`): ``to_arrow()`` has one row per chip
+    """Chips and systems side by side (:func:`tierlab.compare`): ``to_arrow()`` has one row per chip
     or system (systems after chips), the columns of ``tierlab compare --csv``."""
 
     def __init__(self, d: dict, rows):
@@ -152,13 +152,13 @@ class ComparisonResult(Result):
         self._rows = rows
 
     def _repr_html_(self) -> str:
-        from emulator.present.html import comparison_table_html
+        from tierlab.present.html import comparison_table_html
 
         return comparison_table_html(self._rows)
 
 
 class SweepResult(Result):
-    """A sweep (:func:`emulator.sweep`): ``to_arrow()`` has one row per point of the grid (the sweep
+    """A sweep (:func:`tierlab.sweep`): ``to_arrow()`` has one row per point of the grid (the sweep
     file's columns; a file's rows of other grids are left out), ``to_dict()`` the summary
     ``tierlab sweep --json`` prints."""
 
@@ -166,22 +166,22 @@ class SweepResult(Result):
         super().__init__(d, table)
 
     def _repr_html_(self) -> str:
-        from emulator.present.html import sweep_table_html
+        from tierlab.present.html import sweep_table_html
 
         return sweep_table_html(self._table.to_pylist())
 
 
 class CurveResult(Result):
-    """A serving curve (:func:`emulator.throughput`): ``to_dict()`` is ``tierlab throughput --json``
+    """A serving curve (:func:`tierlab.throughput`): ``to_dict()`` is ``tierlab throughput --json``
     (one curve, or ``{"curves": [...]}`` for several chips or systems); ``to_arrow()`` one row per
     point of each curve (the columns of ``tierlab throughput -o FILE.parquet``)."""
 
     def __init__(self, d: dict, curves: list):
-        from emulator.present.serving import rows
+        from tierlab.present.serving import rows
 
         super().__init__(d, pa.Table.from_pylist(rows(curves)))
 
     def _repr_html_(self) -> str:
-        from emulator.present.html import curve_table_html
+        from tierlab.present.html import curve_table_html
 
         return curve_table_html(self._table.to_pylist())

@@ -1,11 +1,11 @@
-"""Chip files (TOML) to validated, frozen :class:`emulator.chip.hierarchy.Chip` objects.
+"""Chip files (TOML) to validated, frozen :class:`tierlab.chip.hierarchy.Chip` objects.
 
 Validated once, here, at the edge; everything downstream trusts the Chip. Every problem is a
 :class:`ConfigError` whose text is one line, ``FILE: FIELD: what was expected``, e.g.
 ``chips/x.toml: tier[1].blok: unknown key; did you mean 'block'?``. Tiers and links are numbered
 from 0 (``tier[0]`` is nearest to compute).
 
-Layout (quantities are strings with units, see :mod:`emulator.chip.units`)::
+Layout (quantities are strings with units, see :mod:`tierlab.chip.units`)::
 
     name = "h100"
     description = "..."
@@ -28,9 +28,9 @@ Layout (quantities are strings with units, see :mod:`emulator.chip.units`)::
     tier = "sram"; kind = "kv"; name = "*"; layers = [0, 31]; spill = true
     [sources]
     S14 = "AnandTech, NVIDIA at SC23 spec table"
-    [price]                       # optional: rental price of one chip (emulator.cost.price)
+    [price]                       # optional: rental price of one chip (tierlab.cost.price)
     per_hour = "3.00 USD/h"; source = "https://..."; date = "2026-05-01"   # source and date required
-    [execution]                   # optional: the calibrated latency (emulator.cost.organisation)
+    [execution]                   # optional: the calibrated latency (tierlab.cost.organisation)
     kernel_overhead = "1.3 us"; fusion = "none"; overlap = "none"     # defaults "0 s", none, none
     [power]                       # optional: board power, for board energy (energy_j = dynamic + static x time)
     idle = "70 W"; tdp = "700 W"; static = "267 W"; memory_background = "20 W"   # static, memory_background optional
@@ -50,19 +50,19 @@ import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from emulator.chip.hierarchy import MANAGED, POLICIES, Chip, Price, Compute, Link, PimUnit, PlacementRule, Tier
-from emulator.chip.hierarchy import FUSIONS, OVERLAPS, Execution, Power
-from emulator.chip.units import format_size
-from common.paths import resolve_toml, toml_presets
-from common.suggest import did_you_mean
-from emulator.chip.tomlfile import FileReader, read_toml, toml_key
+from tierlab.chip.hierarchy import MANAGED, POLICIES, Chip, Price, Compute, Link, PimUnit, PlacementRule, Tier
+from tierlab.chip.hierarchy import FUSIONS, OVERLAPS, Execution, Power
+from tierlab.chip.units import format_size
+from tierlab.common.paths import resolve_toml, toml_presets
+from tierlab.common.suggest import did_you_mean
+from tierlab.chip.tomlfile import FileReader, read_toml, toml_key
 
 # Op kinds a PIM unit may run: the ``kind`` strings of ops.arrow written by the trace generator
 # (kernels/: the LM head is a ``linear``; MoE experts are ``linear`` ops with ``expert`` set).
 OP_KINDS = ("linear", "attention", "norm", "elementwise", "rotary", "embedding", "kv_append",
             "moe_router", "moe_dispatch", "moe_combine")
-# Dtype names of peak FLOP/s and energy per FLOP (those of traces.dtypes plus tf32; nvfp4 and mxfp4:
-# the FP4 tensor-core rate with that block format, see emulator.chip.compute).
+# Dtype names of peak FLOP/s and energy per FLOP (those of tierlab.traces.dtypes plus tf32; nvfp4 and mxfp4:
+# the FP4 tensor-core rate with that block format, see tierlab.chip.compute).
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
 
 _TOP_KEYS = {"name": True, "description": False, "compute": True, "tier": True, "link": False,
@@ -222,7 +222,7 @@ def _rules(ctx: FileReader, raw, tiers: tuple[Tier, ...]) -> tuple[PlacementRule
     return tuple(rules)
 
 
-# ---- [price] (chip and system files; emulator.cost.price uses it) --------------------------------
+# ---- [price] (chip and system files; tierlab.cost.price uses it) --------------------------------
 
 PRICE_KEYS = {"per_hour": True, "source": True, "date": True}
 _PER_HOUR = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*USD/h\s*")
@@ -264,7 +264,7 @@ def price_from_table(d, error, table_check) -> Price:
     return Price(usd_per_hour=per_hour, source=source, date=date)
 
 
-# ---- [power]: board power (emulator.cost.model's board energy) -----------------------------------
+# ---- [power]: board power (tierlab.cost.model's board energy) -----------------------------------
 
 POWER_KEYS = {"idle": True, "tdp": True, "static": False, "memory_background": False}
 
@@ -282,7 +282,7 @@ def power_from_table(ctx: FileReader, d) -> Power:
                  memory_background_w=w.get("memory_background"))
 
 
-# ---- the calibrated latency's keys: achievable fractions, [execution] (emulator.cost.organisation) ----
+# ---- the calibrated latency's keys: achievable fractions, [execution] (tierlab.cost.organisation) ----
 
 # the optional keys of the calibrated latency, added to the layout's tables here (kept apart from them);
 # a tier's ``achievable`` is read around _tier (calibrated_tier), so _TIER_KEYS stays the layout's
@@ -295,7 +295,7 @@ _EXECUTION_KEYS = {"kernel_overhead": False, "fusion": False, "overlap": False}
 
 def calibrated_tier(ctx: FileReader, d, i: int) -> Tier:
     """:func:`_tier` plus the tier's optional ``achievable`` and ``forward_misses`` (a read miss's block
-    is forwarded to the reader as it fills: one pass through the tier's port, :mod:`emulator.cost.model`)."""
+    is forwarded to the reader as it fills: one pass through the tier's port, :mod:`tierlab.cost.model`)."""
     if not isinstance(d, dict) or not ({"achievable", "forward_misses"} & set(d)):
         return _tier(ctx, d, i)
     rest = {k: v for k, v in d.items() if k not in ("achievable", "forward_misses")}

@@ -7,7 +7,7 @@ The rule (:func:`resolve_compute_dtype`), for a run of activations dtype ``a`` a
 2. an FP4 activation format the chip lacks (``nvfp4``, ``mxfp4``: a W4A4 run) falls to the next
    supported dtype, ``fp8`` then ``bf16``, with a note saying so (a chip such as H100 has FP8 tensor
    cores but none for FP4; MI355X runs MXFP4 but not NVFP4's E4M3-scaled blocks); asked strictly, it
-   is a :class:`~common.errors.UsageError` instead;
+   is a :class:`~tierlab.common.errors.UsageError` instead;
 3. else, as tierlab always did, ``w`` if the chip has it, then ``bf16``, then the chip's first
    listed dtype (synthetic traces have no run).
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import warnings
 
-from common.errors import UsageError
-from emulator.chip.hierarchy import Chip
+from tierlab.common.errors import UsageError
+from tierlab.chip.hierarchy import Chip
 
 FP4_FORMATS = ("nvfp4", "mxfp4")
 FP4_FALLBACK = ("fp8", "bf16")

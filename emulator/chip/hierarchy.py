@@ -1,6 +1,6 @@
 """A memory hierarchy as frozen data: tiers, links, compute and optional PIM units.
 
-Built from a chip TOML by :mod:`emulator.chip.chipfile` (which validates every field once, at the edge);
+Built from a chip TOML by :mod:`tierlab.chip.chipfile` (which validates every field once, at the edge);
 everything downstream trusts these objects. Units live in names: ``_bytes``, ``_bytes_per_s``,
 ``_j_per_byte``, ``_flop_per_s``, ``_j_per_flop``.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 MANAGED = ("cache", "memory", "scratchpad")
 POLICIES = ("lru", "fifo", "random", "opt")
-FUSIONS = ("none", "layer")          # kernels: one per op, or one per decoder layer (emulator.cost.organisation)
+FUSIONS = ("none", "layer")          # kernels: one per op, or one per decoder layer (tierlab.cost.organisation)
 OVERLAPS = ("none", "independent")   # consecutive kernels that share no tensor run concurrently, or not
 
 
@@ -117,7 +117,7 @@ class Compute:
 @dataclass(frozen=True)
 class Execution:
     """How a chip runs a trace's ops as kernels (a chip file's ``[execution]``; the calibrated
-    latency of :mod:`emulator.cost.organisation`, never the roofline).
+    latency of :mod:`tierlab.cost.organisation`, never the roofline).
 
     ``kernel_overhead_s``: fixed time per kernel, launch plus synchronisation. ``fusion``: ``none``
     (each op a kernel) or ``layer`` (a run of one decoder layer's ops in one step is one kernel).

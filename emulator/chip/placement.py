@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from emulator.chip.hierarchy import Chip, PlacementRule
-from emulator.chip.units import format_size
-from common.errors import CapacityError, ConfigError, UsageError
+from tierlab.chip.hierarchy import Chip, PlacementRule
+from tierlab.chip.units import format_size
+from tierlab.common.errors import CapacityError, ConfigError, UsageError
 
 _REQUIRED = ("tensor_id", "name", "kind", "layer", "nbytes")
 

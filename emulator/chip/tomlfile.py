@@ -2,7 +2,7 @@
 
 :func:`read_toml` parses a file and hashes its bytes (for provenance); :class:`FileReader` checks
 the parsed tables — unknown keys (with a did-you-mean), missing required keys, strings, flags,
-counts and quantities with units (:mod:`emulator.chip.units`).
+counts and quantities with units (:mod:`tierlab.chip.units`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import re
 import tomllib
 from pathlib import Path
 
-from common.errors import ConfigError
-from common.suggest import did_you_mean
-from emulator.chip.units import parse_quantity
+from tierlab.common.errors import ConfigError
+from tierlab.common.suggest import did_you_mean
+from tierlab.chip.units import parse_quantity
 
 
 def read_toml(path: Path, data: bytes | None = None) -> tuple[dict, str]:

@@ -31,7 +31,7 @@ import math
 import re
 from fractions import Fraction
 
-from common.errors import ConfigError
+from tierlab.common.errors import ConfigError
 
 KINDS = ("size", "bandwidth", "energy_per_byte", "energy", "rate", "time", "power")
 

@@ -1,6 +1,6 @@
 """The ``tierlab`` command: a click group whose subcommands live one per module in this package.
 
-Library code raises :class:`common.errors.TierlabError`; only here is it turned into one line on
+Library code raises :class:`tierlab.common.errors.TierlabError`; only here is it turned into one line on
 stderr and exit status 2. Ctrl-C prints one line and exits 130; SIGTERM likewise, exit 143 (temporary
 outputs are removed on the way out in both cases). The console script is :func:`script`.
 """
@@ -17,28 +17,28 @@ import warnings
 
 import click
 
-from common.errors import TierlabError
+from tierlab.common.errors import TierlabError
 
 # One line per subcommand: its name and the module defining it as a click command named
 # ``command``. A module is imported only when its command runs (or help lists them all): a command
 # pays for its own imports, not for every other command's.
 COMMANDS = {
-    "trace": "emulator.cli.trace",
-    "info": "emulator.cli.info",
-    "models": "emulator.cli.models",
-    "mrc": "emulator.cli.mrc",
-    "bench": "emulator.cli.bench",
-    "chips": "emulator.cli.chips",
-    "systems": "emulator.cli.systems",
-    "collectives": "emulator.cli.collectives",
-    "replay": "emulator.cli.replay",
-    "run": "emulator.cli.run",
-    "throughput": "emulator.cli.throughput",
-    "compare": "emulator.cli.compare",
-    "capacity": "emulator.cli.capacity",
-    "sweep": "emulator.cli.sweep",
-    "export": "emulator.cli.export",
-    "import": "emulator.cli.import_",
+    "trace": "tierlab.cli.trace",
+    "info": "tierlab.cli.info",
+    "models": "tierlab.cli.models",
+    "mrc": "tierlab.cli.mrc",
+    "bench": "tierlab.cli.bench",
+    "chips": "tierlab.cli.chips",
+    "systems": "tierlab.cli.systems",
+    "collectives": "tierlab.cli.collectives",
+    "replay": "tierlab.cli.replay",
+    "run": "tierlab.cli.run",
+    "throughput": "tierlab.cli.throughput",
+    "compare": "tierlab.cli.compare",
+    "capacity": "tierlab.cli.capacity",
+    "sweep": "tierlab.cli.sweep",
+    "export": "tierlab.cli.export",
+    "import": "tierlab.cli.import_",
 }
 
 

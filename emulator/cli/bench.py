@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 
-from emulator.cli.options import json_option
-from emulator.present.format import table
-from common.errors import UsageError
+from tierlab.cli.options import json_option
+from tierlab.present.format import table
+from tierlab.common.errors import UsageError
 
 # Arguments that make a benchmark finish in seconds (--quick): for trying the harness, not for figures.
 QUICK_ARGS = {

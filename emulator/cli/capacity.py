@@ -6,10 +6,10 @@ import json
 
 import click
 
-from emulator.cli.options import json_option
-from emulator.present.capacity import format_plan
-from traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
-from common.errors import UsageError
+from tierlab.cli.options import json_option
+from tierlab.present.capacity import format_plan
+from tierlab.traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
+from tierlab.common.errors import UsageError
 
 
 def _int(value, name):
@@ -38,8 +38,8 @@ def _int(value, name):
 def command(model, chip_name, tiers, memory, weights, kv, activations, batch, context, chunk, quant_group, as_json):
     """The longest context whose weights + KV + activation workspace fit a chip's memory or a budget;
     with --context, the largest batch. The model's own position limit is stated separately."""
-    from emulator.analysis.capacity import Budget, capacity
-    from traces.spec import load_model
+    from tierlab.analysis.capacity import Budget, capacity
+    from tierlab.traces.spec import load_model
 
     if (chip_name is None) == (memory is None):
         raise UsageError("give exactly one of --chip NAME or --memory SIZE", field="--chip")
@@ -47,15 +47,15 @@ def command(model, chip_name, tiers, memory, weights, kv, activations, batch, co
         raise UsageError("--tier needs --chip", field="--tier")
     spec = load_model(model)
     if chip_name is not None:
-        from emulator.chip.chipfile import load_chip
+        from tierlab.chip.chipfile import load_chip
 
         budget = Budget.of_chip(load_chip(chip_name), tiers)
     else:
-        from emulator.chip.units import parse_quantity
+        from tierlab.chip.units import parse_quantity
 
         budget = Budget.of_size(parse_quantity(memory, "size", field="--memory"))
     if weights is None:
-        from traces.weightfmt import default_weights
+        from tierlab.traces.weightfmt import default_weights
 
         weights = default_weights(spec)
     plan = capacity(spec, budget, weights=weights, kv=kv, activations=activations, batch=_int(batch, "--batch"),

@@ -6,9 +6,9 @@ import json
 
 import click
 
-from emulator.chip.chipfile import list_presets, load_chip
-from emulator.cli.options import json_option
-from emulator.present.chips import chip_to_dict, format_chip, format_chip_list
+from tierlab.chip.chipfile import list_presets, load_chip
+from tierlab.cli.options import json_option
+from tierlab.present.chips import chip_to_dict, format_chip, format_chip_list
 
 
 @click.command("chips")

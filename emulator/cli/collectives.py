@@ -1,8 +1,8 @@
 """``tierlab collectives [SYSTEM ...] [--ranks N] [--measured] [--json]``: the modelled all-reduce
 time and bus bandwidth from 1 KiB to 8 GiB on each system (every preset if none is named), as the
-calibrated latency runs collectives (:mod:`emulator.network.protocols`) and as the roofline does;
+calibrated latency runs collectives (:mod:`tierlab.network.protocols`) and as the roofline does;
 ``--measured`` sets the published nccl-tests curves beside the model on their systems
-(:mod:`emulator.analysis.collective_curve`)."""
+(:mod:`tierlab.analysis.collective_curve`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import json
 
 import click
 
-from common.errors import UsageError
-from emulator.cli.options import json_option
+from tierlab.common.errors import UsageError
+from tierlab.cli.options import json_option
 
 
 @click.command("collectives")
@@ -25,10 +25,10 @@ from emulator.cli.options import json_option
 @json_option
 def command(systems, ranks, library, protocol, measured, as_json):
     """All-reduce time and bus bandwidth by message size, modelled (and measured with --measured)."""
-    from emulator.analysis.collective_curve import MEASURED, against_measured, curve
-    from emulator.network.protocols import Settings
-    from emulator.present.format import format_si, table
-    from emulator.system.systemfile import list_presets, load_system
+    from tierlab.analysis.collective_curve import MEASURED, against_measured, curve
+    from tierlab.network.protocols import Settings
+    from tierlab.present.format import format_si, table
+    from tierlab.system.systemfile import list_presets, load_system
 
     if measured:
         out = [against_measured(mc) for mc in MEASURED]

@@ -1,7 +1,7 @@
 """``tierlab compare MODEL --chips a,b,c [--systems x,y] [trace options] [--pim/--no-pim] [--json] [--csv FILE] [--plot FILE]``.
 
 ``--systems`` (comma-separated system presets or files) replays the trace on each system too
-(:func:`emulator.analysis.system_result.compare_systems`): systems and chips side by side in one
+(:func:`tierlab.analysis.system_result.compare_systems`): systems and chips side by side in one
 table, the systems after the chips; ``--json`` lists them under ``systems``.
 
 MODEL is a model (preset, config.json or directory), traced once with the trace options, or an
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import click
 
-from emulator.cli.execution import apply_execution, execution_from, execution_options
-from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
-from emulator.cli.trace import capture_option, plan_trace, run_options, write_trace
-from common.errors import UsageError
-from emulator.network.collective import ALGORITHM_NAMES
+from tierlab.cli.execution import apply_execution, execution_from, execution_options
+from tierlab.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
+from tierlab.cli.trace import capture_option, plan_trace, run_options, write_trace
+from tierlab.common.errors import UsageError
+from tierlab.network.collective import ALGORITHM_NAMES
 
 
 def _chip_list(text: str, what: str = "chip", example: str = "sn40l,h100", field: str = "--chips") -> list[str]:
@@ -37,7 +37,7 @@ def _chip_list(text: str, what: str = "chip", example: str = "sn40l,h100", field
 
 
 def _is_trace(path: str) -> bool:
-    from traces.format import MANIFEST
+    from tierlab.traces.format import MANIFEST
 
     p = Path(path)
     return p.is_dir() and (p / MANIFEST).is_file()
@@ -68,12 +68,12 @@ def _is_trace(path: str) -> bool:
 def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plot_path, html_path, keep_trace, kernel,
             place, force, as_json, capture, **kw):
     """Replay one trace of MODEL on every chip (and system) and show the per-token figures side by side."""
-    from emulator.analysis.compare import compare, load_chips, to_json
-    from emulator.analysis.system_result import compare_systems
-    from emulator.present.compare import format_table, model_line, plot_title, write_csv
-    from emulator.engine.options import ReplayOptions
-    from emulator.system.systemfile import load_system
-    from common.atomic import check_output
+    from tierlab.analysis.compare import compare, load_chips, to_json
+    from tierlab.analysis.system_result import compare_systems
+    from tierlab.present.compare import format_table, model_line, plot_title, write_csv
+    from tierlab.engine.options import ReplayOptions
+    from tierlab.system.systemfile import load_system
+    from tierlab.common.atomic import check_output
 
     if not chips_text and not systems_text:
         raise UsageError("give --chips a,b and/or --systems x,y", field="--chips")
@@ -87,14 +87,14 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
         if p:
             check_output(p, force=force)
     if plot_path or html_path:
-        from emulator.cli.views import need_matplotlib
+        from tierlab.cli.views import need_matplotlib
 
         need_matplotlib("--plot" if plot_path else "--html")  # no matplotlib: say so before the replays
     options = ReplayOptions(pim=pim, kernel=kernel)
     progress = (lambda name: click.echo(f"replaying on {name}", err=True)) if sys.stderr.isatty() else None
 
     def run(trace_path):
-        from traces.reader import open_trace
+        from tierlab.traces.reader import open_trace
 
         trace = open_trace(trace_path)
         rows = compare(trace, chips, options, extra_rules=rules, progress=progress) if chips else []
@@ -103,11 +103,11 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
         if csv_path:
             write_csv(rows + srows, csv_path, force=force)
         if plot_path:
-            from emulator.present.plots import plot_comparison
+            from tierlab.present.plots import plot_comparison
 
             plot_comparison(rows + srows, plot_path, title=plot_title(trace, pim=pim), force=force)
         if html_path:
-            from emulator.present.html import compare_report, write_html
+            from tierlab.present.html import compare_report, write_html
 
             write_html(compare_report(rows + srows, trace, pim=pim), html_path, force=force)
         if as_json:
@@ -115,9 +115,9 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
             if systems:
                 d["systems"] = [{"system": r.chip, "fits": r.ok, "reason": r.reason, "summary": r.summary or None,
                                  "replay": r.result} for r in srows]
-            from emulator.api.handover import hand_over
+            from tierlab.api.handover import hand_over
 
-            if hand_over(d, rows=rows + srows, trace=trace):   # the Python API (emulator.api) takes it
+            if hand_over(d, rows=rows + srows, trace=trace):   # the Python API (tierlab.api) takes it
                 return
             click.echo(json.dumps(d, indent=2))
         else:

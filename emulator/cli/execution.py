@@ -1,5 +1,5 @@
 """``--fusion``, ``--overlap``, ``--kernel-overhead`` and ``--achievable/--no-achievable``: the
-calibrated latency's settings (:mod:`emulator.cost.organisation`), each overriding the chip file's
+calibrated latency's settings (:mod:`tierlab.cost.organisation`), each overriding the chip file's
 ``[execution]`` and ``achievable`` keys where given. They change only the calibrated figures
 (``per_token.latency_calibrated_s`` and its neighbours), never the counts, energy or roofline."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from emulator.chip.hierarchy import FUSIONS, OVERLAPS
+from tierlab.chip.hierarchy import FUSIONS, OVERLAPS
 
 KEYS = ("fusion", "overlap", "kernel_overhead", "achievable")
 
@@ -40,14 +40,14 @@ def execution_from(kw: dict) -> dict:
 
 def apply_execution(chip, ex: dict):
     """``chip`` with the given settings (``ex`` from :func:`execution_from`) in place of its own."""
-    from emulator.chip.units import parse_quantity
-    from emulator.cost.organisation import with_execution
+    from tierlab.chip.units import parse_quantity
+    from tierlab.cost.organisation import with_execution
 
     overhead = ex.get("kernel_overhead")
     if overhead is not None:
         overhead = parse_quantity(overhead, "time", field="--kernel-overhead")
         if overhead < 0:
-            from common.errors import UsageError
+            from tierlab.common.errors import UsageError
 
             raise UsageError(f"must not be negative, got {ex['kernel_overhead']!r}", field="--kernel-overhead")
     return with_execution(chip, fusion=ex.get("fusion"), overlap=ex.get("overlap"), kernel_overhead_s=overhead,

@@ -5,7 +5,7 @@
   ``collectives.parquet`` for several devices); ``--table NAME -o FILE.parquet`` writes one table.
   Each file carries the trace's manifest as the schema metadata key ``tierlab_manifest``.
 * ``ramulator`` / ``dramsim3``: the requests reaching tier ``--tier`` of ``--chip`` during the replay,
-  in order (:mod:`emulator.analysis.tier_requests`): Ramulator 2's ``LoadStoreTrace`` lines
+  in order (:mod:`tierlab.analysis.tier_requests`): Ramulator 2's ``LoadStoreTrace`` lines
   ``LD 0xADDR`` / ``ST 0xADDR``, or DRAMsim3's ``0xADDR READ|WRITE CYCLE`` with CYCLE the request's
   index (one request per cycle: the order, not a timing).
 Every output is written under a temporary name and renamed when complete.
@@ -17,7 +17,7 @@ import json
 
 import click
 
-from emulator.cli.options import force_option
+from tierlab.cli.options import force_option
 
 FORMATS = ("parquet", "ramulator", "dramsim3")
 TABLE_NAMES = ("tensors", "ops", "accesses", "collectives")
@@ -29,9 +29,9 @@ def write_parquet_tables(trace, out, *, table: str | None = None, force: bool = 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from common.atomic import atomic_path
-    from common.errors import UsageError
-    from traces.format import ACCESSES_SCHEMA
+    from tierlab.common.atomic import atomic_path
+    from tierlab.common.errors import UsageError
+    from tierlab.traces.format import ACCESSES_SCHEMA
 
     meta = {b"tierlab_manifest": json.dumps(trace.manifest).encode()}
     present = ["tensors", "ops", "accesses"] + (["collectives"] if "device" in trace.ops.schema.names else [])
@@ -59,10 +59,10 @@ def write_parquet_tables(trace, out, *, table: str | None = None, force: bool = 
 
 def write_requests(trace, chip: str, tier: str, fmt: str, out, *, force: bool = False) -> int:
     """Write the requests reaching ``tier`` in Ramulator 2 or DRAMsim3 trace form; return their number."""
-    from common.atomic import atomic_path
-    from emulator.analysis.tier_requests import tier_requests
+    from tierlab.common.atomic import atomic_path
+    from tierlab.analysis.tier_requests import tier_requests
 
-    from emulator.cli.progress import counting_bar
+    from tierlab.cli.progress import counting_bar
 
     n = 0
     # the requests of a model's run are many (hundreds of millions for a few tokens of an 8 B model):
@@ -95,8 +95,8 @@ def write_requests(trace, chip: str, tier: str, fmt: str, out, *, force: bool = 
 @force_option
 def command(trace, fmt, output, table, chip, tier, force):
     """Export TRACE: its tables as Parquet, or the memory requests reaching one tier of a chip."""
-    from common.errors import UsageError
-    from traces.reader import open_trace
+    from tierlab.common.errors import UsageError
+    from tierlab.traces.reader import open_trace
 
     if fmt == "parquet":
         if chip or tier:
@@ -108,8 +108,8 @@ def command(trace, fmt, output, table, chip, tier, force):
         raise UsageError(f"--format {fmt} needs --chip and --tier", field="--tier" if chip else "--chip")
     if table:
         raise UsageError("--table belongs to --format parquet", field="--table")
-    from common.atomic import check_output
-    from emulator.chip.chipfile import load_chip
+    from tierlab.common.atomic import check_output
+    from tierlab.chip.chipfile import load_chip
 
     load_chip(chip)
     check_output(output, force=force)

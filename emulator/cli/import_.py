@@ -1,7 +1,7 @@
 """``tierlab import FILE -o OUT.trace [--format F] [--line 64] [--straddle both|once]
 [--instructions | --data-only] [--force] [--json]``: an address trace (a .npy array, a text list,
 Dinero IV din, CSV, Valgrind Lackey, drcachesim's view, ChampSim; gzip/xz read as a stream) into an
-address trace (:mod:`traces.importers`, :mod:`traces.addresses`)."""
+address trace (:mod:`tierlab.traces.importers`, :mod:`tierlab.traces.addresses`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 
 import click
 
-from emulator.cli.options import force_option, json_option
+from tierlab.cli.options import force_option, json_option
 
 FORMATS = ["npy", "text", "din", "csv", "lackey", "drcachesim", "champsim"]
 
@@ -31,8 +31,8 @@ FORMATS = ["npy", "text", "din", "csv", "lackey", "drcachesim", "champsim"]
 @json_option
 def command(file, output, fmt, line, straddle, instructions, force, as_json):
     """Import FILE (addresses, optionally sizes and read/write) as an address trace of one op."""
-    from common.atomic import check_output
-    from traces.importers import import_trace
+    from tierlab.common.atomic import check_output
+    from tierlab.traces.importers import import_trace
 
     check_output(output, force=force, directory=True)
     s = import_trace(file, output, fmt=fmt, line=line, force=force, straddle=straddle, instructions=instructions)

@@ -6,8 +6,8 @@ import json
 
 import click
 
-from emulator.cli.options import json_option
-from emulator.present.format import format_number, numeric_align, table
+from tierlab.cli.options import json_option
+from tierlab.present.format import format_number, numeric_align, table
 
 
 @click.command("info")
@@ -17,8 +17,8 @@ from emulator.present.format import format_number, numeric_align, table
 @json_option
 def command(trace, max_steps, as_json):
     """Summarise TRACE: tables, parameters, FLOPs, bytes read/written by phase and tensor kind, per step."""
-    from traces.reader import open_trace
-    from traces.summary import summarize
+    from tierlab.traces.reader import open_trace
+    from tierlab.traces.summary import summarize
 
     s = summarize(open_trace(trace))
     if as_json:

@@ -1,8 +1,8 @@
 """``tierlab mrc``: exact miss-ratio curves of one tier of a chip, from a trace, in one pass.
 
-The work is :func:`emulator.analysis.tier_mrc.tier_mrc` (which stream the tier sees, what each row
-means); its text is :func:`emulator.present.mrc.format_mrc` and its plot
-:func:`emulator.present.plots.plot_mrc`.
+The work is :func:`tierlab.analysis.tier_mrc.tier_mrc` (which stream the tier sees, what each row
+means); its text is :func:`tierlab.present.mrc.format_mrc` and its plot
+:func:`tierlab.present.plots.plot_mrc`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import json
 
 import click
 
-from emulator.chip.units import parse_quantity
-from emulator.cli.options import force_option, json_option
-from emulator.cli.progress import counting_bar
+from tierlab.chip.units import parse_quantity
+from tierlab.cli.options import force_option, json_option
+from tierlab.cli.progress import counting_bar
 
-# the library's default (emulator.analysis.tier_mrc.DEFAULT_OPT_LIMIT_BLOCKS; a test holds them
+# the library's default (tierlab.analysis.tier_mrc.DEFAULT_OPT_LIMIT_BLOCKS; a test holds them
 # equal): the analysis, and Numba with it, is imported only when the command runs
 OPT_LIMIT_BLOCKS = 1 << 24
 
@@ -41,12 +41,12 @@ def _sizes(text: str | None) -> list[int]:
 @json_option
 def command(trace_path, tier_name, chip_name, sizes, max_ways, opt, opt_limit, plot, force, as_json):
     """Exact LRU (and OPT) miss-ratio curve of one tier, every capacity in one pass."""
-    from emulator.analysis.tier_mrc import tier_mrc
-    from emulator.chip.chipfile import load_chip
-    from emulator.present.mrc import format_mrc
-    from emulator.present.plots import plot_mrc, pyplot
-    from common.atomic import check_output
-    from traces.reader import open_trace
+    from tierlab.analysis.tier_mrc import tier_mrc
+    from tierlab.chip.chipfile import load_chip
+    from tierlab.present.mrc import format_mrc
+    from tierlab.present.plots import plot_mrc, pyplot
+    from tierlab.common.atomic import check_output
+    from tierlab.traces.reader import open_trace
 
     if plot:
         check_output(plot, force=force)

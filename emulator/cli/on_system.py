@@ -1,6 +1,6 @@
 """Replays on a system of many chips, shared by ``tierlab run`` and ``tierlab replay``: ``--system``
 (instead of ``--chip``) replays every device's slice of a trace on the system's chip and costs the
-collectives on its network (:mod:`emulator.system_pipeline`, :mod:`emulator.cost.system_cost`);
+collectives on its network (:mod:`tierlab.system_pipeline`, :mod:`tierlab.cost.system_cost`);
 ``--collective-algo`` picks the collective algorithm.
 """
 
@@ -10,10 +10,10 @@ import json
 
 import click
 
-from common.errors import UsageError
-from emulator.cli.options import placement_rules
-from emulator.cli.views import write_system_views
-from emulator.network.collective import ALGORITHM_NAMES
+from tierlab.common.errors import UsageError
+from tierlab.cli.options import placement_rules
+from tierlab.cli.views import write_system_views
+from tierlab.network.collective import ALGORITHM_NAMES
 
 
 def chip_optional(cmd):
@@ -28,7 +28,7 @@ def chip_optional(cmd):
 def system_options(f):
     """``--system``, ``--collective-algo`` and how collectives run for the calibrated latency
     (``--collective-lib``, ``--protocol``, ``--comm-overlap``, ``--no-overheads``)."""
-    from emulator.network.choices import LIBRARIES, OVERLAPS, PROTOCOLS
+    from tierlab.network.choices import LIBRARIES, OVERLAPS, PROTOCOLS
 
     f = click.option("--no-overheads", "no_overheads", is_flag=True, default=False,
                      help="Calibrated latency with every overhead off (peak rates, no kernel or collective "
@@ -60,8 +60,8 @@ def check_target(kw: dict) -> None:
 
 def check_algorithm(system, algo: str) -> None:
     """An algorithm the system's scale-up fabric cannot run at all fails before any tracing."""
-    from emulator.network.collective import Group, refusal
-    from emulator.network.registry import ALGORITHMS
+    from tierlab.network.collective import Group, refusal
+    from tierlab.network.registry import ALGORITHMS
 
     if algo == "auto" or system.n_chips < 2:
         return
@@ -79,8 +79,8 @@ def system_of(kw: dict):
     ``--kernel-overhead``, ``--no-achievable``) where given."""
     from dataclasses import replace
 
-    from emulator.cli.execution import apply_execution
-    from emulator.system.systemfile import load_system
+    from tierlab.cli.execution import apply_execution
+    from tierlab.system.systemfile import load_system
 
     system = load_system(kw["system"])
     check_algorithm(system, kw.get("collective_algo", "auto"))
@@ -93,9 +93,9 @@ def system_of(kw: dict):
 
 
 def collective_settings(kw: dict, system):
-    """The :class:`emulator.network.protocols.Settings` of the options (the system file's library and
+    """The :class:`tierlab.network.protocols.Settings` of the options (the system file's library and
     skew, the chip's kernel overhead as the launch, unless overridden)."""
-    from emulator.network.protocols import Settings
+    from tierlab.network.protocols import Settings
 
     return Settings(library=kw.get("collective_lib") or system.collective_library,
                     protocol=kw.get("protocol") or "auto",
@@ -122,12 +122,12 @@ def check_chip_run(kw: dict) -> None:
 def system_replay_and_report(trace, system, kw: dict, options, *, as_json: bool) -> dict:
     """Replay ``trace`` on ``system`` (:func:`system_of`) with ``options`` (:class:`ReplayOptions`);
     print the tables or JSON."""
-    from emulator.analysis.system_result import to_json
-    from emulator.cli.progress import counting_bar
-    from emulator.cost.system_cost import cost_system
-    from emulator.present.system_report import format_system_text
-    from emulator.system_pipeline import check_fits, replay_system
-    from traces.reader import open_trace
+    from tierlab.analysis.system_result import to_json
+    from tierlab.cli.progress import counting_bar
+    from tierlab.cost.system_cost import cost_system
+    from tierlab.present.system_report import format_system_text
+    from tierlab.system_pipeline import check_fits, replay_system
+    from tierlab.traces.reader import open_trace
 
     rules = placement_rules(kw.get("place"))
     trace = open_trace(trace)
@@ -138,9 +138,9 @@ def system_replay_and_report(trace, system, kw: dict, options, *, as_json: bool)
     sc = cost_system(sr)
     d = to_json(sr, sc, collectives=collective_settings(kw, system), overlap=kw.get("comm_overlap") or "none")
     write_system_views(kw, d, sr, sc, force=kw.get("force", False))
-    from emulator.api.handover import hand_over
+    from tierlab.api.handover import hand_over
 
-    if hand_over(d, replay=sr, cost=sc):       # the Python API (emulator.api) takes it instead
+    if hand_over(d, replay=sr, cost=sc):       # the Python API (tierlab.api) takes it instead
         return d
     click.echo(json.dumps(d, indent=2) if as_json else format_system_text(d))
     return d

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from emulator.engine.dispatch import KERNEL_NAMES
+from tierlab.engine.dispatch import KERNEL_NAMES
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 force_option = click.option("--force", is_flag=True, help="Replace an existing output.")
@@ -21,6 +21,6 @@ kernel_option = click.option(
 
 def placement_rules(texts) -> tuple:
     """The ``--place`` rules as PlacementRule objects (checked against the chip by placement)."""
-    from emulator.chip.placement import parse_rule
+    from tierlab.chip.placement import parse_rule
 
     return tuple(parse_rule(t) for t in texts or ())

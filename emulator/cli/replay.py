@@ -9,14 +9,14 @@ import json
 
 import click
 
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
-from emulator.cli.execution import apply_execution, execution_options
-from emulator.cli.on_system import (check_chip_run, check_system_run, check_target, chip_optional, system_of, system_options,
+from tierlab.cli.execution import apply_execution, execution_options
+from tierlab.cli.on_system import (check_chip_run, check_system_run, check_target, chip_optional, system_of, system_options,
                                     system_replay_and_report)
-from emulator.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
-from emulator.cli.progress import counting_bar
-from emulator.cli.views import check_views, view_options, write_chip_views
+from tierlab.cli.options import force_option, json_option, kernel_option, place_option, placement_rules
+from tierlab.cli.progress import counting_bar
+from tierlab.cli.views import check_views, view_options, write_chip_views
 
 
 def replay_options(f):
@@ -54,7 +54,7 @@ def replay_options(f):
 
 
 def options_from(kw: dict):
-    from emulator.engine.options import ReplayOptions
+    from tierlab.engine.options import ReplayOptions
 
     return ReplayOptions(store_hit_recency=kw["store_hit_recency"], fetch_on_write_miss=kw["fetch_on_write_miss"],
                          fetch_on_writeback_miss=kw["fetch_on_writeback_miss"], flush=kw["flush"],
@@ -65,19 +65,19 @@ def options_from(kw: dict):
 
 def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     """Replay ``trace`` with the options in ``kw``; print the tables or JSON; write Parquet if asked."""
-    from emulator.chip.chipfile import load_chip
-    from emulator.pipeline import replay_trace
-    from emulator.analysis.result import to_json
-    from emulator.cost.trace_cost import cost_of
-    from emulator.present.report import format_text, write_parquet
-    from common.atomic import check_output
+    from tierlab.chip.chipfile import load_chip
+    from tierlab.pipeline import replay_trace
+    from tierlab.analysis.result import to_json
+    from tierlab.cost.trace_cost import cost_of
+    from tierlab.present.report import format_text, write_parquet
+    from tierlab.common.atomic import check_output
 
     chip = apply_execution(load_chip(kw["chip"]), kw)
     placement_rules(kw.get("place"))  # a malformed rule fails before the replay
     if kw.get("output"):
         check_output(kw["output"], force=force)
     check_views(kw, force=force)
-    from traces.reader import open_trace
+    from tierlab.traces.reader import open_trace
 
     trace = open_trace(trace)
     if trace.n_devices > 1:     # each device has its own address space: one chip cannot hold them as one
@@ -91,9 +91,9 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     if kw.get("output"):
         write_parquet(tr, cst, kw["output"], force=force)
     write_chip_views(kw, d, tr, cst, force=force)
-    from emulator.api.handover import hand_over
+    from tierlab.api.handover import hand_over
 
-    if hand_over(d, replay=tr, cost=cst):      # the Python API (emulator.api) takes it instead
+    if hand_over(d, replay=tr, cost=cst):      # the Python API (tierlab.api) takes it instead
         return d
     if as_json:
         click.echo(json.dumps(d, indent=2))

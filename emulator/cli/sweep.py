@@ -1,6 +1,6 @@
 """``tierlab sweep GRID.toml | --model A,B --chip X,Y ... [-o results.parquet] [--scheduler ADDRESS]``.
 
-A design-space sweep on Dask (:mod:`emulator.sweep`): the product of the grid's axes, one row per
+A design-space sweep on Dask (:mod:`tierlab.sweep`): the product of the grid's axes, one row per
 point in a Parquet file, each trace generated once on a worker. Rerunning skips the points already
 in the file.
 """
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import click
 
-from common.errors import UsageError
-from emulator.cli.options import json_option
-from emulator.cli.progress import fraction_bar
-from emulator.sweep.grid import AXES, DEFAULT_MAX_POINTS
-from emulator.sweep.runner import DEFAULT_CONNECT_TIMEOUT_S
+from tierlab.common.errors import UsageError
+from tierlab.cli.options import json_option
+from tierlab.cli.progress import fraction_bar
+from tierlab.sweep.grid import AXES, DEFAULT_MAX_POINTS
+from tierlab.sweep.runner import DEFAULT_CONNECT_TIMEOUT_S
 
 
 def axis_options(f):
@@ -58,9 +58,9 @@ def axis_options(f):
 def command(grid, overrides, output, scheduler, workers, max_points, connect_timeout, price, usd_per_kwh,
             utilisation, plot_path, html_path, as_json, **axes):
     """Sweep a grid of models x chips/systems x run options x chip overrides; a row per point."""
-    from emulator.sweep.grid import grid_from_options, load_grid
-    from emulator.sweep.runner import run_sweep
-    from emulator.sweep.store import SweepStore
+    from tierlab.sweep.grid import grid_from_options, load_grid
+    from tierlab.sweep.runner import run_sweep
+    from tierlab.sweep.store import SweepStore
 
     given = {k: v for k, v in axes.items() if v is not None}
     if grid and (given or overrides):
@@ -82,8 +82,8 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
                    **{k: v for k, v in given_opts.items()
                       if ctx.get_parameter_source(source[k]) is not click.core.ParameterSource.DEFAULT}}
     if plot_path or html_path:
-        from common.atomic import check_output
-        from emulator.cli.views import need_matplotlib
+        from tierlab.common.atomic import check_output
+        from tierlab.cli.views import need_matplotlib
 
         need_matplotlib("--plot" if plot_path else "--html")   # no matplotlib: one line, before any work
         for p in (plot_path, html_path):
@@ -96,23 +96,23 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
                             connect_timeout=connect_timeout, progress=progress)
     d = {"output": str(output), **summary.as_dict()}
     if plot_path:
-        from emulator.present.plots import plot_pareto
-        from emulator.sweep.store import read_rows
+        from tierlab.present.plots import plot_pareto
+        from tierlab.sweep.store import read_rows
 
         wanted = {p.hash for p in g.points(max_points)}
         plot_pareto([r for r in read_rows(output) if r["point_hash"] in wanted], plot_path)
         d["plot"] = str(plot_path)
     if html_path:
-        from emulator.present.html import sweep_report, write_html
-        from emulator.sweep.store import read_rows
+        from tierlab.present.html import sweep_report, write_html
+        from tierlab.sweep.store import read_rows
 
         wanted = {p.hash for p in g.points(max_points)}
         write_html(sweep_report([r for r in read_rows(output) if r["point_hash"] in wanted], str(output)), html_path,
                    force=True)     # a view of the sweep file, as the plot: redrawn on each run
         d["html"] = str(html_path)
-    from emulator.api.handover import hand_over
+    from tierlab.api.handover import hand_over
 
-    if hand_over(d, grid=g, max_points=max_points):   # the Python API (emulator.api) takes it instead
+    if hand_over(d, grid=g, max_points=max_points):   # the Python API (tierlab.api) takes it instead
         return
     if as_json:
         click.echo(json.dumps(d, indent=1))

@@ -6,9 +6,9 @@ import json
 
 import click
 
-from emulator.cli.options import json_option
-from emulator.present.systems import format_system, format_system_list, system_to_dict
-from emulator.system.systemfile import list_presets, load_system
+from tierlab.cli.options import json_option
+from tierlab.present.systems import format_system, format_system_list, system_to_dict
+from tierlab.system.systemfile import list_presets, load_system
 
 
 @click.command("systems")

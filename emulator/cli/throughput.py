@@ -7,8 +7,8 @@ import json
 
 import click
 
-from common.errors import UsageError
-from emulator.cli.options import force_option, json_option
+from tierlab.common.errors import UsageError
+from tierlab.cli.options import force_option, json_option
 
 
 def _names(text):
@@ -53,10 +53,10 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
             parquet_path, force, as_json):
     """The serving curve of MODEL: output tokens/s against tokens/s per user, from continuous batching
     whose representative steps are replayed exactly."""
-    from common.atomic import check_output
-    from emulator.serving.capacity import UTILISATION
-    from emulator.serving.throughput import MAX_BATCH_TOKENS, throughput
-    from traces.spec import load_model
+    from tierlab.common.atomic import check_output
+    from tierlab.serving.capacity import UTILISATION
+    from tierlab.serving.throughput import MAX_BATCH_TOKENS, throughput
+    from tierlab.traces.spec import load_model
 
     given = [n for n, v in (("--chip", chip), ("--system", system), ("--chips", chips), ("--systems", systems)) if v]
     if len(given) != 1:
@@ -68,16 +68,16 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
         if p:
             check_output(p, force=force)
     if plot_path or html_path:
-        from emulator.present.plots import pyplot
+        from tierlab.present.plots import pyplot
 
         pyplot()       # matplotlib missing fails before the work
     targets = []
     if chip or chips:
-        from emulator.chip.chipfile import load_chip
+        from tierlab.chip.chipfile import load_chip
 
         targets = [dict(chip=load_chip(n)) for n in (_names(chips) or [chip])]
     else:
-        from emulator.cli.on_system import system_of
+        from tierlab.cli.on_system import system_of
 
         targets = [dict(system=system_of({"system": n, "collective_algo": collective_algo}))
                    for n in (_names(systems) or [system])]
@@ -91,7 +91,7 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
               utilisation=UTILISATION if memory_utilisation is None else memory_utilisation,
               collective_algo=collective_algo, workers=workers)
     curves = [throughput(spec, **t, **kw) for t in targets]
-    from emulator.present import serving as view
+    from tierlab.present import serving as view
 
     if plot_path:
         view.draw(curves, plot_path)
@@ -99,7 +99,7 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
         view.write_html(curves, html_path, force=force)
     if parquet_path:
         view.write_parquet(curves, parquet_path, force=force)
-    from emulator.api.handover import hand_over
+    from tierlab.api.handover import hand_over
 
     if hand_over(curves[0] if len(curves) == 1 else {"curves": curves}, curves=curves):   # the Python API takes it
         return

@@ -1,7 +1,7 @@
 """``tierlab trace MODEL -o DIR``: lower a model and a run into a trace directory.
 
 The run options are exposed as one decorator, :data:`run_options`, and :func:`run_config_from_options`
-turns their values into a :class:`traces.run.RunConfig`, so other commands (``tierlab run``) reuse them.
+turns their values into a :class:`tierlab.traces.run.RunConfig`, so other commands (``tierlab run``) reuse them.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import click
 
-from emulator.cli.options import force_option, json_option
-from emulator.cli.progress import fraction_bar
-from traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
-from common.errors import UsageError
-from traces.format import DEFAULT_ALIGNMENT
+from tierlab.cli.options import force_option, json_option
+from tierlab.cli.progress import fraction_bar
+from tierlab.traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
+from tierlab.common.errors import UsageError
+from tierlab.traces.format import DEFAULT_ALIGNMENT
 
 RUN_OPTION_NAMES = ("prompt", "context", "generate", "batch", "weights", "kv", "activations", "router", "seed",
                     "attention", "tile_m", "tile_n", "attn_tile", "align", "quant_group", "turns", "turn_prompt",
@@ -109,9 +109,9 @@ def run_options(f):
 
 def run_config_from_options(options: dict, spec=None):
     """Build a RunConfig from the values of :data:`run_options` (extra keys are ignored); without
-    ``--weights``, the model's default (:func:`traces.weightfmt.default_weights`)."""
-    from traces.run import RunConfig, conversation
-    from traces.weightfmt import default_weights
+    ``--weights``, the model's default (:func:`tierlab.traces.weightfmt.default_weights`)."""
+    from tierlab.traces.run import RunConfig, conversation
+    from tierlab.traces.weightfmt import default_weights
 
     weights = options.get("weights") or (default_weights(spec) if spec is not None else "bf16")
 
@@ -163,7 +163,7 @@ class TracePlan:
     def name(self) -> str:
         if self.spec is not None:
             return self.spec.name
-        from traces.capture import read_config
+        from tierlab.traces.capture import read_config
 
         return read_config(self.model)[1]
 
@@ -171,16 +171,16 @@ class TracePlan:
 def plan_trace(model: str, options: dict, *, capture: bool = False) -> TracePlan:
     """Read MODEL and the run options; a family with no hand lowering goes through Transformers
     (docs/capture.md), or, without the capture extra, fails in one line naming it."""
-    from traces.families import UnknownFamily
+    from tierlab.traces.families import UnknownFamily
 
     why, spec = ("--capture" if capture else ""), None
     if not capture:
-        from traces.spec import load_model
+        from tierlab.traces.spec import load_model
 
         try:
             spec = load_model(model)
         except UnknownFamily as err:
-            from traces.capture import without_hand_lowering
+            from tierlab.traces.capture import without_hand_lowering
 
             why = without_hand_lowering(err)
     return TracePlan(model, spec, run_config_from_options(options, spec), why)
@@ -189,10 +189,10 @@ def plan_trace(model: str, options: dict, *, capture: bool = False) -> TracePlan
 def write_trace(plan: TracePlan, output, *, force: bool = False, record_routing: bool = False,
                 progress: bool = False):
     """Write ``plan``'s trace to ``output`` (a directory; refused if it exists, unless ``force``) and return its path."""
-    from common.atomic import check_output
+    from tierlab.common.atomic import check_output
 
     if plan.captured:
-        from traces.capture import capture_trace, read_config
+        from tierlab.traces.capture import capture_trace, read_config
 
         if record_routing:
             raise UsageError("not available with --capture (its routing is tierlab's --router, replayable as is)",
@@ -200,13 +200,13 @@ def write_trace(plan: TracePlan, output, *, force: bool = False, record_routing:
         config, name, file = read_config(plan.model)
         check_output(output, force=force, directory=True)
         path = capture_trace(config, plan.run, output, name=name, file=file, force=force, why=plan.why)
-        from traces.reader import open_trace
+        from tierlab.traces.reader import open_trace
 
         unmapped = trace_unmapped(open_trace(path).manifest)
         if unmapped:
             click.echo(f"tierlab: warning: {unmapped}", err=True)
         return path
-    from traces.lower import generate_trace
+    from tierlab.traces.lower import generate_trace
 
     check_output(output, force=force, directory=True)
     if not progress:
@@ -236,7 +236,7 @@ def command(model, output, force, as_json, record_routing, capture, **options):
     """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
     plan = plan_trace(model, options, capture=capture)
     path = write_trace(plan, output, force=force, record_routing=record_routing, progress=True)
-    from traces.reader import open_trace
+    from tierlab.traces.reader import open_trace
 
     trace = open_trace(path)
     info = {"path": str(path), "model": plan.name, "tables": trace.manifest["tables"],
@@ -244,9 +244,9 @@ def command(model, output, force, as_json, record_routing, capture, **options):
             "lowering": trace.manifest.get("lowering", {"path": "hand"})}
     if plan.captured:
         info["capture"] = trace.manifest.get("capture")
-    from emulator.api.handover import hand_over
+    from tierlab.api.handover import hand_over
 
-    if hand_over(info, trace=trace):           # the Python API (emulator.api) takes it instead
+    if hand_over(info, trace=trace):           # the Python API (tierlab.api) takes it instead
         return
     if as_json:
         click.echo(json.dumps(info, indent=1))

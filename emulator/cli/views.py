@@ -25,19 +25,19 @@ def view_options(f):
 
 def check_views(kw: dict, *, force: bool) -> None:
     """Before any work: each output may be written, and matplotlib is there if a figure is asked."""
-    from common.atomic import check_output
+    from tierlab.common.atomic import check_output
 
     for key in ("html_path", "timeline_path", "plot_path"):
         if kw.get(key):
             check_output(kw[key], force=force)
     suffix = str(kw.get("plot_path") or ".png").rsplit(".", 1)[-1].lower()
     if suffix not in PLOT_SUFFIXES:
-        from common.errors import UsageError
+        from tierlab.common.errors import UsageError
 
         raise UsageError(f"expected an image file ending in .{', .'.join(PLOT_SUFFIXES)}, got {kw['plot_path']!r}",
                          field="--plot")
     if kw.get("mrc_tier") and not kw.get("html_path"):
-        from common.errors import UsageError
+        from tierlab.common.errors import UsageError
 
         raise UsageError("adds a curve to the report: give --html FILE too", field="--mrc")
     if kw.get("html_path") or kw.get("plot_path"):
@@ -46,8 +46,8 @@ def check_views(kw: dict, *, force: bool) -> None:
 
 def need_matplotlib(option: str) -> None:
     """matplotlib is importable, or one line naming ``option`` and the plot extra."""
-    from common.errors import UsageError
-    from emulator.present.plots import pyplot
+    from tierlab.common.errors import UsageError
+    from tierlab.present.plots import pyplot
 
     try:
         pyplot()
@@ -61,31 +61,31 @@ def write_chip_views(kw: dict, d: dict, tr, cst, *, force: bool) -> None:
     """The outputs asked for a chip replay ``tr`` costed as ``cst`` (``d`` its ``--json`` dict)."""
     mrc = None
     if kw.get("mrc_tier"):           # first: a tier the chip lacks fails before anything is written
-        from emulator.analysis.tier_mrc import tier_mrc
-        from emulator.present.figures import svg_of_plot
-        from emulator.present.mrc import format_mrc
-        from emulator.present.plots import plot_mrc
+        from tierlab.analysis.tier_mrc import tier_mrc
+        from tierlab.present.figures import svg_of_plot
+        from tierlab.present.mrc import format_mrc
+        from tierlab.present.plots import plot_mrc
 
         names = [t.name for t in tr.chip.tiers]
         if kw["mrc_tier"] not in names:
-            from common.errors import UsageError
+            from tierlab.common.errors import UsageError
 
             raise UsageError(f"unknown tier {kw['mrc_tier']!r}; chip {tr.chip.name} has {', '.join(names)}",
                              field="--mrc")
         result, curves = tier_mrc(tr.trace, tr.chip, kw["mrc_tier"])
         mrc = (svg_of_plot(plot_mrc, result, curves), format_mrc(result))
     if kw.get("timeline_path"):
-        from emulator.present.timeline import chip_timeline, write_timeline
+        from tierlab.present.timeline import chip_timeline, write_timeline
 
         write_timeline(chip_timeline(tr, cst), kw["timeline_path"], force=force)
     if kw.get("plot_path"):
-        from emulator.present import breakdown, figures
+        from tierlab.present import breakdown, figures
 
         fig = figures.roofline_figure(breakdown.roofline_points(tr, cst), breakdown.roofline_ceilings(tr.chip, cst),
                                       title=f"roofline on {tr.chip.name}")
         figures.save(fig, kw["plot_path"], force=force)
     if kw.get("html_path"):
-        from emulator.present.html import chip_report, write_html
+        from tierlab.present.html import chip_report, write_html
 
         write_html(chip_report(d, tr, cst, mrc=mrc), kw["html_path"], force=force)
 
@@ -93,21 +93,21 @@ def write_chip_views(kw: dict, d: dict, tr, cst, *, force: bool) -> None:
 def write_system_views(kw: dict, d: dict, sr, sc, *, force: bool) -> None:
     """The outputs asked for a system replay ``sr`` costed as ``sc``; the roofline is device 0's."""
     if kw.get("mrc_tier"):
-        from common.errors import UsageError
+        from tierlab.common.errors import UsageError
 
         raise UsageError("the miss-ratio curve applies to a --chip run (or tierlab mrc on the trace)", field="--mrc")
     if kw.get("timeline_path"):
-        from emulator.present.timeline import system_timeline, write_timeline
+        from tierlab.present.timeline import system_timeline, write_timeline
 
         write_timeline(system_timeline(sr, sc), kw["timeline_path"], force=force)
     if kw.get("plot_path"):
-        from emulator.present import breakdown, figures
+        from tierlab.present import breakdown, figures
 
         tr, cst = sr.devices[0], sc.devices[0]
         fig = figures.roofline_figure(breakdown.roofline_points(tr, cst), breakdown.roofline_ceilings(tr.chip, cst),
                                       title=f"roofline of device 0 of {sr.system.name}")
         figures.save(fig, kw["plot_path"], force=force)
     if kw.get("html_path"):
-        from emulator.present.html import system_report, write_html
+        from tierlab.present.html import system_report, write_html
 
         write_html(system_report(d, sr, sc), kw["html_path"], force=force)

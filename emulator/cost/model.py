@@ -7,7 +7,7 @@ Energy (joules), per op, split by component:
   link ``l``:   (bytes_down_l + bytes_up_l) x link energy_l
   compute:      FLOPs x energy per FLOP of the run's compute dtype, for ops run on the chip's compute
   PIM at ``i``: pim_bytes_i x the PIM unit's in-bank read energy, plus the FLOPs of the ops that unit
-                runs (:mod:`emulator.cost.pim`) x its energy per FLOP
+                runs (:mod:`tierlab.cost.pim`) x its energy per FLOP
 The end-of-run flush, if replayed, is costed separately (``flush_j``) and not in the totals.
 That is the **dynamic** energy. The **board** energy adds the chip's static power (``[power]``:
 ``static``, else ``idle``) over the modelled time of each decode step: the calibrated latency where the
@@ -34,7 +34,7 @@ could not reach (chip file h100.toml, [S104] [S47]).
 Compute dtype: the trace's activations dtype (``manifest["run"]["activations"]``), falling back to its
 weights dtype, then ``bf16``, then the chip's first listed dtype (synthetic traces have no run); an FP4
 activation format (``nvfp4``, ``mxfp4``) the chip lacks falls to ``fp8`` then ``bf16``, with a note
-(:mod:`emulator.chip.compute`).
+(:mod:`tierlab.chip.compute`).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, FILLS, PIM_BYTES, UNFETCHED, link_bytes
-from emulator.chip.hierarchy import Chip
+from tierlab.engine.counters import BYTES_READ, BYTES_WRITTEN, FILLS, PIM_BYTES, UNFETCHED, link_bytes
+from tierlab.chip.hierarchy import Chip
 
 
 class NoPowerWarning(UserWarning):
@@ -54,9 +54,9 @@ class NoPowerWarning(UserWarning):
 
 def compute_dtype(chip: Chip, manifest: dict | None) -> str:
     """The dtype whose peak rate and energy per FLOP cost the run's arithmetic
-    (:func:`emulator.chip.compute.compute_dtype_of_run`: an FP4 format the chip lacks falls back
+    (:func:`tierlab.chip.compute.compute_dtype_of_run`: an FP4 format the chip lacks falls back
     to fp8, then bf16, with a note)."""
-    from emulator.chip.compute import compute_dtype_of_run
+    from tierlab.chip.compute import compute_dtype_of_run
     return compute_dtype_of_run(chip, manifest)
 
 
@@ -74,7 +74,7 @@ class Cost:
     latency_s: np.ndarray            # [op]
     bound: np.ndarray                # [op]: index into resources
     flush_j: float
-    organisation: object = None      # emulator.cost.organisation.Organisation: the calibrated latency
+    organisation: object = None      # tierlab.cost.organisation.Organisation: the calibrated latency
     static_power_w: float | None = None  # the chip's [power] static watts (None: no [power], dynamic only)
 
     @property
@@ -93,6 +93,19 @@ class Cost:
                 "tiers": float(tiers.sum()), "links": float(links.sum()), "compute": comp,
                 "pim": float(pim.sum()), "by_tier": tiers.tolist(), "by_link": links.tolist(),
                 "pim_by_tier": pim.tolist()}
+
+
+def port_bytes(tiers, per_op: np.ndarray) -> np.ndarray:
+    """Bytes through each tier's port per op, ``[op, tier]``: bytes read + written, less, on a tier
+    that forwards its misses, the fetched fill bytes a read took on their way through (module
+    docstring)."""
+    b_rd = per_op[:, :, BYTES_READ].astype(np.float64)
+    port = b_rd + per_op[:, :, BYTES_WRITTEN].astype(np.float64)
+    for i, t in enumerate(tiers):
+        if t.forward_misses:
+            fetched = (per_op[:, i, FILLS] - per_op[:, i, UNFETCHED]).astype(np.float64) * t.block_bytes
+            port[:, i] -= np.minimum(fetched, b_rd[:, i])
+    return port
 
 
 def cost(chip: Chip, per_op: np.ndarray, block_bytes: np.ndarray, flops: np.ndarray,
@@ -138,11 +151,7 @@ def cost(chip: Chip, per_op: np.ndarray, block_bytes: np.ndarray, flops: np.ndar
         pim_flop_time[sel, k] = flops[sel] / u.flop_per_s
         compute_j[sel] = 0.0
         compute_s[sel] = 0.0
-    port = b_rd + b_wr
-    for i, t in enumerate(tiers):
-        if t.forward_misses:
-            fetched = (per_op[:, i, FILLS] - per_op[:, i, UNFETCHED]).astype(np.float64) * t.block_bytes
-            port[:, i] -= np.minimum(fetched, b_rd[:, i])
+    port = port_bytes(tiers, per_op)
     time_s = np.concatenate([compute_s[:, None], port / bw, lb / lbw if len(links) else
                              np.zeros((n_ops, 0)), pim_time, pim_flop_time], axis=1)
     resources = (("compute",) + tuple(f"tier:{t.name}" for t in tiers)
@@ -204,7 +213,7 @@ def per_token(cst: Cost, per_op: np.ndarray, block_bytes: np.ndarray, step: np.n
 
     ``in_memory_bytes_by_tier`` (tiers whose PIM unit read anything, with ``tier_names``) and
     ``energy_split_j`` (tiers, links, compute, pim) are per token like ``bytes_by_link``.
-    With ``cst.organisation`` (:mod:`emulator.cost.organisation`) the calibrated figures are added
+    With ``cst.organisation`` (:mod:`tierlab.cost.organisation`) the calibrated figures are added
     beside the roofline's (``latency_s`` and ``tokens_per_s`` stay the roofline): per decode step
     ``latency_calibrated_s``, ``tokens_per_s_calibrated``, ``kernels`` (kernels per step, i.e. per
     token of each sequence), ``overhead_s`` (their fixed overhead), ``bound_calibrated`` and

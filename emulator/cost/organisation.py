@@ -1,7 +1,7 @@
 """The organisation cost: what a measured latency adds to the roofline (kernels, fusion, overlap,
 achievable fractions of peak), from the per-op roofline times and the chip's ``[execution]``.
 
-The roofline (:mod:`emulator.cost.model`) charges each op the largest of its resources' busy times
+The roofline (:mod:`tierlab.cost.model`) charges each op the largest of its resources' busy times
 at peak. The **calibrated latency** is built from the same per-resource times in four documented
 steps; every setting is optional and at its default adds nothing, so with all defaults the
 calibrated latency *is* the roofline (tested):
@@ -36,8 +36,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from common.errors import UsageError
-from emulator.chip.hierarchy import FUSIONS, OVERLAPS, Chip
+from tierlab.common.errors import UsageError
+from tierlab.chip.hierarchy import FUSIONS, OVERLAPS, Chip
 
 
 def with_execution(chip: Chip, *, fusion: str | None = None, overlap: str | None = None,
@@ -64,7 +64,7 @@ def with_execution(chip: Chip, *, fusion: str | None = None, overlap: str | None
 
 
 def fractions(chip: Chip, resources: tuple[str, ...]) -> np.ndarray:
-    """The achievable fraction of each resource of a :class:`~emulator.cost.model.Cost`."""
+    """The achievable fraction of each resource of a :class:`~tierlab.cost.model.Cost`."""
     by_name = {"compute": chip.compute.achievable}
     by_name.update({f"tier:{t.name}": t.achievable for t in chip.tiers})
     by_name.update({f"link:{lk.upper}-{lk.lower}": lk.achievable for lk in chip.links})

@@ -11,7 +11,7 @@ The rule (``docs/design.md``, accounting rules: PIM), decided once per trace and
   the op's kind. Otherwise it runs on the chip's compute as usual.
 * An op running in memory at ``T`` reads every operand tensor homed in ``T`` inside the memory: those
   read descriptors are flagged for the engine, which counts their tier-0 blocks as ``pim_bytes`` at
-  ``T`` (at the unit's internal bandwidth and in-bank read energy, see :mod:`emulator.cost.model`); they
+  ``T`` (at the unit's internal bandwidth and in-bank read energy, see :mod:`tierlab.cost.model`); they
   cross no link and fill no cache. Everything else the op touches (its input activations, its
   output, operands homed in another tier, any write) travels through the hierarchy as in a plain
   replay. Its FLOPs are costed at the PIM unit's rate and energy.
@@ -30,8 +30,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from emulator.chip.hierarchy import Chip
-from traces.columns import string_in
+from tierlab.chip.hierarchy import Chip
+from tierlab.traces.columns import string_in
 
 OPERAND_KINDS = ("weight", "kv")
 
@@ -153,7 +153,7 @@ def plan_pim(chip: Chip, op_kind, eligible: np.ndarray, home: np.ndarray, tensor
 
 def plan_for_trace(chip: Chip, trace, home: np.ndarray, *, enabled: bool = True,
                    batch_rows: int = 1 << 16, held: list | None = None) -> PimPlan | None:
-    """:func:`plan_pim` for an opened :class:`traces.reader.Trace` (``held``: its access batches,
+    """:func:`plan_pim` for an opened :class:`tierlab.traces.reader.Trace` (``held``: its access batches,
     already read and checked, else they are read here)."""
     ops = trace.ops
     if not enabled or not pim_tiers(chip):

@@ -8,14 +8,14 @@ A ``[price]`` table (chip files and system files alike)::
     source = "https://..."      # required with per_hour: where the figure comes from
     date = "2026-05-01"         # required with per_hour: the date of the figure, YYYY-MM-DD
 
-The table is read by :func:`emulator.chip.chipfile.price_from_table` (chips and systems are data:
+The table is read by :func:`tierlab.chip.chipfile.price_from_table` (chips and systems are data:
 their files are read in the chip room). :func:`usd_per_mtok` turns a price per hour and a
 throughput into dollars per million tokens.
 """
 
 from __future__ import annotations
 
-from emulator.chip.chipfile import PRICE_KEYS, parse_per_hour, price_from_table  # noqa: F401 - re-exported
+from tierlab.chip.chipfile import PRICE_KEYS, parse_per_hour, price_from_table  # noqa: F401 - re-exported
 
 
 def usd_per_mtok(price_per_hour: float, tokens_per_s: float, *, utilisation: float = 1.0,

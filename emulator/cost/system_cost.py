@@ -1,10 +1,10 @@
 """The cost of a trace replayed on a system: each device's ops costed as on one chip, each
 collective costed once on the system's network, and a step's latency as a critical path.
 
-* **Devices.** Each device's slice is costed per op by :func:`emulator.cost.trace_cost.cost_of`
-  (energy and roofline latency per op from its counts, :mod:`emulator.cost.model`).
+* **Devices.** Each device's slice is costed per op by :func:`tierlab.cost.trace_cost.cost_of`
+  (energy and roofline latency per op from its counts, :mod:`tierlab.cost.model`).
 * **Collectives.** Each row of the trace's collectives table is costed once by
-  :func:`emulator.network.collective.plan_collective` (its kind, ``Group(ranks, system)``, its size
+  :func:`tierlab.network.collective.plan_collective` (its kind, ``Group(ranks, system)``, its size
   S, the all-to-all send matrix when given, the algorithm). An algorithm asked for applies to the
   kinds it serves; other kinds take the ``auto`` rule; an algorithm that serves the kind but cannot
   run on the fabric (``in_network`` on a switch that does not reduce) is a UsageError.
@@ -31,17 +31,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from common.errors import TraceError
-from emulator.cost.model import Cost
-from emulator.cost.trace_cost import cost_of
-from emulator.network.choices import OVERLAPS
-from emulator.network.collective import CollectiveCost, Group, plan_collective
-from emulator.network.registry import ALGORITHMS
-from emulator.network.queues import BUFFER_BYTES, CHANNELS, queue_bytes
-from emulator.network.schedule import SWITCH
+from tierlab.common.errors import TraceError
+from tierlab.cost.model import Cost
+from tierlab.cost.trace_cost import cost_of
+from tierlab.network.choices import OVERLAPS
+from tierlab.network.collective import CollectiveCost, Group, plan_collective
+from tierlab.network.registry import ALGORITHMS
+from tierlab.network.queues import BUFFER_BYTES, CHANNELS, queue_bytes
+from tierlab.network.schedule import SWITCH
 
 if TYPE_CHECKING:                                   # only for the annotation
-    from emulator.system_pipeline import SystemReplay
+    from tierlab.system_pipeline import SystemReplay
 
 OP, COLL, RUN = "op", "coll", "run"
 
@@ -191,10 +191,10 @@ OVERLAP_KINDS = {"none": (), "tp": ("all_reduce", "all_gather", "reduce_scatter"
 class Calibration:
     """The calibrated latency of a system (the organisation model on every device, collectives as
     they run): per device ``op_latency_s`` and ``op_bound`` (index into the device Cost's
-    resources) by local op id, and its :class:`~emulator.cost.organisation.Organisation` of the
+    resources) by local op id, and its :class:`~tierlab.cost.organisation.Organisation` of the
     device's own ops (``organisations``; ``kernel_start`` marks each kernel's first op by local
     op id); per collective id its
-    :class:`~emulator.network.protocols.Timed`; ``settings`` and ``overlap`` as used."""
+    :class:`~tierlab.network.protocols.Timed`; ``settings`` and ``overlap`` as used."""
 
     op_latency_s: list
     op_bound: list
@@ -212,8 +212,8 @@ class Calibration:
 
 @dataclass
 class SystemCost:
-    """Per device its :class:`~emulator.cost.model.Cost` (by local op id); per collective id its
-    :class:`~emulator.network.collective.CollectiveCost`; the trace's collectives as dicts; and the
+    """Per device its :class:`~tierlab.cost.model.Cost` (by local op id); per collective id its
+    :class:`~tierlab.network.collective.CollectiveCost`; the trace's collectives as dicts; and the
     :class:`Calibration` where one was made (:func:`calibrate`)."""
 
     devices: list[Cost]
@@ -351,7 +351,7 @@ def contention(sc: SystemCost, spans: dict, times: dict) -> dict:
     the fabric's per-link bandwidth x its achievable fraction). A bound, stated as one: every
     overlapping collective is counted for all of c's span, and the critical path is walked once more
     with the extra times (no fixed point)."""
-    from emulator.network.schedule import link_rate
+    from tierlab.network.schedule import link_rate
 
     out = {c: 0.0 for c in times}
     ids = sorted((c for c in times if c in spans and sc.collectives[c].link_loads), key=lambda c: spans[c][0])
@@ -376,10 +376,10 @@ def contention(sc: SystemCost, spans: dict, times: dict) -> dict:
 
 def _device_calibration(tr, cst: Cost, coll: np.ndarray):
     """One device's calibrated op latencies and bounds (:class:`Calibration`): its own ops
-    organised as one chip's are (:func:`emulator.cost.organisation.organise`), kernels never
+    organised as one chip's are (:func:`tierlab.cost.organisation.organise`), kernels never
     spanning a collective; a collective's own ops (its buffers' memory work, inside the collective's
     kernel) their memory time at the achievable fractions, no launch of their own."""
-    from emulator.cost.organisation import fractions, organise
+    from tierlab.cost.organisation import fractions, organise
 
     ops = tr.trace.ops
     n = ops.num_rows
@@ -418,10 +418,10 @@ def _device_calibration(tr, cst: Cost, coll: np.ndarray):
 
 def calibrate(sr: SystemReplay, sc: SystemCost, settings=None, overlap: str = "none") -> Calibration:
     """The :class:`Calibration` of the replay ``sr`` (its costs ``sc``), stored on ``sc`` and
-    returned. ``settings``: a :class:`emulator.network.protocols.Settings` (default: the system
+    returned. ``settings``: a :class:`tierlab.network.protocols.Settings` (default: the system
     file's library and skew, launch = the chip's kernel overhead)."""
-    from common.errors import UsageError
-    from emulator.network.protocols import Settings, time_collective
+    from tierlab.common.errors import UsageError
+    from tierlab.network.protocols import Settings, time_collective
 
     if overlap not in OVERLAPS:
         raise UsageError(f"unknown overlap {overlap!r}; expected one of {', '.join(OVERLAPS)}", field=OVERLAP_FIELD)
@@ -451,7 +451,7 @@ def calibrate(sr: SystemReplay, sc: SystemCost, settings=None, overlap: str = "n
         bounds.append(bound)
         orgs.append(org)
     if not settings.overheads:          # every overhead off: the roofline's collectives, as costed
-        from emulator.network.protocols import Timed
+        from tierlab.network.protocols import Timed
 
         timed = [Timed(cc.kind, cc.algorithm, "roofline", cc.time_s, 0.0, cc.overhead_s, cc.time_s - cc.overhead_s,
                        0.0) for cc in sc.collectives]
@@ -475,7 +475,7 @@ def connections(sc: SystemCost, system) -> dict:
     """The connections each rank holds over the run: its distinct peer devices (one connection per
     peer process) and the distinct other nodes among them (one per peer node); the switch of an
     in-network reduction is not a peer. ``queue_bytes``: the staging memory those connections take
-    (:mod:`emulator.network.queues`)."""
+    (:mod:`tierlab.network.queues`)."""
     peers: dict[int, set] = {}
     for cc in sc.collectives:
         for r, ps in cc.peers_by_rank.items():
@@ -487,7 +487,7 @@ def connections(sc: SystemCost, system) -> dict:
                 for r, ps in sorted(peers.items())}
     for v in per_rank.values():
         # staging memory of those connections, one set of buffers per peer process
-        # (emulator.network.queues: NCCL's default buffer, an estimated channel count)
+        # (tierlab.network.queues: NCCL's default buffer, an estimated channel count)
         v["queue_bytes"] = queue_bytes(v["peer_processes"])
     return {"peer_processes_per_rank_max": max((v["peer_processes"] for v in per_rank.values()), default=0),
             "peer_nodes_per_rank_max": max((v["peer_nodes"] for v in per_rank.values()), default=0),

@@ -1,7 +1,7 @@
-"""The cost of a replayed trace: :func:`cost_of` runs :func:`emulator.cost.model.cost` on a
-:class:`emulator.pipeline.TraceReplay` (its per-op counts, the trace's FLOPs and manifest, and the
+"""The cost of a replayed trace: :func:`cost_of` runs :func:`tierlab.cost.model.cost` on a
+:class:`tierlab.pipeline.TraceReplay` (its per-op counts, the trace's FLOPs and manifest, and the
 flush counts when the replay flushed), and organises its ops into kernels on the chip
-(:mod:`emulator.cost.organisation`: the calibrated latency beside the roofline)."""
+(:mod:`tierlab.cost.organisation`: the calibrated latency beside the roofline)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from emulator.cost.model import Cost, cost
-from emulator.cost.organisation import organise
+from tierlab.cost.model import Cost, cost
+from tierlab.cost.organisation import organise
 
 if TYPE_CHECKING:                                   # only for the annotation: the pipeline sits above cost
-    from emulator.pipeline import TraceReplay
+    from tierlab.pipeline import TraceReplay
 
 
 def cost_of(tr: TraceReplay) -> Cost:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
 ANY = None   # a limit a kernel does not have
 
@@ -100,19 +100,19 @@ class Kernel:
 # fastest first; "auto" takes the first that serves
 KERNELS: tuple[Kernel, ...] = (
     Kernel("cache_stream_chain", "each block followed down at most three clean LRU/FIFO caches in one "
-           "loop (emulator.engine.stream.chain_pass)",
+           "loop (tierlab.engine.stream.chain_pass)",
            policies=frozenset({"lru", "fifo"}), layout="caches_over_home", max_caching=3, writes=False,
            flush=False, inclusive=False, pim=False, split=False, hands_over="cache_stream_passes"),
     Kernel("cache_stream_passes", "chunk by chunk, each chunk one cache at a time "
-           "(emulator.engine.stream.tier_pass)",
+           "(tierlab.engine.stream.tier_pass)",
            policies=frozenset({"lru", "fifo", "random"}), layout="caches_over_home", flush=False,
            inclusive=False, pim=False, split=False),
     Kernel("set_groups", "a lone LRU/FIFO caching tier kept as groups of sets that hold alike "
-           "(emulator.engine.setgroups)",
+           "(tierlab.engine.setgroups)",
            policies=frozenset({"lru", "fifo"}), layout="lone_cache", inclusive=False),
     Kernel("walk_fast", "the per-block walk with the range fast path and lazy run stacks "
-           "(emulator.engine.walk, emulator.engine.fastpath)", inclusive=False),
-    Kernel("walk", "the plain per-block walk (emulator.engine.walk)"),
+           "(tierlab.engine.walk, tierlab.engine.fastpath)", inclusive=False),
+    Kernel("walk", "the plain per-block walk (tierlab.engine.walk)"),
 )
 
 BY_NAME = {k.name: k for k in KERNELS}

@@ -3,7 +3,7 @@
 Two entries, one path: :func:`replay_arrays` (access descriptors, given each tensor's address,
 size, home and kind: what a trace replay hands over) and :func:`replay_blocks` (a raw stream of
 byte addresses on cache tiers over an unbounded memory). Both describe the replay as a
-:class:`emulator.engine.dispatch.Request`, let the dispatch table choose the kernel, run its driver
+:class:`tierlab.engine.dispatch.Request`, let the dispatch table choose the kernel, run its driver
 and record the choice and its reason in ``result.meta["kernel"]`` (``provenance.kernel`` in
 ``--json``). The accounting rules every kernel follows are in ``docs/design.md``.
 """
@@ -16,23 +16,23 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from common.errors import TraceError, UsageError
-from emulator.chip.hierarchy import Tier
-from emulator.engine.blocks import expand_rows
-from emulator.engine.counters import N_COUNTERS, ReplayResult
-from emulator.engine.dispatch import BY_NAME, Choice, Request, choose
-from emulator.engine.geometry import KINDS, Geometry, build_geometry, partition_bit
-from emulator.engine.groups_driver import SetGroupReplayer
-from emulator.engine.invariants import check_result, debug_from_env
-from emulator.engine.lines import LineStream, replay_lines
-from emulator.engine.lines import serves as serves_lines
-from emulator.engine.options import ReplayOptions
-from emulator.engine.policies import POLICY_NAMES
-from emulator.engine.state import Tensors, as_descriptors
-from emulator.engine.stream_driver import StreamReplayer
-from emulator.engine.tally import CallCounters
-from emulator.engine.twins import MAX_DIFF_SHARE, TwinDriver
-from emulator.engine.walker import WalkReplayer, check_inclusive, opt_prepass
+from tierlab.common.errors import TraceError, UsageError
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.blocks import expand_rows
+from tierlab.engine.counters import N_COUNTERS, ReplayResult
+from tierlab.engine.dispatch import BY_NAME, Choice, Request, choose
+from tierlab.engine.geometry import KINDS, Geometry, build_geometry, partition_bit
+from tierlab.engine.groups_driver import SetGroupReplayer
+from tierlab.engine.invariants import check_result, debug_from_env
+from tierlab.engine.lines import LineStream, replay_lines
+from tierlab.engine.lines import serves as serves_lines
+from tierlab.engine.options import ReplayOptions
+from tierlab.engine.policies import POLICY_NAMES
+from tierlab.engine.state import Tensors, as_descriptors
+from tierlab.engine.stream_driver import StreamReplayer
+from tierlab.engine.tally import CallCounters
+from tierlab.engine.twins import MAX_DIFF_SHARE, TwinDriver
+from tierlab.engine.walker import WalkReplayer, check_inclusive, opt_prepass
 
 __all__ = ["kernel_for", "replay_arrays", "replay_blocks", "replay_twins"]
 
@@ -46,7 +46,7 @@ CALL_OPS = 128                     # ops per call of a walk-type kernel: its cou
 
 def describe(geo: Geometry, home: np.ndarray, kinds: np.ndarray, n_ops: int, options: ReplayOptions, *,
              source: str, writes: bool | None, pim: bool) -> Request:
-    """The facts the dispatch table matches (:class:`emulator.engine.dispatch.Request`)."""
+    """The facts the dispatch table matches (:class:`tierlab.engine.dispatch.Request`)."""
     caching = geo.caching
     policies = tuple(POLICY_NAMES[int(p)] for p, c in zip(geo.policy, caching) if c)
     homes = np.unique(home)
@@ -79,7 +79,7 @@ def kernel_for(geo: Geometry, home, kinds, n_ops: int, options: ReplayOptions, *
 def drive(r, batches: Iterable[Batch], options: ReplayOptions, totals: tuple[np.ndarray, np.ndarray] | None,
           progress) -> tuple[np.ndarray, int, int]:
     """Feed every batch to the walk-type driver ``r``, ``CALL_OPS`` ops a kernel call sharing one
-    counter buffer (:meth:`emulator.engine.tally.CallCounters.replay`), the counts folded into
+    counter buffer (:meth:`tierlab.engine.tally.CallCounters.replay`), the counts folded into
     ``totals`` (``(per_op, by_kind)``; None: dropped, for an opt pre-pass); return (flush counters,
     blocks, descriptors)."""
     n_kinds, n_tiers = len(KINDS), len(r.geo.names)
@@ -171,9 +171,9 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
     ``writes``: whether any descriptor writes (None: not known). ``progress(n)`` is called with the
     descriptors of each batch replayed.
 
-    ``lines``: the same stream as an address trace's lines (:class:`emulator.engine.lines.LineStream`;
+    ``lines``: the same stream as an address trace's lines (:class:`tierlab.engine.lines.LineStream`;
     ``batches`` is then its descriptor view, one descriptor per line). A stream kernel takes the
-    words as they are (:func:`emulator.engine.lines.replay_lines`); any other kernel, the descriptors.
+    words as they are (:func:`tierlab.engine.lines.replay_lines`); any other kernel, the descriptors.
     """
     geo, tensors = prepare(tiers, tensor_address, tensor_nbytes, tensor_home, tensor_kind, lent_bytes, options)
     if lines is not None and writes is None:
@@ -214,7 +214,7 @@ def replay_twins(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor
                  ) -> list[ReplayResult | None] | None:
     """Replay ``base`` and its ``twins`` (whole streams of the same ops on the same tensors, as one
     batch each of :func:`replay_arrays`) with the same results as one :func:`replay_arrays` each,
-    replaying each twin only where it differs from the base (:mod:`emulator.engine.twins`).
+    replaying each twin only where it differs from the base (:mod:`tierlab.engine.twins`).
 
     Returns the base's result then each twin's (None for a twin that could not be followed, or that
     differs in more than ``max_diff_share`` of the ops: replay it on its own), or None when the kernel
@@ -306,7 +306,7 @@ def replay_blocks(addresses, is_write=None, *, tiers: Sequence[Tier],
     Each address is one request for the tier-0 block containing it. Below the last tier an
     unbounded memory tier (named ``memory_name``) homes everything; it is the last tier of the
     result. For throughput comparisons (``benchmarks/bench_replay.py``) and the pycachesim tests.
-    With ``options.threads`` > 1 and a :func:`emulator.engine.geometry.partition_bit`, the stream is
+    With ``options.threads`` > 1 and a :func:`tierlab.engine.geometry.partition_bit`, the stream is
     split in two by that bit and the halves replay on two threads (the engine releases the GIL);
     counts are identical.
     """

@@ -3,14 +3,14 @@
 Exact because, at an LRU or FIFO tier whose dirty blocks are all homed in the next tier, every
 block of such a run misses once and each set reuses its ways in a fixed order (empty ways, resident
 blocks oldest first, then the run's own blocks). Long runs leave the tier lazy
-(:mod:`emulator.engine.lazy`). See ``docs/design.md`` (the dispatch table: ``walk``).
+(:mod:`tierlab.engine.lazy`). See ``docs/design.md`` (the dispatch table: ``walk``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from emulator.engine.counters import (
+from tierlab.engine.counters import (
     BYTES_READ,
     BYTES_WRITTEN,
     EVICTIONS,
@@ -19,8 +19,8 @@ from emulator.engine.counters import (
     MISSES,
     WRITEBACKS,
 )
-from emulator.engine.jit import helper, njit
-from emulator.engine.lazy import (
+from tierlab.engine.jit import helper, njit
+from tierlab.engine.lazy import (
     LZ_EPOCH,
     LZ_N,
     LZ_N_REAL,
@@ -48,9 +48,9 @@ from emulator.engine.lazy import (
     region_add,
     rot_add,
 )
-from emulator.engine.policies import FIFO, LRU, OPT_NEVER
-from emulator.engine.simd import set_lookup
-from emulator.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_FAST_REQUESTS, TI_REGION_OFF, TI_REGION_SHIFT, TI_SET_MASK, TI_SHIFT
+from tierlab.engine.policies import FIFO, LRU, OPT_NEVER
+from tierlab.engine.simd import set_lookup
+from tierlab.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_FAST_REQUESTS, TI_REGION_OFF, TI_REGION_SHIFT, TI_SET_MASK, TI_SHIFT
 
 
 @njit(nogil=True)
@@ -86,7 +86,7 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, la
     the order they came — exactly what per-block LRU/FIFO replacement does, since all the run's blocks
     are distinct, newer than everything resident, and stamped in request order.
 
-    Lazily (:mod:`emulator.engine.lazy`): a run of at least ``S * W`` blocks replaces every block of the
+    Lazily (:mod:`tierlab.engine.lazy`): a run of at least ``S * W`` blocks replaces every block of the
     tier, so it only counts the evictions (real sets slot by slot, lazy ones per segment) and leaves
     the tier lazy with the run alone on its stack; a shorter run on a lazy tier serves the real sets
     set by set, counts its evictions from the lazy ones per segment and is pushed on the stack (runs
@@ -194,7 +194,7 @@ def fast_tier(i, lo, hi, ush, tid, row, cnt, t_kind, hier, st, seq, old_meta, la
 @helper
 def resident(i, b, hier, st, words, lazy):
     """Whether tier ``i`` (a cache) holds block ``b``: a lookup in a real set; in a lazy one, whether
-    a run on the stack has ``b`` among the blocks the set holds (:func:`emulator.engine.lazy.held`)."""
+    a run on the stack has ``b`` among the blocks the set holds (:func:`tierlab.engine.lazy.held`)."""
     n_sets, n_ways, slot_off = hier.n_sets, hier.n_ways, hier.slot_off
     tinfo = st.tinfo
     lz, lzi, real_ep, lz_h = lazy.runs, lazy.info, lazy.real_ep, lazy.h

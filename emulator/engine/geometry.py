@@ -12,12 +12,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from common.errors import CapacityError, UsageError
-from emulator.chip.hierarchy import Tier
-from emulator.engine.options import ReplayOptions
-from emulator.engine.policies import POLICY_IDS
-from emulator.engine.state import MODE_CACHE, MODE_PASS, Hierarchy
-from traces.format import TENSOR_KINDS
+from tierlab.common.errors import CapacityError, UsageError
+from tierlab.chip.hierarchy import Tier
+from tierlab.engine.options import ReplayOptions
+from tierlab.engine.policies import POLICY_IDS
+from tierlab.engine.state import MODE_CACHE, MODE_PASS, Hierarchy
+from tierlab.traces.format import TENSOR_KINDS
 
 KINDS = TENSOR_KINDS  # breakdown order; unknown kinds count as "other"
 
@@ -52,7 +52,7 @@ class Geometry:
         return self.mode == MODE_CACHE
 
     def hierarchy(self, policy: np.ndarray | None = None) -> Hierarchy:
-        """The kernels' view (:class:`emulator.engine.state.Hierarchy`), optionally with other policies."""
+        """The kernels' view (:class:`tierlab.engine.state.Hierarchy`), optionally with other policies."""
         return Hierarchy(self.block_bytes, self.n_sets, self.n_ways, self.mode,
                          self.policy if policy is None else policy, self.slot_off)
 

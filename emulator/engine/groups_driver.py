@@ -1,9 +1,9 @@
-"""The driver of the ``set_groups`` kernel (:mod:`emulator.engine.setgroups`): tier 0 kept as groups
+"""The driver of the ``set_groups`` kernel (:mod:`tierlab.engine.setgroups`): tier 0 kept as groups
 of sets that hold alike, handed to the walk when the stream is too scattered for groups to pay.
 
 A stream too scattered cuts tier 0 into more than ``options.max_set_groups`` groups, or into more
 than a quarter of its sets (once past 64). The state is then written out per set
-(:func:`emulator.engine.setgroups.write_slots`) and a :class:`emulator.engine.walker.WalkReplayer`
+(:func:`tierlab.engine.setgroups.write_slots`) and a :class:`tierlab.engine.walker.WalkReplayer`
 (with its range fast path) replays the rest, with the same counts.
 """
 
@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.engine import setgroups
-from emulator.engine.geometry import Geometry
-from emulator.engine.jit import njit
-from emulator.engine.options import ReplayOptions
-from emulator.engine.state import Descriptors, Tensors
-from emulator.engine.tally import fold
-from emulator.engine.walker import WalkReplayer
+from tierlab.engine import setgroups
+from tierlab.engine.geometry import Geometry
+from tierlab.engine.jit import njit
+from tierlab.engine.options import ReplayOptions
+from tierlab.engine.state import Descriptors, Tensors
+from tierlab.engine.tally import fold
+from tierlab.engine.walker import WalkReplayer
 
 
 @njit(nogil=True)
 def replay_calls(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_row, ent, free, st, max_groups,
                  cnt, call_ops, per_op, by_kind):
-    """:func:`emulator.engine.setgroups.replay_groups` over a whole batch (op ids ``desc.row``,
+    """:func:`tierlab.engine.setgroups.replay_groups` over a whole batch (op ids ``desc.row``,
     non-decreasing), ``call_ops`` ops a call into ``cnt`` (``[op - lo, kind, tier, counter]``, at
     least ``call_ops`` rows, all zero), each call's counts folded into ``per_op`` and ``by_kind``
-    (:func:`emulator.engine.tally.fold`, which clears ``cnt``) before the next: the door's loop over
+    (:func:`tierlab.engine.tally.fold`, which clears ``cnt``) before the next: the door's loop over
     calls, without a return to Python between them.
 
     Returns the tier-0 blocks requested, the entry arrays (new ones when the row pool grew) and the
@@ -56,7 +56,7 @@ def replay_calls(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_r
 
 
 class SetGroupReplayer:
-    """Same interface and counts as :class:`emulator.engine.walker.WalkReplayer` where the dispatch
+    """Same interface and counts as :class:`tierlab.engine.walker.WalkReplayer` where the dispatch
     table lets ``set_groups`` serve (tier 0 the only caching tier, LRU or FIFO)."""
 
     def __init__(self, geo: Geometry, tensors: Tensors, options: ReplayOptions):
@@ -109,7 +109,7 @@ class SetGroupReplayer:
         return twin
 
     def _write_out(self) -> None:
-        """Hand the state to the walk (see :func:`emulator.engine.setgroups.write_slots`)."""
+        """Hand the state to the walk (see :func:`tierlab.engine.setgroups.write_slots`)."""
         w = WalkReplayer(self.geo, self.tensors, self.options, fast_path=True)
         s = w.state
         setgroups.write_slots(self.grp_lo, self.grp_row, self.ent, self.st, self.geo.n_ways, self.tensors.home,

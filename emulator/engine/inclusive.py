@@ -1,6 +1,6 @@
 """Inclusive caching: a caching tier's eviction back-invalidates the nearer caching tiers' copies.
 
-Called from the walk (:mod:`emulator.engine.walk`) when ``Rules.inclusive`` holds with two or more
+Called from the walk (:mod:`tierlab.engine.walk`) when ``Rules.inclusive`` holds with two or more
 caching tiers; the rules are in ``docs/design.md`` (accounting: inclusive).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.engine.counters import (
+from tierlab.engine.counters import (
     BACK_INVALIDATIONS,
     BYTES_READ,
     BYTES_WRITTEN,
@@ -16,8 +16,8 @@ from emulator.engine.counters import (
     WRITEBACKS,
     WRITETHROUGHS,
 )
-from emulator.engine.jit import helper, njit
-from emulator.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_SET_MASK, TI_SHIFT
+from tierlab.engine.jit import helper, njit
+from tierlab.engine.state import MODE_CACHE, TI_DIRTY_FAR, TI_SET_MASK, TI_SHIFT
 
 
 @njit(nogil=True)

@@ -1,9 +1,9 @@
 """Debug-mode checks of a replay's counts: conservation and count invariants, a violation is an error.
 
 The engine counts every quantity separately (hits, misses, fills, bytes read and written, ...); the
-accounting rules of :mod:`emulator.engine.door` tie them together. :func:`check_result` verifies those
+accounting rules of :mod:`tierlab.engine.door` tie them together. :func:`check_result` verifies those
 ties after a replay, on the whole-run counters, per op and per tensor kind, and on the end-of-run
-flush, and raises :class:`InvariantError` (a :class:`~common.errors.TierlabError`) naming the first
+flush, and raises :class:`InvariantError` (a :class:`~tierlab.common.errors.TierlabError`) naming the first
 broken law. Nothing here runs inside compiled code; it costs a few numpy passes over the counter
 arrays, so it is off by default and on under ``ReplayOptions(debug=True)`` or the environment
 variable ``TIERLAB_DEBUG=1`` (always set in the test suite, see ``tests/conftest.py``).
@@ -39,7 +39,7 @@ import os
 
 import numpy as np
 
-from emulator.engine.counters import (
+from tierlab.engine.counters import (
     BACK_INVALIDATIONS,
     BYPASSES,
     BYTES_READ,
@@ -55,7 +55,7 @@ from emulator.engine.counters import (
     WRITETHROUGHS,
     ReplayResult,
 )
-from common.errors import TierlabError
+from tierlab.common.errors import TierlabError
 
 DEBUG_ENV = "TIERLAB_DEBUG"
 

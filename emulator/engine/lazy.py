@@ -4,7 +4,7 @@ A clean read run of consecutive blocks ``F..L`` over a tier of ``S`` sets and ``
 ``s`` the blocks ``b = s (mod S)`` in ``F..L``: ``q`` or ``q + 1`` of them (``q = (L - F + 1) // S``),
 the ``q + 1`` sets forming the cyclic interval of set numbers ``[F mod S, (L + 1) mod S)``. A run of
 at least ``S * W`` blocks (a *full* run) leaves every set holding its last ``W`` blocks of the run,
-whatever was there before. From then on (see :func:`emulator.engine.walk.fast_tier`) a tier may be
+whatever was there before. From then on (see :func:`tierlab.engine.walk.fast_tier`) a tier may be
 *lazy*: its state is the stack of runs served since (oldest first), meaning "every set holds the
 newest ``W`` blocks across these runs, in order, all clean", except the sets listed as *real*, whose
 slots (``tag``, ``dirty``, ``meta``, ``owner``) hold their state as usual. A set becomes real
@@ -35,9 +35,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from emulator.engine.counters import EVICTIONS
-from emulator.engine.jit import helper, njit
-from emulator.engine.policies import LRU
+from tierlab.engine.counters import EVICTIONS
+from tierlab.engine.jit import helper, njit
+from tierlab.engine.policies import LRU
 
 
 class LazyState(NamedTuple):

@@ -1,8 +1,8 @@
 """An address trace's line stream on the stream kernels: the door's entry for address traces.
 
-An address trace (:mod:`traces.addresses`) is one op over one stream of lines, each word
+An address trace (:mod:`tierlab.traces.addresses`) is one op over one stream of lines, each word
 ``line << 1 | is_write``. Where the dispatch table gives the replay to a stream kernel and tier 0's
-blocks are at least a line, the words go to :class:`emulator.engine.stream_driver.StreamReplayer`
+blocks are at least a line, the words go to :class:`tierlab.engine.stream_driver.StreamReplayer`
 as they are read (zero-copy views of the trace's file): ``word >> (1 + log2(block / line))`` is the
 tier-0 block; no descriptor is built. Elsewhere the door replays the trace's descriptor view.
 
@@ -10,7 +10,7 @@ tier-0 block; no descriptor is built. Elsewhere the door replays the trace's des
 the row before. Such an access is counted once at tier 0 (cachegrind's convention): one request,
 a miss if any of its lines missed. Its lines are fed one at a time to see which missed, and tier 0's
 hits and misses so counted are returned beside the counters (``stats["straddle_once"]``); the
-counters themselves count lines, so every law of :mod:`emulator.engine.invariants` holds (each line
+counters themselves count lines, so every law of :mod:`tierlab.engine.invariants` holds (each line
 of a straddling access is really looked up and filled).
 """
 
@@ -21,11 +21,11 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from common import background
-from emulator.engine.counters import HITS, MISSES
-from emulator.engine.geometry import Geometry, partition_bit
-from emulator.engine.options import ReplayOptions
-from emulator.engine.stream_driver import StreamReplayer
+from tierlab.common import background
+from tierlab.engine.counters import HITS, MISSES
+from tierlab.engine.geometry import Geometry, partition_bit
+from tierlab.engine.options import ReplayOptions
+from tierlab.engine.stream_driver import StreamReplayer
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,9 @@ class LineStream:
 
 
 def of_trace(trace) -> LineStream:
-    """The stream of an address trace (:class:`traces.addresses.AddressTrace`) as the door takes it:
+    """The stream of an address trace (:class:`tierlab.traces.addresses.AddressTrace`) as the door takes it:
     its words unchecked here (each chunk checked beside the kernel), its straddling rows."""
-    from traces.ipc import release_mapped
+    from tierlab.traces.ipc import release_mapped
 
     return LineStream(line_bytes=trace.line_bytes, chunks=lambda: trace.iter_lines(check=False),
                       writes=trace.writes, once_rows=trace.once_rows(), n_lines=trace.n_lines,

@@ -3,14 +3,14 @@
 Count-changing options are the accounting rules of ``docs/design.md``; the tuning options pick how
 the counting is done (which kernel, batch sizes, threads) and leave every count as it is. A
 semantic option never chooses a kernel: a kernel that cannot honour it is passed over by the
-dispatch table (:mod:`emulator.engine.dispatch`), which says so in the result's provenance.
+dispatch table (:mod:`tierlab.engine.dispatch`), which says so in the result's provenance.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from common.errors import UsageError
+from tierlab.common.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class ReplayOptions:
     opt_max_lookups: int = 1 << 26        # largest per-tier future the opt pre-pass may hold
     max_slots: int = 1 << 27              # largest emulated state (blocks over all tiers)
     debug: bool = False                   # check conservation/count invariants after the replay
-                                          # (emulator.engine.invariants; also on with TIERLAB_DEBUG=1)
+                                          # (tierlab.engine.invariants; also on with TIERLAB_DEBUG=1)
 
     def __post_init__(self):
         if self.lazy_max_runs < 1:

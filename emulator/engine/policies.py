@@ -13,10 +13,10 @@ A policy is three hooks over a per-slot ``meta`` word (int64) of the tier's stat
 the position of the block's next lookup at that tier (only the offline ``opt`` uses it; the replay
 layer computes it in a pre-pass). Adding a policy (e.g. SRRIP: meta = RRPV) is three hooks here,
 a named id and one entry in :data:`POLICY_IDS`, one line in each hook dispatcher below, and the
-policy's name in the kernels' declared support (:mod:`emulator.engine.dispatch`).
+policy's name in the kernels' declared support (:mod:`tierlab.engine.dispatch`).
 
 Each policy's hooks are inlined into the three dispatchers (``policy_hit``, ``policy_fill``,
-``policy_victim``); the dispatchers are compiled functions of their own (:func:`emulator.engine.jit.helper`),
+``policy_victim``); the dispatchers are compiled functions of their own (:func:`tierlab.engine.jit.helper`),
 called, not inlined, where the kernels use them: inlined at the walk's five call sites they made its
 compile 0.75 s longer, for a walk about 5% faster block by block (``tierlab run``'s quick start,
 first run: 8.55 s of compile against 9.42 s).
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.engine.jit import helper, njit
+from tierlab.engine.jit import helper, njit
 
 OPT_NEVER = np.int64(1) << np.int64(62)  # next use of a block never used again
 

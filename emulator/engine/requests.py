@@ -8,24 +8,24 @@ first, then writes a dirty victim back. Every request arriving at ``T`` — a fe
 read (``LD``), a writeback or a written-through store (``ST``), a home hit at ``T`` — is recorded
 as (byte address, write flag), aligned to the requesting tier's block; nothing at or below ``T`` is
 modelled. The count is therefore ``hits + misses + bypasses + writethroughs`` of ``T`` in the
-normal replay (its arrivals, :mod:`emulator.engine.invariants`).
+normal replay (its arrivals, :mod:`tierlab.engine.invariants`).
 
 Not served (refused by :func:`check_recordable`): ``opt`` or inclusive caching above ``T`` and the
 end-of-run flush. Geometry, state and policies are the engine's own
-(:func:`emulator.engine.walker.new_tier_state`, :mod:`emulator.engine.policies`).
+(:func:`tierlab.engine.walker.new_tier_state`, :mod:`tierlab.engine.policies`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from common.errors import UsageError
-from emulator.engine.geometry import Geometry
-from emulator.engine.jit import njit
-from emulator.engine.options import ReplayOptions
-from emulator.engine.policies import OPT, OPT_NEVER, policy_fill, policy_hit, policy_victim
-from emulator.engine.state import MODE_CACHE, MODE_PASS, Tensors
-from emulator.engine.walker import new_tier_state
+from tierlab.common.errors import UsageError
+from tierlab.engine.geometry import Geometry
+from tierlab.engine.jit import njit
+from tierlab.engine.options import ReplayOptions
+from tierlab.engine.policies import OPT, OPT_NEVER, policy_fill, policy_hit, policy_victim
+from tierlab.engine.state import MODE_CACHE, MODE_PASS, Tensors
+from tierlab.engine.walker import new_tier_state
 
 # resume point of a batch: descriptor, chunk, tier-0 unit; and records written
 CUR_A, CUR_J, CUR_UNIT, CUR_OUT = range(4)
@@ -166,7 +166,7 @@ def check_recordable(geo: Geometry, target: int, options: ReplayOptions) -> None
 
 
 class RequestRecorder:
-    """The tiers above ``target`` of a prepared hierarchy (:func:`emulator.engine.door.prepare`);
+    """The tiers above ``target`` of a prepared hierarchy (:func:`tierlab.engine.door.prepare`);
     :meth:`feed` a descriptor batch and get its requests at ``target`` as chunks of at most
     ``chunk`` records ``(addresses int64, writes bool)``, in order."""
 

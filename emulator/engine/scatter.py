@@ -8,7 +8,7 @@ counts every device's rows first (``np.bincount`` of the op's device) to lay the
 
 from __future__ import annotations
 
-from emulator.engine.jit import njit
+from tierlab.engine.jit import njit
 
 
 @njit(nogil=True)

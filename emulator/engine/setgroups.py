@@ -13,10 +13,10 @@ are last. The entries are in replacement order (LRU: last use; FIFO: fill), so t
 last entry and no stamp is kept. A chunk is cut into at most three intervals of sets that receive
 the same number of blocks from the same offset; the groups are split at the interval ends, every
 group inside takes the chunk's blocks one at a time (a lookup is one vector compare of the entries,
-an update one blend, :mod:`emulator.engine.simd`) and counts each outcome once for all its sets;
+an update one blend, :mod:`tierlab.engine.simd`) and counts each outcome once for all its sets;
 neighbours left alike are merged. The blocks between two hits all miss and are counted in one step.
 
-Counts are the per-block walk's (:mod:`emulator.engine.walk`) exactly, per op, tensor kind, tier and
+Counts are the per-block walk's (:mod:`tierlab.engine.walk`) exactly, per op, tensor kind, tier and
 counter (writebacks to the evicting op and the victim's kind; bypasses, writethroughs and home hits
 farther down as the walk counts them); which physical way holds a block is not kept (nothing in a
 lone LRU/FIFO tier's counts depends on it). Tested equal to the walk in ``tests/test_setgroups.py``.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.engine.counters import (
+from tierlab.engine.counters import (
     BYPASSES,
     BYTES_READ,
     BYTES_WRITTEN,
@@ -39,12 +39,12 @@ from emulator.engine.counters import (
     WRITEBACKS,
     WRITETHROUGHS,
 )
-from emulator.engine.policies import LRU
-from emulator.engine.state import TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT
-from emulator.engine.jit import helper, njit
-from emulator.engine.lazy import count_in
-from emulator.engine.simd import set_lookup, set_put
-from emulator.engine.unowned import unowned
+from tierlab.engine.policies import LRU
+from tierlab.engine.state import TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT
+from tierlab.engine.jit import helper, njit
+from tierlab.engine.lazy import count_in
+from tierlab.engine.simd import set_lookup, set_put
+from tierlab.engine.unowned import unowned
 
 EMPTY = -1
 # ``st`` (int64): groups, rows on the free stack, requests served, growths of the row pool, the
@@ -401,9 +401,9 @@ def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, gr
 @njit(nogil=True)
 def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_row, ent, free, st,
                   max_groups, cnt):
-    """Replay a batch of access descriptors (:class:`emulator.engine.state.Descriptors`, tensors
-    :class:`emulator.engine.state.Tensors`, tiers :class:`emulator.engine.state.Hierarchy`) on the group
-    state of tier 0 (see the module docstring and :func:`emulator.engine.walk.replay_batch`).
+    """Replay a batch of access descriptors (:class:`tierlab.engine.state.Descriptors`, tensors
+    :class:`tierlab.engine.state.Tensors`, tiers :class:`tierlab.engine.state.Hierarchy`) on the group
+    state of tier 0 (see the module docstring and :func:`tierlab.engine.walk.replay_batch`).
 
     Stops before a descriptor when tier 0 is cut into more than ``max_groups`` groups (the caller
     then writes the state out, :func:`write_slots`, and replays the rest per set). Returns the
@@ -416,7 +416,7 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
     W = n_ways[0]
     lru = policy[0] == LRU
     b0 = blk[0]
-    cf, s_row, s_kind, s_tier = _flat(cnt)    # and views owning nothing (emulator.engine.unowned)
+    cf, s_row, s_kind, s_tier = _flat(cnt)    # and views owning nothing (tierlab.engine.unowned)
     cf, vh, vk, vb = unowned(cf), unowned(t_home), unowned(t_kind), unowned(blk)
     vlo, vrow, vst, vent, vfree = unowned(grp_lo), unowned(grp_row), unowned(st), unowned(ent), unowned(free)
     n_blocks = 0
@@ -453,7 +453,7 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
 
 @njit(nogil=True)
 def write_slots(grp_lo, grp_row, ent, st, n_ways, t_home, tag, dirty, meta, owner, clock, tinfo, region_cnt):
-    """Write the groups out as the walk's per-set state of tier 0 (:mod:`emulator.engine.walk`): valid
+    """Write the groups out as the walk's per-set state of tier 0 (:mod:`tierlab.engine.walk`): valid
     ways first (youngest in way 0), replacement words falling with age below a new clock, each
     resident block counted in its residency region and each dirty one homed past tier 1 in the
     tier's far-dirty count. The walk then replays on from there with the same counts."""

@@ -24,7 +24,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from emulator.engine.simd_tables import lane_table_row, lanes_from_table, lru_by_permute, permute_lru
+from tierlab.engine.simd_tables import lane_table_row, lanes_from_table, lru_by_permute, permute_lru
 
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)

@@ -1,4 +1,4 @@
-"""The target's vector width and the forms :mod:`emulator.engine.simd` builds only for targets
+"""The target's vector width and the forms :mod:`tierlab.engine.simd` builds only for targets
 without AVX-512: a set's update read from rows of constant tables.
 
 Without mask registers, a blend's lanes made from a bit mask in a general register cost a move into

@@ -1,11 +1,11 @@
 """The two halves of a block stream for two threads (``tierlab replay --threads 2``): when a bit
 is a set-index bit at every tier, the requests with it 0 and those with it 1 share no set anywhere
-and replay independently, one thread each (:class:`emulator.engine.stream_driver.StreamReplayer`).
+and replay independently, one thread each (:class:`tierlab.engine.stream_driver.StreamReplayer`).
 """
 
 from __future__ import annotations
 
-from emulator.engine.jit import njit
+from tierlab.engine.jit import njit
 
 
 @njit(nogil=True)

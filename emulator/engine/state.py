@@ -1,5 +1,5 @@
 """The layout of the walk's state: tier modes, the columns of ``tinfo``, and the named structures
-the kernels take (:mod:`emulator.engine.walk`, :mod:`emulator.engine.setgroups`).
+the kernels take (:mod:`tierlab.engine.walk`, :mod:`tierlab.engine.setgroups`).
 
 State of the hierarchy (``T`` tiers, all tiers' slots concatenated; tier ``t`` owns slots
 ``slot_off[t] .. slot_off[t] + n_sets[t] * n_ways[t]``, set ``s`` of it the ``n_ways[t]`` slots from
@@ -12,7 +12,7 @@ State of the hierarchy (``T`` tiers, all tiers' slots concatenated; tier ``t`` o
 
 Per tier: ``block_bytes``, ``n_sets``, ``n_ways``, ``mode`` (:data:`MODE_CACHE` looks blocks up,
 :data:`MODE_PASS` passes everything not homed there to the next tier), ``policy`` (an id of
-:data:`emulator.engine.policies.POLICY_IDS`), ``clock`` (lookups so far, the stamp source), ``rng``
+:data:`tierlab.engine.policies.POLICY_IDS`), ``clock`` (lookups so far, the stamp source), ``rng``
 (the random policy's xorshift64 state) and, for ``opt``, ``opt_next`` (next-use position of every
 lookup the tier will see) with ``opt_pos`` (lookups consumed).
 

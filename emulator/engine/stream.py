@@ -1,6 +1,6 @@
 """Lean twins of the engine's walk for raw block streams on LRU, FIFO and random caches.
 
-Used by :func:`emulator.engine.door.replay_blocks` (through :mod:`emulator.engine.stream_driver`) when every tier
+Used by :func:`tierlab.engine.door.replay_blocks` (through :mod:`tierlab.engine.stream_driver`) when every tier
 is such a cache and no flush is asked: no tensors, kinds, ops, homes or residency regions to look
 after. Two kinds of kernel:
 
@@ -15,13 +15,13 @@ State: one word per way, ``block << 1 | dirty`` (-1 when empty). The ``ways`` wo
 ``slot_base + set * ways``) hold its blocks in replacement order instead of stamps — most recently
 used first (lru) or most recently filled first (fifo), empty ways last — so the victim is always the
 last way (random keeps physical ways instead, as the walk does). A lookup is one vector compare and
-an update one blend (:mod:`emulator.engine.simd`), with no branch on hit or miss. Which physical way holds
+an update one blend (:mod:`tierlab.engine.simd`), with no branch on hit or miss. Which physical way holds
 an LRU/FIFO block never shows in the counters (these kernels serve no flush). A tier's evictions are
 its misses less its valid ways at the end (:func:`evictions`): no way is ever emptied.
 
 Each kernel is compiled with its tiers' way counts as constants (other counts than 2, 4, 8, 16 and
 32 share a build that reads them at run time); a build is made on first use and cached on disk.
-Same counters as :func:`emulator.engine.walk._run`, property-tested equal (``tests/test_engine_fastpath.py``)
+Same counters as :func:`tierlab.engine.walk._run`, property-tested equal (``tests/test_engine_fastpath.py``)
 and equal to pycachesim (``tests/test_pycachesim.py``).
 """
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.engine.counters import (
+from tierlab.engine.counters import (
     BYTES_READ,
     BYTES_WRITTEN,
     FILLS,
@@ -38,11 +38,11 @@ from emulator.engine.counters import (
     UNFETCHED,
     WRITEBACKS,
 )
-from emulator.engine.jit import njit
-from emulator.engine.policies import xorshift64
-from emulator.engine.prefetch import prefetch
-from emulator.engine.set_ops import touch, touch_at, touch_key
-from emulator.engine.simd import (
+from tierlab.engine.jit import njit
+from tierlab.engine.policies import xorshift64
+from tierlab.engine.prefetch import prefetch
+from tierlab.engine.set_ops import touch, touch_at, touch_key
+from tierlab.engine.simd import (
     VECTOR_WAYS,
     set_front,
     set_lookup,

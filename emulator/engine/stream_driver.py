@@ -1,12 +1,12 @@
 """The driver of the stream kernels ``cache_stream_chain`` and ``cache_stream_passes``
-(:mod:`emulator.engine.stream`): caches over one home, fed a stream of tier-0 blocks.
+(:mod:`tierlab.engine.stream`): caches over one home, fed a stream of tier-0 blocks.
 
 Where the dispatch table lets them serve, the first ``n_caches`` tiers are caches (LRU, FIFO; the
 passes also random) and every tensor is homed in tier ``n_caches``, which serves the last cache's
 misses and writebacks as home hits; no tier beyond it is reached. The chain (no write at all, at
 most three LRU/FIFO tiers) follows each block down the tiers in one loop; the passes serve a chunk
 tier by tier (a tier sees exactly what the tier above issued, in order). With two partitions (a
-set-index bit every cache shares, :func:`emulator.engine.geometry.partition_bit`) two threads
+set-index bit every cache shares, :func:`tierlab.engine.geometry.partition_bit`) two threads
 replay the two halves of the sets. Counts are the walk's (``tests/test_engine_fastpath.py``) and
 pycachesim's (``tests/test_pycachesim.py``).
 """
@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from emulator.engine import split, stream
-from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, EVICTIONS, FILLS, HITS, MISSES, N_COUNTERS
-from emulator.engine.geometry import Geometry
-from emulator.engine.options import ReplayOptions, random_seed_state
-from emulator.engine.policies import FIFO, RANDOM
+from tierlab.engine import split, stream
+from tierlab.engine.counters import BYTES_READ, BYTES_WRITTEN, EVICTIONS, FILLS, HITS, MISSES, N_COUNTERS
+from tierlab.engine.geometry import Geometry
+from tierlab.engine.options import ReplayOptions, random_seed_state
+from tierlab.engine.policies import FIFO, RANDOM
 
 
 def _on_threads(fn, n_parts: int) -> None:
@@ -46,7 +46,7 @@ def _keyed(spec: list, args: list, bits: int, shift: int, form: str) -> tuple | 
     none: in the chain every tier or none (a mix of keyed tiers and tags was slower than either on
     an Intel Xeon: 2 tiers over the issue-4 stream, 28.6 ms against 27.4 with tags, 24.5 keyed),
     in the runs the first (the others are fed blocks); each where it can be
-    (:func:`emulator.engine.stream.can_key`) and its words are at most :data:`KEYED_BYTES`."""
+    (:func:`tierlab.engine.stream.can_key`) and its words are at most :data:`KEYED_BYTES`."""
     shifts = [shift]
     for a in args[:-1]:
         shifts.append(shifts[-1] + a[9])
@@ -63,11 +63,11 @@ class StreamReplayer:
 
     ``chain``: the read-only chain kernel (else the tier passes); ``top_block``: every tier-0 block
     fed is below it (default: the geometry's space), the caller's to know (the chain's tag words
-    are sized from it, :func:`emulator.engine.stream.tag_width`: a block beyond it would be counted
+    are sized from it, :func:`tierlab.engine.stream.tag_width`: a block beyond it would be counted
     in a wrong set, never outside the words); ``bit``: the partition bit for two threads, or None;
     ``words``: (bits, shift) when every feed is of words of that many bits, shifted so to tier-0
     blocks (an address trace's): the chain's first tier is then keyed where it can be
-    (:func:`emulator.engine.stream.can_key`: it keeps the words, not tags)."""
+    (:func:`tierlab.engine.stream.can_key`: it keeps the words, not tags)."""
 
     def __init__(self, geo: Geometry, n_caches: int, options: ReplayOptions, *, chain: bool,
                  top_block: int | None = None, bit: int | None = None, hand_over: bool = False,

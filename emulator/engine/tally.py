@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.engine.counters import N_COUNTERS
-from emulator.engine.geometry import KINDS
-from emulator.engine.jit import njit
-from emulator.engine.state import Descriptors
+from tierlab.engine.counters import N_COUNTERS
+from tierlab.engine.geometry import KINDS
+from tierlab.engine.jit import njit
+from tierlab.engine.state import Descriptors
 
 
 @njit(nogil=True)
@@ -63,7 +63,7 @@ class CallCounters:
 
     def replay(self, r, desc: Descriptors, per_op: np.ndarray | None, by_kind: np.ndarray | None,
                call_ops: int) -> int:
-        """``r`` (a walk-type driver) replays ``desc`` (:func:`emulator.engine.state.as_descriptors`;
+        """``r`` (a walk-type driver) replays ``desc`` (:func:`tierlab.engine.state.as_descriptors`;
         op ids ``desc.row`` non-decreasing, rows of ``per_op``), ``call_ops`` ops a kernel call, so the
         call's counters stay in the host's cache. Each call's counts are folded into ``per_op`` and
         ``by_kind`` (:func:`fold_batch`; both None: dropped, as an opt pre-pass does). A driver with

@@ -5,7 +5,7 @@ from it in a few ops only (the rank holding a token's embedding row reads it; th
 Such a **twin** of a **base** stream has the same ops and tensors; its access rows differ in a
 few ops, the **diff ops** (:func:`diff_ops`). The base is replayed whole, in segments cut at the
 twins' diff ops. At a diff op a twin **forks**: a copy of the base's state (the group state of
-:class:`emulator.engine.groups_driver.SetGroupReplayer`) replays the twin's own rows beside the
+:class:`tierlab.engine.groups_driver.SetGroupReplayer`) replays the twin's own rows beside the
 base, segment by segment, and after each of them the two states are compared set by set. Once they
 hold alike, the rest of the stream up to the twin's next diff op is the same for both, so its
 counts are the base's: the twin **joins** the base again. Probes come after 4, 8, 16, ... ops from
@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emulator.engine.counters import N_COUNTERS
-from emulator.engine.geometry import KINDS, Geometry
-from emulator.engine.groups_driver import SetGroupReplayer
-from emulator.engine.jit import njit
-from emulator.engine.options import ReplayOptions
-from emulator.engine.setgroups import ST_K, ST_K_MAX
-from emulator.engine.state import Descriptors, Tensors
-from emulator.engine.tally import CallCounters
+from tierlab.engine.counters import N_COUNTERS
+from tierlab.engine.geometry import KINDS, Geometry
+from tierlab.engine.groups_driver import SetGroupReplayer
+from tierlab.engine.jit import njit
+from tierlab.engine.options import ReplayOptions
+from tierlab.engine.setgroups import ST_K, ST_K_MAX
+from tierlab.engine.state import Descriptors, Tensors
+from tierlab.engine.tally import CallCounters
 
 #: a stream differing from the base in more than this share of its ops is no twin: replayed beside
 #: the base it would cost a segment and a state comparison per differing op, more than replaying it

@@ -13,7 +13,7 @@ from __future__ import annotations
 from numba import carray, types
 from numba.extending import intrinsic
 
-from emulator.engine.jit import helper
+from tierlab.engine.jit import helper
 
 
 @intrinsic

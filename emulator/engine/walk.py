@@ -1,6 +1,6 @@
 """The walk: every tier-0 block of every descriptor followed down the hierarchy (the general kernel).
 
-State layout and the named structures the kernel takes: :mod:`emulator.engine.state`. Walking a
+State layout and the named structures the kernel takes: :mod:`tierlab.engine.state`. Walking a
 request (tier ``i``, byte address, write flag, tensor id), see ``docs/design.md`` (accounting rules)
 for the full rules: the tensor's home tier counts a hit; a pass-through tier counts a bypass (read)
 or writethrough (write) and forwards the block; a caching tier looks the block up, and on a miss
@@ -8,16 +8,16 @@ first forwards the fetch, then evicts (writing a dirty victim back to the next t
 kept on a small explicit stack, so the order in which a tier sees its requests is the order the tier
 above issued them (fetch before writeback), exactly as a recursive cache model would.
 
-With ``Rules.fast_path`` long read runs take the range fast path (:mod:`emulator.engine.fastpath`,
-lazy run stacks in :mod:`emulator.engine.lazy`); the dispatch table names the two as the kernels
-``walk`` (fast path off) and ``walk_fast``. Inclusive back-invalidation: :mod:`emulator.engine.inclusive`.
+With ``Rules.fast_path`` long read runs take the range fast path (:mod:`tierlab.engine.fastpath`,
+lazy run stacks in :mod:`tierlab.engine.lazy`); the dispatch table names the two as the kernels
+``walk`` (fast path off) and ``walk_fast``. Inclusive back-invalidation: :mod:`tierlab.engine.inclusive`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from emulator.engine.counters import (
+from tierlab.engine.counters import (
     BYPASSES,
     BYTES_READ,
     BYTES_WRITTEN,
@@ -30,8 +30,8 @@ from emulator.engine.counters import (
     WRITEBACKS,
     WRITETHROUGHS,
 )
-from emulator.engine.jit import helper, njit
-from emulator.engine.lazy import (
+from tierlab.engine.jit import helper, njit
+from tierlab.engine.lazy import (
     LZ_EPOCH,
     LZ_N,
     LZ_FEN_OFF,
@@ -43,11 +43,11 @@ from emulator.engine.lazy import (
     materialise_all,
     materialise_set,
 )
-from emulator.engine.policies import OPT, OPT_NEVER, policy_fill, policy_hit, policy_victim
-from emulator.engine.simd import set_lookup
-from emulator.engine.state import MODE_CACHE, MODE_PASS, TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT, TI_SET_MASK, TI_SHIFT
-from emulator.engine.fastpath import fast_tier, resident
-from emulator.engine.inclusive import back_invalidate
+from tierlab.engine.policies import OPT, OPT_NEVER, policy_fill, policy_hit, policy_victim
+from tierlab.engine.simd import set_lookup
+from tierlab.engine.state import MODE_CACHE, MODE_PASS, TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT, TI_SET_MASK, TI_SHIFT
+from tierlab.engine.fastpath import fast_tier, resident
+from tierlab.engine.inclusive import back_invalidate
 
 
 @helper
@@ -84,7 +84,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, back, cnt):
     seq = np.empty(max_w, np.int64)
     old_meta = np.empty(max_w, np.int64)
     fast = fast_path and rec_tier < 0
-    # lazy tiers (emulator.engine.lazy): state local to this call, every set made real before returning
+    # lazy tiers (tierlab.engine.lazy): state local to this call, every set made real before returning
     k_max = lazy_max_runs
     lz = np.zeros((n_tiers, k_max, N_RUN_FIELDS), np.int64)
     lzi = np.zeros((n_tiers, N_LZ_FIELDS), np.int64)
@@ -295,7 +295,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, back, cnt):
                             if rec_pos[0] < rec_buf.shape[0]:
                                 rec_buf[rec_pos[0]] = b
                             rec_pos[0] += 1
-                        # one vector compare of the set's ways (emulator.engine.simd); on a miss, a
+                        # one vector compare of the set's ways (tierlab.engine.simd); on a miss, a
                         # second finds the first empty way (empty slots hold -1)
                         way = set_lookup(words, base, ways, b, 0)
                         empty = -1
@@ -399,7 +399,7 @@ def back_arg(rules) -> bool | None:
 
 @njit(nogil=True)
 def replay_batch(desc, ten, hier, st, opt, rules, back, cnt):
-    """Replay a batch of access descriptors (:class:`emulator.engine.state.Descriptors`); returns the
+    """Replay a batch of access descriptors (:class:`tierlab.engine.state.Descriptors`); returns the
     number of tier-0 blocks requested.
 
     Each tier-0 block a chunk touches is one request at tier 0 (a block touched by two chunks is
@@ -415,7 +415,7 @@ def replay_batch(desc, ten, hier, st, opt, rules, back, cnt):
 def flush_dirty(no_desc, ten, hier, st, opt, rules, back, cnt):
     """End-of-run flush: tier by tier from the nearest, write every dirty block to the next tier.
 
-    ``no_desc``: an empty :class:`emulator.engine.state.Descriptors` (:func:`emulator.engine.state.no_descriptors`).
+    ``no_desc``: an empty :class:`tierlab.engine.state.Descriptors` (:func:`tierlab.engine.state.no_descriptors`).
     Counted as writebacks in ``cnt[0]`` (which the caller reports separately); flushed blocks stay
     resident and clean. Writes arriving at a farther caching tier may dirty it; it is flushed next.
     The caller passes ``rules`` with the fast path off (flushing touches no run).

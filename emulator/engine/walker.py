@@ -11,12 +11,12 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from common.errors import UsageError
-from emulator.engine import walk
-from emulator.engine.geometry import Geometry
-from emulator.engine.options import ReplayOptions, random_seed_state
-from emulator.engine.policies import LRU, OPT, OPT_NEVER
-from emulator.engine.state import (
+from tierlab.common.errors import UsageError
+from tierlab.engine import walk
+from tierlab.engine.geometry import Geometry
+from tierlab.engine.options import ReplayOptions, random_seed_state
+from tierlab.engine.policies import LRU, OPT, OPT_NEVER
+from tierlab.engine.state import (
     MODE_CACHE,
     N_TINFO,
     TI_FAST_REQUESTS,

@@ -1,17 +1,17 @@
 """The one entry: :func:`plan_collective` — what a collective costs on a group of a system, by the
-named algorithm or the ``auto`` rule (:mod:`emulator.network.auto`).
+named algorithm or the ``auto`` rule (:mod:`tierlab.network.auto`).
 
-The types live in :mod:`emulator.network.schedule` and are re-exported here: :class:`Group`,
+The types live in :mod:`tierlab.network.schedule` and are re-exported here: :class:`Group`,
 :data:`KINDS`, :class:`CollectiveCost`.
 """
 
 from __future__ import annotations
 
-from common.errors import UsageError
-from emulator.network import direct
-from emulator.network.auto import choose_auto
-from emulator.network.registry import ALGORITHM_NAMES, ALGORITHMS
-from emulator.network.schedule import FIELD, KINDS, CollectiveCost, Group
+from tierlab.common.errors import UsageError
+from tierlab.network import direct
+from tierlab.network.auto import choose_auto
+from tierlab.network.registry import ALGORITHM_NAMES, ALGORITHMS
+from tierlab.network.schedule import FIELD, KINDS, CollectiveCost, Group
 
 __all__ = ["plan_collective", "refusal", "Group", "KINDS", "CollectiveCost", "ALGORITHM_NAMES"]
 
@@ -25,10 +25,10 @@ def plan_collective(kind: str, group: Group, size_bytes: float, algorithm: str =
                     send_bytes=None) -> CollectiveCost:
     """The cost of collective ``kind`` over ``group`` with ``size_bytes`` the full buffer (see
     :class:`CollectiveCost`): by ``algorithm``, or by the ``auto`` rule. An unknown name, or one that
-    cannot serve this collective, is a :class:`~common.errors.UsageError` (field ``--collective-algo``)
+    cannot serve this collective, is a :class:`~tierlab.common.errors.UsageError` (field ``--collective-algo``)
     naming the algorithm and why. ``send_bytes`` (an all_to_all's n x n matrix, row-major, group
     order; None or empty: the uniform split of ``size_bytes``) costs the exact split when the
-    algorithm is ``direct`` (:func:`emulator.network.direct.matrix_cost`): per rank, sent = its row
+    algorithm is ``direct`` (:func:`tierlab.network.direct.matrix_cost`): per rank, sent = its row
     sum without the diagonal, received = its column sum without it, the busiest port bounding."""
     if kind not in KINDS:
         raise UsageError(f"unknown collective {kind!r}; expected one of {', '.join(KINDS)}", field="collective")

@@ -14,7 +14,7 @@ Latency-optimal (one step) at the price of bytes; it uses every link of a mesh a
 
 from __future__ import annotations
 
-from emulator.network.schedule import Flow, Stage, account
+from tierlab.network.schedule import Flow, Stage, account
 
 NAME = "direct"
 SUMMARY = "one-shot: each rank sends straight to every peer in 1 step"
@@ -63,5 +63,5 @@ def matrix_stages(group, send_bytes) -> tuple[Stage, ...]:
 
 
 def matrix_cost(group, size_bytes, send_bytes, why=""):
-    """:func:`matrix_stages` accounted (see :mod:`emulator.network.schedule`)."""
+    """:func:`matrix_stages` accounted (see :mod:`tierlab.network.schedule`)."""
     return account("all_to_all", NAME, group, size_bytes, matrix_stages(group, send_bytes), why)

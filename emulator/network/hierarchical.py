@@ -14,8 +14,8 @@ every node of the group (rank j of each node pairs with rank j of every other).
 
 from __future__ import annotations
 
-from emulator.network import ring
-from emulator.network.schedule import Stage, account
+from tierlab.network import ring
+from tierlab.network.schedule import Stage, account
 
 NAME = "hierarchical"
 SUMMARY = "reduce-scatter in each node, all-reduce of each 1/k share across nodes, all-gather in each node"

@@ -18,7 +18,7 @@ is taken as the bound), NVLS's fewer SMs.
 
 from __future__ import annotations
 
-from emulator.network.schedule import SCALE_OUT, SCALE_UP, SWITCH, Flow, Stage, account
+from tierlab.network.schedule import SCALE_OUT, SCALE_UP, SWITCH, Flow, Stage, account
 
 NAME = "in_network"
 SUMMARY = "switch-side reduction: NVLS-like S(n+1)/n per rank in a node, SHARP-like S across nodes"

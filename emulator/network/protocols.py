@@ -1,6 +1,6 @@
 """Collectives costed as they run: the calibrated time of one collective, by algorithm and protocol.
 
-The roofline (:func:`emulator.network.collective.plan_collective`) charges a collective its
+The roofline (:func:`tierlab.network.collective.plan_collective`) charges a collective its
 stages' ``steps x latency + busiest link bytes / bandwidth``. A real library adds, per collective, a
 kernel launch and a fixed latency, and per step a latency that depends on the protocol and on the
 link class; and its protocols move data at a fraction of the link's rate. This module times the
@@ -38,12 +38,12 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from common.errors import ConfigError, UsageError
-from common.paths import configs_dir
-from emulator.network import direct
-from emulator.network.choices import LIBRARIES, PROTOCOLS
-from emulator.network.registry import ALGORITHMS
-from emulator.network.schedule import SCALE_UP, Group, fabric_obj, stage_loads
+from tierlab.common.errors import ConfigError, UsageError
+from tierlab.common.paths import configs_dir
+from tierlab.network import direct
+from tierlab.network.choices import LIBRARIES, PROTOCOLS
+from tierlab.network.registry import ALGORITHMS
+from tierlab.network.schedule import SCALE_UP, Group, fabric_obj, stage_loads
 
 PROTOCOL_FIELD = "--protocol"
 LIBRARY_FIELD = "--collective-lib"

@@ -1,12 +1,12 @@
 """The collective algorithms, registered by name: one entry in :data:`ALGORITHMS` per module.
 
-Each module (:mod:`~emulator.network.ring`, :mod:`~emulator.network.tree`,
-:mod:`~emulator.network.direct`, :mod:`~emulator.network.hierarchical`,
-:mod:`~emulator.network.in_network`, :mod:`~emulator.network.two_shot`) declares ``NAME``, ``SUMMARY``, ``KINDS``,
+Each module (:mod:`~tierlab.network.ring`, :mod:`~tierlab.network.tree`,
+:mod:`~tierlab.network.direct`, :mod:`~tierlab.network.hierarchical`,
+:mod:`~tierlab.network.in_network`, :mod:`~tierlab.network.two_shot`) declares ``NAME``, ``SUMMARY``, ``KINDS``,
 ``supports(kind, group, system) -> reason | None``, ``cost(kind, group, size_bytes, why)`` and
 ``stages(kind, group, size_bytes)``.
 Adding an algorithm is one module and one entry here (and, if ``auto`` should pick it, a line in
-:mod:`emulator.network.auto`).
+:mod:`tierlab.network.auto`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from emulator.network import direct, hierarchical, in_network, ring, torus, tree, two_shot
+from tierlab.network import direct, hierarchical, in_network, ring, torus, tree, two_shot
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ NCCL/RCCL build on meshes, are not modelled).
 
 from __future__ import annotations
 
-from emulator.network.schedule import Stage, account, ring_flows
+from tierlab.network.schedule import Stage, account, ring_flows
 
 NAME = "ring"
 SUMMARY = "bandwidth-optimal ring: 2(n-1)/n*S per rank for all_reduce in 2(n-1) steps"

@@ -25,13 +25,13 @@ in-network reduction. :func:`account` turns the stages into a :class:`Collective
 On a ``torus`` or ``mesh`` a flow crosses the links of its dimension-ordered route
 (:func:`grid_route`: one for neighbours, as the ``torus`` algorithm's flows are; a ring or a one-shot
 between chips far apart pays every hop). On an ``oversubscribed`` scale-out switch, bytes that cross the spine
-(:meth:`~emulator.system.model.System.crosses_spine`: all between nodes, or with ``rail_optimised``
+(:meth:`~tierlab.system.model.System.crosses_spine`: all between nodes, or with ``rail_optimised``
 NICs those between chips of different indices) also load their nodes' spine links, each a node's
 NICs over the ratio.
 
 Modelled: per-link bandwidth and per-message latency, the busiest link as the bottleneck. Not
 modelled: congestion beyond the busiest link (contention between collectives is the calibrated
-path's, :func:`emulator.cost.system_cost.contention`; no adaptive routing), packets, protocol overheads (NCCL's LL/LL128/Simple), kernel launch, the
+path's, :func:`tierlab.cost.system_cost.contention`; no adaptive routing), packets, protocol overheads (NCCL's LL/LL128/Simple), kernel launch, the
 compute of the reduction, overlap of stages, chunk pipelining beyond the steps counted.
 """
 
@@ -40,8 +40,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from common.errors import UsageError
-from emulator.system.model import Fabric, System
+from tierlab.common.errors import UsageError
+from tierlab.system.model import Fabric, System
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 SCALE_UP, SCALE_OUT = "scale_up", "scale_out"
@@ -319,7 +319,7 @@ def _link_tally(group: Group, stage: Stage, carried=None):
 def stage_loads(group: Group, stage: Stage) -> dict[str, float]:
     """Per fabric role a stage touches, the bytes its busiest link carries one way: the load
     :func:`account` times a stage by, for models that time the same stages another way
-    (:mod:`emulator.network.protocols`)."""
+    (:mod:`tierlab.network.protocols`)."""
     used, up, down, pair, spine, _ = _link_tally(group, stage)
     return _busiest(group.system, used, up, down, pair, spine)
 

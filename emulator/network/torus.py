@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from emulator.network.schedule import Flow, Stage, account
+from tierlab.network.schedule import Flow, Stage, account
 
 NAME = "torus"
 SUMMARY = "dimension-ordered bidirectional rings on a torus/mesh: 2(n-1)/n*S per chip in 2d(k-1) steps"

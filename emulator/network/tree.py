@@ -22,7 +22,7 @@ down the deeper tree: 2*ceil(log2 n). One message per edge per direction is coun
 
 from __future__ import annotations
 
-from emulator.network.schedule import Flow, Stage, account
+from tierlab.network.schedule import Flow, Stage, account
 
 NAME = "tree"
 SUMMARY = "double binary tree (NCCL): two trees each carrying S/2, 2*ceil(log2 n) steps"

@@ -9,7 +9,7 @@ Closed forms (n ranks, S the full buffer, per rank): 2 steps; each step sends (n
 
 from __future__ import annotations
 
-from emulator.network.schedule import Flow, Stage, account
+from tierlab.network.schedule import Flow, Stage, account
 
 NAME = "two_shot"
 SUMMARY = "custom two-shot all-reduce: direct reduce-scatter + all-gather, 2(n-1)/n*S per rank in 2 steps"

@@ -1,6 +1,6 @@
 """Sums of a costed replay for the report's figures (pure: no matplotlib; nothing counted or costed
-here, only the per-op counts of :class:`emulator.pipeline.TraceReplay` and the per-op
-:class:`emulator.cost.model.Cost` added up by op kind).
+here, only the per-op counts of :class:`tierlab.pipeline.TraceReplay` and the per-op
+:class:`tierlab.cost.model.Cost` added up by op kind).
 
 * :func:`latency_by_kind` -- per op kind, the latency of a decode step (or, without decode, of the
   whole run) split by each op's bound resource;
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN
+from tierlab.cost.model import port_bytes
+from tierlab.engine.counters import BYTES_READ, BYTES_WRITTEN
 
 
 def _decode_rows(tr) -> tuple[np.ndarray, int]:
@@ -73,7 +74,7 @@ def roofline_points(tr, cst) -> list[dict]:
     kind = np.asarray(ops.column("kind").to_pylist(), dtype=object)
     flops = ops.column("flops").to_numpy().astype(np.float64)
     r = tr.result
-    tb = (r.per_op[:, :, BYTES_READ] + r.per_op[:, :, BYTES_WRITTEN]).astype(np.float64)
+    tb = port_bytes(tr.chip.tiers, r.per_op)      # what each tier's port carries (tierlab.cost.model)
     lat = np.asarray(cst.latency_s, np.float64)
     out = []
     for ph in dict.fromkeys(phase.tolist()):
@@ -138,9 +139,9 @@ def _has_decode(tr) -> bool:
 
 
 def _device_split(segments) -> tuple[dict, float]:
-    """A device's walk (:attr:`emulator.cost.system_cost.Path.segments`): its ops' time by bound
+    """A device's walk (:attr:`tierlab.cost.system_cost.Path.segments`): its ops' time by bound
     resource, and that time's sum."""
-    from emulator.cost.system_cost import OP, RUN
+    from tierlab.cost.system_cost import OP, RUN
 
     by: dict[str, float] = {}
     total = 0.0
@@ -160,11 +161,11 @@ def _device_split(segments) -> tuple[dict, float]:
 def system_time(sr, sc) -> dict:
     """Where a decode step's time goes on a system (averaged over the steps; the whole run without
     decode): ``path`` and ``path_calibrated`` -- the critical path by resource (an op's bound,
-    ``network:FABRIC`` or ``memory`` for a collective; :attr:`~emulator.cost.system_cost.Path.by_resource_s`,
+    ``network:FABRIC`` or ``memory`` for a collective; :attr:`~tierlab.cost.system_cost.Path.by_resource_s`,
     adding up to the step's latency); ``devices`` -- per device its ops' roofline time by bound
     resource, its time in collectives (from its last rank's arrival to the end) and its wait for
     other devices, adding up to the step's latency; ``collective_share`` of the critical path."""
-    from emulator.cost.system_cost import decode_steps
+    from tierlab.cost.system_cost import decode_steps
 
     steps = decode_steps(sr) or {-1: np.arange(sr.trace.n_ops)}
     n = len(steps)

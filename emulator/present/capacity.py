@@ -1,9 +1,9 @@
 """The text of ``tierlab capacity``: :func:`format_plan` of a
-:meth:`emulator.analysis.capacity.CapacityPlan.to_dict`."""
+:meth:`tierlab.analysis.capacity.CapacityPlan.to_dict`."""
 
 from __future__ import annotations
 
-from emulator.present.format import format_size
+from tierlab.present.format import format_size
 
 
 def format_plan(d: dict) -> str:

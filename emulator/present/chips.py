@@ -3,9 +3,9 @@ hierarchy as tables) and :func:`format_chip_list` (the presets, one line each)."
 
 from __future__ import annotations
 
-from emulator.chip.chipfile import chip_hash
-from emulator.chip.hierarchy import Chip
-from emulator.present.format import format_quantity, format_size, table
+from tierlab.chip.chipfile import chip_hash
+from tierlab.chip.hierarchy import Chip
+from tierlab.present.format import format_quantity, format_size, table
 
 
 def chip_to_dict(chip: Chip) -> dict:

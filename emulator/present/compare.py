@@ -1,18 +1,18 @@
 """A chip comparison for people and files: the model line, the side-by-side table, the CSV and the
-plot's title of :func:`emulator.analysis.compare.compare`'s rows (its figures are explained there)."""
+plot's title of :func:`tierlab.analysis.compare.compare`'s rows (its figures are explained there)."""
 
 from __future__ import annotations
 
 import csv
 
-from emulator.analysis.compare import ChipResult, csv_rows, model_info, table_rows
-from common.atomic import atomic_path
-from emulator.present.format import format_bytes, format_percent, format_si, table
-from traces.spec import human_count
+from tierlab.analysis.compare import ChipResult, csv_rows, model_info, table_rows
+from tierlab.common.atomic import atomic_path
+from tierlab.present.format import format_bytes, format_percent, format_si, table
+from tierlab.traces.spec import human_count
 
 
 def model_line(trace) -> tuple[dict, str]:
-    """:func:`emulator.analysis.compare.model_info` and a one-line summary of the model and the run."""
+    """:func:`tierlab.analysis.compare.model_info` and a one-line summary of the model and the run."""
     d = model_info(trace)
     if "active_weight_bytes" not in d:
         return d, str(d["name"] or "trace")
@@ -55,7 +55,7 @@ def format_table(rows: list[ChipResult], title: str = "") -> str:
 
 
 def write_csv(rows: list[ChipResult], path, *, force: bool = False) -> None:
-    """:func:`emulator.analysis.compare.csv_rows` to ``path``, written atomically."""
+    """:func:`tierlab.analysis.compare.csv_rows` to ``path``, written atomically."""
     header, body = csv_rows(rows)
     with atomic_path(path, force=force) as tmp:
         with open(tmp, "w", newline="") as f:

@@ -1,5 +1,5 @@
 """The report's figures (matplotlib, the ``plot`` extra, imported only when drawing), each returned
-as SVG text for the HTML report (:mod:`emulator.present.html`) or saved by suffix (the roofline's
+as SVG text for the HTML report (:mod:`tierlab.present.html`) or saved by suffix (the roofline's
 ``--plot FILE``).
 
 * :func:`bytes_figure` -- bytes per decode token by link (and read / written by tier);
@@ -9,9 +9,9 @@ as SVG text for the HTML report (:mod:`emulator.present.html`) or saved by suffi
 * :func:`time_figure` -- where the time goes: stacked bars by resource (roofline and calibrated,
   a system's critical path, each device's busy and waiting time), every part's value readable;
 * :func:`busy_figure` -- each resource's busy time on a log axis, every bar labelled;
-* :func:`roofline_figure` -- :func:`emulator.present.breakdown.roofline_points` against the compute
+* :func:`roofline_figure` -- :func:`tierlab.present.breakdown.roofline_points` against the compute
   peak and each tier's bandwidth (log-log; attainable = min(peak, bandwidth x intensity));
-* :func:`svg_of_plot` -- any drawing of :mod:`emulator.present.plots` that writes a file, as SVG text.
+* :func:`svg_of_plot` -- any drawing of :mod:`tierlab.present.plots` that writes a file, as SVG text.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import io
 import tempfile
 from pathlib import Path
 
-from common.atomic import atomic_path
-from emulator.present.plots import pyplot
+from tierlab.common.atomic import atomic_path
+from tierlab.present.plots import pyplot
 
 _COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974",
             "#64b5cd")
@@ -148,7 +148,7 @@ def energy_figure(split_j: dict, title: str) -> str:
 
 
 def latency_figure(lat: dict) -> str:
-    """:func:`emulator.presentbreakdown.latency_by_kind` stacked by bound resource."""
+    """:func:`tierlab.presentbreakdown.latency_by_kind` stacked by bound resource."""
     kinds = [e["kind"] for e in lat["kinds"]]
     bounds = list(dict.fromkeys(b for e in lat["kinds"] for b in e["by_bound"]))
     stacks = {f"bound: {b}": [e["by_bound"].get(b, 0.0) for e in lat["kinds"]] for b in bounds}
@@ -193,7 +193,7 @@ def roofline_figure(points: list[dict], ceilings: dict, title: str = ""):
 
 
 def svg_of_plot(draw, *args, **kw) -> str:
-    """``draw(*args, path, **kw)`` of :mod:`emulator.present.plots` into a temporary SVG, as text."""
+    """``draw(*args, path, **kw)`` of :mod:`tierlab.present.plots` into a temporary SVG, as text."""
     with tempfile.TemporaryDirectory(prefix="tierlab-fig-") as tmp:
         path = Path(tmp) / "f.svg"
         draw(*args, path, **kw)
@@ -207,7 +207,7 @@ def time_figure(columns: dict[str, dict[str, float]], title: str, order: list[st
     enough carry their value inside, each bar its total at its end followed by the parts too narrow
     to see, so that every value reads; ``order``: the parts' colour order (shared by a page's
     figures). None when there is nothing to draw."""
-    from emulator.present.format import format_si
+    from tierlab.present.format import format_si
 
     labels = [k for k, v in columns.items() if v]
     if not labels:
@@ -248,7 +248,7 @@ def time_figure(columns: dict[str, dict[str, float]], title: str, order: list[st
 def busy_figure(busy_s: dict[str, float], title: str) -> str | None:
     """Each resource's busy time (seconds), one bar each on a log axis (compute's nanoseconds beside
     a tier's microseconds), every bar labelled; resources never busy listed as 0."""
-    from emulator.present.format import format_si
+    from tierlab.present.format import format_si
 
     items = list(busy_s.items())
     if not any(v > 0 for _, v in items):

@@ -3,7 +3,7 @@
 * :func:`format_bytes` -- a byte count in binary units to two decimals (``55.92 GiB``, ``512 B``);
 * :func:`format_si` -- a quantity with an SI prefix to ``digits`` significant digits (``144 mJ``);
 * :func:`format_size` / :func:`format_quantity` -- the exact forms chip files use (``50 MiB``,
-  ``3.35 TB/s``); they live in :mod:`emulator.chip.units` next to the parser (the chip files' own
+  ``3.35 TB/s``); they live in :mod:`tierlab.chip.units` next to the parser (the chip files' own
   messages use them) and are re-exported here;
 * :func:`format_number` -- a table cell: ints with thousands separators, floats to 3 digits;
 * :func:`table` -- an aligned text table.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from emulator.chip.units import format_quantity, format_size
+from tierlab.chip.units import format_quantity, format_size
 
 __all__ = ["format_bytes", "format_si", "format_size", "format_quantity", "format_number", "format_percent",
            "numeric_align", "table"]

@@ -1,11 +1,11 @@
 """The self-contained HTML report (``--html FILE`` on ``run``, ``replay``, ``compare`` and ``sweep``):
-one file, its figures SVG in data URIs (:mod:`emulator.present.figures`), its style inline; no
+one file, its figures SVG in data URIs (:mod:`tierlab.present.figures`), its style inline; no
 script, no network, no CDN.
 
 It is built from what the text reports use: the ``--json`` dict of a replay
-(:func:`emulator.analysis.result.to_json`, a system's :func:`emulator.analysis.system_result.to_json`),
-and for the figures that need per-op figures the replay and its cost (:mod:`emulator.present.breakdown`);
-a comparison's :class:`emulator.analysis.compare.ChipResult` rows; a sweep's rows.
+(:func:`tierlab.analysis.result.to_json`, a system's :func:`tierlab.analysis.system_result.to_json`),
+and for the figures that need per-op figures the replay and its cost (:mod:`tierlab.present.breakdown`);
+a comparison's :class:`tierlab.analysis.compare.ChipResult` rows; a sweep's rows.
 
 Sections of a replay: placement; bytes per decode token by link and tier; hit rates by tensor kind;
 the energy split; latency by op kind with each op's bound; the roofline; the provenance at the
@@ -19,9 +19,9 @@ import datetime
 import json
 from html import escape
 
-from common.atomic import atomic_path
-from emulator.present import breakdown, figures
-from emulator.present.format import format_bytes, format_percent, format_si
+from tierlab.common.atomic import atomic_path
+from tierlab.present import breakdown, figures
+from tierlab.present.format import format_bytes, format_percent, format_si
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1100px;color:#222;
@@ -190,9 +190,9 @@ def trace_summary_html(info: dict) -> str:
 
 
 def comparison_table_html(rows) -> str:
-    """The side-by-side table of a comparison's rows (:class:`emulator.analysis.compare.ChipResult`)."""
-    from emulator.analysis.compare import table_rows
-    from emulator.present.compare import format_metric
+    """The side-by-side table of a comparison's rows (:class:`tierlab.analysis.compare.ChipResult`)."""
+    from tierlab.analysis.compare import table_rows
+    from tierlab.present.compare import format_metric
 
     body = [["fits"] + ["yes" if r.ok else "no" for r in rows]]
     body += [[label] + [format_metric(label, v) for v in vals] for label, vals in table_rows(rows)]
@@ -200,7 +200,7 @@ def comparison_table_html(rows) -> str:
 
 
 def curve_table_html(rows: list[dict]) -> str:
-    """A serving curve's points (:func:`emulator.present.serving.rows`) as a table."""
+    """A serving curve's points (:func:`tierlab.present.serving.rows`) as a table."""
     cols = [("chip", "chip"), ("system", "system"), ("concurrency", "concurrency"),
             ("output_tokens_per_s", "output tokens/s"), ("tokens_per_s_per_user", "tokens/s per user"),
             ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("meets_slo", "meets SLO")]
@@ -305,7 +305,7 @@ def replay_sections(d: dict, tr, cst, *, prefix: str = "") -> list[str]:
 
 
 def model_text(trace) -> str:
-    from emulator.present.compare import model_line
+    from tierlab.present.compare import model_line
 
     return model_line(trace)[1]
 
@@ -330,7 +330,7 @@ def _model_name(trace) -> str:
 
 def system_report(d: dict, sr, sc) -> str:
     """The report of a system run: devices, network, per token, and device 0's replay sections."""
-    from emulator.analysis.result import to_json
+    from tierlab.analysis.result import to_json
 
     secs = [section("summary", "Summary", replay_summary_html(d)), system_time_section(d, sr, sc)]
     rows = [[dev["device"], dev["chip"], format_bytes(sum(t["bytes_read"] for t in dev["tiers"])),
@@ -407,8 +407,8 @@ def system_time_section(d: dict, sr, sc) -> str:
 
 def compare_report(rows, trace, *, pim: bool) -> str:
     """The comparison across chips and systems: the side-by-side table and its figure."""
-    from emulator.present.compare import plot_title
-    from emulator.present.plots import plot_comparison
+    from tierlab.present.compare import plot_title
+    from tierlab.present.plots import plot_comparison
 
     notes = "".join(f'<p class="note">{escape(r.chip)}: {escape(str(r.reason))}</p>' for r in rows if not r.ok)
     secs = [section("comparison", "Comparison (per decode token)",
@@ -429,7 +429,7 @@ SWEEP_COLUMNS = ("model", "chip", "system", "batch", "context", "prompt", "gener
 
 def sweep_report(rows: list[dict], output: str) -> str:
     """A sweep's rows as a table (the Pareto points marked) and the Pareto figure."""
-    from emulator.present.plots import plot_pareto
+    from tierlab.present.plots import plot_pareto
 
     parts = [figure_html("pareto", figures.svg_of_plot(plot_pareto, _ok(rows)) if _ok(rows) else None,
                          "tokens/s per device against tokens/s per user, the Pareto front dashed"),
@@ -445,7 +445,7 @@ def _ok(rows: list[dict]) -> list[dict]:
 
 def sweep_table_html(rows: list[dict]) -> str:
     """A sweep's rows as a table, the Pareto points starred."""
-    from emulator.present.plots import pareto_front, pareto_points
+    from tierlab.present.plots import pareto_front, pareto_points
 
     cols = [c for c in SWEEP_COLUMNS if any(r.get(c) is not None for r in rows)]
     cols += sorted({k for r in rows for k in r if "." in k and not k.startswith(("bytes_per_token.", "hit_rate."))})

@@ -1,8 +1,8 @@
-"""The text of ``tierlab mrc``: :func:`format_mrc` of :func:`emulator.analysis.tier_mrc.tier_mrc`'s result."""
+"""The text of ``tierlab mrc``: :func:`format_mrc` of :func:`tierlab.analysis.tier_mrc.tier_mrc`'s result."""
 
 from __future__ import annotations
 
-from emulator.present.format import format_percent, format_size, table
+from tierlab.present.format import format_percent, format_size, table
 
 
 def format_mrc(result: dict) -> str:

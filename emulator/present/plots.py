@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.analysis.compare import ENERGY_PARTS, union_keys
-from emulator.present.format import format_size
-from common.atomic import atomic_path
-from common.errors import UsageError
+from tierlab.analysis.compare import ENERGY_PARTS, union_keys
+from tierlab.present.format import format_size
+from tierlab.common.atomic import atomic_path
+from tierlab.common.errors import UsageError
 
 _ENERGY_COLOURS = {"tiers": "#4c72b0", "links": "#dd8452", "compute": "#55a868", "pim": "#c44e52"}
 
@@ -42,7 +42,7 @@ def pyplot():
 
 
 def plot_comparison(rows, path, *, title: str = "", force: bool = False) -> None:
-    """Draw the two panels for ``rows`` (:class:`emulator.analysis.compare.ChipResult`) to ``path`` (PNG, SVG, PDF
+    """Draw the two panels for ``rows`` (:class:`tierlab.analysis.compare.ChipResult`) to ``path`` (PNG, SVG, PDF
     by suffix), written atomically."""
     plt = pyplot()
     names = [r.chip for r in rows]
@@ -96,7 +96,7 @@ def _suffix(path) -> str:
 
 
 def plot_mrc(result: dict, curves, path, *, force: bool = False) -> None:
-    """Draw :func:`emulator.analysis.tier_mrc.tier_mrc`'s ``(result, curves)`` to ``path``."""
+    """Draw :func:`tierlab.analysis.tier_mrc.tier_mrc`'s ``(result, curves)`` to ``path``."""
     plt = pyplot()
     import matplotlib.ticker
 

@@ -1,21 +1,21 @@
 """Results for people and for files: the aligned text report (:func:`format_text`, with the per-turn
 table :func:`format_turns`) and the per-op Parquet breakdown (:func:`per_op_table`, :func:`write_parquet`).
 
-The JSON-able dict they start from is :func:`emulator.analysis.result.to_json` (its keys are listed
-there); it and :func:`emulator.cost.trace_cost.cost_of` are re-exported here for callers of this module.
+The JSON-able dict they start from is :func:`tierlab.analysis.result.to_json` (its keys are listed
+there); it and :func:`tierlab.cost.trace_cost.cost_of` are re-exported here for callers of this module.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from emulator.cost.model import Cost
-from emulator.cost.trace_cost import cost_of
-from emulator.engine.counters import TIER_COUNTERS, link_bytes
-from emulator.pipeline import TraceReplay
-from emulator.analysis.result import link_names, to_json
-from emulator.present.format import format_bytes, format_percent, format_si, format_size, table
-from common.atomic import atomic_path
+from tierlab.cost.model import Cost
+from tierlab.cost.trace_cost import cost_of
+from tierlab.engine.counters import TIER_COUNTERS, link_bytes
+from tierlab.pipeline import TraceReplay
+from tierlab.analysis.result import link_names, to_json
+from tierlab.present.format import format_bytes, format_percent, format_si, format_size, table
+from tierlab.common.atomic import atomic_path
 
 __all__ = ["cost_of", "to_json", "link_names", "format_text", "format_turns", "per_op_table", "write_parquet"]
 
@@ -48,7 +48,7 @@ def format_text(d: dict) -> str:
         rows += [[f"in memory {n} (PIM)", format_bytes(v)] for n, v in pt.get("in_memory_bytes_by_tier", {}).items()]
         rows += [["energy", format_si(pt["energy_j"], "J")], ["latency (per step)", format_si(pt["latency_s"], "s")],
                  ["tokens/s", f"{pt['tokens_per_s']:.4g}"], ["bound", pt["bound"]]]
-        if "latency_calibrated_s" in pt:     # the calibrated latency beside the roofline (emulator.cost.organisation)
+        if "latency_calibrated_s" in pt:     # the calibrated latency beside the roofline (tierlab.cost.organisation)
             cal = pt["calibration"]
             rows += [["latency calibrated (per step)", format_si(pt["latency_calibrated_s"], "s")],
                      ["tokens/s calibrated", f"{pt['tokens_per_s_calibrated']:.4g}"],
@@ -59,7 +59,7 @@ def format_text(d: dict) -> str:
         out.append(table(["per decode token", "value"], rows,
                          title=f"per token ({pt['steps']} decode steps, batch {pt['batch']})"))
     if d.get("prefill"):
-        from emulator.present.system_report import format_prefill
+        from tierlab.present.system_report import format_prefill
 
         out.append(format_prefill(d["prefill"]))
     if d.get("per_turn"):
@@ -107,7 +107,7 @@ def format_turns(rows: list[dict], *, title: str | None = None) -> str:
 def per_op_table(tr: TraceReplay, cst: Cost) -> pa.Table:
     """One row per op: identity columns, counters per tier and link, energy and latency (the
     roofline), and the calibrated latency's ``kernel_id`` and ``group_id`` (ops sharing one ran as
-    one kernel / one concurrent group, :mod:`emulator.cost.organisation`)."""
+    one kernel / one concurrent group, :mod:`tierlab.cost.organisation`)."""
     r, ops = tr.result, tr.trace.ops
     cols = {n: ops.column(n) for n in ("op_id", "name", "kind", "layer", "phase", "step", "tokens", "flops")}
     for i, name in enumerate(r.tier_names):

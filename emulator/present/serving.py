@@ -1,8 +1,8 @@
 """The serving curve shown: text table, plot, one self-contained HTML page, Parquet rows.
 
-Every function takes the dicts of :func:`emulator.serving.throughput.throughput` (one per chip or
+Every function takes the dicts of :func:`tierlab.serving.throughput.throughput` (one per chip or
 system: ``--chips a,b`` / ``--systems a,b`` overlay them). The plot (matplotlib, the ``plot``
-extra, as :mod:`emulator.present.plots`) draws output tokens/s per chip against tokens/s per user,
+extra, as :mod:`tierlab.present.plots`) draws output tokens/s per chip against tokens/s per user,
 one curve per chip or system as InferenceMAX's charts do, each point labelled with its
 concurrency, the Pareto points of all curves ringed and the SLO as a vertical line (the speed per
 user ``1 / slo_tpot``).
@@ -14,8 +14,8 @@ import base64
 import html
 import io
 
-from common.atomic import atomic_path
-from emulator.present.plots import pareto_front, pyplot
+from tierlab.common.atomic import atomic_path
+from tierlab.present.plots import pareto_front, pyplot
 
 COLUMNS = (("concurrency", "conc", "{:d}"), ("output_tokens_per_s", "out tok/s", "{:,.0f}"),
            ("output_tokens_per_s_per_chip", "out/chip", "{:,.0f}"),

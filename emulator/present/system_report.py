@@ -1,10 +1,10 @@
-"""A system replay for people: the text tables of :func:`emulator.analysis.system_result.to_json`'s
+"""A system replay for people: the text tables of :func:`tierlab.analysis.system_result.to_json`'s
 dict (devices, network, collectives, coordination, per token), built with the one
-:func:`emulator.present.format.table`."""
+:func:`tierlab.present.format.table`."""
 
 from __future__ import annotations
 
-from emulator.present.format import format_bytes, format_percent, format_si, table
+from tierlab.present.format import format_bytes, format_percent, format_si, table
 
 
 def format_system_text(d: dict) -> str:

@@ -4,8 +4,8 @@ each)."""
 
 from __future__ import annotations
 
-from emulator.present.format import format_quantity, table
-from emulator.system.model import Fabric, System
+from tierlab.present.format import format_quantity, table
+from tierlab.system.model import Fabric, System
 
 
 def fabric_to_dict(f: Fabric | None) -> dict | None:

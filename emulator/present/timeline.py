@@ -2,11 +2,11 @@
 FILE.json``) that ui.perfetto.dev and chrome://tracing open.
 
 The times are the cost model's, nothing new: each op lasts its roofline latency
-(:mod:`emulator.cost.model`) and the ops of a device run one after another in trace order, as the
+(:mod:`tierlab.cost.model`) and the ops of a device run one after another in trace order, as the
 model sums them (no overlap between ops), so a decode step's ops span exactly the step latency.
 
 * One process (``pid``) per device: the chip's run is device 0; a system run has one per device,
-  its ops placed on the critical-path walk of :mod:`emulator.cost.system_cost` (a collective waits
+  its ops placed on the critical-path walk of :mod:`tierlab.cost.system_cost` (a collective waits
   for its last rank), each collective an event on the device's ``collectives`` track.
 * Tracks (``tid``) per device: ``ops`` (each op for its whole latency), then one per resource --
   ``compute``, each ``tier:NAME``, each ``link:A-B`` and PIM unit -- each op drawn there for the
@@ -24,10 +24,10 @@ import json
 
 import numpy as np
 
-from common.atomic import atomic_path
-from emulator.analysis.result import link_names
-from emulator.cost.model import Cost
-from emulator.engine.counters import BYTES_READ, BYTES_WRITTEN, link_bytes
+from tierlab.common.atomic import atomic_path
+from tierlab.analysis.result import link_names
+from tierlab.cost.model import Cost
+from tierlab.engine.counters import BYTES_READ, BYTES_WRITTEN, link_bytes
 
 US = 1e6        # trace-event times are microseconds
 OPS_TRACK = "ops"
@@ -83,13 +83,13 @@ def chip_timeline(tr, cst: Cost) -> dict:
     """The trace-event document of a chip replay."""
     return {"traceEvents": device_events(tr, cst), "displayTimeUnit": "ns",
             "otherData": {"tierlab": "timeline", "chip": tr.chip.name, "time_model": "roofline per op, ops in "
-                          "sequence (emulator.cost.model)"}}
+                          "sequence (tierlab.cost.model)"}}
 
 
 def system_timeline(sr, sc) -> dict:
     """The trace-event document of a system replay: each device's ops where the critical-path walk
     puts them, each collective on its ranks' ``collectives`` track."""
-    from emulator.cost.system_cost import COLL, RUN, critical_path, run_starts, walk_items
+    from tierlab.cost.system_cost import COLL, RUN, critical_path, run_starts, walk_items
 
     items, coll_time, coll_res = walk_items(sr, sc)
     path = critical_path(items, coll_time, coll_res)
@@ -133,7 +133,7 @@ def system_timeline(sr, sc) -> dict:
                                     "network_s": float(coll_time.get(what, 0.0))}})
     return {"traceEvents": ev, "displayTimeUnit": "ns",
             "otherData": {"tierlab": "timeline", "system": sr.system.name,
-                          "time_model": "critical path over devices (emulator.cost.system_cost)"}}
+                          "time_model": "critical path over devices (tierlab.cost.system_cost)"}}
 
 
 def write_timeline(doc: dict, path, *, force: bool = False) -> None:

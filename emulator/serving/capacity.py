@@ -10,9 +10,9 @@ Per device, in bytes (the busiest device of the plan)::
 - ``utilisation``: the share of it the engine may take (vLLM's ``gpu_memory_utilization``,
   default 0.9); the rest is the **reserve** (CUDA context, allocator slack), with the workspace.
 - ``weights``: the device's weight tensors exactly as the trace declares them
-  (:func:`traces.weightfmt.weight_tensors` over the weights the shard holds).
+  (:func:`tierlab.traces.weightfmt.weight_tensors` over the weights the shard holds).
 - ``workspace``: the activation tensors of a step of ``max_batch_tokens`` tokens
-  (:func:`emulator.analysis.capacity.activation_bytes` of the device's local model).
+  (:func:`tierlab.analysis.capacity.activation_bytes` of the device's local model).
 - ``kv_per_sequence``: the KV a request holds at its longest, ``isl + osl`` positions rounded up to
   whole 16-token blocks (vLLM's default block), over the layers the device holds (a sliding-window
   layer keeps at most its window): a paged cache admits a request only if its blocks can be had.
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from common.errors import CapacityError, UsageError
-from emulator.analysis.capacity import activation_bytes
-from emulator.chip.hierarchy import Chip
-from traces.run import RunConfig
-from traces.spec import ModelSpec
-from traces.weightfmt import weight_tensors
+from tierlab.common.errors import CapacityError, UsageError
+from tierlab.analysis.capacity import activation_bytes
+from tierlab.chip.hierarchy import Chip
+from tierlab.traces.run import RunConfig
+from tierlab.traces.spec import ModelSpec
+from tierlab.traces.weightfmt import weight_tensors
 
 BLOCK_TOKENS = 16
 UTILISATION = 0.9
@@ -86,7 +86,7 @@ def device_terms(spec: ModelSpec, run: RunConfig, positions: int, max_batch_toke
         w = sum(t.nbytes + sum(nb for *_, nb in t.aux) for t in weight_tensors(spec, run.weights, run.quant_group))
         kv = spec.kv_bytes(positions, run.kv)      # the index keys of a sparse-attention indexer too
         return [(w, activation_bytes(spec, 1, max_batch_tokens, run.activations), kv)]
-    from traces.shard import ShardPlan
+    from tierlab.traces.shard import ShardPlan
 
     plan = ShardPlan(spec, run)
     out = []

@@ -1,8 +1,8 @@
 """The serving curve: at each concurrency, the steady state of continuous batching, timed by replayed steps.
 
-Per concurrency ``C`` (:func:`point`): the scheduler's window (:mod:`emulator.serving.schedule`), its
-steps in classes (:mod:`emulator.serving.steps`), each class's representative replayed exactly
-(:class:`emulator.serving.replay.StepReplayer`), every step given its class's time. Then, with
+Per concurrency ``C`` (:func:`point`): the scheduler's window (:mod:`tierlab.serving.schedule`), its
+steps in classes (:mod:`tierlab.serving.steps`), each class's representative replayed exactly
+(:class:`tierlab.serving.replay.StepReplayer`), every step given its class's time. Then, with
 ``T(k)`` the end of window step ``k``:
 
 - ``output_tokens_per_s``: output tokens the window's steps sample (first tokens included) over the
@@ -15,7 +15,7 @@ steps in classes (:mod:`emulator.serving.steps`), each class's representative re
   ``tokens_per_s_per_user`` = 1 / ``tpot_s``.
 - ``energy_j_per_token``: the window's replayed energy over its output tokens.
 - ``usd_per_mtok``: the hardware's price per hour (the system's, pro rata for the chips used, or the
-  chip's) over the output tokens per second (:func:`emulator.cost.price.usd_per_mtok`), null
+  chip's) over the output tokens per second (:func:`tierlab.cost.price.usd_per_mtok`), null
   without a ``[price]``.
 """
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.errors import UsageError
-from emulator.serving.schedule import schedule
-from emulator.serving.steps import CONTEXT_REL, TOKENS_REL, classify
+from tierlab.common.errors import UsageError
+from tierlab.serving.schedule import schedule
+from tierlab.serving.steps import CONTEXT_REL, TOKENS_REL, classify
 
 CURVE_KEYS = ("concurrency", "output_tokens_per_s", "output_tokens_per_s_per_chip", "total_tokens_per_s_per_chip",
               "tokens_per_s_per_user", "ttft_s", "tpot_s", "usd_per_mtok", "energy_j_per_token",
@@ -77,7 +77,7 @@ def window_figures(s, step_s: np.ndarray, step_j: np.ndarray, board_j: np.ndarra
 def plan(isl: int, osl: int, concurrency: int, max_batch_tokens: int, *, dp: int = 1,
          tokens_rel: float = TOKENS_REL, context_rel: float = CONTEXT_REL):
     """The window (one replica's) and its classes at ``concurrency``; ``(schedule, classes, shapes)``,
-    ``shapes`` the representatives' :class:`~traces.mixed.MixedStep` s."""
+    ``shapes`` the representatives' :class:`~tierlab.traces.mixed.MixedStep` s."""
     if concurrency % dp:
         raise UsageError(f"concurrency {concurrency} is not a multiple of --dp {dp} (each replica serves its share)",
                          field="--concurrency")
@@ -102,7 +102,7 @@ def point(replayer, isl: int, osl: int, concurrency: int, max_batch_tokens: int,
     out = f["output_tokens_per_s"] * dp
     usd = None
     if price_per_hour is not None:
-        from emulator.cost.price import usd_per_mtok
+        from tierlab.cost.price import usd_per_mtok
 
         usd = usd_per_mtok(price_per_hour, out)[0]
     tpot = f["tpot_s"]

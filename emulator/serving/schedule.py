@@ -18,7 +18,7 @@ benchmarks' fixed ISL/OSL runs), a new request arriving as soon as one finishes:
 long run settles into), so the requests that replace them arrive spread out too. The **warm-up**
 ends when the last of these first requests is done; the **window** measured then runs until every
 request in flight at its start is done, twice over (at least two requests' lifetimes). Only the
-window's steps are timed (:mod:`emulator.serving.curve`).
+window's steps are timed (:mod:`tierlab.serving.curve`).
 
 Pure integer bookkeeping over the slots (no engine); a few thousand steps take milliseconds.
 """
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import UsageError
-from traces.mixed import MixedStep
+from tierlab.common.errors import UsageError
+from tierlab.traces.mixed import MixedStep
 
 MAX_STEPS = 1 << 20      # a schedule longer than this is refused (a run that long is not a steady state)
 
@@ -66,7 +66,7 @@ class Schedule:
         return len(self.decodes)
 
     def step(self, k: int) -> MixedStep:
-        """The shape of window step ``k`` as a :class:`traces.mixed.MixedStep`."""
+        """The shape of window step ``k`` as a :class:`tierlab.traces.mixed.MixedStep`."""
         return MixedStep(decode=tuple(self.contexts[k].tolist()), prefill=self.chunk_list[k])
 
 

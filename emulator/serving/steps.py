@@ -12,7 +12,7 @@ are put in classes by
 
 The **representative** of a class is its step nearest the class's mean in those logs (a real step:
 its decodes at their own positions); it is replayed exactly and its time stands for every step of
-the class. Steps with the same shape are one replay (:mod:`emulator.serving.replay` caches by shape).
+the class. Steps with the same shape are one replay (:mod:`tierlab.serving.replay` caches by shape).
 
 **The error they introduce.** Within a class, ``D``, ``P`` and ``Q`` differ from the
 representative's by less than a factor ``1 + tokens_rel`` and ``S`` by less than ``1 +
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulator.serving.schedule import Schedule
+from tierlab.serving.schedule import Schedule
 
 TOKENS_REL = 0.05
 CONTEXT_REL = 0.25

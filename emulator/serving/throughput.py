@@ -4,8 +4,8 @@ Keys: ``model``, ``chip`` or ``system``, ``parallelism`` (``tp``, ``pp``, ``ep``
 ``input_tokens``/``output_tokens`` (ISL/OSL per request), ``max_batch_tokens``,
 ``max_output_tokens_per_s`` (the best point within the SLOs given, else of every point that fits
 in memory) and ``best_concurrency`` (its concurrency), ``max_concurrency`` (the KV limit,
-:mod:`emulator.serving.capacity`, its terms in ``kv_limit``), ``curve`` (one entry a concurrency,
-the keys of :data:`emulator.serving.curve.CURVE_KEYS`), ``beyond_memory`` (concurrencies asked for
+:mod:`tierlab.serving.capacity`, its terms in ``kv_limit``), ``curve`` (one entry a concurrency,
+the keys of :data:`tierlab.serving.curve.CURVE_KEYS`), ``beyond_memory`` (concurrencies asked for
 above the limit, not run), ``slo`` (``tpot_s``, ``ttft_s`` as given) with ``meets`` (per curve entry)
 and ``cheapest_within_slo`` (the point of lowest ``usd_per_mtok`` meeting them), ``token_counting``
 (the two conventions) and ``provenance`` (how the steps were chosen and replayed).
@@ -13,13 +13,13 @@ and ``cheapest_within_slo`` (the point of lowest ``usd_per_mtok`` meeting them),
 
 from __future__ import annotations
 
-from common.errors import UsageError
-from common.version import tierlab_version
-from emulator.serving.capacity import UTILISATION, kv_limit
-from emulator.serving.curve import concurrencies, plan, point
-from emulator.serving.replay import StepReplayer
-from emulator.serving.steps import CONTEXT_REL, TOKENS_REL
-from traces.run import RunConfig
+from tierlab.common.errors import UsageError
+from tierlab.common.version import tierlab_version
+from tierlab.serving.capacity import UTILISATION, kv_limit
+from tierlab.serving.curve import concurrencies, plan, point
+from tierlab.serving.replay import StepReplayer
+from tierlab.serving.steps import CONTEXT_REL, TOKENS_REL
+from tierlab.traces.run import RunConfig
 
 MAX_BATCH_TOKENS = 8192        # vLLM V1's default max_num_batched_tokens for a server on a large GPU (estimate)
 

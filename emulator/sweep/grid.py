@@ -5,12 +5,12 @@ A grid names, for each axis, the values to sweep; its points are the product of 
 ``generate``, ``weights``, ``kv``, ``tp``, ``pp``, ``ep``, ``dp``) and chip-file overrides
 (``[overrides]`` in the TOML, ``--override KEY=V1,V2`` on the command line) such as
 ``"tier.l2.capacity" = ["25 MiB", "50 MiB"]``, ``"link.l2-hbm.bandwidth" = [...]``, or for systems
-``"scale_up.bandwidth"`` and ``"chip.tier.hbm.bandwidth"`` (every key: :mod:`emulator.sweep.overrides`):
+``"scale_up.bandwidth"`` and ``"chip.tier.hbm.bandwidth"`` (every key: :mod:`tierlab.sweep.overrides`):
 each is written into the chip's or system's TOML dict before it is validated, so values are parsed
-and validated as in files. Every problem is a one-line :class:`common.errors.UsageError`.
+and validated as in files. Every problem is a one-line :class:`tierlab.common.errors.UsageError`.
 
 A point's hash (:attr:`Point.hash`) is the sha256 of its parameters' canonical JSON: the store
-(:mod:`emulator.sweep.store`) skips a point whose hash it already holds. The cost options of a sweep
+(:mod:`tierlab.sweep.store`) skips a point whose hash it already holds. The cost options of a sweep
 (:data:`ECONOMICS`: ``--price``, ``--usd-per-kwh``, ``--utilisation``) change a row's ``usd_per_mtok``,
 so each one given (not at its default) is part of the hash; at their defaults the hash is what it was
 before they existed, so earlier sweep files resume.
@@ -25,15 +25,15 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.errors import TierlabError, UsageError
-from common.suggest import did_you_mean
+from tierlab.common.errors import TierlabError, UsageError
+from tierlab.common.suggest import did_you_mean
 
 RUN_AXES = ("batch", "context", "prompt", "generate", "weights", "kv", "tp", "pp", "ep", "dp")
 # run axes that are a grid's columns (and part of its points' hashes) only when the grid names them,
 # so the files and hashes of sweeps made before they existed stay as they were
 OPTIONAL_AXES = ("pp_microbatches", "activations")
 # the serving axes (issue 23): a grid naming them sweeps ``tierlab throughput`` points (each row one
-# concurrency of a serving curve, emulator.sweep.point.serving_rows); grid files only (the command
+# concurrency of a serving curve, tierlab.sweep.point.serving_rows); grid files only (the command
 # line's --output is the sweep's file)
 SERVING_AXES = ("input", "output", "concurrency")
 INT_AXES = ("batch", "context", "prompt", "generate", "tp", "pp", "ep", "dp", "pp_microbatches", *SERVING_AXES)
@@ -258,9 +258,9 @@ def _override_value(text: str):
 def check_overrides(grid: Grid) -> None:
     """Every chip or system of the grid with every combination of override values is valid (and
     every chip and system named exists): fails before anything is written or started."""
-    from emulator.chip.chipfile import load_chip
-    from emulator.sweep.overrides import build_target
-    from emulator.system.systemfile import load_system
+    from tierlab.chip.chipfile import load_chip
+    from tierlab.sweep.overrides import build_target
+    from tierlab.system.systemfile import load_system
 
     keys = grid.override_keys
     target = "chip" if "chip" in grid.axes else "system"

@@ -16,7 +16,7 @@ System keys (a grid with a ``system`` axis): ``chips``, ``chips_per_node``; ``sc
 ``scale_out.KEY`` (``bandwidth``, ``latency``, ``energy``, ``ports``, ``topology``,
 ``in_network_reduction``); and ``chip.`` followed by any chip key above, applied to the system's chip
 (``chip.tier.hbm.bandwidth``). Prices are not overridden here: ``--price`` and the grid's ``[cost]``
-table set them. Every problem is a one-line :class:`common.errors.UsageError` naming
+table set them. Every problem is a one-line :class:`tierlab.common.errors.UsageError` naming
 ``overrides.KEY``, with a did-you-mean.
 """
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 import copy
 import hashlib
 
-from common.errors import ConfigError, UsageError
-from common.suggest import did_you_mean
+from tierlab.common.errors import ConfigError, UsageError
+from tierlab.common.suggest import did_you_mean
 
 ID_KEYS = ("name", "from", "to")
 CHIP_SECTIONS = ("tier", "link", "compute", "execution")
@@ -44,7 +44,7 @@ def _key(section: str, key: str, allowed, field: str) -> None:
 
 
 def _set_chip(d: dict, parts: list[str], value, field: str) -> None:
-    from emulator.chip.chipfile import file_keys
+    from tierlab.chip.chipfile import file_keys
 
     head = parts[0]
     if head not in CHIP_SECTIONS:
@@ -103,7 +103,7 @@ def split_system_overrides(overrides: dict) -> tuple[dict, dict]:
 def apply_system_overrides(d: dict, overrides: dict) -> dict:
     """A copy of a system's TOML dict with each of its own override keys set (``chip.`` keys are
     the chip's: :func:`build_system` applies them)."""
-    from emulator.system.systemfile import file_keys
+    from tierlab.system.systemfile import file_keys
 
     d = copy.deepcopy(d)
     for key, value in overrides.items():
@@ -133,7 +133,7 @@ def _tag(overrides: dict) -> str:
 
 def build_chip(name: str, overrides: dict, prefix: str = ""):
     """The chip ``name`` (preset or file) with ``overrides`` applied, validated as a chip file is."""
-    from emulator.chip.chipfile import chip_from_dict, load_chip, read_chip_toml
+    from tierlab.chip.chipfile import chip_from_dict, load_chip, read_chip_toml
 
     if not overrides:
         return load_chip(name)
@@ -149,7 +149,7 @@ def build_chip(name: str, overrides: dict, prefix: str = ""):
 def build_system(name: str, overrides: dict):
     """The system ``name`` (preset or file) with ``overrides`` applied: its own keys to its file,
     ``chip.`` keys to its chip; validated as system and chip files are."""
-    from emulator.system.systemfile import chip_path, load_system, read_system_toml, system_from_dict
+    from tierlab.system.systemfile import chip_path, load_system, read_system_toml, system_from_dict
 
     if not overrides:
         return load_system(name)

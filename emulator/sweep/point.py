@@ -4,7 +4,7 @@
 temporary directory on that worker, replays it on every chip (with its overrides) or system of the
 group's points, removes the trace and returns one row per point. A point that fails records its
 one-line error in ``error`` and the others go on. A row's figures are those of ``tierlab run`` of
-the point: the same :func:`emulator.analysis.result.to_json` (or its system twin) ``per_token``.
+the point: the same :func:`tierlab.analysis.result.to_json` (or its system twin) ``per_token``.
 """
 
 from __future__ import annotations
@@ -14,23 +14,23 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from common.version import tierlab_version
-from common.errors import TierlabError
-from emulator.sweep.grid import Point
-from emulator.sweep.overrides import build_chip, build_system
+from tierlab.common.version import tierlab_version
+from tierlab.common.errors import TierlabError
+from tierlab.sweep.grid import Point
+from tierlab.sweep.overrides import build_chip, build_system
 
 RESULT_COLUMNS = ("tokens_per_s", "steady_tokens_per_s", "latency_s", "energy_j_per_token", "bound",
                   "run_latency_s", "run_energy_j", "j_per_token", "j_per_token_dynamic")
-# cost columns of every row (emulator.cost.price.usd_per_mtok); usd_per_mtok is None without a price
+# cost columns of every row (tierlab.cost.price.usd_per_mtok); usd_per_mtok is None without a price
 # usd_per_mtok_steady: the same at steady_tokens_per_s (a system's pipeline kept full; a chip's equals usd_per_mtok)
 COST_COLUMNS = ("devices", "price_per_hour", "price_source", "utilisation", "usd_per_kwh", "usd_per_mtok",
                 "usd_per_mtok_steady")
 
 
 def run_config(point: Point):
-    """The :class:`traces.run.RunConfig` of a point (every other run option at its default, as
+    """The :class:`tierlab.traces.run.RunConfig` of a point (every other run option at its default, as
     ``tierlab run`` has it)."""
-    from traces.run import RunConfig
+    from tierlab.traces.run import RunConfig
 
     return RunConfig(**{k: v for k, v in point.run.items() if k not in ("input", "output", "concurrency")})
 
@@ -42,22 +42,22 @@ def error_line(err: BaseException) -> str:
 
 def replay_point(trace_path, point: Point) -> dict:
     """The ``--json`` dict of ``tierlab run`` of ``point`` on an already written trace."""
-    from emulator.engine.options import ReplayOptions
+    from tierlab.engine.options import ReplayOptions
 
     if point.system is not None:
-        from emulator.analysis.system_result import to_json as system_json
-        from emulator.cost.system_cost import cost_system
-        from emulator.system_pipeline import check_fits, replay_system
-        from traces.reader import open_trace
+        from tierlab.analysis.system_result import to_json as system_json
+        from tierlab.cost.system_cost import cost_system
+        from tierlab.system_pipeline import check_fits, replay_system
+        from tierlab.traces.reader import open_trace
 
         system = build_system(point.system, point.overrides)
         trace = open_trace(trace_path)
         check_fits(trace, system)
         sr = replay_system(trace, system, ReplayOptions())
         return system_json(sr, cost_system(sr))
-    from emulator.analysis.result import to_json
-    from emulator.cost.trace_cost import cost_of
-    from emulator.pipeline import replay_trace
+    from tierlab.analysis.result import to_json
+    from tierlab.cost.trace_cost import cost_of
+    from tierlab.pipeline import replay_trace
 
     tr = replay_trace(trace_path, build_chip(point.chip, point.overrides), ReplayOptions())
     return to_json(tr, cost_of(tr))
@@ -92,7 +92,7 @@ def price_of(point: Point) -> tuple[int, float | None, str | None]:
 
 def cost_columns(point: Point, row: dict) -> dict:
     """The :data:`COST_COLUMNS` of a row whose result columns are filled in."""
-    from emulator.cost.price import usd_per_mtok
+    from tierlab.cost.price import usd_per_mtok
 
     out = dict.fromkeys(COST_COLUMNS)
     out["utilisation"] = float(point.economic("utilisation"))
@@ -145,10 +145,10 @@ def serving_rows(points: list[Point], override_keys: list[str]) -> list[dict]:
     each the curve entry ``tierlab throughput`` gives at the point's concurrency (one replayer per
     chip or system, so a step shape met at two concurrencies replays once). ``tokens_per_s`` is the
     output tokens/s, ``latency_s`` the TPOT, ``energy_j_per_token`` per output token."""
-    from emulator.serving.replay import StepReplayer
-    from emulator.serving.throughput import throughput
-    from traces.run import RunConfig
-    from traces.spec import load_model
+    from tierlab.serving.replay import StepReplayer
+    from tierlab.serving.throughput import throughput
+    from tierlab.traces.run import RunConfig
+    from tierlab.traces.spec import load_model
 
     rows, replayers = [], {}
     try:
@@ -189,8 +189,8 @@ def serving_rows(points: list[Point], override_keys: list[str]) -> list[dict]:
 def run_group(points: list[Point], override_keys: list[str]) -> list[dict]:
     """Trace once, replay every point of the group; one row per point (errors recorded). Serving
     points: :func:`serving_rows`."""
-    from traces.lower import generate_trace
-    from traces.spec import load_model
+    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.spec import load_model
 
     if points[0].serving:
         return serving_rows(points, override_keys)

@@ -2,7 +2,7 @@
 
 Points already in the store are skipped (by hash); when none is left, no cluster is started. The
 rest are grouped by trace (same model and run options): each group is one task
-(:func:`emulator.sweep.point.run_group`) that traces once on its worker and replays every point of
+(:func:`tierlab.sweep.point.run_group`) that traces once on its worker and replays every point of
 the group there, so traces never travel through the scheduler. Rows are stored as groups finish.
 """
 
@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
-from common.errors import UsageError
-from emulator.sweep.grid import Grid, Point
-from emulator.sweep.point import run_group
-from emulator.sweep.store import SweepStore
+from tierlab.common.errors import UsageError
+from tierlab.sweep.grid import Grid, Point
+from tierlab.sweep.point import run_group
+from tierlab.sweep.store import SweepStore
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 

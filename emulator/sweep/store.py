@@ -14,7 +14,7 @@ parts, never a half-written one; reopening reads both (a point in both, left by 
 between the rename and the removal of the parts, is counted once), so no finished point is lost.
 The file's schema metadata (``tierlab`` = ``sweep``, ``grid_columns``) says whose grid it holds:
 resuming a sweep of other columns into it is a one-line error. Points are identified by
-``point_hash`` (:attr:`emulator.sweep.grid.Point.hash`).
+``point_hash`` (:attr:`tierlab.sweep.grid.Point.hash`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.atomic import signals_held
-from common.errors import UsageError
+from tierlab.common.atomic import signals_held
+from tierlab.common.errors import UsageError
 
 MARK = b"tierlab-sweep"
 COMPACT_AFTER_S = 30.0

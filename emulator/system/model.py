@@ -1,8 +1,8 @@
 """A system of many chips as frozen data: which chip, how many, grouped into nodes, and the two
 fabrics that join them.
 
-Built from a system TOML by :mod:`emulator.system.systemfile` (which validates every field once, at
-the edge); everything downstream (collective algorithms in :mod:`emulator.network`) trusts these
+Built from a system TOML by :mod:`tierlab.system.systemfile` (which validates every field once, at
+the edge); everything downstream (collective algorithms in :mod:`tierlab.network`) trusts these
 objects. Units live in names: ``_bytes_per_s`` (per direction), ``_s``, ``_j_per_byte``.
 
 The **scale-up** fabric joins the chips of one node (NVLink through NVSwitch, SN40L's peer-to-peer
@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.chip.hierarchy import Chip, Price
+from tierlab.chip.hierarchy import Chip, Price
 
 TOPOLOGIES = ("switch", "direct", "torus", "mesh")
 GRIDS = ("torus", "mesh")         # topologies of neighbour links on a grid of ``dims``
 # how a system's collectives run (its file's [collectives] library, a fabric's link_class): the names
-# emulator.network.protocols reads its constants by
+# tierlab.network.protocols reads its constants by
 COLLECTIVE_LIBRARIES = ("nccl", "custom")
 LINK_CLASSES = ("nvlink", "pci", "net")
 
@@ -78,7 +78,7 @@ class Fabric:
     ports: int = 1
     in_network_reduction: bool = False
     description: str = ""
-    #: the calibrated collective model (emulator.network.protocols): the class of link NCCL's per-step
+    #: the calibrated collective model (tierlab.network.protocols): the class of link NCCL's per-step
     #: latencies are read for ("nvlink", "pci", "net"; "" = nvlink for scale-up, net for scale-out), and
     #: the fraction of ``bandwidth`` a collective's Simple protocol reaches (1: line rate)
     link_class: str = ""
@@ -122,7 +122,7 @@ class System:
     source_sha256: str | None = None
     price: Price | None = None      # optional [price]: rental USD per hour of the whole system
     #: [collectives]: the library whose algorithms run them ("nccl" | "custom") and the last rank's
-    #: expected late arrival per collective (emulator.network.protocols)
+    #: expected late arrival per collective (tierlab.network.protocols)
     collective_library: str = "nccl"
     collective_skew_s: float = 0.0
 

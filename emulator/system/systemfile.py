@@ -1,9 +1,9 @@
-"""System files (TOML) to validated, frozen :class:`emulator.system.model.System` objects.
+"""System files (TOML) to validated, frozen :class:`tierlab.system.model.System` objects.
 
-Validated once, here, at the edge, in the style of :mod:`emulator.chip.chipfile`: every problem is
+Validated once, here, at the edge, in the style of :mod:`tierlab.chip.chipfile`: every problem is
 a :class:`ConfigError` whose text is one line, ``FILE: FIELD: what was expected``, e.g.
 ``systems/x.toml: scale_up.bandwith: unknown key; did you mean 'bandwidth'?``. Quantities are
-strings with units (:mod:`emulator.chip.units`). Presets live in ``configs/systems/*.toml``.
+strings with units (:mod:`tierlab.chip.units`). Presets live in ``configs/systems/*.toml``.
 
 Layout, with every key's default (``required`` where there is none)::
 
@@ -49,7 +49,7 @@ Layout, with every key's default (``required`` where there is none)::
     [sources]                  # default {}: TAG = "citation"
     S16 = "..."
 
-    [price]                    # optional: rental price of the whole system (emulator.cost.price)
+    [price]                    # optional: rental price of the whole system (tierlab.cost.price)
     per_hour = "24.00 USD/h"   # required in [price]: a number, then USD/h (a bare number is refused)
     source = "https://..."     # required with per_hour
     date = "2026-05-01"        # required with per_hour: YYYY-MM-DD
@@ -66,13 +66,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.paths import resolve_toml, toml_presets
-from common.suggest import closest, did_you_mean
-from emulator.chip.chipfile import list_presets as chip_presets
-from emulator.chip.chipfile import load_chip, price_from_table
-from emulator.chip.hierarchy import Chip
-from emulator.chip.tomlfile import FileReader, read_toml
-from emulator.system.model import COLLECTIVE_LIBRARIES, GRIDS, LINK_CLASSES, TOPOLOGIES, Fabric, System, grid_links_per_chip
+from tierlab.common.paths import resolve_toml, toml_presets
+from tierlab.common.suggest import closest, did_you_mean
+from tierlab.chip.chipfile import list_presets as chip_presets
+from tierlab.chip.chipfile import load_chip, price_from_table
+from tierlab.chip.hierarchy import Chip
+from tierlab.chip.tomlfile import FileReader, read_toml
+from tierlab.system.model import COLLECTIVE_LIBRARIES, GRIDS, LINK_CLASSES, TOPOLOGIES, Fabric, System, grid_links_per_chip
 
 _TOP_KEYS = {"name": True, "description": False, "chip": True, "chips": True, "chips_per_node": False,
              "scale_up": True, "scale_out": False, "sources": False, "price": False, "collectives": False}
@@ -253,7 +253,7 @@ def read_system_toml(name_or_path) -> tuple[dict, Path, str]:
 
 
 def chip_path(d: dict, path: Path) -> str:
-    """The chip a system file names, as :func:`emulator.chip.chipfile.load_chip` takes it (a path
+    """The chip a system file names, as :func:`tierlab.chip.chipfile.load_chip` takes it (a path
     relative to the system file is made absolute)."""
     text = str(d.get("chip", ""))
     if (text.endswith(".toml") or "/" in text) and not Path(text).is_absolute():

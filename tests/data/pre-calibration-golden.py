@@ -6,14 +6,14 @@ Made with the tree before it (commit d996a9e) first on the path:
 """
 import json, sys, tempfile
 from pathlib import Path
-from traces.spec import load_model
-from traces.run import RunConfig
-from traces.lower import generate_trace
-from emulator.pipeline import replay_trace
-from emulator.analysis.result import to_json
-from emulator.chip.chipfile import chip_hash, load_chip
-import emulator
-print(emulator.__file__, file=sys.stderr)
+from tierlab.traces.spec import load_model
+from tierlab.traces.run import RunConfig
+from tierlab.traces.lower import generate_trace
+from tierlab.pipeline import replay_trace
+from tierlab.analysis.result import to_json
+from tierlab.chip.chipfile import chip_hash, load_chip
+import tierlab
+print(tierlab.__file__, file=sys.stderr)
 TESTS = Path(sys.argv[1])
 CASES = [("tiny-llama", str(TESTS / "data/models/tiny-llama.json"), ["h100", "a100", "h200", "gh200", "sn40l", "groq-lpu"]),
          ("qwen2-0.5b", "qwen2-0.5b", ["h100", "a100", "sn40l"])]
@@ -26,6 +26,6 @@ with tempfile.TemporaryDirectory() as tmp:
             d = to_json(replay_trace(tr, c))
             out[f"{name}@{c}"] = {k: d[k] for k in KEEP}
 import tomllib
-from emulator.chip.chipfile import chip_from_dict
+from tierlab.chip.chipfile import chip_from_dict
 out["code_chip_sha256"] = chip_hash(chip_from_dict(tomllib.loads((TESTS.parent / "configs/chips/h100.toml").read_text())))
 print(json.dumps(out, indent=1, sort_keys=True))

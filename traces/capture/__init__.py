@@ -1,7 +1,7 @@
 """Capture of any Transformers model: build it from its config on PyTorch's meta device, record a
-run's operators (:mod:`traces.capture.record`), map them to tierlab's operator kinds
-(:mod:`traces.capture.opmap`) and lower them through ``kernels/`` into a trace
-(:mod:`traces.capture.lower`; :func:`capture_trace` is the door). Needs the ``capture`` extra.
+run's operators (:mod:`tierlab.traces.capture.record`), map them to tierlab's operator kinds
+(:mod:`tierlab.traces.capture.opmap`) and lower them through ``kernels/`` into a trace
+(:mod:`tierlab.traces.capture.lower`; :func:`capture_trace` is the door). Needs the ``capture`` extra.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from common.errors import ConfigError, UsageError
-from common.paths import configs_dir
-from traces.run import RunConfig
-from traces.segments import plan_segments
-from traces.spec import read_config_json
+from tierlab.common.errors import ConfigError, UsageError
+from tierlab.common.paths import configs_dir
+from tierlab.traces.run import RunConfig
+from tierlab.traces.segments import plan_segments
+from tierlab.traces.spec import read_config_json
 
 
 def read_config(name_or_path: str) -> tuple[dict, str, str]:
@@ -35,7 +35,7 @@ def read_config(name_or_path: str) -> tuple[dict, str, str]:
 
 def without_hand_lowering(err) -> str:
     """The capture path for a config whose family has no hand lowering (``err``, a
-    :class:`traces.families.UnknownFamily`): the reason the provenance gives, or, without the capture
+    :class:`tierlab.traces.families.UnknownFamily`): the reason the provenance gives, or, without the capture
     extra, a ConfigError in one line naming the extra to install."""
     import importlib.util
 
@@ -60,11 +60,11 @@ def capture_trace(config: dict, run: RunConfig, out_dir: str | os.PathLike, *, n
     segments = [s for s in plan_segments(run) if s.action == "compute"]
     if not segments:
         raise UsageError("nothing to trace: no prefill or decode segment", field="segments")
-    from traces.capture.record import record, require_extra
+    from tierlab.traces.capture.record import record, require_extra
 
     require_extra()
-    from traces.capture.lower import CaptureLowering
-    from traces.writer import TraceWriter
+    from tierlab.traces.capture.lower import CaptureLowering
+    from tierlab.traces.writer import TraceWriter
 
     cap = record(config, segments, run.batch, run.context, file=file)
     positions = run.max_positions

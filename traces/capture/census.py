@@ -13,7 +13,7 @@ checkpoint holds them: DeepSeek's router correction bias). Needs the ``capture``
 
 from __future__ import annotations
 
-from traces.capture.record import require_extra
+from tierlab.traces.capture.record import require_extra
 
 
 def decoder_only_types() -> dict[str, str]:
@@ -45,7 +45,7 @@ def meta_param_count(config: dict) -> int:
     builds from ``config`` on the meta device (the text model of a multimodal wrapper, as the capture
     builds it): parameters, a tied one once, and persistent buffers (DeepSeek's router correction bias,
     DeepSeek-V4's hash-routing table), which its checkpoint holds."""
-    from traces.capture.record import build_model
+    from tierlab.traces.capture.record import build_model
 
     model, _ = build_model(config, record_attention=False)
     seen, n = set(), 0
@@ -106,7 +106,7 @@ def write_defaults(path) -> None:
 
     import transformers
 
-    from common.atomic import atomic_path
+    from tierlab.common.atomic import atomic_path
 
     table, aliases = {}, {}
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -120,7 +120,7 @@ def write_defaults(path) -> None:
             table.setdefault(text.model_type, class_defaults(text.model_type))
             aliases.setdefault(text.model_type, class_aliases(text.model_type))
     doc = {"source": f"transformers {transformers.__version__}: each config class's field defaults "
-                     "(traces.capture.census.write_defaults)", "defaults": dict(sorted(table.items())),
+                     "(tierlab.traces.capture.census.write_defaults)", "defaults": dict(sorted(table.items())),
            "aliases": {t: a for t, a in sorted(aliases.items()) if a}}
     with atomic_path(path, force=True) as tmp:
         tmp.write_text(json.dumps(doc, indent=1) + "\n")

@@ -1,16 +1,16 @@
-"""Lower a recorded run (:class:`traces.capture.record.Capture`) through ``kernels/`` into a trace.
+"""Lower a recorded run (:class:`tierlab.traces.capture.record.Capture`) through ``kernels/`` into a trace.
 
 Tensors: every recorded weight (``named_parameters`` and persistent buffers, under their Hugging
 Face names; an experts tensor ``[expert, out, in]`` as one tensor per expert, ``NAME.E``) in the
-run's weights dtype (1-D ones in :func:`traces.dtypes.vector_dtype`, group-quantised matrices with
+run's weights dtype (1-D ones in :func:`tierlab.traces.dtypes.vector_dtype`, group-quantised matrices with
 their ``.scales``); per layer a K and a V cache tensor of ``batch x positions x row`` in the KV dtype,
 with the row widths the cache object received; activation buffers per row width. Ops, per recorded
-event (see :mod:`traces.capture.opmap`): a linear module -> :func:`tierlab_kernels.linear.linear`; a norm ->
-:func:`tierlab_kernels.norm.rmsnorm`; the embedding -> :func:`tierlab_kernels.embedding.embedding`; an activation
+event (see :mod:`tierlab.traces.capture.opmap`): a linear module -> :func:`tierlab.kernels.linear.linear`; a norm ->
+:func:`tierlab.kernels.norm.rmsnorm`; the embedding -> :func:`tierlab.kernels.embedding.embedding`; an activation
 followed by a product -> the gated SiLU-and-multiply, else the ungated activation; a residual add
 in a decoder layer -> an element-wise add; an attention call -> rotary (when the attention module
-ran rotate_half's ``neg``), the KV append and :func:`tierlab_kernels.attention.flash_attention`; a router and
-experts -> :mod:`tierlab_kernels.moe` with tokens routed by :class:`traces.routing.Router`.
+ran rotate_half's ``neg``), the KV append and :func:`tierlab.kernels.attention.flash_attention`; a router and
+experts -> :mod:`tierlab.kernels.moe` with tokens routed by :class:`tierlab.traces.routing.Router`.
 """
 
 from __future__ import annotations
@@ -18,22 +18,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.errors import UsageError
-from tierlab_kernels import attention as attn
-from tierlab_kernels import embedding as emb
-from tierlab_kernels import linear as lin
-from tierlab_kernels import moe as moe_k
-from tierlab_kernels import norm as norm_k
-from tierlab_kernels.base import Op, Ten
+from tierlab.common.errors import UsageError
+from tierlab.kernels import attention as attn
+from tierlab.kernels import embedding as emb
+from tierlab.kernels import linear as lin
+from tierlab.kernels import moe as moe_k
+from tierlab.kernels import norm as norm_k
+from tierlab.kernels.base import Op, Ten
 from collections import Counter
 
-from traces.capture.opmap import ELEMENTWISE_ATEN, MOVES_NOTHING, ROTARY_CLASS, is_decoder_layer, layer_of
-from traces.capture.record import Capture
-from traces.capture.tensors import CaptureTensors, numel
-from traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
-from traces.routing import Router
-from traces.run import RunConfig
-from traces.writer import TraceWriter
+from tierlab.traces.capture.opmap import ELEMENTWISE_ATEN, MOVES_NOTHING, ROTARY_CLASS, is_decoder_layer, layer_of
+from tierlab.traces.capture.record import Capture
+from tierlab.traces.capture.tensors import CaptureTensors, numel
+from tierlab.traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
+from tierlab.traces.routing import Router
+from tierlab.traces.run import RunConfig
+from tierlab.traces.writer import TraceWriter
 
 
 class CaptureLowering(CaptureTensors):
@@ -200,7 +200,7 @@ class CaptureLowering(CaptureTensors):
 
     def _note_unmapped(self, e, rotary_scopes) -> None:
         """Count an ATen operator outside a leaf that no op maps, unless it moves nothing tierlab models
-        (:data:`~traces.capture.opmap.MOVES_NOTHING`), works on integers or booleans (positions, masks),
+        (:data:`~tierlab.traces.capture.opmap.MOVES_NOTHING`), works on integers or booleans (positions, masks),
         computes a rotary table, or is rotary's own arithmetic (rotate_half's negation and concatenation,
         the sum of the two products) in an attention module whose rotary is lowered."""
         cls = self._module_classes.get(e.scope, "")

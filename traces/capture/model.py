@@ -4,7 +4,7 @@ configs Transformers rejects). torch and transformers are imported only inside f
 
 from __future__ import annotations
 
-from common.errors import ConfigError, UsageError
+from tierlab.common.errors import ConfigError, UsageError
 
 ATTENTION_NAME = "tierlab_capture"
 EXTRA_HINT = "needs the optional extra 'capture' (PyTorch and Transformers): pip install -e '.[capture]'"

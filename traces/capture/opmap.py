@@ -1,6 +1,6 @@
 """Which tierlab operator kind a recorded PyTorch module or ATen operator is.
 
-The recorder (:mod:`traces.capture.record`) sees two things: the modules a forward enters, and
+The recorder (:mod:`tierlab.traces.capture.record`) sees two things: the modules a forward enters, and
 every ATen operator it dispatches (with shapes and dtypes). A *leaf* module is lowered as one
 tierlab op whatever ATen operators it runs inside (a linear, a norm, an embedding gather, an
 activation, an MoE router or the experts of an MoE layer); outside leaves, single ATen operators

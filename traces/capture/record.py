@@ -23,11 +23,11 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from common.errors import ConfigError, UsageError
-from traces.capture.model import (ATTENTION_NAME, NON_ARCHITECTURE_KEYS, copied_layers, layer_caches, own_cache,
+from tierlab.common.errors import ConfigError, UsageError
+from tierlab.traces.capture.model import (ATTENTION_NAME, NON_ARCHITECTURE_KEYS, copied_layers, layer_caches, own_cache,
                                   own_states, refuse_unbuildable, refuse_without_own_kv, require_extra, state_shapes,
                                   text_model_config)
-from traces.capture.opmap import aten_name, layer_of, leaf_kind
+from tierlab.traces.capture.opmap import aten_name, layer_of, leaf_kind
 
 
 @dataclass
@@ -375,7 +375,7 @@ class _Retry(Exception):
 
 def _own_cache_class(torch, transformers, model, hf):
     """The cache class the model makes itself when handed none, if not Transformers' DynamicCache and one
-    :func:`~traces.capture.model.own_cache` can build: from an unrecorded forward of one token (MiniMax's
+    :func:`~tierlab.traces.capture.model.own_cache` can build: from an unrecorded forward of one token (MiniMax's
     ``MiniMaxCache``, xLSTM's ``xLSTMCache``); else None."""
     try:
         with torch.no_grad():

@@ -1,15 +1,15 @@
-"""The tensors of a captured run's trace (:mod:`traces.capture.lower`): every recorded weight, the KV
+"""The tensors of a captured run's trace (:mod:`tierlab.traces.capture.lower`): every recorded weight, the KV
 caches and recurrent states with the shapes the model's cache objects received, and the activation
 buffers per row width — declared once, before any op, by :class:`CaptureTensors`, the base of
-:class:`traces.capture.lower.CaptureLowering`."""
+:class:`tierlab.traces.capture.lower.CaptureLowering`."""
 
 from __future__ import annotations
 
 import math
 
-from tierlab_kernels import attention as attn
-from tierlab_kernels.base import Op, Ten
-from traces.dtypes import GROUP_QUANTISED, SCALE_DTYPE, activation_storage, nbytes_of, scale_bytes, vector_dtype
+from tierlab.kernels import attention as attn
+from tierlab.kernels.base import Op, Ten
+from tierlab.traces.dtypes import GROUP_QUANTISED, SCALE_DTYPE, activation_storage, nbytes_of, scale_bytes, vector_dtype
 
 
 def numel(shape) -> int:
@@ -18,7 +18,7 @@ def numel(shape) -> int:
 
 class CaptureTensors:
     """Declares a capture's tensors (see the module docstring); the lowering's state (``cap``,
-    ``run``, ``w`` and the dtypes) is set by :class:`traces.capture.lower.CaptureLowering`."""
+    ``run``, ``w`` and the dtypes) is set by :class:`tierlab.traces.capture.lower.CaptureLowering`."""
 
     def _matrix(self, name, rows, cols, layer, expert) -> tuple[Ten, Ten | None]:
         wd = self.run.weights
