@@ -11,7 +11,8 @@ therefore gives the miss count of every capacity at once:
   mark per block at its last access (Bennett & Kruskal, 1975): a bitset of marks plus a Fenwick tree
   of per-64-time word counts (64x smaller than a tree per time, so it stays in cache): O(log n) per
   access. Times are renumbered when the tree fills, so memory is O(distinct blocks), not O(accesses),
-  and the stream can be fed in chunks of any size.
+  and the stream can be fed in chunks of any size. :meth:`LruDistances.update` can also hand back
+  each access's distance (:data:`COLD_DISTANCE` where the block was not found).
 * Set associative at a fixed set count (:class:`SetLruDistances`): set index = block number mod
   n_sets; each set is its own LRU stack, so the per-set distance gives the exact miss count of every
   way count up to ``max_ways`` (capacity = n_sets x ways x block) in the same single pass.
@@ -33,6 +34,8 @@ from tierlab.engine.jit import helper, njit
 from tierlab.common.errors import UsageError
 
 _EMPTY = -1
+COLD_DISTANCE = np.int64(1) << np.int64(62)   # the recorded distance of an access not found (cold or forgotten)
+_NO_DISTANCES = np.empty(0, np.int64)         # ``dist`` of a run that records only the histogram
 
 
 # ---------------------------------------------------------------- compiled kernels -------------
@@ -161,7 +164,7 @@ def _tree_add(tree, w, delta):
 
 
 @njit(nogil=True)
-def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, limit, state):
+def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, limit, state, dist):
     """Record stack distances of ``blocks[pos:]`` until done or a table needs to grow.
 
     Each tracked block has one mark, at the time of its last access: bit ``t`` of ``bits``, with
@@ -178,8 +181,10 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, li
     summed per 64-time word and applied before the next query.
 
     ``state`` = [next time, tracked blocks, oldest-mark search start, not found (cold or deeper),
-    forgotten blocks]. Returns the position reached.
+    forgotten blocks]. ``dist``: empty, or an array as long as ``blocks`` that receives each
+    access's distance (``COLD_DISTANCE`` when not found). Returns the position reached.
     """
+    record = dist.shape[0] > 0
     size = bits.shape[0] * 64
     max_keys = keys.shape[0] // 2
     t = state[0]
@@ -217,6 +222,8 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, li
                     i -= i & -i
                 d = n_keys - below
             hist[d] += 1
+            if record:
+                dist[pos] = d
             bits[w] &= ~bit
             if w != clr_w:
                 if clr_n:
@@ -229,6 +236,8 @@ def _lru_full_run(blocks, pos, keys, vals, shift, bits, tree, block_at, hist, li
             n_keys += 1
             state[3] += 1
             prev_d = -1
+            if record:
+                dist[pos] = COLD_DISTANCE
         w = t >> 6
         bits[w] |= np.uint64(1) << np.uint64(t & 63)
         if w != set_w:
@@ -396,13 +405,22 @@ class LruDistances:
         self._state = np.zeros(5, np.int64)   # next time, tracked, oldest search, not found, forgotten
         self.accesses = 0
 
-    def update(self, blocks) -> None:
+    def update(self, blocks, distances: np.ndarray | None = None) -> None:
+        """Add ``blocks`` to the stream. ``distances`` (optional, int64, as long as ``blocks``)
+        receives each access's stack distance, :data:`COLD_DISTANCE` where the block was not found
+        (first access, or forgotten beyond ``limit``)."""
         b = as_blocks(blocks)
+        dist = _NO_DISTANCES
+        if distances is not None:
+            if distances.dtype != np.int64 or distances.shape != b.shape or not distances.flags.c_contiguous:
+                raise UsageError("distances must be a contiguous int64 array as long as the blocks",
+                                 field="distances")
+            dist = distances
         pos = 0
         lim = -1 if self.limit is None else self.limit
         while pos < b.shape[0]:
             pos = _lru_full_run(b, pos, self._table.keys, self._table.vals, self._table.shift,
-                                self._bits, self._tree, self._block_at, self._hist, lim, self._state)
+                                self._bits, self._tree, self._block_at, self._hist, lim, self._state, dist)
             n_keys = int(self._state[1])
             if n_keys == self._table.keys.shape[0] // 2:
                 self._table.grow()

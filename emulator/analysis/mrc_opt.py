@@ -151,6 +151,10 @@ def _opt_sets(blocks, ids, nxt, n_ids, n_sets, ways):
     return misses
 
 
+# the compiled pieces other rooms' compiled code reuses (kvstream's OPT block store and hit curve)
+heap_push, heap_pop, next_use_positions = _heap_push, _heap_pop, _next_use
+
+
 # ---------------------------------------------------------------- public layer -----------------
 
 def dense_ids(blocks) -> tuple[np.ndarray, int]:

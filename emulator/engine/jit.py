@@ -27,7 +27,7 @@ _OPTIONS = {"cache": True, "fastmath": False, "no_cfunc_wrapper": True}
 
 
 # the rooms of the package that hold compiled code (their modules call each other's compiled helpers)
-COMPILED_ROOMS = ("engine", "analysis")
+COMPILED_ROOMS = ("engine", "analysis", "kvstream")
 
 
 def read_rooms(root: str | None = None) -> tuple[tuple[str, str, str], ...]:
