@@ -183,7 +183,7 @@ def roofline_figure(points: list[dict], ceilings: dict, title: str = ""):
         ax.scatter([], [], marker=shapes[k % len(shapes)], color="grey", label=kind)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOPs per byte read + written at the tier)")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte through the tier's port)")
     ax.set_ylabel("FLOP/s (attained: FLOPs / summed roofline latency)")
     ax.set_title(title or "roofline: each op kind at each tier")
     ax.grid(True, which="both", alpha=0.25)
