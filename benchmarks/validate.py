@@ -407,10 +407,7 @@ MEASURED += REQUEST_ROWS
 # bound by its HBM at the 95 % a reduction kernel reaches, and batch-1 fp8 GEMVs reach far less (NIM's ITL implies
 # 1.9 TB/s, 56 %). The fraction a decode GEMV reaches by weight format, from kernel microbenchmarks, is the next
 # step of issue 39; until then these rows read 1.3x.
-KNOWN_OUT = {
-    "h100x2-llama33-70b-fp8-itl-5000": "batch-1 fp8 GEMV efficiency on H100 not modelled (issue 39)",
-    "h100x2-llama33-70b-fp8-itl-500": "batch-1 fp8 GEMV efficiency on H100 not modelled (issue 39)",
-}
+KNOWN_OUT: dict[str, str] = {}   # the NIM fp8 ITL rows came back with h100's [execution] gemv (issue 39)
 ROW_PREDICTORS = {"serving": _served, "chip_ratio": chip_ratio_prediction, "cache_ratio": cache_ratio_prediction}   # a row's "predictor" names its own
 
 BAND = {"decode": 0.25, "tp_scaling": 0.20, "ttft": 0.35, "busbw": 0.25, "collective": 0.25, "energy": 0.25,

@@ -292,6 +292,13 @@ CASES = [
     Case("chip-non-numeric-power", ["chips", "{tmp}/c.toml"],
          "{tmp}/c.toml: power.static: expected a power such as \"700 W\" or \"1.2 kW\", got 'lots'",
          chip_file(('energy = "8 pJ/bit"\n', 'energy = "8 pJ/bit"\n[power]\nidle = "50 W"\ntdp = "300 W"\nstatic = "lots"\n'))),
+    Case("chip-gemv-fraction-out-of-range", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: execution.gemv.int4: expected a fraction of peak in (0, 1], e.g. 0.9, got 1.5",
+         chip_file(('energy = "8 pJ/bit"\n', 'energy = "8 pJ/bit"\n[execution]\ngemv = { int4 = 1.5 }\n'))),
+    Case("chip-gemv-unknown-format", ["chips", "{tmp}/c.toml"],
+         "{tmp}/c.toml: execution.gemv.int3: expected a weight format: bf16, fp16, fp32, fp8, fp8-block, int8, int4, "
+         "nvfp4, mxfp4, or int8/int4 with -gN (e.g. int4-g32)",
+         chip_file(('energy = "8 pJ/bit"\n', 'energy = "8 pJ/bit"\n[execution]\ngemv = { int3 = 0.5 }\n'))),
     Case("chip-power-unknown-key", ["chips", "{tmp}/c.toml"],
          "{tmp}/c.toml: power.tpd: unknown key; did you mean 'tdp'?",
          chip_file(('energy = "8 pJ/bit"\n', 'energy = "8 pJ/bit"\n[power]\nidle = "50 W"\ntpd = "300 W"\n'))),

@@ -290,7 +290,9 @@ _TOP_KEYS = {**_TOP_KEYS, "execution": False, "power": False}
 _COMPUTE_KEYS = {**_COMPUTE_KEYS, "achievable": False}
 _LINK_KEYS = {**_LINK_KEYS, "achievable": False}
 _TIER_KEYS_CALIBRATION = {"achievable": False, "forward_misses": False}
-_EXECUTION_KEYS = {"kernel_overhead": False, "fusion": False, "overlap": False}
+_EXECUTION_KEYS = {"kernel_overhead": False, "fusion": False, "overlap": False, "gemv": False}
+# a [execution] gemv key: a weight dtype as traced, int8/int4 optionally with its quantisation group
+GEMV_FORMAT = re.compile(r"^(bf16|fp16|fp32|fp8|fp8-block|nvfp4|mxfp4|int8|int4|(int8|int4)-g[1-9][0-9]*)$")
 
 
 def calibrated_tier(ctx: FileReader, d, i: int) -> Tier:
@@ -329,9 +331,17 @@ def execution_from_table(ctx: FileReader, d) -> Execution:
     overhead = 0.0
     if "kernel_overhead" in d:
         overhead = ctx.quantity(d["kernel_overhead"], "time", "execution.kernel_overhead", positive=False)
+    gemv = d.get("gemv", {})
+    if not isinstance(gemv, dict):
+        raise ctx.error("execution.gemv", f"expected a table of weight format = fraction, got {gemv!r}")
+    for k in gemv:
+        if not GEMV_FORMAT.match(k):
+            raise ctx.error(f"execution.gemv.{k}", "expected a weight format: bf16, fp16, fp32, fp8, fp8-block, "
+                                                   "int8, int4, nvfp4, mxfp4, or int8/int4 with -gN (e.g. int4-g32)")
     return Execution(kernel_overhead_s=float(overhead),
                      fusion=ctx.choice(d.get("fusion", "none"), "execution.fusion", FUSIONS),
-                     overlap=ctx.choice(d.get("overlap", "none"), "execution.overlap", OVERLAPS))
+                     overlap=ctx.choice(d.get("overlap", "none"), "execution.overlap", OVERLAPS),
+                     gemv=tuple(sorted((k, achievable(ctx, v, f"execution.gemv.{k}")) for k, v in gemv.items())))
 
 
 def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
@@ -404,6 +414,8 @@ def file_keys(section: str) -> tuple[str, ...]:
 def strip_calibration_defaults(d: dict) -> None:
     """Drop the calibration fields at their defaults from a Chip's ``asdict`` (so a chip built in
     code hashes as it did before they existed)."""
+    if isinstance(d.get("execution"), dict) and not d["execution"].get("gemv", ()):
+        d["execution"].pop("gemv", None)
     if d.get("execution") == {"kernel_overhead_s": 0.0, "fusion": "none", "overlap": "none"}:
         d.pop("execution")
     for part in [d.get("compute") or {}, *(d.get("tiers") or ()), *(d.get("links") or ())]:

@@ -122,12 +122,16 @@ class Execution:
     ``kernel_overhead_s``: fixed time per kernel, launch plus synchronisation. ``fusion``: ``none``
     (each op a kernel) or ``layer`` (a run of one decoder layer's ops in one step is one kernel).
     ``overlap``: ``none`` or ``independent`` (consecutive kernels sharing no written tensor run
-    concurrently). The defaults add nothing: the calibrated latency is then the roofline.
+    concurrently). ``gemv``: (weight format, fraction) pairs, the fraction of the memory tier's peak
+    bandwidth a decode GEMV of that weight format reaches (dequantisation included), applied to the
+    weight-streaming ops only (:mod:`tierlab.cost.gemv`). The defaults add nothing: the calibrated
+    latency is then the roofline.
     """
 
     kernel_overhead_s: float = 0.0
     fusion: str = "none"
     overlap: str = "none"
+    gemv: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,9 @@ calibrated latency *is* the roofline (tested):
    joins the concurrent group before it when it reads no tensor the group writes and writes no
    tensor the group reads or writes, in the same phase and step (q/k/v projections, gate and up):
    the group's time is max_r Σ over its ops of t[op, r], the resources shared as in a kernel.
+   **By weight format** (``gemv``): a weight-streaming op (a decode linear layer) takes its memory
+   tiers' and links' fraction from the chip's ``[execution] gemv`` table for its weight format
+   instead (:mod:`tierlab.cost.gemv`: what a decode GEMV of bf16, fp8, int8, int4 ... reaches).
 4. **Kernel overhead** (``kernel_overhead``). Each kernel adds its fixed launch and
    synchronisation time once, also inside a concurrent group (launches are issued one after
    another): overhead per step = kernels per step x ``kernel_overhead``.
@@ -43,7 +46,8 @@ from tierlab.chip.hierarchy import FUSIONS, OVERLAPS, Chip
 def with_execution(chip: Chip, *, fusion: str | None = None, overlap: str | None = None,
                    kernel_overhead_s: float | None = None, achievable: bool = True) -> Chip:
     """``chip`` with its ``[execution]`` settings replaced where given (None keeps the chip's);
-    ``achievable=False`` sets every fraction of peak to 1 (peak rates, as the roofline)."""
+    ``achievable=False`` sets every fraction of peak to 1 (peak rates, as the roofline), the
+    ``gemv`` table's included."""
     ex = chip.execution
     if fusion is not None:
         if fusion not in FUSIONS:
@@ -55,6 +59,8 @@ def with_execution(chip: Chip, *, fusion: str | None = None, overlap: str | None
         ex = replace(ex, overlap=overlap)
     if kernel_overhead_s is not None:
         ex = replace(ex, kernel_overhead_s=float(kernel_overhead_s))
+    if not achievable:
+        ex = replace(ex, gemv=())
     chip = replace(chip, execution=ex)
     if not achievable:
         chip = replace(chip, compute=replace(chip.compute, achievable=1.0),
@@ -168,13 +174,22 @@ class Organisation:
 
 
 def organise(chip: Chip, resources: tuple[str, ...], time_s: np.ndarray, layer, phase, step,
-             tensors=None, segment=None) -> Organisation:
+             tensors=None, segment=None, gemv: np.ndarray | None = None) -> Organisation:
     """The :class:`Organisation` of a trace's ops on ``chip`` from their per-resource roofline
     times ``time_s[op, resource]`` (module docstring); ``segment`` as :func:`kernels_of` takes it
-    (``tensors()``' op ids index these ops)."""
+    (``tensors()``' op ids index these ops); ``gemv`` (optional, per op) the fraction of a
+    weight-streaming op's memory bandwidth (0: the tiers' own), :func:`tierlab.cost.gemv.gemv_fractions`."""
     ex = chip.execution
     frac = fractions(chip, resources)
     t = np.asarray(time_s, np.float64) / frac
+    if gemv is not None and len(t) and (np.asarray(gemv) > 0).any():
+        from tierlab.cost.gemv import memory_resources
+
+        g = np.asarray(gemv, np.float64)
+        rows = np.flatnonzero(g > 0)
+        cols = np.flatnonzero(memory_resources(chip, resources))
+        if len(cols):
+            t[np.ix_(rows, cols)] = np.asarray(time_s, np.float64)[np.ix_(rows, cols)] / g[rows, None]
     kernel = kernels_of(layer, phase, step, ex.fusion, segment)
     group = groups_of(kernel, phase, step, ex.overlap, tensors, segment)
     if len(group):

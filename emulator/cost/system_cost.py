@@ -401,8 +401,11 @@ def _device_calibration(tr, cst: Cost, coll: np.ndarray):
     layer = ops.column("layer").to_numpy()
     phase = np.asarray(ops.column("phase").to_pylist(), dtype=object)
     step = ops.column("step").to_numpy()
+    from tierlab.cost.gemv import gemv_fractions
+
+    gemv = gemv_fractions(tr.chip, tr.trace)
     org = organise(tr.chip, cst.resources, np.asarray(cst.time_s)[sub], layer[sub], phase[sub], step[sub],
-                   tensors, segment)
+                   tensors, segment, gemv=None if gemv is None else gemv[sub])
     lat = np.zeros(n)
     bound = np.zeros(n, np.int64)
     lat[sub] = org.op_latency_s()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tierlab.cost.model import Cost, cost
+from tierlab.cost.gemv import gemv_fractions
 from tierlab.cost.organisation import organise
 
 if TYPE_CHECKING:                                   # only for the annotation: the pipeline sits above cost
@@ -31,5 +32,5 @@ def cost_of(tr: TraceReplay) -> Cost:
 
     cst.organisation = organise(tr.chip, cst.resources, cst.time_s, ops.column("layer").to_numpy(),
                                 np.asarray(ops.column("phase").to_pylist(), dtype=object),
-                                ops.column("step").to_numpy(), tensors)
+                                ops.column("step").to_numpy(), tensors, gemv=gemv_fractions(tr.chip, tr.trace))
     return cst

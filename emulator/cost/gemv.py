@@ -1,0 +1,94 @@
+"""Kernel efficiency by weight format: the fraction of the memory's peak bandwidth a decode GEMV
+reaches, per weight format, from the chip's ``[execution] gemv`` table (issue 39).
+
+A decode linear layer streams its weights once per step; the kernel that does it (cuBLAS's GEMV, a
+dequantising Marlin or TensorRT-LLM weight-only kernel, an FP8 CUTLASS GEMM with a skinny M) reaches
+a fraction of HBM's peak that depends on the weight format, measured by kernel microbenchmarks and
+cited in the chip file. The calibrated latency (:mod:`tierlab.cost.organisation`) charges the
+**weight-streaming ops** — ops of kind ``linear`` in the ``decode`` phase with at most
+:data:`GEMV_MAX_TOKENS` tokens (the microbenchmarks' M) — their memory time at that fraction in place
+of the tier's ``achievable``; every other op, and the roofline, is unchanged.
+
+The format of an op is the dtype of the largest weight tensor it reads; ``int8``/``int4`` look up
+``int4-g{quant_group}`` first, then ``int4``. A format absent from the table keeps the tier's
+``achievable``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+GEMV_MAX_TOKENS = 16   # the largest M of the cited microbenchmarks (CUTLASS issue 1139: M = 16)
+
+
+def gemv_table(chip) -> dict[str, float]:
+    return dict(chip.execution.gemv)
+
+
+def lookup(table: dict[str, float], dtype: str, group: int | None) -> float:
+    """The fraction for weight dtype ``dtype`` (0.0 when absent)."""
+    if dtype in ("int8", "int4") and group:
+        f = table.get(f"{dtype}-g{int(group)}")
+        if f is not None:
+            return f
+    return table.get(dtype, 0.0)
+
+
+def op_weight_dtypes(trace) -> np.ndarray:
+    """Per op of ``trace``, the dtype of the largest weight tensor it reads ('' for none)."""
+    ten = trace.tensors
+    kinds = np.asarray(ten.column("kind").to_pylist(), dtype=object)
+    dtypes = np.asarray(ten.column("dtype").to_pylist(), dtype=object)
+    nbytes = ten.column("nbytes").to_numpy().astype(np.int64)
+    tid = ten.column("tensor_id").to_numpy().astype(np.int64)
+    is_weight = np.zeros(int(tid.max()) + 1 if len(tid) else 0, bool)
+    size = np.zeros_like(is_weight, dtype=np.int64)
+    is_weight[tid] = kinds == "weight"
+    size[tid] = nbytes
+    dt_of = np.empty(len(is_weight), dtype=object)
+    dt_of[tid] = dtypes
+    n = trace.ops.num_rows
+    best = np.full(n, -1, np.int64)
+    best_size = np.full(n, -1, np.int64)
+    for b in trace.iter_accesses():
+        op = b.column("op_id").to_numpy().astype(np.int64)
+        t = b.column("tensor_id").to_numpy().astype(np.int64)
+        wr = b.column("is_write").to_numpy(zero_copy_only=False)
+        keep = is_weight[t] & ~wr
+        op, t = op[keep], t[keep]
+        for o, tt in zip(op.tolist(), t.tolist()):          # weight reads are few (a few per op)
+            if size[tt] > best_size[o]:
+                best_size[o], best[o] = size[tt], tt
+    out = np.full(n, "", dtype=object)
+    has = best >= 0
+    out[has] = dt_of[best[has]]
+    return out
+
+
+def gemv_fractions(chip, trace) -> np.ndarray | None:
+    """Per op of ``trace``, the GEMV fraction on ``chip`` (0 = not a weight-streaming op or no entry),
+    or None when the chip has no ``gemv`` table (nothing to do)."""
+    table = gemv_table(chip)
+    if not table:
+        return None
+    ops = trace.ops
+    kind = np.asarray(ops.column("kind").to_pylist(), dtype=object)
+    phase = np.asarray(ops.column("phase").to_pylist(), dtype=object)
+    tokens = ops.column("tokens").to_numpy()
+    streaming = (kind == "linear") & (phase == "decode") & (tokens <= GEMV_MAX_TOKENS)
+    out = np.zeros(ops.num_rows)
+    if not streaming.any():
+        return out
+    group = (trace.manifest.get("run") or {}).get("quant_group")
+    dts = op_weight_dtypes(trace)
+    for i in np.flatnonzero(streaming):
+        out[i] = lookup(table, dts[i], group) if dts[i] else 0.0
+    return out
+
+
+def memory_resources(chip, resources: tuple[str, ...]) -> np.ndarray:
+    """Mask of ``resources`` a GEMV fraction applies to: the tiers that home tensors (not caches) and
+    the links into them."""
+    homes = {t.name for t in chip.tiers if t.managed != "cache"}
+    names = {f"tier:{h}" for h in homes} | {f"link:{lk.upper}-{lk.lower}" for lk in chip.links if lk.lower in homes}
+    return np.array([r in names for r in resources], bool)
