@@ -325,3 +325,40 @@ def test_sweeps_of_whole_tier_runs_count_as_the_walk(policy):
             per_op, by_kind, flush = _expected(tiers, [0, 0, 0], tensors, n_ops, acc, opts)
             np.testing.assert_array_equal(seg.per_op, per_op)
             np.testing.assert_array_equal(seg.flush, flush)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_many_groups_on_a_large_cache_stay_on_groups_with_the_walks_counts(data):
+    """A large lone cache (thousands of sets) cut by many short chunks into more than 1,024 groups,
+    the fixed cap before issue 42 (a 256 MB Infinity Cache passed it on every prefill and the walk
+    took over, 50-250x slower): with the default options the groups go on serving, with the walk's
+    counts and the reference's."""
+    b0 = 16
+    sets = data.draw(st.sampled_from([8192, 12000, 16384]))
+    ways = data.draw(st.integers(8, 16))
+    policy = data.draw(st.sampled_from(["lru", "fifo"]))
+    tiers = [Tier("c", sets * ways * b0, b0, ways, policy, "cache", 1.0, 0.0, 0.0),
+             Tier("mem", 1 << 40, 128, None, "lru", "memory", 1.0, 0.0, 0.0)]
+    lent = [0, 0]
+    span = sets * b0 * 3
+    tensors = [(t * span, 1, t % len(KINDS), span) for t in range(3)]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    acc = []
+    for i in range(1800):       # short chunks at scattered offsets cut two group ends each
+        tid = int(rng.integers(0, 3))
+        nb = int(rng.integers(1, 24)) * b0
+        off = int(rng.integers(0, span - nb))
+        acc.append([i // 200, tid, off, nb, 1, 0, bool(rng.random() < 0.3), 0])
+    for t in range(3):          # and a whole tensor now and then, hitting what is held
+        acc.insert(600 * t + 300, [acc[600 * t + 300][0], t, 0, span, 1, 0, False, 0])
+    opts = ReplayOptions(flush=True)
+    res = _engine(tiers, lent, tensors, 9, acc, opts, [1000])
+    assert res.meta["kernel"]["name"] == "set_groups"
+    assert res.meta["set_groups_max"] > 1024 and not res.meta["set_groups_written_out"]
+    walk = _engine(tiers, lent, tensors, 9, acc, dataclasses.replace(opts, fast_path=False), [1000])
+    _assert_same(res, walk)
+    per_op, by_kind, flush = _expected(tiers, lent, tensors, 9, acc, opts)
+    np.testing.assert_array_equal(res.per_op, per_op)
+    np.testing.assert_array_equal(res.by_kind, by_kind)
+    np.testing.assert_array_equal(res.flush, flush)

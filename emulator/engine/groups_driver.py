@@ -1,8 +1,13 @@
 """The driver of the ``set_groups`` kernel (:mod:`tierlab.engine.setgroups`): tier 0 kept as groups
 of sets that hold alike, handed to the walk when the stream is too scattered for groups to pay.
 
-A stream too scattered cuts tier 0 into more than ``options.max_set_groups`` groups, or into more
-than a quarter of its sets (once past 64). The state is then written out per set
+A stream too scattered cuts tier 0 into more than a quarter of its sets (once past 64; or more than
+``options.max_set_groups`` groups, a cap a test or a tuning may set). The groups then hold fewer than
+four sets on average and serving each costs about what the walk pays per set. There is no fixed
+cap by default: a cap of 1,024 groups (before issue 42) was passed by every prefill on a cache of
+125,000 sets (256 MB of Infinity Cache, 128 B blocks, 16 ways), where a tensor of tens of MB does
+not sweep the cache and every chunk's ends stay cut, and the walk that took over was 50-250x
+slower than the groups (which stay under 8,000 there). The state is then written out per set
 (:func:`tierlab.engine.setgroups.write_slots`) and a :class:`tierlab.engine.walker.WalkReplayer`
 (with its range fast path) replays the rest, with the same counts.
 """

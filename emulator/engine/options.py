@@ -31,7 +31,10 @@ class ReplayOptions:
     set_groups: bool = True               # alias: False keeps "auto" from choosing "set_groups"
     fast_min_blocks: int = 64             # shortest read chunk (tier-0 blocks) the walk's fast path takes
     lazy_max_runs: int = 16               # runs a lazy tier keeps stacked before it is written out
-    max_set_groups: int = 1024            # more groups (or sets / 4, past 64): tier 0 written out, walked per set
+    max_set_groups: int = 1 << 30         # more groups (or a quarter of tier 0's sets, past 64): tier 0
+                                          # written out, walked per set. Was 1024, which a large last
+                                          # cache (125,000 sets) passes on every prefill: the walk took
+                                          # over, 50-250x slower (issue 42); the quarter is the real bound
     threads: int = 1                      # block streams: split the stream by set over 2 threads where exact
     batch_rows: int = 1 << 16             # access descriptors per engine call
     opt_max_lookups: int = 1 << 26        # largest per-tier future the opt pre-pass may hold
