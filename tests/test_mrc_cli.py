@@ -205,3 +205,27 @@ def test_cli_default_opt_limit_is_the_librarys():
     from tierlab.cli.mrc import OPT_LIMIT_BLOCKS
 
     assert OPT_LIMIT_BLOCKS == DEFAULT_OPT_LIMIT_BLOCKS
+
+
+def test_the_curves_progress_moves_within_a_batch_and_sums_to_the_rows(trace, tmp_path):
+    """``run --html --mrc`` draws the curve's progress: reported per expanded chunk (a model's batch
+    is tens of seconds of curve), in rows of the batch in proportion to its blocks, summing to the
+    trace's rows (issue 42)."""
+    from unittest import mock
+
+    from tierlab.analysis import tier_mrc as tm
+    from tierlab.chip.chipfile import load_chip
+    from tierlab.engine.blocks import BlockExpander
+    from tierlab.traces.reader import open_trace
+
+    path, blocks = trace
+    chip_path = tmp_path / "tiny.toml"
+    chip_path.write_text(CHIP.format(cap="16 KiB", ways="ways = 4"))
+    tr, chip = open_trace(path), load_chip(str(chip_path))
+    steps = []
+    small = lambda *a, **k: BlockExpander(*a, **{**k, "buffer_blocks": 256})   # noqa: E731
+    with mock.patch.object(tm, "BlockExpander", small):
+        result, _ = tm.tier_mrc(tr, chip, "sram", progress=steps.append)
+    plain, _ = tm.tier_mrc(tr, chip, "sram")
+    assert sum(steps) == tr.n_accesses and len(steps) > 3 and min(steps) > 0
+    assert result["rows"] == plain["rows"]

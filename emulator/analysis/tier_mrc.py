@@ -86,6 +86,12 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
     # a second core while this thread computes the fully-associative one
     with ThreadPoolExecutor(1) as pool:
         for batch in trace.iter_accesses(1 << 18):
+            # a trace's batch can be tens of seconds of curve (a model's weights, ~10^8 blocks):
+            # the bar moves with each expanded chunk, by the batch's rows in proportion to its blocks
+            in_batch = expander.count(*(batch.column(c).to_numpy(zero_copy_only=False) for c in
+                                        ("tensor_id", "offset", "nbytes", "count", "stride"))) \
+                if progress is not None else 0
+            done_blocks = done_rows = 0
             for blocks, _ in expander.expand_batch(batch):
                 other = pool.submit(per_set.update, blocks) if per_set is not None else None
                 full.update(blocks)
@@ -93,8 +99,14 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
                     other.result()
                 if opt is not False and kept is not None:
                     kept.append(blocks.copy())
-            if progress is not None:
-                progress(batch.num_rows)
+                if progress is not None and in_batch:
+                    done_blocks += len(blocks)
+                    upto = batch.num_rows * min(done_blocks, in_batch) // in_batch
+                    if upto > done_rows:
+                        progress(upto - done_rows)
+                        done_rows = upto
+            if progress is not None and batch.num_rows > done_rows:
+                progress(batch.num_rows - done_rows)
 
     curve = full.curve(tier.block_bytes)
     set_curve = per_set.curve(tier.block_bytes) if per_set is not None else None

@@ -72,7 +72,10 @@ def write_chip_views(kw: dict, d: dict, tr, cst, *, force: bool) -> None:
 
             raise UsageError(f"unknown tier {kw['mrc_tier']!r}; chip {tr.chip.name} has {', '.join(names)}",
                              field="--mrc")
-        result, curves = tier_mrc(tr.trace, tr.chip, kw["mrc_tier"])
+        from tierlab.cli.progress import counting_bar
+
+        with counting_bar(tr.trace.n_accesses, unit="row", desc=f"mrc {kw['mrc_tier']}") as progress:
+            result, curves = tier_mrc(tr.trace, tr.chip, kw["mrc_tier"], progress=progress)
         mrc = (svg_of_plot(plot_mrc, result, curves), format_mrc(result))
     if kw.get("timeline_path"):
         from tierlab.present.timeline import chip_timeline, write_timeline
