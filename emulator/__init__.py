@@ -17,10 +17,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__all__ = ["trace", "replay", "run", "compare", "sweep", "throughput", "load_chip", "load_system"]
+__all__ = ["trace", "replay", "run", "compare", "sweep", "throughput", "load_chip", "load_system",
+           "read_requests", "synthetic_requests", "hit_curve", "serve_requests"]
+# the request-stream functions (issue 41): typed library functions of tierlab.kvstream, as they are
+_KVSTREAM = {"read_requests": "tierlab.kvstream.reader", "synthetic_requests": "tierlab.kvstream.synthetic",
+             "hit_curve": "tierlab.kvstream.hitcurve", "serve_requests": "tierlab.kvstream.server"}
 
 if TYPE_CHECKING:
     from tierlab.api import compare, load_chip, load_system, replay, run, sweep, throughput, trace
+    from tierlab.kvstream.hitcurve import hit_curve
+    from tierlab.kvstream.reader import read_requests
+    from tierlab.kvstream.server import serve_requests
+    from tierlab.kvstream.synthetic import synthetic_requests
 
 
 def __getattr__(name: str):
@@ -30,6 +38,10 @@ def __getattr__(name: str):
         import tierlab.sweep as package
 
         return package
+    if name in _KVSTREAM:
+        import importlib
+
+        return getattr(importlib.import_module(_KVSTREAM[name]), name)
     if name in __all__:
         import tierlab.api
 

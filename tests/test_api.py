@@ -272,6 +272,11 @@ BAD = [
     ("load_system", lambda: tierlab.load_system(3), "name_or_path", "expected a name or path"),
     ("load_system", lambda: tierlab.load_system("dgx-h100", {"chips": None}), "overrides.chips", "string or number"),
     ("load_system", lambda: tierlab.load_system("no-such-system"), None, "no-such-system"),
+    ("read_requests", lambda: tierlab.read_requests("/nonexistent/requests.jsonl"), None, "requests.jsonl"),
+    ("synthetic_requests", lambda: tierlab.synthetic_requests(4, rate=-1.0), "rate", None),
+    ("hit_curve", lambda: tierlab.hit_curve(tierlab.synthetic_requests(4, rate=1.0), policy="mru"), "policy", "mru"),
+    ("serve_requests", lambda: tierlab.serve_requests(tierlab.synthetic_requests(4, rate=1.0), None, chip="h100",
+                                                      router="prefix"), "router", "dp > 1"),
 ]
 
 

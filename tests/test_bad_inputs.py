@@ -989,6 +989,32 @@ CASES = [
          "-o: expected a .parquet file, got '{tmp}/c.csv'"),
 ]
 
+# ---- request streams (issue 41): tierlab mrc REQUESTS and tierlab requests ---------------------------
+
+_REQ = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}\n'
+_SERVE = ["--model", str(TINY), "--chip", "h100"]
+CASES += [
+    Case("requests-malformed-line", ["mrc", "{tmp}/r.jsonl"],
+         "{tmp}/r.jsonl: line 2: malformed JSON (Expecting ',' delimiter)",
+         {"r.jsonl": _REQ + '{"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [0 1]}\n'}),
+    Case("requests-none", ["mrc", "{tmp}/r.jsonl"], "{tmp}/r.jsonl: line 1: no requests", {"r.jsonl": ""}),
+    Case("requests-hash-ids-and-length", ["mrc", "{tmp}/r.jsonl"],
+         "{tmp}/r.jsonl: line 1: hash_ids: 3 ids for 600 input tokens; expected ceil(600/512) = 2 at 512 tokens per "
+         "block", {"r.jsonl": _REQ.replace("[0, 1]", "[0, 1, 2]")}),
+    Case("requests-longer-than-positions", ["requests", "{tmp}/r.jsonl", *_SERVE],
+         "{tmp}/r.jsonl: request 0: 4608 + 5 positions exceed tiny-llama's max_position_embeddings 4096",
+         {"r.jsonl": '{"timestamp": 0, "input_length": 4608, "output_length": 5, "hash_ids": [0, 1, 2, 3, 4, 5, 6, 7, '
+                     '8]}\n'}),
+    Case("requests-zero-tier", ["requests", "{tmp}/r.jsonl", *_SERVE, "--kv-tier", "dram=0TB"],
+         "--kv-tier: a tier's capacity must be positive, got '0TB'", {"r.jsonl": _REQ}),
+    Case("requests-negative-tier", ["requests", "{tmp}/r.jsonl", *_SERVE, "--kv-tier", "dram=-1TB"],
+         "--kv-tier: expected a size such as 1TB or 512GiB, got '-1TB'", {"r.jsonl": _REQ}),
+    Case("requests-unknown-tier", ["requests", "{tmp}/r.jsonl", *_SERVE, "--kv-tier", "disk=1TB"],
+         "--kv-tier: unknown KV tier 'disk'; expected one of dram, ssd, remote", {"r.jsonl": _REQ}),
+    Case("requests-prefix-router-without-dp", ["requests", "{tmp}/r.jsonl", *_SERVE, "--router", "prefix"],
+         "--router: router 'prefix' chooses among replicas; it needs dp > 1", {"r.jsonl": _REQ}),
+]
+
 
 def _tp2_trace(out: Path) -> None:
     from tierlab.traces.lower import generate_trace

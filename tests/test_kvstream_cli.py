@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -40,3 +41,39 @@ def test_table_and_bad_input(tmp_path):
         assert res.output.count("\n") == 1 and "error" in res.output, res.output
     res = CliRunner().invoke(main, ["mrc", str(bad)])
     assert f"{bad}: line 2: hash_ids: 3 ids" in res.output
+
+
+def test_requests_command_json_parquet_and_plot(tmp_path):
+    """``tierlab requests``: --json is the library's summary, -o writes one row per request, --plot draws."""
+    import json as _json
+
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    import tierlab
+    from tierlab.cli import main
+    from tierlab.traces.spec import load_model
+
+    tiny = Path(__file__).parent / "data" / "models" / "tiny-llama.json"
+    lines = [{"timestamp": 100 * i, "input_length": 96 + 16 * (i % 3), "output_length": 4,
+              "hash_ids": [0, 1, 2 + i % 3][: -(-(96 + 16 * (i % 3)) // 64)]} for i in range(12)]
+    src = tmp_path / "r.jsonl"
+    src.write_text("".join(_json.dumps(r) + "\n" for r in lines))
+    args = ["requests", str(src), "--model", str(tiny), "--chip", "h100", "--block-tokens", "64",
+            "--max-batch-tokens", "256", "--kv-tier", "dram=1GB"]
+    res = CliRunner().invoke(main, args + ["--json", "-o", str(tmp_path / "r.parquet"),
+                                           "--plot", str(tmp_path / "r.png")])
+    assert res.exit_code == 0, res.output
+    d = _json.loads(res.stdout)
+    t = pq.read_table(tmp_path / "r.parquet")
+    assert t.num_rows == d["requests"] == 12
+    assert (tmp_path / "r.png").stat().st_size > 0
+    assert d["output_tokens"] == 48 and d["input_tokens"] == sum(r["input_length"] for r in lines)
+    # the library gives the same summary
+    trace = tierlab.read_requests(src, block_tokens=64)
+    lib = tierlab.serve_requests(trace, load_model(str(tiny)), chip="h100", kv_tiers={"dram": "1GB"},
+                                 max_batch_tokens=256)
+    assert lib.to_dict()["ttft_s"] == d["ttft_s"] and lib.to_dict()["hit_ratio"] == d["hit_ratio"]
+    # the text view names every tier
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 0 and "dram" in text.stdout and "time to first token" in text.stdout

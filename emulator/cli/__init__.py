@@ -39,6 +39,7 @@ COMMANDS = {
     "sweep": "tierlab.cli.sweep",
     "export": "tierlab.cli.export",
     "import": "tierlab.cli.import_",
+    "requests": "tierlab.cli.requests",
 }
 
 
