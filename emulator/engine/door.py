@@ -12,27 +12,26 @@ from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
 from tierlab.common.errors import TraceError, UsageError
 from tierlab.chip.hierarchy import Tier
-from tierlab.engine.blocks import expand_rows
 from tierlab.engine.counters import N_COUNTERS, ReplayResult
 from tierlab.engine.dispatch import BY_NAME, Choice, Request, choose
 from tierlab.engine.geometry import KINDS, Geometry, build_geometry, partition_bit
-from tierlab.engine.groups_driver import SetGroupReplayer
-from tierlab.engine.invariants import check_result, debug_from_env
-from tierlab.engine.lines import LineStream, replay_lines
-from tierlab.engine.lines import serves as serves_lines
+from tierlab.engine.invariants import debug_from_env
 from tierlab.engine.options import ReplayOptions
 from tierlab.engine.policies import POLICY_NAMES
 from tierlab.engine.state import Tensors, as_descriptors
-from tierlab.engine.stream_driver import StreamReplayer
 from tierlab.engine.tally import CallCounters
-from tierlab.engine.twins import MAX_DIFF_SHARE, TwinDriver
-from tierlab.engine.walker import WalkReplayer, check_inclusive, opt_prepass
+
+if TYPE_CHECKING:
+    from tierlab.engine.lines import LineStream
+
+# Each kernel's driver (and the compiled functions it declares) is imported where that kernel is
+# chosen: a replay loads only the kernel it runs (issue 42, start-up; 30-60 ms of imports each).
 
 __all__ = ["kernel_for", "replay_arrays", "replay_blocks", "replay_twins"]
 
@@ -106,6 +105,9 @@ def _stream_descriptors(geo: Geometry, tensors: Tensors, choice: Choice, batches
     its columns as they come (any integer type), to its tier-0 blocks, fed buffer by buffer. The
     chain, asked to serve a stream whose writes are not known, hands over to the tier passes at the
     first buffer holding a write."""
+    from tierlab.engine.blocks import expand_rows
+    from tierlab.engine.stream_driver import StreamReplayer
+
     sh0 = int(geo.block_bytes[0]).bit_length() - 1
     chain = choice.kernel.name == "cache_stream_chain"
     r = StreamReplayer(geo, n_caches, options, chain=chain, hand_over=chain and writes is None)
@@ -144,13 +146,20 @@ def run_replay(geo: Geometry, tensors: Tensors, batches: Callable[[], Iterable[B
                                                              progress, n_caches, writes)
         return {"counts": counts, "flush": None, "blocks": n_blocks, "descriptors": n_acc, "stats": stats}
     if options.inclusive:
+        from tierlab.engine.walker import check_inclusive
+
         check_inclusive(geo, options)
-    fast = name != "walk"
-    futures = opt_prepass(geo, tensors, options, fast, batches,
-                          lambda r, bs: drive(r, bs, options, None, None))
-    if name == "set_groups":
+    futures = None
+    if name == "set_groups":            # LRU/FIFO only (dispatch): no opt pre-pass
+        from tierlab.engine.groups_driver import SetGroupReplayer
+
         r = SetGroupReplayer(geo, tensors, options)
     else:
+        from tierlab.engine.walker import WalkReplayer, opt_prepass
+
+        fast = name != "walk"
+        futures = opt_prepass(geo, tensors, options, fast, batches,
+                              lambda r, bs: drive(r, bs, options, None, None))
         r = WalkReplayer(geo, tensors, options, fast_path=fast, opt_next=futures)
     fl, n_blocks, n_acc = drive(r, batches(), options, totals, progress)
     stats = r.stats()
@@ -181,6 +190,8 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
     req = describe(geo, tensors.home, tensors.kind, n_ops, options, source="descriptors", writes=writes, pim=pim)
     choice = pick(req, options)
     if lines is not None:
+        from tierlab.engine.lines import serves as serves_lines
+
         if choice.kernel.name in STREAM_KERNELS and serves_lines(geo, lines):
             return _replay_lines(geo, tensors, lines, options, choice, progress)
         if len(lines.once_rows):
@@ -194,6 +205,8 @@ def replay_arrays(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tenso
 def _replay_lines(geo: Geometry, tensors: Tensors, lines: LineStream, options: ReplayOptions, choice: Choice,
                   progress) -> ReplayResult:
     """An address trace's words on the stream kernels: one op of one kind."""
+    from tierlab.engine.lines import replay_lines
+
     n_tiers = len(geo.names)
     n_caches = int(np.count_nonzero(geo.caching))
     counts, stats = replay_lines(geo, n_caches, choice.kernel.name == "cache_stream_chain", lines, options, progress)
@@ -210,7 +223,7 @@ def _replay_lines(geo: Geometry, tensors: Tensors, lines: LineStream, options: R
 def replay_twins(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor_home, tensor_kind,
                  base: Batch, twins: Sequence[Batch], n_ops: int, lent_bytes=None,
                  options: ReplayOptions = ReplayOptions(), progress=None, pim: bool = True,
-                 writes: bool | None = None, max_diff_share: float = MAX_DIFF_SHARE
+                 writes: bool | None = None, max_diff_share: float | None = None
                  ) -> list[ReplayResult | None] | None:
     """Replay ``base`` and its ``twins`` (whole streams of the same ops on the same tensors, as one
     batch each of :func:`replay_arrays`) with the same results as one :func:`replay_arrays` each,
@@ -218,7 +231,12 @@ def replay_twins(tiers: Sequence[Tier], *, tensor_address, tensor_nbytes, tensor
 
     Returns the base's result then each twin's (None for a twin that could not be followed, or that
     differs in more than ``max_diff_share`` of the ops: replay it on its own), or None when the kernel
-    chosen is not ``set_groups`` (whose state forks)."""
+    chosen is not ``set_groups`` (whose state forks). ``max_diff_share`` None:
+    :data:`tierlab.engine.twins.MAX_DIFF_SHARE`."""
+    from tierlab.engine.twins import MAX_DIFF_SHARE, TwinDriver
+
+    if max_diff_share is None:
+        max_diff_share = MAX_DIFF_SHARE
     geo, tensors = prepare(tiers, tensor_address, tensor_nbytes, tensor_home, tensor_kind, lent_bytes, options)
     req = describe(geo, tensors.home, tensors.kind, n_ops, options, source="descriptors", writes=writes, pim=pim)
     choice = pick(req, options)
@@ -284,6 +302,8 @@ def _result(geo: Geometry, per_op, by_kind, flush, n_acc, n_blocks, choice: Choi
                                              "caching": geo.caching.tolist()},
                                 "kernel": kernel, **stats})
     if options.debug or debug_from_env():
+        from tierlab.engine.invariants import check_result
+
         check_result(result)
     return result
 
@@ -358,6 +378,8 @@ def _replay_blocks_stream(a, w, geo: Geometry, n_caches: int, options: ReplayOpt
     sh0 = int(geo.block_bytes[0]).bit_length() - 1
     if len(a) and a.min() < 0:
         raise UsageError("addresses must be non-negative", field="addresses")
+    from tierlab.engine.stream_driver import StreamReplayer
+
     # the chain's tag words are sized for the largest block
     r = StreamReplayer(geo, n_caches, options, chain=chain, bit=bit,
                        top_block=(int(a.max()) >> sh0) + 1 if len(a) else 1)

@@ -22,7 +22,6 @@ from tierlab.engine.jit import njit
 from tierlab.engine.options import ReplayOptions
 from tierlab.engine.state import Descriptors, Tensors
 from tierlab.engine.tally import fold
-from tierlab.engine.walker import WalkReplayer
 
 
 @njit(nogil=True)
@@ -73,7 +72,7 @@ class SetGroupReplayer:
         self.grp_lo, self.grp_row, self.ent, self.free, self.st = setgroups.new_state(
             int(geo.n_sets[0]), int(geo.n_ways[0]))
         self.max_groups = min(options.max_set_groups, max(64, int(geo.n_sets[0]) // 4))
-        self.walk: WalkReplayer | None = None
+        self.walk = None                # a tierlab.engine.walker.WalkReplayer once written out
 
     def run(self, desc: Descriptors, cnt: np.ndarray) -> int:
         if self.walk is not None:
@@ -115,6 +114,8 @@ class SetGroupReplayer:
 
     def _write_out(self) -> None:
         """Hand the state to the walk (see :func:`tierlab.engine.setgroups.write_slots`)."""
+        from tierlab.engine.walker import WalkReplayer     # loaded only when a stream needs it
+
         w = WalkReplayer(self.geo, self.tensors, self.options, fast_path=True)
         s = w.state
         setgroups.write_slots(self.grp_lo, self.grp_row, self.ent, self.st, self.geo.n_ways, self.tensors.home,

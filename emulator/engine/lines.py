@@ -17,7 +17,7 @@ of a straddling access is really looked up and filled).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
@@ -25,7 +25,9 @@ from tierlab.common import background
 from tierlab.engine.counters import HITS, MISSES
 from tierlab.engine.geometry import Geometry, partition_bit
 from tierlab.engine.options import ReplayOptions
-from tierlab.engine.stream_driver import StreamReplayer
+
+if TYPE_CHECKING:       # the stream kernels load when a replay runs on them (start-up, issue 42)
+    from tierlab.engine.stream_driver import StreamReplayer
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ def replay_lines(geo: Geometry, n_caches: int, chain: bool, stream: LineStream, 
     """Replay ``stream`` on the stream kernels (the chain when ``chain``); return the counts
     ``[tier, counter]`` and the replayer's stats (with ``straddle_once``: tier 0's accesses, hits
     and misses counting each straddling access once, when the stream has ``once_rows``)."""
+    from tierlab.engine.stream_driver import StreamReplayer
+
     sh0 = int(geo.block_bytes[0]).bit_length() - 1
     shift = 1 + sh0 - (stream.line_bytes.bit_length() - 1)
     once = np.asarray(stream.once_rows, np.int64)
