@@ -465,9 +465,15 @@ CASES = [
          "{tmp}/m.json: hidden_size: expected a positive integer, got 0",
          config(LLAMA, hidden_size=0)),
     Case("config-architectures-not-strings", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
-         "{tmp}/m.json: architectures: unsupported model family ['LlamaForCausalLM']; supported: "
-         + ", ".join(sorted(ARCHITECTURES)),
+         "{tmp}/m.json: architectures: expected a model family name, got ['LlamaForCausalLM']; `tierlab models "
+         "--families` lists those tierlab reads",
          config(LLAMA, architectures=[["LlamaForCausalLM"]], model_type=["llama"])),
+    Case("config-no-family", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
+         "{tmp}/m.json: architectures: the config names no model family: expected 'architectures' (e.g. "
+         "[\"LlamaForCausalLM\"]) or 'model_type' (e.g. \"llama\"); `tierlab models --families` lists those "
+         "tierlab reads",
+         lambda tmp: (tmp / "m.json").write_text(json.dumps({k: v for k, v in _preset("llama-3.1-8b").items()
+                                                             if k not in ("architectures", "model_type")}))),
     Case("config-absurd-layers", ["trace", "{tmp}/m.json", *TRACE_OUT, "--generate", "1"],
          "{tmp}/m.json: num_hidden_layers: 1000000 layers is beyond what tierlab models (at most 4096)",
          config(LLAMA, num_hidden_layers=10**6)),

@@ -233,3 +233,23 @@ def test_imports_resolve_to_this_project():
     # kernels/ is imported as tierlab.kernels (never the top-level `kernels`, so it never shadows
     # Hugging Face's `kernels`, which Transformers imports)
     assert Path(tierlab.kernels.base.__file__).resolve().parent == root / "kernels"
+
+
+def test_a_misspelt_config_key_warns_with_the_key_it_resembles(tmp_path):
+    """``num_hiden_layers`` is not a LlamaConfig field: the layers come from the class's default, said in
+    one line naming the key it resembles; a config spelt right says nothing."""
+    import json as _json
+    import warnings
+
+    from tierlab.common.paths import configs_dir
+    from tierlab.traces.families import UnknownKeyWarning
+
+    cfg = _json.loads((configs_dir("models") / "llama-3.1-8b.json").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownKeyWarning)
+        spec_from_config(dict(cfg))                         # as shipped: no warning
+    del cfg["num_hidden_layers"]
+    cfg["num_hiden_layers"] = 40
+    with pytest.warns(UnknownKeyWarning, match=r"num_hiden_layers: unknown key; did you mean 'num_hidden_layers'"):
+        spec = spec_from_config(cfg)
+    assert spec.num_layers == 32                            # LlamaConfig's default, not the misspelt 40

@@ -17,11 +17,13 @@ field.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from tierlab.common.errors import ConfigError
 from tierlab.common.paths import configs_dir
+from tierlab.common.suggest import closest
 from tierlab.traces.layer_patterns import LAYER_PATTERNS, LAYER_READERS, nemotron_h_blocks  # noqa: F401  (the table's API)
 
 MAX_DIMENSION = 2**31 - 1
@@ -297,8 +299,12 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
     if name is None:
         what = archs[0] if isinstance(archs, list) and archs else mt
         if not isinstance(what, str):           # not a name at all: nothing to build it from either
-            raise ConfigError(f"unsupported model family {what!r}; supported: {', '.join(sorted(ARCHITECTURES))}",
-                              file=file, field="architectures")
+            if what is None:
+                raise ConfigError("the config names no model family: expected 'architectures' (e.g. "
+                                  "[\"LlamaForCausalLM\"]) or 'model_type' (e.g. \"llama\"); `tierlab models "
+                                  "--families` lists those tierlab reads", file=file, field="architectures")
+            raise ConfigError(f"expected a model family name, got {what!r}; `tierlab models --families` lists "
+                              "those tierlab reads", file=file, field="architectures")
         raise UnknownFamily(f"model family {what!r} has no hand lowering (`tierlab models --families` lists those "
                             "that have one); tierlab trace, run and compare take it through Transformers "
                             "(docs/capture.md)", file=file, field="architectures", family=what)
@@ -306,6 +312,8 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
     given = {**config, **text} if isinstance(text, dict) else config
     defaults = {**transformers_defaults(mt_text if isinstance(mt_text, str) else "", name, given),
                 **FAMILIES[name].defaults}
+    _warn_misspelt(text if isinstance(text, dict) else config, mt_text, name, file,
+                   "text_config." if isinstance(text, dict) else "")
     if text is not None:
         if not isinstance(text, dict):
             raise ConfigError(f"expected a JSON object, got {type(text).__name__}", file=file, field="text_config")
@@ -320,6 +328,31 @@ def _spelled(config: dict, model_type) -> dict:
     num_experts_per_tok) read from the key the class writes instead (num_experts_per_token), as Transformers does."""
     aliases = _defaults_table()["aliases"].get(model_type if isinstance(model_type, str) else "", {})
     return {**{old: config[new] for old, new in aliases.items() if old not in config and new in config}, **config}
+
+
+class UnknownKeyWarning(UserWarning):
+    """A config key its class does not have, spelt like one it has: the key it resembles takes its default."""
+
+
+def _warn_misspelt(config: dict, model_type, family: str, file: str | None, prefix: str) -> None:
+    """One line per key of ``config`` that its Transformers class does not know but that is spelt like
+    one it does (``num_hiden_layers``): that field then comes from the class's default, silently but for this."""
+    table = _defaults_table()
+    mt = model_type if isinstance(model_type, str) and model_type in table["defaults"] else next(
+        (t for t in FAMILIES[family].model_types if t in table["defaults"]), "")
+    known = set(table["defaults"].get(mt, {})) | set(FAMILIES[family].defaults)
+    for old, new in table["aliases"].get(mt, {}).items():
+        known |= {old, new}
+    if not known:
+        return
+    for key in config:
+        if key in known or not isinstance(key, str):
+            continue
+        near = closest(key, sorted(known), cutoff=0.85)
+        if near is not None and near not in config:
+            where = f"{file}: " if file else ""
+            warnings.warn(UnknownKeyWarning(f"{where}{prefix}{key}: unknown key; did you mean {near!r}? ({near} is "
+                                            "taken from its default)"), stacklevel=3)
 
 
 @lru_cache(maxsize=None)
