@@ -88,7 +88,7 @@ def _price(chip, system, chips: int) -> float | None:
 
 def build_result(sim, *, spec, chip, system, tiers, devices: int, dp: int, arrival: np.ndarray,
                  slo_ttft_s, slo_tpot_s, surface, settings: dict) -> RequestsResult:
-    """The table and summary of a finished simulation (``server._Sim``)."""
+    """The table and summary of a finished simulation (``sim.Sim``)."""
     names = [t.name for t in tiers]
     inp, out = sim.inp, sim.out
     ttft = sim.first - arrival
