@@ -1018,7 +1018,24 @@ CASES += [
     Case("requests-unknown-tier", ["requests", "{tmp}/r.jsonl", *_SERVE, "--kv-tier", "disk=1TB"],
          "--kv-tier: unknown KV tier 'disk'; expected one of dram, ssd, remote", {"r.jsonl": _REQ}),
     Case("requests-prefix-router-without-dp", ["requests", "{tmp}/r.jsonl", *_SERVE, "--router", "prefix"],
-         "--router: router 'prefix' chooses among replicas; it needs dp > 1", {"r.jsonl": _REQ}),
+         "--router: router 'prefix' chooses among replicas; it needs dp > 1 (or prefill instances > 1)",
+         {"r.jsonl": _REQ}),
+    Case("requests-prefill-without-decode", ["requests", "{tmp}/r.jsonl", "--model", str(TINY), "--system",
+                                             "dgx-h100", "--prefill-instances", "2"],
+         "--decode-instances: disaggregated serving needs both prefill and decode instances (prefill_instances is "
+         "given)", {"r.jsonl": _REQ}),
+    Case("requests-disaggregated-on-a-chip", ["requests", "{tmp}/r.jsonl", *_SERVE, "--prefill-instances", "1",
+                                              "--decode-instances", "1"],
+         "--chip: disaggregated prefill and decode move KV over a system's links; give a system", {"r.jsonl": _REQ}),
+    Case("requests-disaggregated-too-many", ["requests", "{tmp}/r.jsonl", "--model", str(TINY), "--system",
+                                             "dgx-h100", "--tp", "2", "--prefill-instances", "3",
+                                             "--decode-instances", "2"],
+         "--prefill-instances: (prefill + decode instances) x tp x pp = 10 devices; dgx-h100 has 8 chips",
+         {"r.jsonl": _REQ}),
+    Case("requests-disaggregated-and-dp", ["requests", "{tmp}/r.jsonl", "--model", str(TINY), "--system",
+                                           "dgx-h100", "--dp", "2", "--prefill-instances", "1",
+                                           "--decode-instances", "1"],
+         "--dp: give dp or prefill and decode instances, not both", {"r.jsonl": _REQ}),
 ]
 
 

@@ -13,7 +13,8 @@ from tierlab.cli.options import force_option, json_option
 # CLI flag of each library parameter a UsageError may name (the one edge where the two meet)
 FLAGS = {"kv_tiers": "--kv-tier", "router": "--router", "dp": "--dp", "tp": "--tp", "rate_scale": "--rate-scale",
          "max_batch_tokens": "--max-batch-tokens", "block_tokens": "--block-tokens", "slo_ttft_s": "--slo-ttft",
-         "slo_tpot_s": "--slo-tpot", "write_policy": "--write-policy", "chip": "--chip", "trace": "REQUESTS"}
+         "slo_tpot_s": "--slo-tpot", "write_policy": "--write-policy", "chip": "--chip", "trace": "REQUESTS",
+         "prefill_instances": "--prefill-instances", "decode_instances": "--decode-instances"}
 
 
 @click.command("requests")
@@ -25,6 +26,10 @@ FLAGS = {"kv_tiers": "--kv-tier", "router": "--router", "dp": "--dp", "tp": "--t
 @click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages per replica.")
 @click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel ranks per replica.")
 @click.option("--dp", type=int, default=1, show_default=True, help="Replicas, each with its own HBM cache.")
+@click.option("--prefill-instances", type=int, default=None,
+              help="Disaggregated: replicas that prefill (with their own prefix caches); needs --decode-instances.")
+@click.option("--decode-instances", type=int, default=None,
+              help="Disaggregated: replicas that decode; each request's KV moves to one over the system's links.")
 @click.option("--router", default="round-robin", show_default=True,
               help="Which replica a request goes to: round-robin, least-loaded or prefix (needs --dp).")
 @click.option("--kv-tier", "kv_tier", multiple=True, metavar="NAME=CAPACITY",
@@ -49,7 +54,7 @@ FLAGS = {"kv_tiers": "--kv-tier", "router": "--router", "dp": "--dp", "tp": "--t
               help="Write one row per request to this Parquet file.")
 @force_option
 @json_option
-def command(requests_path, model, chip, system, tp, pp, ep, dp, router, kv_tier, write_policy, no_overlap,
+def command(requests_path, model, chip, system, tp, pp, ep, dp, prefill_instances, decode_instances, router, kv_tier, write_policy, no_overlap,
             block_tokens, rate_scale, head, weights, kv, activations, max_batch_tokens, slo_ttft, slo_tpot, workers,
             plot_path, parquet_path, force, as_json):
     """Serve the request stream REQUESTS (Mooncake JSONL, Azure CSV, CSV or Parquet; gzip/xz) open loop:
@@ -97,7 +102,8 @@ def command(requests_path, model, chip, system, tp, pp, ep, dp, router, kv_tier,
     kw = dict(tp=tp, pp=pp, ep=ep, dp=dp, router=router, write_policy=write_policy, overlap_load=not no_overlap,
               rate_scale=rate_scale, max_batch_tokens=max_batch_tokens, weights=weights, kv=kv,
               activations=activations, slo_ttft_s=None if slo_ttft is None else slo_ttft / 1e3,
-              slo_tpot_s=None if slo_tpot is None else slo_tpot / 1e3, workers=workers)
+              slo_tpot_s=None if slo_tpot is None else slo_tpot / 1e3, workers=workers,
+              prefill_instances=prefill_instances, decode_instances=decode_instances)
     try:
         res = serve_requests(trace, spec, **target, kv_tiers=tiers or None, **kw)
         base = None

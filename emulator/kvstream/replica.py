@@ -35,8 +35,9 @@ class LruTier:
 class Replica:
     """One instance: its HBM (pinned and cached blocks), its lower tiers and its scheduler state."""
 
-    def __init__(self, idx: int, hbm_blocks: int, lower: list):
-        self.idx, self.cap = idx, hbm_blocks
+    def __init__(self, idx: int, hbm_blocks: int, lower: list, role: str = "both"):
+        self.idx, self.cap, self.role = idx, hbm_blocks, role   # role: both, prefill or decode
+        self.incoming = 0                           # blocks of requests whose KV is on its way here
         self.cached: OrderedDict = OrderedDict()    # unpinned prompt blocks, least recent first
         self.pinned: dict = {}                      # block -> running requests holding it
         self.private = 0                            # blocks of output positions and partial tails

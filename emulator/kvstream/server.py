@@ -57,12 +57,16 @@ def serve_requests(trace, spec, *, chip=None, system=None, tp: int = 1, pp: int 
                    shared_remote: bool = True, max_batch_tokens: int = 8192, slo_ttft_s: float | None = None,
                    slo_tpot_s: float | None = None, weights: str = "bf16", kv: str = "bf16",
                    activations: str = "bf16", utilisation: float = UTILISATION, closed_loop: int | None = None, hbm_tokens: int | None = None,
-                   workers: int | None = None, surface=None) -> RequestsResult:
+                   workers: int | None = None, surface=None, prefill_instances: int | None = None,
+                   decode_instances: int | None = None) -> RequestsResult:
     """Serve ``trace`` (a ``tierlab.kvstream.trace.RequestTrace``) with ``spec`` on ``chip`` or ``system`` (module
     docstring). ``kv_tiers``: tier name -> capacity (bytes, a size string, or None for the file's
     default). ``hbm_tokens``: KV tokens a replica's HBM holds, to override the KV limit (what-ifs,
-    tests). ``surface``: a fitted :class:`.steptime.StepSurface` to reuse."""
-    _check(trace, spec, chip, system, dp, router, write_policy, rate_scale, max_batch_tokens, closed_loop)
+    tests). ``surface``: a fitted :class:`.steptime.StepSurface` to reuse. ``prefill_instances`` and
+    ``decode_instances`` (both, instead of ``dp``): disaggregated serving (:mod:`.transfer`)."""
+    roles = _roles(dp, prefill_instances, decode_instances)
+    _check(trace, spec, chip, system, len(roles) if prefill_instances is None else prefill_instances, router,
+           write_policy, rate_scale, max_batch_tokens, closed_loop)
     spec, chip, system = _loaded(spec, chip, system)
     for name, v in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
         if v is not None and not v > 0:
@@ -81,8 +85,14 @@ def serve_requests(trace, spec, *, chip=None, system=None, tp: int = 1, pp: int 
     run = RunConfig(generate=1, weights=weights, kv=kv, activations=activations, tp=tp, pp=pp, ep=ep)
     target = chip if system is None else system.chip
     devices = run.devices
-    if system is not None and devices * dp > system.n_chips:
+    if system is not None and devices * len(roles) > system.n_chips:
+        if prefill_instances is not None:
+            raise UsageError(f"(prefill + decode instances) x tp x pp = {devices * len(roles)} devices; "
+                             f"{system.name} has {system.n_chips} chips", field="prefill_instances")
         raise UsageError(f"dp x pp x tp = {devices * dp} devices; {system.name} has {system.n_chips} chips", field="tp")
+    if system is None and prefill_instances is not None:
+        raise UsageError("disaggregated prefill and decode move KV over a system's links; give a system",
+                         field="chip")
     if system is None and (devices > 1 or dp > 1):
         raise UsageError("tp/pp/ep/dp above 1 need a system, not one chip", field="chip")
     positions = bt * 256
@@ -102,16 +112,39 @@ def serve_requests(trace, spec, *, chip=None, system=None, tp: int = 1, pp: int 
     surf = surface or surface_for(spec, run, chip=chip, system=system, max_batch_tokens=max_batch_tokens,
                                   max_context=max_ctx, workers=workers)
     arrival = np.asarray(trace.arrival_s, np.float64) / float(rate_scale)
-    sim = Sim(trace, tiers, surf, bt, kv_tok, kv_tok_dev, hbm_tokens // bt, dp, router, write_policy,
-               overlap_load, shared_remote, max_batch_tokens, spec.num_layers, inp, out)
+    handover = None
+    if prefill_instances is not None:
+        from .transfer import KvHandover
+
+        handover = KvHandover(system, devices, prefill_instances, decode_instances, kv_tok_dev)
+    sim = Sim(trace, tiers, surf, bt, kv_tok, kv_tok_dev, hbm_tokens // bt, len(roles), router, write_policy,
+              overlap_load, shared_remote, max_batch_tokens, spec.num_layers, inp, out, roles=roles,
+              handover=handover)
     sim.run(arrival, closed_loop)
-    return build_result(sim, spec=spec, chip=chip, system=system, tiers=tiers, devices=devices, dp=dp,
+    return build_result(sim, spec=spec, chip=chip, system=system, tiers=tiers, devices=devices, dp=len(roles),
                         arrival=arrival, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, surface=surf,
                         settings=dict(block_tokens=bt, rate_scale=rate_scale, write_policy=write_policy,
                                       overlap_load=overlap_load, router=router, shared_remote=shared_remote,
                                       max_batch_tokens=max_batch_tokens, utilisation=utilisation,
                                       closed_loop=closed_loop, weights=weights, kv=kv, activations=activations,
-                                      tp=tp, pp=pp, ep=ep, dp=dp))
+                                      tp=tp, pp=pp, ep=ep, dp=dp, prefill_instances=prefill_instances,
+                                      decode_instances=decode_instances))
+
+
+def _roles(dp, prefill, decode) -> list:
+    """Each replica's role: ``dp`` co-located (``both``), or ``prefill`` prefill then ``decode`` decode."""
+    if prefill is None and decode is None:
+        return ["both"] * (dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0 else 1)
+    for name, v in (("prefill_instances", prefill), ("decode_instances", decode)):
+        if v is None:
+            other = "decode_instances" if name == "prefill_instances" else "prefill_instances"
+            raise UsageError(f"disaggregated serving needs both prefill and decode instances ({other} is given)",
+                             field=name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise UsageError(f"expected a positive integer, got {v!r}", field=name)
+    if dp != 1:
+        raise UsageError("give dp or prefill and decode instances, not both", field="dp")
+    return ["prefill"] * prefill + ["decode"] * decode
 
 
 def _loaded(spec, chip, system):
@@ -139,7 +172,8 @@ def _check(trace, spec, chip, system, dp, router, write_policy, rate_scale, max_
     if router not in ROUTERS:
         raise UsageError(f"unknown router {router!r}; {did_you_mean(router, ROUTERS)}", field="router")
     if router == "prefix" and dp < 2:
-        raise UsageError("router 'prefix' chooses among replicas; it needs dp > 1", field="router")
+        raise UsageError("router 'prefix' chooses among replicas; it needs dp > 1 (or prefill instances > 1)",
+                         field="router")
     if write_policy not in POLICIES:
         raise UsageError(f"unknown write policy {write_policy!r}; {did_you_mean(write_policy, POLICIES)}",
                          field="write_policy")

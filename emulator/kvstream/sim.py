@@ -16,7 +16,7 @@ class Sim:
     """The simulation's state and loop (module docstring); per-request results in numpy arrays."""
 
     def __init__(self, trace, tiers, surf, bt, kv_tok, kv_tok_dev, hbm_blocks, dp, router, policy, overlap,
-                 shared_remote, budget, layers, inp, out):
+                 shared_remote, budget, layers, inp, out, roles=None, handover=None):
         self.trace, self.tiers, self.surf, self.bt = trace, tiers, surf, bt
         self.kv_tok, self.kv_tok_dev, self.router, self.policy = kv_tok, kv_tok_dev, router, policy
         self.overlap, self.budget, self.layers = overlap, budget, max(1, layers)
@@ -25,16 +25,25 @@ class Sim:
         n, nt = len(inp), len(tiers)
         shared = None
         self.replicas = []
-        for r in range(dp):
+        roles = roles or ["both"] * dp
+        self.handover = handover                      # a .transfer.KvHandover when prefill and decode are apart
+        for r, role in enumerate(roles):
             lower = []
-            for t in tiers[1:]:
+            for t in (tiers[1:] if role != "decode" else ()):
                 blocks = int(t.capacity_bytes // (kv_tok * bt))
                 if t.name == "remote" and shared_remote:
                     shared = shared or LruTier(t.name, blocks * (1 if t.shared else dp))
                     lower.append((t, shared))
                 else:
                     lower.append((t, LruTier(t.name, blocks)))
-            self.replicas.append(Replica(r, hbm_blocks, lower))
+            self.replicas.append(Replica(r, hbm_blocks, lower, role))
+        self.front = [x for x in self.replicas if x.role != "decode"]      # where requests arrive
+        self.back = [x for x in self.replicas if x.role == "decode"]
+        self.decode_replica_of = np.full(n, -1, np.int64)
+        self.transfer_s = np.zeros(n)                  # the KV handover's own time (from its start)
+        self.transfer_wait_s = np.zeros(n)             # prefill end to the handover's start (links busy)
+        self.transfer_bytes = np.zeros(n)
+        self.handoffs: list = []                       # (time the KV lands, request, decode replica)
         self.first = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.admitted = np.full(n, np.nan)
@@ -63,10 +72,18 @@ class Sim:
         reps = self.replicas
         while True:
             t_arr = heap[0][0] if heap else (arrival[nxt] if (not closed_loop and nxt < n) else np.inf)
+            t_kv = self.handoffs[0][0] if self.handoffs else np.inf
             busy = [r for r in reps if r.outstanding > 0]
             r = min(busy, key=lambda x: x.now) if busy else None
-            if r is not None and r.now < t_arr:
-                self._step(r, t_arr)
+            if r is not None and r.now < min(t_arr, t_kv):
+                self._step(r, min(t_arr, t_kv))
+                continue
+            if t_kv <= t_arr and t_kv < np.inf:        # a request's KV lands on its decode replica
+                t, i, d = heapq.heappop(self.handoffs)
+                dst = reps[d]
+                dst.now = max(dst.now, t)
+                dst.waiting.append(i)
+                dst.outstanding += 1
                 continue
             if t_arr == np.inf:
                 break
@@ -82,7 +99,7 @@ class Sim:
             self.replica_of[i] = dst.idx
 
     def _route(self, i: int) -> Replica:
-        reps = self.replicas
+        reps = self.front
         if len(reps) == 1:
             return reps[0]
         if self.router == "round-robin":
@@ -95,7 +112,8 @@ class Sim:
         return max(reps, key=lambda r: (r.prefix_len(ids), -load(r)))
 
     def _step(self, r: Replica, horizon: float) -> None:
-        while r.waiting and self._admit(r, r.waiting[0]):
+        admit = self._admit_decode if r.role == "decode" else self._admit
+        while r.waiting and admit(r, r.waiting[0]):
             r.waiting.popleft()
         left = self.budget - r.D
         P = Q = chunks = 0
@@ -135,19 +153,65 @@ class Sim:
         for e in done_pf:
             r.prefilling.remove(e)
             i = e[0]
-            self.first[i] = r.now
-            if self.out[i] <= 1:
-                self._finish(r, i, r.now)
-            else:                                          # decodes out - 1 more tokens
-                r.D += 1
-                r.sumA += int(self.inp[i]) - r.step
-                heapq.heappush(r.decoding_heap, (r.step + int(self.out[i]) - 1, i))
+            if r.role == "prefill":                       # its KV moves to a decode replica
+                self._release(r, i)
+                self._hand_over(r, i, r.now)
+                continue
+            self._start_decode(r, i)
+
+    def _start_decode(self, r: Replica, i: int) -> None:
+        """Request ``i``'s first token is out (now): it finishes, or decodes ``out - 1`` more tokens."""
+        self.first[i] = r.now
+        if self.out[i] <= 1:
+            self._finish(r, i, r.now)
+        else:
+            r.D += 1
+            r.sumA += int(self.inp[i]) - r.step
+            heapq.heappush(r.decoding_heap, (r.step + int(self.out[i]) - 1, i))
+
+    def _hand_over(self, r: Replica, i: int, t: float) -> None:
+        """Send request ``i``'s prompt KV from prefill replica ``r`` to the decode replica with the
+        fewest blocks held and awaited, over the system's links (:mod:`.transfer`)."""
+        d = min(self.back, key=lambda x: (x.used() + x.incoming, x.idx))
+        d.incoming += self._total_blocks(i)
+        start, land, nbytes = self.handover.send(r.idx, d.idx - len(self.front), int(self.inp[i]), t)
+        self.transfer_wait_s[i] = start - t
+        self.transfer_s[i] = land - start
+        self.transfer_bytes[i] = nbytes
+        self.decode_replica_of[i] = d.idx
+        heapq.heappush(self.handoffs, (land, i, d.idx))
+
+    def _admit_decode(self, r: Replica, i: int) -> bool:
+        """A decode replica takes request ``i`` when its ``input + output`` positions fit (private
+        blocks: a decode replica keeps no prefix cache); its first token goes out then."""
+        need = self._total_blocks(i)
+        if need > r.cap:
+            raise UsageError(f"request {i}: {int(self.inp[i] + self.out[i])} positions need {need} blocks; "
+                             f"HBM holds {r.cap}", field="trace")
+        if r.cap - r.used() < need:
+            return False
+        r.private += need
+        r.incoming -= need
+        self._start_decode(r, i)
+        return True
 
     def _finish(self, r: Replica, i: int, t: float) -> None:
         self.finish[i] = t
         if self.out[i] > 1:                                # it was decoding
             r.D -= 1
             r.sumA -= int(self.inp[i]) - (r.step - (int(self.out[i]) - 1))
+        if r.role == "decode":
+            r.private -= self._total_blocks(i)
+            r.outstanding -= 1
+        else:
+            self._release(r, i)
+        if self.closed and self.next_closed < len(self.inp):
+            heapq.heappush(self.arrivals, (t, self.next_closed))
+            self.next_closed += 1
+
+    def _release(self, r: Replica, i: int) -> None:
+        """Request ``i`` leaves replica ``r``: its prompt blocks unpinned (they stay cached), its
+        private blocks freed."""
         ids = self.blocks[self.off[i]:self.off[i + 1]].tolist()
         for b in reversed(ids):                            # tail first: LRU loses a prefix's tail first
             c = r.pinned[b] - 1
@@ -156,14 +220,17 @@ class Sim:
             else:
                 del r.pinned[b]
                 r.cached[b] = None
-        r.private -= self._total_blocks(i) - len(ids)
+        r.private -= self._blocks_on(r, i) - len(ids)
         r.outstanding -= 1
-        if self.closed and self.next_closed < len(self.inp):
-            heapq.heappush(self.arrivals, (t, self.next_closed))
-            self.next_closed += 1
 
     def _total_blocks(self, i: int) -> int:
         return -(-int(self.inp[i] + self.out[i]) // self.bt)
+
+    def _blocks_on(self, r: Replica, i: int) -> int:
+        """Blocks request ``i`` holds on ``r``: a prefill replica holds its prompt only."""
+        if r.role == "prefill":
+            return -(-int(self.inp[i]) // self.bt)
+        return self._total_blocks(i)
 
     # ---- admission, lookup, load or recompute ------------------------------------------------------
     def _admit(self, r: Replica, i: int) -> bool:
@@ -175,7 +242,7 @@ class Sim:
                 kh += 1
             else:
                 break
-        need = self._total_blocks(i) - kh
+        need = self._blocks_on(r, i) - kh
         evictable = len(r.cached) - sum(1 for b in ids[:kh] if b in r.cached)
         if r.cap - r.used() + evictable < need:
             return False
@@ -244,7 +311,7 @@ class Sim:
                 self._write_down(r, 0, b)
         for j, b in enumerate(ids[kh:kh + len(src)]):
             r.lower[src[j] - 1][1].touch(b)
-        r.private += self._total_blocks(i) - len(ids)
+        r.private += self._blocks_on(r, i) - len(ids)
         self.admitted[i] = r.now
         r.prefilling.append([i, loaded_tok, rest, r.now + load_s])
         return True

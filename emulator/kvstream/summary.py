@@ -5,7 +5,9 @@ Per request: ``arrival_s``, ``admitted_s``, ``first_token_s``, ``finish_s``, ``t
 (null for one output token), ``e2e_s``, ``input_tokens``, ``output_tokens``, ``tokens_computed``
 (prefilled), ``tokens_<tier>`` (prompt tokens served from each tier: held in HBM, or loaded),
 ``recomputed_<tier>`` (tokens a tier held but recomputing was estimated faster), ``bytes_<tier>``
-(bytes loaded from each lower tier: ``tokens x KV bytes per token`` of the replica), ``replica``.
+(bytes loaded from each lower tier: ``tokens x KV bytes per token`` of the replica), ``replica``;
+disaggregated, also ``decode_replica``, ``transfer_bytes`` (the prompt's KV sent to it),
+``transfer_s`` (the handover's time) and ``transfer_wait_s`` (prefill done to the handover's start).
 
 Summary (seconds, bytes, joules, US dollars):
 
@@ -18,7 +20,10 @@ Summary (seconds, bytes, joules, US dollars):
 - ``tier_bytes``: per tier, ``loaded`` and ``written`` bytes and ``evicted_blocks``;
   ``bytes_moved_per_output_token`` (loads and writes between tiers over output tokens).
 - ``energy``: ``steps_j`` (the replayed steps), ``tiers_j`` (bytes moved x each tier's energy per
-  byte), ``j_per_output_token`` (both).
+  byte), ``transfer_j`` (the KV handover's, disaggregated), ``j_per_output_token`` (all).
+- ``kv_transfer``: null co-located; disaggregated, :meth:`tierlab.kvstream.transfer.KvHandover.to_dict`
+  (``transfers``, ``bytes``, ``link_bytes_by_fabric``, ``time_s``, ``energy_j``) and the handover's
+  time per request, ``per_request_s`` (p50/p90/p99/mean), and its wait, ``wait_s``.
 - ``usd_per_mtok``: the hardware's price per hour (the system's pro rata, or the chip's;
   :func:`tierlab.cost.price.usd_per_mtok`) over output tokens per second; null without a price.
 """
@@ -36,7 +41,7 @@ SUMMARY_KEYS = ("model", "target", "parallelism", "requests", "duration_s", "inp
                 "ttft_s", "tpot_s", "e2e_s", "slo", "goodput_rps", "slo_met", "output_tokens_per_s",
                 "output_tokens_per_s_per_chip", "hit_ratio", "load_or_recompute", "tier_bytes",
                 "bytes_moved_per_output_token", "energy", "usd_per_mtok", "kv_bytes_per_token", "hbm_kv_tokens",
-                "tiers", "steps", "step_surface", "settings")
+                "tiers", "steps", "step_surface", "settings", "kv_transfer")
 
 
 @dataclass
@@ -107,6 +112,10 @@ def build_result(sim, *, spec, chip, system, tiers, devices: int, dp: int, arriv
             b = sim.tok_from[:, j].astype(np.float64) * sim.kv_tok
             cols[f"bytes_{n}"] = b
             loaded[n] = float(b.sum())
+    ho = getattr(sim, "handover", None)
+    if ho is not None:
+        cols |= {"decode_replica": sim.decode_replica_of, "transfer_bytes": sim.transfer_bytes,
+                 "transfer_s": sim.transfer_s, "transfer_wait_s": sim.transfer_wait_s}
     table = pa.table({k: pa.array(v) for k, v in cols.items()})
     chips = devices * dp
     t0, t1 = float(np.min(arrival)), float(np.nanmax(sim.finish))
@@ -138,8 +147,9 @@ def build_result(sim, *, spec, chip, system, tiers, devices: int, dp: int, arriv
         from tierlab.cost.price import usd_per_mtok
 
         usd = usd_per_mtok(price, ops)[0]
-    energy = {"steps_j": sim.step_energy_j, "tiers_j": tier_j,
-              "j_per_output_token": (sim.step_energy_j + tier_j) / max(n_out, 1)}
+    xfer_j = ho.energy_j if ho is not None else 0.0
+    energy = {"steps_j": sim.step_energy_j, "tiers_j": tier_j, "transfer_j": xfer_j,
+              "j_per_output_token": (sim.step_energy_j + tier_j + xfer_j) / max(n_out, 1)}
     target = {"system": system.name, "chip": system.chip.name} if system is not None else {"chip": chip.name}
     summary = {
         "model": spec.name, "target": target,
@@ -157,5 +167,7 @@ def build_result(sim, *, spec, chip, system, tiers, devices: int, dp: int, arriv
                          "mixed_nodes": list(surface.mix_nodes), "source": "kvstream steptime (exact replays, "
                          "interpolated)"},
         "settings": settings,
+        "kv_transfer": None if ho is None else ho.to_dict() | {"per_request_s": _pcts(sim.transfer_s),
+                                                               "wait_s": _pcts(sim.transfer_wait_s)},
     }
     return RequestsResult(table=table, summary=summary, tiers=list(tiers))
