@@ -123,5 +123,8 @@ def command(trace_path, tier_name, chip_name, sizes, max_ways, opt, opt_limit, p
         result, curves = tier_mrc(trace, chip, tier_name, sizes=_sizes(sizes), max_ways=max_ways, opt=opt,
                                   opt_limit_blocks=opt_limit, progress=progress)
     if plot:
+        from tierlab.cli.views import wrote
+
         plot_mrc(result, curves, plot, force=force)
+        wrote(plot)
     click.echo(json.dumps(result, indent=2) if as_json else format_mrc(result))

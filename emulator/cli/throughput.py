@@ -93,12 +93,17 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
     curves = [throughput(spec, **t, **kw) for t in targets]
     from tierlab.present import serving as view
 
+    from tierlab.cli.views import wrote
+
     if plot_path:
         view.draw(curves, plot_path)
+        wrote(plot_path)
     if html_path:
         view.write_html(curves, html_path, force=force)
+        wrote(html_path)
     if parquet_path:
         view.write_parquet(curves, parquet_path, force=force)
+        wrote(parquet_path)
     from tierlab.api.handover import hand_over
 
     if hand_over(curves[0] if len(curves) == 1 else {"curves": curves}, curves=curves):   # the Python API takes it

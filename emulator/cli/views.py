@@ -57,6 +57,11 @@ def need_matplotlib(option: str) -> None:
                          field=option) from None
 
 
+def wrote(path) -> None:
+    """``wrote FILE`` on stderr, as ``tierlab trace`` says it: each output a user asked for is named."""
+    click.echo(f"wrote {path}", err=True)
+
+
 def write_chip_views(kw: dict, d: dict, tr, cst, *, force: bool) -> None:
     """The outputs asked for a chip replay ``tr`` costed as ``cst`` (``d`` its ``--json`` dict)."""
     mrc = None
@@ -81,16 +86,19 @@ def write_chip_views(kw: dict, d: dict, tr, cst, *, force: bool) -> None:
         from tierlab.present.timeline import chip_timeline, write_timeline
 
         write_timeline(chip_timeline(tr, cst), kw["timeline_path"], force=force)
+        wrote(kw["timeline_path"])
     if kw.get("plot_path"):
         from tierlab.present import breakdown, figures
 
         fig = figures.roofline_figure(breakdown.roofline_points(tr, cst), breakdown.roofline_ceilings(tr.chip, cst),
                                       title=f"roofline on {tr.chip.name}")
         figures.save(fig, kw["plot_path"], force=force)
+        wrote(kw["plot_path"])
     if kw.get("html_path"):
         from tierlab.present.html import chip_report, write_html
 
         write_html(chip_report(d, tr, cst, mrc=mrc), kw["html_path"], force=force)
+        wrote(kw["html_path"])
 
 
 def write_system_views(kw: dict, d: dict, sr, sc, *, force: bool) -> None:
@@ -103,6 +111,7 @@ def write_system_views(kw: dict, d: dict, sr, sc, *, force: bool) -> None:
         from tierlab.present.timeline import system_timeline, write_timeline
 
         write_timeline(system_timeline(sr, sc), kw["timeline_path"], force=force)
+        wrote(kw["timeline_path"])
     if kw.get("plot_path"):
         from tierlab.present import breakdown, figures
 
@@ -110,7 +119,9 @@ def write_system_views(kw: dict, d: dict, sr, sc, *, force: bool) -> None:
         fig = figures.roofline_figure(breakdown.roofline_points(tr, cst), breakdown.roofline_ceilings(tr.chip, cst),
                                       title=f"roofline of device 0 of {sr.system.name}")
         figures.save(fig, kw["plot_path"], force=force)
+        wrote(kw["plot_path"])
     if kw.get("html_path"):
         from tierlab.present.html import system_report, write_html
 
         write_html(system_report(d, sr, sc), kw["html_path"], force=force)
+        wrote(kw["html_path"])
