@@ -1,4 +1,4 @@
-"""The 2026 candidate systems side by side (docs/findings-2026.md): for Llama-3.1-70B, DeepSeek-R1 and
+"""The 2026 candidate systems side by side (docs/findings/chips-2026.md): for Llama-3.1-70B, DeepSeek-R1 and
 gpt-oss-120b, each system at batch 1 (``tierlab run``) and at a serving point (``tierlab throughput``
 at one concurrency), in tokens/s per user, tokens/s per chip, J/token and $/Mtok, with the bound.
 

@@ -53,7 +53,7 @@ def closed_form(name: str) -> int:
         dense = 3 * h * 18432
         moe = 256 * h + 256 + 256 * 3 * h * 2048 + 3 * h * 2048
         return 3 * (mla + dense + 2 * h) + 58 * (mla + moe + 2 * h) + 2 * 129280 * h + h
-    if name == "gpt-4-class-moe":   # the documented estimate (docs/findings-sweeps.md): MQA, 16 experts top-2
+    if name == "gpt-4-class-moe":   # the documented estimate (docs/findings/sweeps.md): MQA, 16 experts top-2
         return 120 * (gqa_layer(12288, 96, 1, 128) + 16 * 12288 + 16 * 3 * 12288 * 24576 + 2 * 12288) \
             + 2 * 100256 * 12288 + 12288
     raise KeyError(name)
