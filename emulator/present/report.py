@@ -23,7 +23,7 @@ __all__ = ["cost_of", "to_json", "link_names", "format_text", "format_turns", "p
 def format_text(d: dict) -> str:
     """Human output: placement, tiers, links, per token, by tensor kind."""
     out = []
-    out.append(table(["tier", "managed", "home", "lent"],
+    out.append(table(["tier", "managed", "homes (tensors placed)", "lent (caching farther tensors)"],
                      [[t["name"], t["managed"], format_bytes(t["home_bytes"]), format_bytes(t["lent_bytes"])]
                       for t in d["tiers"]], title=f"chip {d['chip']}: placement"))
     out.append(table(["tier", "hits", "misses", "hit rate", "bypasses", "evictions", "writebacks",

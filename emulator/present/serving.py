@@ -42,8 +42,9 @@ def _cell(v, fmt: str) -> str:
 
 def format_text(d: dict) -> str:
     """One curve as an aligned table, with the best point, the KV limit and the cheapest point within the SLO."""
-    head = [c[1] for c in COLUMNS] + ["SLO"]
-    rows = [[_cell(p[k], f) for k, _, f in COLUMNS] + ["yes" if m else "no"]
+    slo_given = d["slo"]["tpot_s"] is not None or d["slo"]["ttft_s"] is not None
+    head = [c[1] for c in COLUMNS] + (["meets SLO"] if slo_given else [])   # no column without an SLO
+    rows = [[_cell(p[k], f) for k, _, f in COLUMNS] + (["yes" if m else "no"] if slo_given else [])
             for p, m in zip(d["curve"], d["slo"]["meets"])]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     lines = [f"{d['model']} on {label(d)}: input {d['input_tokens']}, output {d['output_tokens']} tokens a request, "

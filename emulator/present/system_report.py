@@ -53,7 +53,9 @@ def format_system_text(d: dict) -> str:
                                             f"{cal['collectives']['protocol']}, comm overlap {cal['comm_overlap']}"],
                      ["bound calibrated", pt["bound_calibrated"]]]
         out.append(table(["per decode token", "value"], rows,
-                         title=f"per token ({pt['steps']} decode steps, {pt['tokens_per_step']} tokens per step)"))
+                         title=f"per output token (averaged over {pt['steps']} decode "
+                               f"step{'s' if pt['steps'] != 1 else ''}; each step makes {pt['tokens_per_step']} "
+                               f"token{'s' if pt['tokens_per_step'] != 1 else ''})"))
         c = d["coordination"]
         rows = [["collectives per step", f"{c['collectives_per_step']:.4g}"],
                 ["collectives per token", f"{c['collectives_per_token']:.4g}"],
