@@ -37,6 +37,7 @@ class Replica:
 
     def __init__(self, idx: int, hbm_blocks: int, lower: list, role: str = "both"):
         self.idx, self.cap, self.role = idx, hbm_blocks, role   # role: both, prefill or decode
+        self.load_tokens = 0                        # input + output tokens of the requests routed here, not done
         self.incoming = 0                           # blocks of requests whose KV is on its way here
         self.cached: OrderedDict = OrderedDict()    # unpinned prompt blocks, least recent first
         self.pinned: dict = {}                      # block -> running requests holding it

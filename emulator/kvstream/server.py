@@ -27,8 +27,16 @@ request is done). Per replica, each step (the scheduler of :mod:`tierlab.serving
 
 With ``dp > 1``: replicas with their own HBM, ``dram`` and ``ssd``; ``remote`` is one pool shared by
 all (``shared_remote``, as Mooncake Store) or one per replica. A router places each request on
-arrival: ``round-robin``, ``least-loaded`` (fewest tokens outstanding) or ``prefix`` (the replica
-holding its longest prefix, then the least loaded).
+arrival: ``round-robin``, ``least-loaded`` (fewest tokens outstanding: input + output of the requests
+routed there and not done) or ``prefix`` (the replica holding its longest prefix in any of its tiers,
+then the least loaded); ties go round the replicas.
+
+Disaggregated (``prefill_instances``, ``decode_instances``): the router places a request on a prefill
+replica, which serves its prompt as above (its own prefix cache and tiers) and holds only the prompt's
+blocks; then the prompt's KV moves to the decode replica with the fewest blocks held and awaited, over
+the system's links (:mod:`.transfer`). The decode replica admits it when its ``input + output``
+positions fit (no prefix cache there), and its first token goes out then: TTFT counts the prefill, the
+handover and any wait for decode HBM; TPOT the decode replica's steps.
 """
 
 from __future__ import annotations

@@ -93,6 +93,7 @@ class Sim:
                 t, i = arrival[nxt], nxt
                 nxt += 1
             dst = self._route(i)
+            dst.load_tokens += int(self.inp[i] + self.out[i])
             dst.now = max(dst.now, t)
             dst.waiting.append(i)
             dst.outstanding += 1
@@ -102,14 +103,15 @@ class Sim:
         reps = self.front
         if len(reps) == 1:
             return reps[0]
+        n = len(reps)
+        self.rr += 1
         if self.router == "round-robin":
-            self.rr += 1
-            return reps[(self.rr - 1) % len(reps)]
-        load = lambda r: (sum(int(self.inp[j] + self.out[j]) for j in r.waiting) + r.outstanding)
+            return reps[(self.rr - 1) % n]
+        turn = lambda r: (r.idx - self.rr) % n            # ties go round, not always to the first replica
         if self.router == "least-loaded":
-            return min(reps, key=load)
+            return min(reps, key=lambda r: (r.load_tokens, turn(r)))
         ids = self.blocks[self.off[i]:self.off[i + 1]].tolist()
-        return max(reps, key=lambda r: (r.prefix_len(ids), -load(r)))
+        return max(reps, key=lambda r: (r.prefix_len(ids), -r.load_tokens, -turn(r)))
 
     def _step(self, r: Replica, horizon: float) -> None:
         admit = self._admit_decode if r.role == "decode" else self._admit
@@ -154,6 +156,7 @@ class Sim:
             r.prefilling.remove(e)
             i = e[0]
             if r.role == "prefill":                       # its KV moves to a decode replica
+                r.load_tokens -= int(self.inp[i] + self.out[i])
                 self._release(r, i)
                 self._hand_over(r, i, r.now)
                 continue
@@ -204,6 +207,7 @@ class Sim:
             r.private -= self._total_blocks(i)
             r.outstanding -= 1
         else:
+            r.load_tokens -= int(self.inp[i] + self.out[i])
             self._release(r, i)
         if self.closed and self.next_closed < len(self.inp):
             heapq.heappush(self.arrivals, (t, self.next_closed))
