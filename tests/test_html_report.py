@@ -259,3 +259,15 @@ def test_time_breakdown_of_a_system_run(tmp_path):
     scale = 1024.0 if unit == "KiB" else 1.0
     assert "link scale_up" in svg and f"{sup / scale:.3g} {unit}" in svg and sup > 0
     assert f"<td>{pt['bound']}</td>" in html and "dgx-h100" in html[:html.index("</table>")]
+
+
+def test_a_preset_chip_is_named_as_a_preset_and_a_file_by_its_path(tmp_path):
+    """The header names a shipped chip 'h100 (preset)' wherever the package lies (a venv under /tmp
+    once read 'h100 ((temporary)/h100.toml)'), and a chip file by its path."""
+    from tierlab.common.paths import configs_dir
+    from tierlab.present.html import chip_text
+
+    assert chip_text("h100", str(configs_dir("chips") / "h100.toml")) == "h100 (preset)"
+    mine = tmp_path / "mine.toml"
+    assert chip_text("mine", str(mine)) == f"mine ({mine})"
+    assert chip_text("code-built", None) == "code-built"

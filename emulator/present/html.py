@@ -111,6 +111,22 @@ def trace_text(path) -> str:
     return f"{parts[-1]} ({'temporary, removed after the run' if made else 'under the temporary directory'})"
 
 
+def chip_text(name: str, chip_file) -> str:
+    """A chip as its header names it: ``h100 (preset)`` for a shipped preset (wherever the package is
+    installed, a temporary venv included), else the name and its file."""
+    from pathlib import Path
+
+    from tierlab.common.paths import configs_dir
+
+    if not chip_file:
+        return name
+    try:
+        preset = Path(chip_file).resolve().parent == configs_dir("chips").resolve()
+    except OSError:
+        preset = False
+    return f"{name} (preset)" if preset else f"{name} ({chip_file})"
+
+
 def header_html(rows: list[list]) -> str:
     """The header a person cites: what ran, on what, with which options."""
     body = "".join(f'<tr><th scope="row">{escape(str(k))}</th><td class="text">{escape(str(v))}</td></tr>'
@@ -316,7 +332,7 @@ def chip_report(d: dict, tr, cst, *, mrc: tuple[str, str] | None = None) -> str:
     if mrc is not None:
         secs.append(section("mrc", "Miss-ratio curve", figure_html("mrc", mrc[0], "miss ratio against capacity"),
                             f"<pre>{escape(mrc[1])}</pre>"))
-    head = header_html([["chip", f"{d['chip']} ({d['provenance'].get('chip_file')})"], *run_rows(tr.trace, d)])
+    head = header_html([["chip", chip_text(d["chip"], d["provenance"].get("chip_file"))], *run_rows(tr.trace, d)])
     return page(f"tierlab: {_model_name(tr.trace)} on {d['chip']}", "",
                 [section("summary", "Summary", replay_summary_html(d)), *secs],
                 d["provenance"], header=head)
