@@ -134,8 +134,10 @@ def test_chip_budget_is_its_home_tiers():
     chip = load_chip("h100")
     b = Budget.of_chip(chip)
     assert b.tiers == {t.name: t.capacity_bytes for t in chip.tiers if t.managed != "cache"}
-    assert b.total_bytes == sum(b.tiers.values())
-    assert Budget.of_chip(chip, ["hbm"]).total_bytes == chip.tiers[chip.tier_index("hbm")].capacity_bytes
+    assert b.total_bytes + b.reserve_bytes == sum(b.tiers.values())     # less the runtime's [reserve]
+    hbm = chip.tiers[chip.tier_index("hbm")].capacity_bytes
+    assert Budget.of_chip(chip, ["hbm"]).total_bytes == hbm - chip.reserve.bytes_of(hbm)
+    assert Budget.of_chip(chip, ["hbm"], reserve=0).total_bytes == hbm
     with pytest.raises(UsageError, match="is a cache"):
         Budget.of_chip(chip, ["l2"])
     with pytest.raises(UsageError, match="no tier 'hbx'"):

@@ -108,7 +108,7 @@ def test_max_concurrency_closed_form(spec):
     chip = load_chip("h100")
     lim = kv_limit(spec, RunConfig(generate=1), chip, 1000, 1000, 8192)
     hbm = next(t for t in chip.tiers if t.name == "hbm").capacity_bytes
-    free = int(0.9 * hbm) - weight_bytes(spec) - activation_bytes(spec, 1, 8192)
+    free = int(0.9 * (hbm - chip.reserve.bytes_of(hbm))) - weight_bytes(spec) - activation_bytes(spec, 1, 8192)
     assert lim.max_concurrency == free // spec.kv_bytes(2000)
     odd = kv_limit(spec, RunConfig(generate=1), chip, 1000, 1001, 8192)     # rounded up to 16-token blocks
     assert odd.kv_bytes_per_sequence == spec.kv_bytes(2016)
@@ -256,4 +256,6 @@ def test_kv_home_tiers_stop_at_the_first_memory(chip, tiers):
 
     c = load_chip(chip)
     assert [t.name for t in memory_tiers(c)] == tiers
-    assert memory_tier(c).capacity_bytes == sum(t.capacity_bytes for t in c.tiers if t.name in tiers)
+    raw = sum(t.capacity_bytes for t in c.tiers if t.name in tiers)
+    assert memory_tier(c).raw_capacity_bytes == raw
+    assert memory_tier(c).capacity_bytes == raw - (c.reserve.bytes_of(raw) if c.reserve else 0)   # less [reserve]

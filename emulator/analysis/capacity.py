@@ -116,19 +116,31 @@ def activation_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, activation
 class Budget:
     """Bytes available, and where they come from (``tiers``: name -> capacity, empty for a size)."""
 
-    total_bytes: int
+    total_bytes: int                    # what weights, KV, state and activations may use
     source: str                         # "memory" or the chip's name
     tiers: dict = field(default_factory=dict)
+    reserve_bytes: int = 0              # kept by the runtime (CUDA context, workspace, fragmentation)
+
+    @staticmethod
+    def _less_reserve(nbytes: int, reserve: int, source: str) -> int:
+        if reserve < 0:
+            raise UsageError(f"the reserve must not be negative, got {reserve} B", field="--reserve")
+        if reserve >= nbytes:
+            raise CapacityError(f"the runtime's reserve ({reserve} B) leaves nothing of the {nbytes} B budget "
+                                f"({source})", field="--reserve")
+        return int(nbytes - reserve)
 
     @classmethod
-    def of_size(cls, nbytes: int) -> "Budget":
+    def of_size(cls, nbytes: int, reserve: int = 0) -> "Budget":
+        """A size, less a runtime's ``reserve`` bytes."""
         if nbytes <= 0:
             raise UsageError(f"the memory budget must be positive, got {nbytes} B", field="--memory")
-        return cls(int(nbytes), "memory")
+        return cls(cls._less_reserve(int(nbytes), int(reserve), "memory"), "memory", reserve_bytes=int(reserve))
 
     @classmethod
-    def of_chip(cls, chip: Chip, tiers=()) -> "Budget":
-        """The chip's home-capable tiers, or only those named in ``tiers``."""
+    def of_chip(cls, chip: Chip, tiers=(), reserve: int | None = None) -> "Budget":
+        """The chip's home-capable tiers, or only those named in ``tiers``, less the runtime's reserve:
+        ``reserve`` bytes where given, else the chip's ``[reserve]`` (nothing without one)."""
         names = [t.name for t in chip.tiers]
         if tiers:
             chosen = []
@@ -146,7 +158,11 @@ class Budget:
             chosen = [t for t in chip.tiers if t.managed in HOME_MANAGED]
         if not chosen:
             raise UsageError(f"chip {chip.name!r} has no memory or scratchpad tier", field="--chip")
-        return cls(sum(t.capacity_bytes for t in chosen), chip.name, {t.name: t.capacity_bytes for t in chosen})
+        raw = int(sum(t.capacity_bytes for t in chosen))
+        if reserve is None:
+            reserve = chip.reserve.bytes_of(raw) if chip.reserve is not None else 0
+        return cls(cls._less_reserve(raw, int(reserve), chip.name), chip.name,
+                   {t.name: t.capacity_bytes for t in chosen}, reserve_bytes=int(reserve))
 
 
 @dataclass(frozen=True)
@@ -208,8 +224,9 @@ class Plan:
             d["memory_context"] = self.position_limit
         d["breakdown"] = {"weights_bytes": self.weight_bytes, "kv_bytes": self.kv_bytes,
                           "state_bytes": self.state_bytes, "activation_bytes": self.activation_bytes,
+                          "reserve_bytes": self.budget.reserve_bytes,
                           "free_bytes": self.budget.total_bytes - self.used_bytes,
-                          "total_bytes": self.budget.total_bytes}
+                          "total_bytes": self.budget.total_bytes + self.budget.reserve_bytes}
         return d
 
 

@@ -34,6 +34,8 @@ Layout (quantities are strings with units, see :mod:`tierlab.chip.units`)::
     kernel_overhead = "1.3 us"; fusion = "none"; overlap = "none"     # defaults "0 s", none, none
     [power]                       # optional: board power, for board energy (energy_j = dynamic + static x time)
     idle = "70 W"; tdp = "700 W"; static = "267 W"; memory_background = "20 W"   # static, memory_background optional
+    [reserve]                     # optional: the memory a runtime keeps per device (tierlab.serving.capacity)
+    context = "164 MiB"; workspace = "369 MiB"; fragmentation = 0.0   # all optional, default 0
 
 ``achievable`` (optional, a number in (0, 1], default 1) in ``[compute]``, a ``[[tier]]`` or a
 ``[[link]]`` is the fraction of its peak FLOP/s or bandwidth a kernel reaches; like ``[execution]``
@@ -51,7 +53,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from tierlab.chip.hierarchy import MANAGED, POLICIES, Chip, Price, Compute, Link, PimUnit, PlacementRule, Tier
-from tierlab.chip.hierarchy import FUSIONS, OVERLAPS, Execution, Power
+from tierlab.chip.hierarchy import FUSIONS, OVERLAPS, Execution, Power, Reserve
 from tierlab.chip.units import format_size
 from tierlab.common.paths import resolve_toml, toml_presets
 from tierlab.common.suggest import did_you_mean
@@ -282,11 +284,33 @@ def power_from_table(ctx: FileReader, d) -> Power:
                  memory_background_w=w.get("memory_background"))
 
 
+# ---- [reserve]: the memory a runtime keeps for itself (tierlab.serving.capacity) -----------------
+
+RESERVE_KEYS = {"context": False, "workspace": False, "fragmentation": False}
+
+
+def reserve_from_table(ctx: FileReader, d) -> Reserve:
+    """Validate a ``[reserve]`` table: sizes not negative, a fragmentation share in [0, 1)."""
+    d = ctx.table(d, "reserve", RESERVE_KEYS)
+    sizes = {k: int(ctx.quantity(d[k], "size", f"reserve.{k}", positive=False)) for k in ("context", "workspace")
+             if k in d}
+    frag = d.get("fragmentation", 0.0)
+    if isinstance(frag, str):
+        try:
+            frag = float(frag)
+        except ValueError:
+            pass
+    if isinstance(frag, bool) or not isinstance(frag, (int, float)) or not 0 <= frag < 1:
+        raise ctx.error("reserve.fragmentation", f"expected a share of memory in [0, 1), e.g. 0.02, got {frag!r}")
+    return Reserve(context_bytes=sizes.get("context", 0), workspace_bytes=sizes.get("workspace", 0),
+                   fragmentation=float(frag))
+
+
 # ---- the calibrated latency's keys: achievable fractions, [execution] (tierlab.cost.organisation) ----
 
 # the optional keys of the calibrated latency, added to the layout's tables here (kept apart from them);
 # a tier's ``achievable`` is read around _tier (calibrated_tier), so _TIER_KEYS stays the layout's
-_TOP_KEYS = {**_TOP_KEYS, "execution": False, "power": False}
+_TOP_KEYS = {**_TOP_KEYS, "execution": False, "power": False, "reserve": False}
 _COMPUTE_KEYS = {**_COMPUTE_KEYS, "achievable": False}
 _LINK_KEYS = {**_LINK_KEYS, "achievable": False}
 _TIER_KEYS_CALIBRATION = {"achievable": False, "forward_misses": False}
@@ -381,9 +405,10 @@ def chip_from_dict(d, *, file=None, sha256: str | None = None) -> Chip:
         price = price_from_table(d["price"], ctx.error, ctx.table)
     execution = execution_from_table(ctx, d["execution"]) if "execution" in d else Execution()
     power = power_from_table(ctx, d["power"]) if "power" in d else None
+    reserve = reserve_from_table(ctx, d["reserve"]) if "reserve" in d else None
     return Chip(name=name, tiers=tiers, links=links, compute=compute, placement=rules,
                 description=description, source_file=ctx.file, sources=dict(sources), source_sha256=sha256,
-                price=price, execution=execution, power=power)
+                price=price, execution=execution, power=power, reserve=reserve)
 
 
 def list_presets() -> list[str]:
@@ -408,7 +433,7 @@ def file_keys(section: str) -> tuple[str, ...]:
     ``execution``, ``price`` or ``power`` table may hold."""
     return tuple({"": _TOP_KEYS, "tier": {**_TIER_KEYS, **_TIER_KEYS_CALIBRATION}, "link": _LINK_KEYS,
                   "compute": _COMPUTE_KEYS, "pim": _PIM_KEYS, "execution": _EXECUTION_KEYS,
-                  "price": PRICE_KEYS, "power": POWER_KEYS}[section])
+                  "price": PRICE_KEYS, "power": POWER_KEYS, "reserve": RESERVE_KEYS}[section])
 
 
 def strip_calibration_defaults(d: dict) -> None:
@@ -461,7 +486,7 @@ def chip_hash(chip_or_path) -> str:
         if chip_or_path.source_sha256:
             return chip_or_path.source_sha256
         d = asdict(chip_or_path)
-        for key in ("price", "power"):      # chips without them hash as before they existed
+        for key in ("price", "power", "reserve"):      # chips without them hash as before they existed
             if d.get(key) is None:
                 d.pop(key, None)
         strip_calibration_defaults(d)

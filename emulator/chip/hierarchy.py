@@ -44,6 +44,25 @@ class Power:
 
 
 @dataclass(frozen=True)
+class Reserve:
+    """The memory a runtime keeps for itself on one device (``[reserve]`` of a chip file), in bytes:
+    ``context_bytes``, the CUDA context and the libraries' handles and modules (memory the framework's
+    allocator never sees); ``workspace_bytes``, the framework's own fixed buffers (CUDA graphs' pools,
+    GEMM workspaces, the sampler's); ``fragmentation``, the share of the memory left after those that
+    the allocator holds but cannot hand out. The activation peak of the largest step is not here: it
+    is counted from the model at the chosen step size (``tierlab.serving.capacity``)."""
+
+    context_bytes: int = 0
+    workspace_bytes: int = 0
+    fragmentation: float = 0.0
+
+    def bytes_of(self, capacity_bytes: int) -> int:
+        """What the runtime keeps of ``capacity_bytes``: context + workspace + fragmentation x the rest."""
+        fixed = self.context_bytes + self.workspace_bytes
+        return int(fixed + self.fragmentation * max(0, capacity_bytes - fixed))
+
+
+@dataclass(frozen=True)
 class PimUnit:
     """A processing-in-memory unit carried by a tier (issue 5)."""
 
@@ -165,6 +184,7 @@ class Chip:
     price: Price | None = None         # optional [price] table: rental USD per hour
     execution: Execution = Execution()  # optional [execution] table: kernels, fusion, overlap
     power: Power | None = None         # optional [power] table: board power (board energy)
+    reserve: Reserve | None = None     # optional [reserve] table: the memory the runtime keeps
 
     def tier_index(self, name: str) -> int:
         for i, t in enumerate(self.tiers):

@@ -34,8 +34,11 @@ def _int(value, name):
 @click.option("--chunk", default="1", show_default=True,
               help="Tokens per sequence in one step (workspace): 1 for decode, more for a prefill chunk.")
 @click.option("--quant-group", default="128", show_default=True, help="Group size of int8/int4 weight scales.")
+@click.option("--reserve", default=None, help="Memory the runtime keeps (CUDA context, workspace, fragmentation), "
+              "e.g. 0.5GiB; default: the chip's [reserve], none with --memory.")
 @json_option
-def command(model, chip_name, tiers, memory, weights, kv, activations, batch, context, chunk, quant_group, as_json):
+def command(model, chip_name, tiers, memory, weights, kv, activations, batch, context, chunk, quant_group, reserve,
+            as_json):
     """The longest context whose weights + KV + activation workspace fit a chip's memory or a budget;
     with --context, the largest batch. The model's own position limit is stated separately."""
     from tierlab.analysis.capacity import Budget, capacity
@@ -45,15 +48,18 @@ def command(model, chip_name, tiers, memory, weights, kv, activations, batch, co
         raise UsageError("give exactly one of --chip NAME or --memory SIZE", field="--chip")
     if tiers and chip_name is None:
         raise UsageError("--tier needs --chip", field="--tier")
+    from tierlab.chip.units import parse_quantity
+
     spec = load_model(model)
+    held = None if reserve is None else int(parse_quantity(reserve, "size", field="--reserve"))
+    if held is not None and held < 0:
+        raise UsageError(f"the reserve must not be negative, got {reserve!r}", field="--reserve")
     if chip_name is not None:
         from tierlab.chip.chipfile import load_chip
 
-        budget = Budget.of_chip(load_chip(chip_name), tiers)
+        budget = Budget.of_chip(load_chip(chip_name), tiers, reserve=held)
     else:
-        from tierlab.chip.units import parse_quantity
-
-        budget = Budget.of_size(parse_quantity(memory, "size", field="--memory"))
+        budget = Budget.of_size(parse_quantity(memory, "size", field="--memory"), reserve=held or 0)
     if weights is None:
         from tierlab.traces.weightfmt import default_weights
 

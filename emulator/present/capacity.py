@@ -11,7 +11,8 @@ def format_plan(d: dict) -> str:
     b = d["budget"]
     src = ", ".join(f"{n} {format_size(v)}" for n, v in b["tiers"].items()) if b["tiers"] else "given size"
     lines = [f"model {d['model']}: weights {d['weights']}, KV {d['kv']}, activations {d['activations']}",
-             f"budget {format_size(b['total_bytes'])} ({b['source']}: {src})",
+             f"budget {format_size(b['total_bytes'])} ({b['source']}: {src}"
+             + (f", less the runtime's reserve {format_size(b['reserve_bytes'])})" if b.get("reserve_bytes") else ")"),
              f"KV per token per sequence: {format_size(d['kv_bytes_per_token'])} ({d['kv_bytes_per_token']} B)"
              + _growth(d)]
     if d.get("state_bytes_per_sequence"):
@@ -34,8 +35,10 @@ def format_plan(d: dict) -> str:
     rows = [("weights", br["weights_bytes"]), (f"KV ({d['context']} tok x {d['batch']} seq)", br["kv_bytes"])]
     if br.get("state_bytes"):
         rows.append((f"state ({d['batch']} seq)", br["state_bytes"]))
-    rows += [(f"activations (step of {d['chunk']} tok)", br["activation_bytes"]), ("free", br["free_bytes"]),
-             ("total", br["total_bytes"])]
+    rows.append((f"activations (step of {d['chunk']} tok)", br["activation_bytes"]))
+    if br.get("reserve_bytes"):
+        rows.append(("runtime reserve", br["reserve_bytes"]))
+    rows += [("free", br["free_bytes"]), ("total", br["total_bytes"])]
     w = max(len(r[0]) for r in rows)
     total = max(br["total_bytes"], 1)
     lines.append("")

@@ -6,9 +6,12 @@ Per device, in bytes (the busiest device of the plan)::
 
 - ``memory``: the capacity of the chip's home tiers (:func:`memory_tiers`: its scratchpads and
   memories nearest first, up to its first ``memory`` tier: HBM on a GPU), where a serving engine
-  keeps weights and KV.
-- ``utilisation``: the share of it the engine may take (vLLM's ``gpu_memory_utilization``,
-  default 0.9); the rest is the **reserve** (CUDA context, allocator slack), with the workspace.
+  keeps weights and KV, less the **runtime's reserve** (the chip file's ``[reserve]``,
+  :class:`tierlab.chip.hierarchy.Reserve`: the CUDA context, the framework's fixed workspace and an
+  allocator fragmentation share), which :func:`memory_tier` takes off, so that every user of it (this
+  closed form, ``throughput --concurrency auto``, the request-stream server) keeps the same reserve.
+- ``utilisation``: the share of what is left the engine may take (vLLM's ``gpu_memory_utilization``,
+  default 0.9).
 - ``weights``: the device's weight tensors exactly as the trace declares them
   (:func:`tierlab.traces.weightfmt.weight_tensors` over the weights the shard holds).
 - ``workspace``: the activation tensors of a step of ``max_batch_tokens`` tokens
@@ -38,7 +41,7 @@ class KvLimit:
     """The closed form's terms (bytes per device) and its answer."""
 
     memory_tier: str
-    memory_bytes: int
+    memory_bytes: int                  # the home tiers' capacity less the runtime's reserve
     utilisation: float
     weight_bytes: int
     workspace_bytes: int
@@ -46,10 +49,14 @@ class KvLimit:
     positions_per_sequence: int
     dp: int
     max_concurrency: int
+    runtime_reserve_bytes: int = 0     # the chip's [reserve]: context + workspace + fragmentation
 
     @property
     def reserve_bytes(self) -> int:
-        return self.memory_bytes - int(self.utilisation * self.memory_bytes) + self.workspace_bytes
+        """Everything kept from weights and KV: the runtime's reserve, the share past ``utilisation``
+        and the activation workspace of the largest step."""
+        return (self.runtime_reserve_bytes + self.memory_bytes - int(self.utilisation * self.memory_bytes)
+                + self.workspace_bytes)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "reserve_bytes": self.reserve_bytes,
@@ -73,11 +80,19 @@ def memory_tiers(chip: Chip) -> list:
 
 
 def memory_tier(chip: Chip):
-    """The home tiers of :func:`memory_tiers` as one: its ``name`` (``a+b``) and ``capacity_bytes``."""
+    """The home tiers of :func:`memory_tiers` as one: its ``name`` (``a+b``), ``capacity_bytes`` (what
+    weights, KV and activations may use: the tiers' capacity less the runtime's reserve),
+    ``raw_capacity_bytes`` and ``reserve_bytes`` (the chip's ``[reserve]``; 0 without one)."""
     from types import SimpleNamespace
 
     tiers = memory_tiers(chip)
-    return SimpleNamespace(name="+".join(t.name for t in tiers), capacity_bytes=sum(t.capacity_bytes for t in tiers))
+    raw = int(sum(t.capacity_bytes for t in tiers))
+    reserve = chip.reserve.bytes_of(raw) if getattr(chip, "reserve", None) is not None else 0
+    if reserve >= raw:
+        raise UsageError(f"chip {chip.name!r}: its [reserve] ({reserve / 1e9:.2f} GB) leaves nothing of "
+                         f"{raw / 1e9:.2f} GB", field="reserve")
+    return SimpleNamespace(name="+".join(t.name for t in tiers), capacity_bytes=raw - reserve,
+                           raw_capacity_bytes=raw, reserve_bytes=reserve)
 
 
 def device_terms(spec: ModelSpec, run: RunConfig, positions: int, max_batch_tokens: int) -> list[tuple[int, int, int]]:
@@ -121,4 +136,5 @@ def kv_limit(spec: ModelSpec, run: RunConfig, chip: Chip, isl: int, osl: int, ma
                             f"request of {isl}+{osl} tokens ({kv / 1e9:.3f} GB of KV each)", field="--input")
     return KvLimit(memory_tier=tier.name, memory_bytes=int(tier.capacity_bytes), utilisation=utilisation,
                    weight_bytes=int(w), workspace_bytes=int(act), kv_bytes_per_sequence=int(kv),
-                   positions_per_sequence=positions, dp=run.dp, max_concurrency=int(n) * run.dp)
+                   positions_per_sequence=positions, dp=run.dp, max_concurrency=int(n) * run.dp,
+                   runtime_reserve_bytes=int(tier.reserve_bytes))
