@@ -95,6 +95,14 @@ def _curve_rows(prefix, system, ranks, algorithm, sizes, busbw, source, note, la
 # configs/models/chatglm-6b.json (THUDM/chatglm-6b's config: 28 layers, hidden 4096, 32 heads with full
 # multi-head KV, a GeLU FFN of 16,384, vocabulary 130,528, 2,048 positions).
 
+# The ChatGLM memory rows: a "6 GB" card holds 6 GiB (GDDR6 devices come in binary sizes: 8 Gb = 1 GiB
+# each); the runtime (Hugging Face transformers, eager, no CUDA graphs) keeps the CUDA context, taken as
+# vLLM's measured non-torch memory with lazy module loading, 0.16 GiB on H100 (configs/chips/h100.toml
+# [S310]; lazy loading is PyTorch's default since 1.13): an estimate for a 2023 consumer card. No CUDA
+# graph pool; fragmentation not estimated (the eager peak, in the chatglm-6b row's note, is larger).
+GPU_6GB = 6 * 2 ** 30
+HF_RESERVE = 164 * 2 ** 20
+
 # kind: decode (tokens/s at batch 1), energy (J per output token), context (tokens that fit),
 # memory (bytes in use at a context), speed_ratio (tokens/s of one model over another)
 MEASURED = [
@@ -147,27 +155,37 @@ MEASURED = [
          note="measured = whole-GPU board energy (static and idle power, clocks, the whole serving run "
               "with prefill) / output tokens; tierlab counts only data movement and arithmetic energy, "
               "so it is a lower bound; context 1024 is an estimate of the chat workload"),
-    dict(id="chatglm2-6b-int4-6gb-context", kind="context", model="chatglm2-6b", memory=6e9, weights="int4",
-         measured=8192, unit="tokens", source=CHATGLM2,
+    dict(id="chatglm2-6b-int4-6gb-context", kind="context", model="chatglm2-6b", memory=GPU_6GB,
+         weights="int4-g128", reserve=HF_RESERVE, measured=8192, unit="tokens", source=CHATGLM2,
          note="the README's claim is a tested lower bound ('can generate at least 8192 tokens' in 6 GB at "
-              "INT4); tierlab's is the longest context whose weights + KV fit, so it must be >= the "
-              "claim: it is (ratio > 1 is consistent)"),
-    dict(id="chatglm-6b-int4-6gb-context", kind="context", model="chatglm-6b", memory=6e9, weights="int4",
-         measured=1119, unit="tokens", source=CHATGLM2,
+              "INT4, the length of its dialogue training), not a maximum: tierlab's longest context whose "
+              "weights + KV + workspace + the runtime's reserve fit must be >= it, and it is (ratio > 1 is "
+              "consistent; outside the band by construction). 6 GB is a 6 GiB card (GDDR6 devices are "
+              "binary-sized); int4-g128 keeps the embedding and LM head in fp16 as the official INT4 does; "
+              "reserve: the CUDA context (HF_RESERVE)"),
+    dict(id="chatglm-6b-int4-6gb-context", kind="context", model="chatglm-6b", memory=GPU_6GB, weights="int4-g128",
+         reserve=HF_RESERVE, measured=1119, unit="tokens", source=CHATGLM2,
          note="'ChatGLM-6B can only generate a maximum of 1119 tokens before running out of memory' (6 GB, "
-              "INT4): a measured maximum, far under tierlab's weights + KV bound because the first "
-              "generation's implementation keeps its embedding and LM head (130k x 4096) in fp16, "
-              "materialises attention scores and holds the CUDA context (the model is the chatglm-6b "
-              "preset). The 2nd/1st generation ratio of KV bytes per token is 16x (MHA vs 2 MQA groups)"),
-    dict(id="chatglm2-6b-int4-mem-8k", kind="memory", model="chatglm2-6b", weights="int4", context=8192,
-         measured=5.1e9, unit="B", source=CHATGLM2,
-         note="README table, INT4, decoding 8192 tokens: 5.1 GB. tierlab counts weights (all INT4, scales "
-              "included) + KV + a decode step's activations; the official INT4 keeps the embedding and "
-              "output layer (2 x 65024 x 4096) in fp16, +0.8 GB, and the CUDA context and the "
-              "allocator's reserve hold the rest"),
+              "INT4): a measured maximum. tierlab (6 GiB, embedding and LM head fp16, the CUDA context with "
+              "lazy loading 0.16 GiB) says 2615. The gap, counted from the first generation's eager "
+              "implementation (THUDM/chatglm-6b modeling_chatglm.py): each round re-feeds the whole "
+              "history as a prompt, whose forward applies the LM head to every position and copies it "
+              "(permute().contiguous(): 2 x P x 130,528 x 2 B = 0.52 MB a token) and materialises the "
+              "attention scores in fp16, fp32 and the fp32 softmax (32 heads x P^2 x 10 B, one layer at a "
+              "time, smaller at P ~ 1100); with that peak beside the KV (0.46 MB a token) the longest P is "
+              "1.20 GB / 0.98 MB = 1223 tokens, 1.09x the measured. tierlab's workspace is a flash-attention "
+              "step with one logits row a sequence, so this runtime's peak is not in it. Without lazy "
+              "module loading the context is ~0.7 GiB (PyTorch forum, 2020) and tierlab says 1337"),
+    dict(id="chatglm2-6b-int4-mem-8k", kind="memory", model="chatglm2-6b", weights="int4-g128", context=8192,
+         reserve=HF_RESERVE, measured=5.1e9, unit="B", source=CHATGLM2,
+         note="README table, INT4, decoding 8192 tokens: 5.1 GB. tierlab counts weights (INT4 blocks with the "
+              "embedding and output layer in fp16, as the official INT4 keeps them; per-128 scales and zeros "
+              "where the official has one scale a row, +0.1 GB) + KV + a decode step's activations + the CUDA "
+              "context (HF_RESERVE); the eager implementation's prefill peak (all-position logits) and the "
+              "allocator's cache hold the rest"),
     dict(id="chatglm2-6b-fp16-mem-8k", kind="memory", model="chatglm2-6b", weights="bf16", context=8192,
-         measured=12.8e9, unit="B", source=CHATGLM2,
-         note="README table, FP16/BF16, decoding 8192 tokens: 12.8 GB"),
+         reserve=HF_RESERVE, measured=12.8e9, unit="B", source=CHATGLM2,
+         note="README table, FP16/BF16, decoding 8192 tokens: 12.8 GB (with the CUDA context, HF_RESERVE)"),
     # ---- many chips: batch-1 decode with tensor parallelism (issue 22) --------------------------------
     *[dict(id=f"a100x{tp}-llama2-{m}-tp{tp}", kind="decode", aim=True, model=f"llama-2-{m}", system="dgx-a100-x16",
            tp=tp, context=100, measured=v, unit="tok/s", source=GPTFAST_TP,
@@ -562,13 +580,13 @@ def predict(row: dict, pred: Predictor) -> dict:
     if kind == "context":
         from tierlab.analysis.capacity import Budget, capacity
 
-        plan = capacity(spec, Budget.of_size(int(row["memory"])), weights=row["weights"])
+        plan = capacity(spec, Budget.of_size(int(row["memory"]), reserve=row.get("reserve", 0)), weights=row["weights"])
         return {"roofline": plan.memory_context, "calibrated": None, "position_limit": plan.position_limit}
     from tierlab.analysis.capacity import activation_bytes, weight_bytes
 
     w = weight_bytes(spec, row["weights"])
-    return {"roofline": w + spec.kv_bytes_per_token("bf16") * row["context"] + activation_bytes(spec, 1),
-            "calibrated": None, "weight_bytes": w}
+    return {"roofline": w + spec.kv_bytes_per_token("bf16") * row["context"] + activation_bytes(spec, 1)
+            + row.get("reserve", 0), "calibrated": None, "weight_bytes": w}
 
 
 def rows(selected: list[str] | None = None) -> list[dict]:
