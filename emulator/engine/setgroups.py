@@ -225,8 +225,9 @@ def _split(k, s, grp_lo, grp_row, ent, free, st, W):
     for f in range(3):
         for e in range(W):
             ent[f, dst + e] = ent[f, src + e]
-    for x in range(K, k, -1):
+    for x in range(K, k, -1):           # one array a loop: each a plain move LLVM can vectorise
         grp_lo[x + 1] = grp_lo[x]
+    for x in range(K, k, -1):
         grp_row[x] = grp_row[x - 1]
     grp_lo[k + 1] = s
     grp_row[k + 1] = r
@@ -246,20 +247,37 @@ def _same(ent, ra, rb, W):
 
 @njit(nogil=True)
 def _merge(k_lo, k_hi, grp_lo, grp_row, ent, free, st, W):
-    """Merge each group in ``k_lo..k_hi`` (clipped) with the next one when they hold alike."""
+    """Merge each group in ``k_lo..k_hi`` (clipped) with the next one when they hold alike.
+
+    One pass: the groups kept are compacted in place and the groups after ``k_hi`` moved down once,
+    O(K) for any number of merges (one move of every later group per merge was O(merges x K): a
+    chunk over many groups leaves them alike, and a cache of 125,000 sets holds thousands)."""
+    K = st[ST_K]
     k = max(k_lo, 0)
-    while k < min(k_hi, st[ST_K] - 1):
-        if _same(ent, grp_row[k] * W, grp_row[k + 1] * W, W):
-            free[st[ST_FREE]] = grp_row[k + 1]
+    last = min(k_hi, K - 1)         # the last group that may join the one before it
+    if k >= last:
+        return
+    w = k                           # the group the next ones are compared with (kept)
+    for j in range(k + 1, last + 1):
+        if _same(ent, grp_row[w] * W, grp_row[j] * W, W):
+            free[st[ST_FREE]] = grp_row[j]
             st[ST_FREE] += 1
-            K = st[ST_K]
-            for x in range(k + 1, K):
-                grp_lo[x] = grp_lo[x + 1]
-                grp_row[x] = grp_row[x + 1] if x + 1 < K else 0
-            st[ST_K] = K - 1
-            k_hi -= 1
         else:
-            k += 1
+            w += 1
+            grp_lo[w] = grp_lo[j]
+            grp_row[w] = grp_row[j]
+    gone = last - w
+    if gone == 0:
+        return
+    for j in range(last + 1, K):
+        grp_lo[j - gone] = grp_lo[j]
+    for j in range(last + 1, K):
+        grp_row[j - gone] = grp_row[j]
+    for j in range(K - gone, K + 1):    # the end mark (S) and what lies past it, as before
+        grp_lo[j] = grp_lo[K]
+    for j in range(K - gone, K):
+        grp_row[j] = 0
+    st[ST_K] = K - gone
 
 
 @helper
