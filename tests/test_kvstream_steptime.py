@@ -38,3 +38,18 @@ def test_surface_error_bound():
         assert bw * surf.prefill_time(1024) == pytest.approx(1024 * spec.kv_bytes(1, "bf16"))
     finally:
         rep.close()
+
+
+def test_grid_never_holds_more_kv_than_the_hbm():
+    """No replayed step keeps more KV than the HBM holds (a step the scheduler cannot run, whose replay
+    would spill KV to host memory and make every decode look slow): Llama-3.1-8B on one H100 holds
+    about 500k tokens, and eight decodes at the model's 131,072 positions would need 1M."""
+    from tierlab.kvstream.steptime import SHORT_CONTEXT, _grid
+
+    kv = 500_000
+    for kind, node, step in _grid(8192, 131072, kv):
+        held = sum(step.decode) + sum(s + t for s, t, _ in step.prefill)
+        floor = len(step.decode) * SHORT_CONTEXT * 2 + sum(s + t for s, t, _ in step.prefill)
+        assert held <= max(kv, floor), (kind, node, held)
+    uncapped = max(sum(st.decode) for _, _, st in _grid(8192, 131072))
+    assert uncapped > kv                      # without the cap the grid did ask for more than fits

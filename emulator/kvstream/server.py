@@ -118,7 +118,7 @@ def serve_requests(trace, spec, *, chip=None, system=None, tp: int = 1, pp: int 
     tiers = build_tiers(kv_tiers, target, system, devices, hbm_tokens * kv_tok)
     max_ctx = int(min(spec.max_position_embeddings, hbm_tokens))
     surf = surface or surface_for(spec, run, chip=chip, system=system, max_batch_tokens=max_batch_tokens,
-                                  max_context=max_ctx, workers=workers)
+                                  max_context=max_ctx, workers=workers, kv_tokens=int(hbm_tokens))
     arrival = np.asarray(trace.arrival_s, np.float64) / float(rate_scale)
     handover = None
     if prefill_instances is not None:

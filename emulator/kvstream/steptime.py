@@ -117,15 +117,20 @@ def shape_of(step: MixedStep) -> tuple[int, int, int, int, int]:
     return D, S, P, Q, len(step.prefill)
 
 
-def _grid(max_batch_tokens: int, max_context: int):
-    """The replayed shapes: ``(kind, node, step)`` (no step past the model's positions)."""
+def _grid(max_batch_tokens: int, max_context: int, kv_tokens: int | None = None):
+    """The replayed shapes: ``(kind, node, step)``: no step past the model's positions, and no step
+    holding more KV than the HBM keeps (``kv_tokens``), which the scheduler never runs and whose
+    replay would spill KV to a farther tier."""
     max_batch_tokens = min(max_batch_tokens, max_context)
+    kv_cap = kv_tokens if kv_tokens else None
     out = []
     long_ctx = max(SHORT_CONTEXT * 2, max_context - 1)
     for D in DECODE_NODES:
         if D > max_batch_tokens:
             break
         c_hi = max(SHORT_CONTEXT * 2, min(long_ctx, int(long_ctx * 8 / D) if D > 8 else long_ctx))
+        if kv_cap is not None:
+            c_hi = max(SHORT_CONTEXT * 2, min(c_hi, kv_cap // D))
         out.append(("dec_lo", D, MixedStep(decode=(SHORT_CONTEXT,) * D)))
         out.append(("dec_hi", D, MixedStep(decode=(c_hi,) * D)))
     nodes = [T for T in MIXED_NODES if T <= max_batch_tokens]
@@ -138,16 +143,18 @@ def _grid(max_batch_tokens: int, max_context: int):
             out.append(("mix_q", T, MixedStep(prefill=((far, T, True),))))
         ds = max(1, T // 4)
         c_s = max(SHORT_CONTEXT, min(long_ctx, int(long_ctx * 8 / ds) if ds > 8 else long_ctx))
+        if kv_cap is not None:
+            c_s = max(SHORT_CONTEXT, min(c_s, (kv_cap - T) // ds))
         out.append(("mix_s", T, MixedStep(decode=(c_s,) * ds, prefill=((0, T - ds, True),))))
     return out
 
 
 def fit_surface(replayer: StepReplayer, *, max_batch_tokens: int, max_context: int,
-                workers: int | None = None) -> StepSurface:
+                workers: int | None = None, kv_tokens: int | None = None) -> StepSurface:
     """Replay the grid (:func:`_grid`) with ``replayer`` and fit the surface. ``max_context``: the
     longest decode position to plan for (a long-context node; keep it within the KV that fits, lest
     the replay spill KV to a farther tier); ``workers``: processes for the replays."""
-    grid = _grid(max_batch_tokens, max_context)
+    grid = _grid(max_batch_tokens, max_context, kv_tokens)
     before = replayer.replays
     replayer.prefetch([s for _, _, s in grid], workers=workers)
     cost = {}
@@ -185,19 +192,21 @@ def fit_surface(replayer: StepReplayer, *, max_batch_tokens: int, max_context: i
 
 
 def surface_for(spec, run, *, chip=None, system=None, max_batch_tokens: int, max_context: int,
-                workers: int | None = None, replayer: StepReplayer | None = None) -> StepSurface:
+                workers: int | None = None, replayer: StepReplayer | None = None,
+                kv_tokens: int | None = None) -> StepSurface:
     """The surface of one deployment, fitted once per process (cached by model, dtypes, parallelism,
-    target, token budget and context)."""
+    target, token budget, context and the KV tokens the HBM holds)."""
     target = system.name if system is not None else chip.name
     key = (spec.name, spec.num_layers, run.weights, run.kv, run.activations, run.tp, run.pp, run.ep,
-           target, max_batch_tokens, max_context)
+           target, max_batch_tokens, max_context, kv_tokens)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     own = replayer is None
     rep = replayer or StepReplayer(spec, run, chip=chip, system=system)
     try:
-        surf = fit_surface(rep, max_batch_tokens=max_batch_tokens, max_context=max_context, workers=workers)
+        surf = fit_surface(rep, max_batch_tokens=max_batch_tokens, max_context=max_context, workers=workers,
+                           kv_tokens=kv_tokens)
     finally:
         if own:
             rep.close()
