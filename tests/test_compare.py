@@ -162,3 +162,42 @@ def test_plot_without_matplotlib_is_one_line_before_any_work(tmp_path, trace_pat
     assert r.exit_code == 2 and r.output.strip() == \
         "tierlab: error: --plot: plotting needs matplotlib: pip install 'tierlab[plot]'"
     assert not out.exists()
+
+
+def _slow_l2(name, hbm_scale=1.0):
+    """h100 whose L2 is slow enough to bind the decode, its HBM scaled."""
+    import dataclasses
+
+    from tierlab.chip.chipfile import load_chip
+
+    c = load_chip("h100")
+    tiers = tuple(dataclasses.replace(t, bandwidth_bytes_per_s=1e9) if t.name == "l2" else
+                  dataclasses.replace(t, bandwidth_bytes_per_s=t.bandwidth_bytes_per_s * hbm_scale)
+                  if t.name == "hbm" else t for t in c.tiers)
+    return dataclasses.replace(c, name=name, tiers=tiers, source_sha256=None, source_file=None)
+
+
+def test_compare_says_which_tier_binds_and_flags_a_hidden_memory(trace_path):
+    """A cache that binds the decode hides the memory behind it: two chips whose HBM differs by 1.5x come
+    out alike, and compare says so under the table; the bound rows name each chip's binding tier."""
+    from tierlab.analysis.compare import cache_notes
+
+    rows = compare(trace_path, [_slow_l2("a"), _slow_l2("b", 1.5), "h100"])
+    a, b, h = rows
+    assert a.summary["bound"] == b.summary["bound"] == "tier:l2"
+    assert a.memory["bandwidth_bytes_per_s"] * 1.5 == pytest.approx(b.memory["bandwidth_bytes_per_s"])
+    assert a.summary["tokens_per_s"] == pytest.approx(b.summary["tokens_per_s"], rel=0.02)
+    notes = cache_notes(rows)
+    assert any(n.startswith("a: decode bound by its cache tier l2") for n in notes)
+    assert any(n.startswith("warning: a = b (roofline") and "bandwidth 3.35 TB/s vs 5.03 TB/s" in n for n in notes)
+    assert not any("h100" in n for n in notes if h.summary["bound"] != "tier:l2")
+    text = format_table(rows)
+    assert "bound calibrated" in text and "hides the difference" in text
+    # chips whose memory is the same, or that no cache binds, draw no warning
+    assert not [n for n in cache_notes([a, _twin(a)]) if n.startswith("warning")]
+
+
+def _twin(r):
+    import dataclasses
+
+    return dataclasses.replace(r, chip="twin")

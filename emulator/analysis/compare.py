@@ -12,7 +12,12 @@ Per-token figures are for decode (a decode step makes one token per sequence; se
 * ``found at TIER (KIND)``: the share of the requests for blocks of that tensor kind arriving at the
   tier that were found there (hits / (hits + misses + bypasses)), over the whole run;
 * energy per token split into tiers, links, compute and PIM; latency per token (a decode step),
-  tokens/s, tokens per joule (1 / energy per token) and the resource that bounds the step.
+  tokens/s, tokens per joule (1 / energy per token) and the resource that bounds the step, by the
+  roofline and by the calibrated latency.
+
+:func:`cache_notes` says which tier binds each chip and flags a result where a cache tier binds the
+decode, so that the memory behind it does not show: two chips whose memories differ (bandwidth or
+capacity by more than 10 %) and whose decode is bound by a cache come out alike.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class ChipResult:
     result: dict | None = None
     reason: str | None = None
     summary: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)    # the chip's first memory tier: name, bandwidth, capacity
 
     @property
     def ok(self) -> bool:
@@ -73,7 +79,8 @@ def summary_of(pt: dict | None, found: dict, parts=ENERGY_PARTS) -> dict:
     chip's, or a system's, which add ``network``)."""
     s = {"found": found, "bytes_by_link": {}, "in_memory_bytes": {}, "energy_j": {},
          "energy_per_token_j": None, "latency_per_token_s": None, "tokens_per_s": None,
-         "tokens_per_j": None, "bound": None, "j_per_token": None, "j_per_token_dynamic": None}
+         "tokens_per_j": None, "bound": None, "bound_calibrated": None, "j_per_token": None,
+         "j_per_token_dynamic": None}
     if not pt:
         return s
     s["bytes_by_link"] = dict(pt["bytes_by_link"])
@@ -84,6 +91,7 @@ def summary_of(pt: dict | None, found: dict, parts=ENERGY_PARTS) -> dict:
     s["tokens_per_s"] = pt["tokens_per_s"]
     s["tokens_per_j"] = 1.0 / pt["energy_j"] if pt["energy_j"] > 0 else None
     s["bound"] = pt["bound"]
+    s["bound_calibrated"] = pt.get("bound_calibrated")
     # board energy (dynamic + static power x modelled time); energy_per_token_j stays the dynamic
     s["j_per_token"] = pt.get("j_per_token", pt["energy_j"])
     s["j_per_token_dynamic"] = pt["energy_j"]
@@ -109,8 +117,80 @@ def compare(trace, chips: Sequence[str | Chip], options=None, *, extra_rules=(),
             out.append(ChipResult(chip.name, reason=str(err)))
             continue
         d = replay_json(tr, cost_of(tr))
-        out.append(ChipResult(chip.name, result=d, summary=summarise(d)))
+        out.append(ChipResult(chip.name, result=d, summary=summarise(d), memory=memory_of(chip)))
     return out
+
+
+def memory_of(chip: Chip) -> dict:
+    """The chip's first ``memory`` tier (HBM on a GPU): its name, peak bandwidth and capacity ({} if none)."""
+    for t in chip.tiers:
+        if t.managed == "memory":
+            return {"tier": t.name, "bandwidth_bytes_per_s": float(t.bandwidth_bytes_per_s),
+                    "capacity_bytes": int(t.capacity_bytes)}
+    return {}
+
+
+MEMORY_DIFFERS = 0.10     # memories this far apart (bandwidth or capacity) should not come out alike
+ALIKE = 0.02              # tokens/s this close is "alike"
+
+
+def _cache_bound(r: ChipResult, key: str) -> str | None:
+    """The cache tier that binds ``r``'s decode by ``key`` (``bound`` or ``bound_calibrated``), or None."""
+    b = r.summary.get(key) or ""
+    if not b.startswith("tier:"):
+        return None
+    name = b[len("tier:"):]
+    tiers = r.result.get("tiers")
+    managed = {t["name"]: t.get("managed") for t in tiers if isinstance(t, dict) and "name" in t} \
+        if isinstance(tiers, list) else {}
+    return name if managed.get(name) == "cache" else None
+
+
+def cache_notes(rows: list[ChipResult]) -> list[str]:
+    """One line per chip whose decode a cache tier binds (the memory behind it sets no figure), and one
+    per pair of such chips whose memories differ by more than 10 % but whose tokens/s (roofline or
+    calibrated) agree within 2 %: the cache hides the memory difference."""
+    notes, hidden = [], []
+    ok = [r for r in rows if r.ok and r.summary.get("bound")]
+    for r in ok:
+        by = [(k, _cache_bound(r, k)) for k in ("bound", "bound_calibrated")]
+        by = [(k, c) for k, c in by if c]
+        if by:
+            what = " and ".join(f"{'calibrated' if k == 'bound_calibrated' else 'roofline'}" for k, _ in by)
+            mem = r.memory.get("tier", "its memory")
+            notes.append(f"{r.chip}: decode bound by its cache tier {by[0][1]} ({what}); {mem} behind it does "
+                         f"not set the speed")
+    for i, a in enumerate(ok):
+        for b in ok[i + 1:]:
+            if not (a.memory and b.memory):
+                continue
+            diffs = [f"{k.split('_')[0]} {_fmt(a.memory[k], k)} vs {_fmt(b.memory[k], k)}"
+                     for k in ("bandwidth_bytes_per_s", "capacity_bytes")
+                     if abs(a.memory[k] - b.memory[k]) > MEMORY_DIFFERS * max(a.memory[k], b.memory[k])]
+            if not diffs:
+                continue
+            for key, tps, label in (("bound", "tokens_per_s", "roofline"),
+                                    ("bound_calibrated", None, "calibrated")):
+                if not (_cache_bound(a, key) or _cache_bound(b, key)):
+                    continue
+                ta, tb = (_tps(a, tps), _tps(b, tps))
+                if ta and tb and abs(ta - tb) <= ALIKE * max(ta, tb):
+                    hidden.append(f"{a.chip} = {b.chip} ({label} {ta:.4g} vs {tb:.4g} tok/s) though their memories "
+                                  f"differ ({', '.join(diffs)}): a cache tier binds the decode and hides the "
+                                  f"difference")
+    return notes + ["warning: " + h for h in hidden]
+
+
+def _tps(r: ChipResult, key: str | None) -> float | None:
+    if key:
+        return r.summary.get(key)
+    pt = r.result.get("per_token") or {}
+    lat = pt.get("latency_calibrated_s")
+    return pt.get("batch", 1) / lat if lat else None
+
+
+def _fmt(v: float, key: str) -> str:
+    return f"{v / 1e12:.3g} TB/s" if key.startswith("bandwidth") else f"{v / 1e9:.4g} GB"
 
 
 def model_info(trace) -> dict:
@@ -134,7 +214,8 @@ def to_json(rows: list[ChipResult], trace, options) -> dict:
         "run": trace.manifest.get("run"),
         "pim": bool(options.pim),
         "chips": [{"chip": r.chip, "fits": r.ok, "reason": r.reason, "summary": r.summary or None,
-                   "replay": r.result} for r in rows],
+                   "memory": r.memory or None, "replay": r.result} for r in rows],
+        "notes": cache_notes(rows),
     }
 
 
@@ -170,6 +251,7 @@ def table_rows(rows: list[ChipResult]) -> list[tuple[str, list]]:
     row("tokens/s", lambda s: s["tokens_per_s"])
     row("tokens/J", lambda s: s["tokens_per_j"])
     row("bound", lambda s: s["bound"])
+    row("bound calibrated", lambda s: s.get("bound_calibrated"))
     return out
 
 

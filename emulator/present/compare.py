@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 
-from tierlab.analysis.compare import ChipResult, csv_rows, model_info, table_rows
+from tierlab.analysis.compare import ChipResult, cache_notes, csv_rows, model_info, table_rows
 from tierlab.common.atomic import atomic_path
 from tierlab.present.format import format_bytes, format_percent, format_si, table
 from tierlab.traces.spec import human_count
@@ -46,7 +46,7 @@ def format_table(rows: list[ChipResult], title: str = "") -> str:
     body = [[label] + [format_metric(label, v) for v in vals] for label, vals in metrics]
     status = ["fits"] + ["yes" if r.ok else "no (see below)" for r in rows]
     text = table(["per decode token"] + [r.chip for r in rows], [status] + body, title=title or None)
-    notes = [f"{r.chip}: {r.reason}" for r in rows if not r.ok]
+    notes = [f"{r.chip}: {r.reason}" for r in rows if not r.ok] + cache_notes(rows)
     if any(label.startswith("found") for label, _ in metrics):
         notes.append("found at TIER (KIND): share of the requests arriving at the tier found there, whole run")
     if not any(r.ok and r.result.get("per_token") for r in rows):
