@@ -71,6 +71,17 @@ NCCL_TESTS_123 = ("NVIDIA/nccl-tests issue #123: DGX-A100, nccl-tests all_reduce
                   "2022 (read 2026-12-01)")
 NCCL_1259 = ("NVIDIA/nccl issue #1259: HGX 8 x H100, NCCL 2.20.5, nccl-tests with CUDA graphs (-G 10), 128 B-64 KB "
              "on 2 GPUs (measured_parameters.md C4)", "https://github.com/NVIDIA/nccl/issues/1259", "2024 (read 2026-12-01)")
+def _mlenergy_at(what: str, ref: str):
+    """An ML.ENERGY v3 point (the longitudinal post's plots, digitised: measured_parameters.md ``ref``)."""
+    return (f"ML.ENERGY leaderboard v3 (vLLM 0.11.1, {what}), digitised from the post's plots "
+            f"(measured_parameters.md {ref})", MLENERGY[1], MLENERGY[2])
+
+
+ALICE_ENERGY = ("Serial Alice 'Alice Benchmark' (vLLM AsyncLLMEngine, BF16, H100 SXM 80GB on RunPod, nvidia-smi "
+                "board energy): Mistral 7B at batch 128 13.8 uWh per token (batch 1: 732 uWh)",
+                "https://reddit.fufik.eu/r/FunMachineLearning/comments/1ttmzvp/project_alice_benchmark_first_cryptographically/",
+                "2026-11 (read 2026-12-07)")
+
 MLENERGY_70B = ("ML.ENERGY leaderboard v3 (vLLM 0.11.1, 4 x H100, TP4, Llama-3.1-70B bf16, max_num_seqs 16): 2.09 J per "
                 "output token, digitised from the post's plots (measured_parameters.md B3)", MLENERGY[1], MLENERGY[2])
 
@@ -264,6 +275,27 @@ MEASURED = [
          note="CUDA graphs hide the launch, and NCCL 2.20 on 2 GPUs beats its own tuning model's 6.6 us base "
               "latency: outside the band, kept"),
     # ---- energy on many chips ----------------------------------------------------------------------
+    # ---- more board-energy rows (issue 39): other batches, another model, another benchmark ----------
+    dict(id="h100-llama31-8b-energy-b128", kind="energy", model="llama-3.1-8b", chip="h100", context=1024,
+         batch=128, measured=0.095, unit="J/token", source=_mlenergy_at("1x H100, Llama-3.1-8B bf16, max_num_seqs "
+                                                                          "128: 0.095 J per output token", "B1"),
+         note="the batch-16/64 rows' run at max_num_seqs 128 (digitised, medium confidence); context 1024 an "
+              "estimate of the chat workload"),
+    dict(id="h100x4-llama31-70b-energy-b64", kind="energy", model="llama-3.1-70b", system="dgx-h100", tp=4,
+         context=1024, batch=64, measured=0.80, unit="J/token",
+         source=_mlenergy_at("4 x H100, TP4, Llama-3.1-70B bf16, max_num_seqs 64: 0.80 J per output token", "B3"),
+         note="the 70B batch-16 row's run at 64 sequences (digitised, medium confidence)"),
+    dict(id="h100x4-llama31-70b-energy-b256", kind="energy", model="llama-3.1-70b", system="dgx-h100", tp=4,
+         context=1024, batch=256, measured=0.48, unit="J/token",
+         source=_mlenergy_at("4 x H100, TP4, Llama-3.1-70B bf16, max_num_seqs 256: 0.48 J per output token", "B3"),
+         note="the 70B batch-16 row's run at 256 sequences (digitised, medium confidence)"),
+    dict(id="h100-mistral-7b-energy-b128", kind="energy", model="mistral-7b", chip="h100", context=1024,
+         batch=128, measured=13.8e-6 * 3600, unit="J/token", source=ALICE_ENERGY,
+         note="Mistral-7B bf16 on one H100 SXM under vLLM's AsyncLLMEngine at batch 128: 13.8 uWh = 0.0497 J "
+              "per token, nvidia-smi board power. Another model and another benchmark than ML.ENERGY's. Not "
+              "independent of the chip file in full: h100's [power] static (267 W) is the same benchmark's "
+              "batch-1 board power; this row is its batch-128 measurement. Context 1024 is an estimate (the "
+              "post gives no lengths)"),
     dict(id="h100x4-llama31-70b-energy-b16", kind="energy", model="llama-3.1-70b", system="dgx-h100", tp=4,
          context=1024, batch=16, measured=2.09, unit="J/token", source=MLENERGY_70B,
          note="whole-board energy of 4 GPUs over a serving run against tierlab's dynamic data-movement, "
