@@ -29,8 +29,25 @@ def test_memory_row_is_the_closed_form():
     from tierlab.analysis.capacity import activation_bytes
 
     act = activation_bytes(validate.model_spec("chatglm2-6b"), 1)
-    assert r["predicted"]["roofline"] == 6_243_584_000 * 2 + 28 * 2 * 2 * 128 * 2 * 8192 + act
+    # + the runtime's reserve: the CUDA context, 164 MiB (validate.HF_RESERVE)
+    assert r["predicted"]["roofline"] == 6_243_584_000 * 2 + 28 * 2 * 2 * 128 * 2 * 8192 + act + 164 * 2 ** 20
     assert r["ratio"] == r["predicted"]["roofline"] / 12.8e9
+
+
+def test_chatglm_6b_context_row_by_hand():
+    """6 GiB less the CUDA context (164 MiB), the weights (GLM blocks int4 with per-128 fp16 scales and
+    int4 zeros; the embedding and the untied LM head, 2 x 130,528 x 4096, in bf16) and a decode step's
+    activations, over 448 KiB of KV a token."""
+    from tierlab.analysis.capacity import activation_bytes, weight_bytes
+
+    (r,) = validate.rows(["chatglm-6b-int4-6gb-context"])
+    s = validate.model_spec("chatglm-6b")
+    w = weight_bytes(s, "int4-g128")
+    bf16_part = 2 * 130_528 * 4096 * 2
+    blocks = 28 * (4096 * 3 * 4096 + 4096 * 4096 + 2 * 4096 * 16384)       # QKV, dense, FFN up and down
+    assert 0 < w - bf16_part - blocks * (4 + 20 / 128) / 8 < 4e6             # the rest: norms and biases (~3 MB)
+    room = 6 * 2 ** 30 - 164 * 2 ** 20 - w - activation_bytes(s, 1)
+    assert r["predicted"]["roofline"] == room // (28 * 2 * 4096 * 2)
 
 
 def test_decode_row_is_the_replay_figure(tmp_path):
