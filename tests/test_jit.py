@@ -47,3 +47,15 @@ def test_uncached_functions_are_left_alone():
     f = jit.njit(cache=False)(lambda x: x + 1)
     assert f(1) == 2
     assert not hasattr(getattr(f, "_cache", None), "_cache_file")
+
+
+def test_the_stamp_covers_kvstreams_compiled_modules_only():
+    """kvstream's compiled modules are in the stamp; its Python-only ones (the server) are not, so an
+    edit to the server does not recompile the engine."""
+    names = {name for name, _, _ in jit.read_rooms()}
+    for m in jit.COMPILED_MODULES:
+        assert m in names
+    assert "kvstream/server.py" not in names and "kvstream/tiers.py" not in names
+    kv = Path(jit.__file__).parent.parent / "kvstream"
+    compiled = {f"kvstream/{p.name}" for p in kv.glob("*.py") if "njit" in p.read_text() or "@helper" in p.read_text()}
+    assert compiled <= set(jit.COMPILED_MODULES)

@@ -27,14 +27,18 @@ _OPTIONS = {"cache": True, "fastmath": False, "no_cfunc_wrapper": True}
 
 
 # the rooms of the package that hold compiled code (their modules call each other's compiled helpers)
-COMPILED_ROOMS = ("engine", "analysis", "kvstream")
+COMPILED_ROOMS = ("engine", "analysis")
+# compiled modules of rooms that are mostly Python (kvstream's server and its tiers are not compiled: an
+# edit there must not make every kernel of the engine compile again)
+COMPILED_MODULES = ("kvstream/blockstore.py", "kvstream/hitcurve.py", "kvstream/synthetic.py", "kvstream/trace.py")
 
 
 def read_rooms(root: str | None = None) -> tuple[tuple[str, str, str], ...]:
     """The compiled rooms' modules as they are now: (name relative to ``emulator/``, absolute path,
     SHA-256 of the contents), in name order; ``root``: a directory standing in for ``emulator/``."""
     base = Path(root) if root else Path(__file__).parent.parent
-    files = sorted(q for room in COMPILED_ROOMS for q in (base / room).glob("*.py"))
+    files = sorted([q for room in COMPILED_ROOMS for q in (base / room).glob("*.py")]
+                   + [base / m for m in COMPILED_MODULES if (base / m).is_file()])
     return tuple((q.relative_to(base).as_posix(), str(q.resolve()), hashlib.sha256(q.read_bytes()).hexdigest())
                  for q in files)
 
