@@ -988,7 +988,7 @@ CASES = [
          "--input: --input 4000 + --output 200 = 4200 positions exceeds tiny-llama's max_position_embeddings 4096"),
     Case("throughput-kv-does-not-fit", ["throughput", "llama-3.1-8b", "--chip", "h100", "--input", "1000",
                                         "--output", "1000", "--concurrency", "300"],
-         "--concurrency: concurrency 300: the KV of 300 requests of 1000+1000 tokens does not fit; at most 209 do "
+         "--concurrency: concurrency 300: the KV of 300 requests of 1000+1000 tokens does not fit; at most 207 do "
          "(hbm of h100)"),
     Case("throughput-batch-tokens-below-decodes", ["throughput", str(TINY), "--chip", "h100", "--input", "100",
                                                    "--output", "10", "--concurrency", "8", "--max-batch-tokens", "4"],
