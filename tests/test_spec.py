@@ -29,6 +29,8 @@ def closed_form(name: str) -> int:
         return 32 * (gqa_layer(4096, 32, 8, 128) + 3 * 4096 * 14336 + 2 * 4096) + 2 * 128256 * 4096 + 4096
     if name == "llama-3.1-70b":
         return 80 * (gqa_layer(8192, 64, 8, 128) + 3 * 8192 * 28672 + 2 * 8192) + 2 * 128256 * 8192 + 8192
+    if name == "llama-3.1-405b":   # 126 layers, 128 query / 8 KV heads of 128, MLP 53,248
+        return 126 * (gqa_layer(16384, 128, 8, 128) + 3 * 16384 * 53248 + 2 * 16384) + 2 * 128256 * 16384 + 16384
     if name == "llama-2-7b":   # full multi-head attention (32 KV heads), vocabulary 32,000
         return 32 * (gqa_layer(4096, 32, 32, 128) + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096 + 4096
     if name == "llama-2-70b":  # grouped-query attention (8 KV heads), vocabulary 32,000
@@ -65,6 +67,8 @@ REPORTED = {"gpt-4-class-moe": (1.8e12, 0.02)}   # ~1.8 T parameters (SemiAnalys
 PUBLISHED = {
     "llama-3.1-8b": 8_030_261_248,
     "llama-3.1-70b": 70_553_706_496,
+    # meta-llama/Llama-3.1-405B: "405B" on the model card; the exact figure is the closed form's (405.85B)
+    "llama-3.1-405b": 405_853_388_800,
     "mistral-7b": 7_241_732_096,
     "qwen2-0.5b": 494_032_768,
     "chatglm3-6b": 6_243_584_000,
@@ -108,6 +112,7 @@ def test_active_params_moe():
 @pytest.mark.parametrize("name,kv_dtype,expected", [
     ("llama-3.1-8b", "bf16", 32 * 2 * 8 * 128 * 2),
     ("llama-3.1-70b", "fp8", 80 * 2 * 8 * 128 * 1),
+    ("llama-3.1-405b", "fp8", 126 * 2 * 8 * 128 * 1),
     ("chatglm3-6b", "bf16", 28 * 2 * 2 * 128 * 2),       # MQA with 2 groups
     ("chatglm-6b", "bf16", 28 * 2 * 32 * 128 * 2),       # ChatGLM-6B v1: multi-head, 32 K and V heads per layer
     ("qwen3-30b-a3b", "bf16", 48 * 2 * 4 * 128 * 2),     # head_dim 128 though hidden/heads = 64
