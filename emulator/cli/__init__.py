@@ -43,6 +43,29 @@ COMMANDS = {
 }
 
 
+# Each command's line in ``tierlab --help`` (its help's first sentence, as click shortens it), so that
+# listing the commands loads none of their modules (0.3 s of imports; tests/test_cli_imports.py holds
+# each equal to its command's own). A command missing here is loaded to list it.
+SUMMARIES = {
+    "trace": 'Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace.',
+    "info": 'Summarise TRACE: tables, parameters, FLOPs, bytes read/written by phase and tensor kind, per step.',
+    "models": 'List model presets (configs/models) with their dimensions and parameter counts.',
+    "mrc": "Exact LRU (and OPT) miss-ratio curve of one tier, every capacity in one pass; or, given a request trace and no --tier, the prefix cache's hit curve.",
+    "bench": 'Run benchmarks/bench_NAME.py scripts (default: all) and print their results.',
+    "chips": 'List the chip presets, or show one hierarchy (a preset NAME or a .toml file).',
+    "systems": 'List the system presets, or show one system (a preset NAME or a .toml FILE).',
+    "collectives": 'All-reduce time and bus bandwidth by message size, modelled (and measured with --measured).',
+    "replay": 'Replay TRACE on a chip, or a trace of several devices on a system: bytes per tier and link, hits, energy and latency per token.',
+    "run": 'Trace MODEL (preset, config.json or directory) and replay it on a chip or a system.',
+    "throughput": 'The serving curve of MODEL: output tokens/s against tokens/s per user, from continuous batching whose representative steps are replayed exactly.',
+    "compare": 'Replay one trace of MODEL on every chip (and system) and show the per-token figures side by side.',
+    "capacity": "The longest context whose weights + KV + activation workspace fit a chip's memory or a budget; with --context, the largest batch.",
+    "sweep": 'Sweep a grid of models x chips/systems x run options x chip overrides; a row per point.',
+    "export": 'Export TRACE: its tables as Parquet, or the memory requests reaching one tier of a chip.',
+    "import": 'Import FILE (addresses, optionally sizes and read/write) as an address trace of one op.',
+    "requests": 'Serve the request stream REQUESTS (Mooncake JSONL, Azure CSV, CSV or Parquet; gzip/xz) open loop: continuous batching admits each request within the KV left in HBM, finds its cached prefix in the highest tier holding it and loads it, or recomputes it where that is faster.',
+}
+
 class _Interrupted(Exception):
     """Ctrl-C inside a command, carried past click (which would print an empty line for it)."""
 
@@ -67,6 +90,22 @@ class TierlabGroup(click.Group):
 
     def list_commands(self, ctx):
         return sorted(set(self.commands) | set(COMMANDS))
+
+    def format_commands(self, ctx, formatter):
+        """The commands' table of ``--help``, as click's, from :data:`SUMMARIES` for the commands not
+        loaded yet."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name not in self.commands and name in SUMMARIES:
+                rows.append((name, click.Command(name, help=SUMMARIES[name])))
+                continue
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
 
     def get_command(self, ctx, name):
         if name not in self.commands and name in COMMANDS:

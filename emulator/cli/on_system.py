@@ -13,7 +13,7 @@ import click
 from tierlab.common.errors import UsageError
 from tierlab.cli.options import placement_rules
 from tierlab.cli.views import write_system_views
-from tierlab.network.collective import ALGORITHM_NAMES
+from tierlab.network.algorithm_names import ALGORITHM_NAMES
 
 
 def chip_optional(cmd):
