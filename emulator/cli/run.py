@@ -75,7 +75,7 @@ def command(model, keep_trace, force, as_json, strict_dtype, capture, **kw):
     check_views(kw, force=force)
     kw["force"] = force
     if keep_trace:
-        report(write_trace(plan, keep_trace, force=force))
+        report(write_trace(plan, keep_trace, force=force, progress=True))
         return
     with tempfile.TemporaryDirectory(prefix="tierlab-run-") as tmp:
-        report(write_trace(plan, Path(tmp) / f"{plan.name}.trace"))
+        report(write_trace(plan, Path(tmp) / f"{plan.name}.trace", progress=True))
