@@ -97,7 +97,7 @@ def test_every_command_is_registered():
     from tierlab.cli import main
 
     names = {"trace", "info", "models", "mrc", "bench", "chips", "replay", "run",
-             "compare", "capacity", "systems", "sweep", "export", "import", "collectives", "throughput"}
+             "compare", "capacity", "systems", "sweep", "export", "import", "collectives", "throughput", "requests"}
     ctx = click.Context(main)
     assert set(main.list_commands(ctx)) == names
     for name in names:                  # each module loads and defines the command of that name
