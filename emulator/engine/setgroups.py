@@ -42,33 +42,12 @@ from tierlab.engine.counters import (
 from tierlab.engine.policies import LRU
 from tierlab.engine.state import TI_DIRTY_FAR, TI_REGION_OFF, TI_REGION_SHIFT
 from tierlab.engine.jit import helper, njit
+from tierlab.engine.group_table import (EMPTY, N_ST, ST_FREE, ST_GROWN, ST_K, ST_K_MAX, ST_REQUESTS,  # noqa: F401
+                                        ST_SWEEPS, find_group, grow_rows, merge_groups, new_state, same_rows,
+                                        split_group)
 from tierlab.engine.lazy import count_in
 from tierlab.engine.simd import set_lookup, set_put
 from tierlab.engine.unowned import unowned
-
-EMPTY = -1
-# ``st`` (int64): groups, rows on the free stack, requests served, growths of the row pool, the
-# most groups held at once, chunks served as sweeps (:func:`_sweep`)
-ST_K, ST_FREE, ST_REQUESTS, ST_GROWN, ST_K_MAX, ST_SWEEPS = range(6)
-N_ST = 6
-
-
-def new_state(n_sets: int, n_ways: int, rows: int = 64):
-    """Group state of an empty tier: one group of every set, its ``n_ways`` entries empty."""
-    rows = max(rows, 8)
-    grp_lo = np.zeros(n_sets + 2, np.int64)
-    grp_row = np.zeros(n_sets + 1, np.int64)
-    grp_lo[1] = n_sets
-    ent = np.full((3, rows * n_ways), EMPTY, np.int64)
-    ent[1:] = 0
-    free = np.zeros(rows, np.int64)
-    free[:rows - 1] = np.arange(rows - 1, 0, -1)          # a stack of rows; row 0 is group 0's
-    st = np.zeros(N_ST, np.int64)
-    st[ST_K] = 1
-    st[ST_K_MAX] = 1
-    st[ST_FREE] = rows - 1
-    return grp_lo, grp_row, ent, free, st
-
 
 @helper
 def _flat(cnt):
@@ -201,106 +180,6 @@ def _apply(r_base, n, m, a0, S, W, rw, tid, row, lru, store_recency, fetch_write
 
 
 @helper
-def _find(grp_lo, K, s):
-    """The group holding set ``s`` (the last ``k`` with ``grp_lo[k] <= s``)."""
-    lo = 0
-    hi = K - 1
-    while lo < hi:
-        mid = (lo + hi + 1) >> 1
-        if grp_lo[mid] <= s:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-@helper
-def _split(k, s, grp_lo, grp_row, ent, free, st, W):
-    """Cut group ``k`` at set ``s`` (inside it): the sets from ``s`` on become group ``k + 1``."""
-    K = st[ST_K]
-    st[ST_FREE] -= 1
-    r = free[st[ST_FREE]]
-    src = grp_row[k] * W
-    dst = r * W
-    for f in range(3):
-        for e in range(W):
-            ent[f, dst + e] = ent[f, src + e]
-    for x in range(K, k, -1):           # one array a loop: each a plain move LLVM can vectorise
-        grp_lo[x + 1] = grp_lo[x]
-    for x in range(K, k, -1):
-        grp_row[x] = grp_row[x - 1]
-    grp_lo[k + 1] = s
-    grp_row[k + 1] = r
-    st[ST_K] = K + 1
-    if K + 1 > st[ST_K_MAX]:
-        st[ST_K_MAX] = K + 1
-
-
-@helper
-def _same(ent, ra, rb, W):
-    for f in range(3):
-        for e in range(W):
-            if ent[f, ra + e] != ent[f, rb + e]:
-                return False
-    return True
-
-
-@njit(nogil=True)
-def _merge(k_lo, k_hi, grp_lo, grp_row, ent, free, st, W):
-    """Merge each group in ``k_lo..k_hi`` (clipped) with the next one when they hold alike.
-
-    One pass: the groups kept are compacted in place and the groups after ``k_hi`` moved down once,
-    O(K) for any number of merges (one move of every later group per merge was O(merges x K): a
-    chunk over many groups leaves them alike, and a cache of 125,000 sets holds thousands)."""
-    K = st[ST_K]
-    k = max(k_lo, 0)
-    last = min(k_hi, K - 1)         # the last group that may join the one before it
-    if k >= last:
-        return
-    w = k                           # the group the next ones are compared with (kept)
-    for j in range(k + 1, last + 1):
-        if _same(ent, grp_row[w] * W, grp_row[j] * W, W):
-            free[st[ST_FREE]] = grp_row[j]
-            st[ST_FREE] += 1
-        else:
-            w += 1
-            grp_lo[w] = grp_lo[j]
-            grp_row[w] = grp_row[j]
-    gone = last - w
-    if gone == 0:
-        return
-    for j in range(last + 1, K):
-        grp_lo[j - gone] = grp_lo[j]
-    for j in range(last + 1, K):
-        grp_row[j - gone] = grp_row[j]
-    for j in range(K - gone, K + 1):    # the end mark (S) and what lies past it, as before
-        grp_lo[j] = grp_lo[K]
-    for j in range(K - gone, K):
-        grp_row[j] = 0
-    st[ST_K] = K - gone
-
-
-@helper
-def _grow(ent, free, st, W):
-    """Twice the entry rows (the new ones on the free stack); returns the new arrays."""
-    rows = ent.shape[1] // W
-    ent2 = np.empty((3, 2 * rows * W), np.int64)
-    for j in range(rows * W):       # element by element: a slice copy compiles Numba's shape-error text
-        ent2[0, j], ent2[1, j], ent2[2, j] = ent[0, j], ent[1, j], ent[2, j]
-    ent2[0, rows * W:] = EMPTY
-    ent2[1:, rows * W:] = 0
-    free2 = np.empty(2 * rows, np.int64)
-    n = st[ST_FREE]
-    for x in range(n):
-        free2[x] = free[x]
-    for x in range(rows):
-        free2[n + x] = 2 * rows - 1 - x
-    st[ST_FREE] = n + rows
-    st[ST_GROWN] += 1
-    return ent2, free2
-
-
-@helper
 def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_row, ent, free, st,
            cf, s_row, s_kind, s_tier, t_home, t_kind, blk):
     """A chunk giving every set at least ``W`` blocks (``q >= W``) that holds none of them: every
@@ -317,7 +196,7 @@ def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_ro
             continue
         a0 = F - f + (S if a < f else 0)
         a_last = a0 + (count_in(q, rem, f, a, S) - 1) * S
-        k = _find(grp_lo, K, a)
+        k = find_group(grp_lo, K, a)
         while k < K and grp_lo[k] < e:
             rb = grp_row[k] * W
             for p in range(W):
@@ -338,7 +217,7 @@ def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_ro
     ci = row * s_row + t_kind[tid] * s_kind
     fetch = fetch_write if rw else True
     rows = ent.shape[1] // W
-    K2 = np.int64(0)          # not a literal: _merge compiles once
+    K2 = np.int64(0)          # not a literal: merge_groups compiles once
     for x in range(3):      # the intervals [0, c1), [c1, c2), [c2, S), as in _chunk
         a = 0 if x == 0 else (c1 if x == 1 else c2)
         e = c1 if x == 0 else (c2 if x == 1 else S)
@@ -368,7 +247,7 @@ def _sweep(F, rw, tid, row, S, W, q, rem, f, c1, c2, fetch_write, grp_lo, grp_ro
     st[ST_SWEEPS] += 1
     if K2 > st[ST_K_MAX]:
         st[ST_K_MAX] = K2
-    _merge(np.int64(0), K2, grp_lo, grp_row, ent, free, st, W)
+    merge_groups(np.int64(0), K2, grp_lo, grp_row, ent, free, st, W)
     return True
 
 
@@ -390,7 +269,7 @@ def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, gr
         return
     words = ent.ctypes.data
     k_first = st[ST_K]
-    k_last = np.int64(0)      # not a literal: _merge compiles once
+    k_last = np.int64(0)      # not a literal: merge_groups compiles once
     for x in range(3):      # the intervals [0, c1), [c1, c2), [c2, S)
         a = 0 if x == 0 else (c1 if x == 1 else c2)
         e = c1 if x == 0 else (c2 if x == 1 else S)
@@ -400,20 +279,20 @@ def _chunk(F, L, rw, tid, row, S, W, lru, store_recency, fetch_write, grp_lo, gr
         if m == 0:
             continue
         a0 = F - f + (S if a < f else 0)
-        k = _find(grp_lo, st[ST_K], a)
+        k = find_group(grp_lo, st[ST_K], a)
         if grp_lo[k] < a:
-            _split(k, a, grp_lo, grp_row, ent, free, st, W)
+            split_group(k, a, grp_lo, grp_row, ent, free, st, W)
             k += 1
-        k_end = _find(grp_lo, st[ST_K], e - 1)
+        k_end = find_group(grp_lo, st[ST_K], e - 1)
         if grp_lo[k_end + 1] > e:
-            _split(k_end, e, grp_lo, grp_row, ent, free, st, W)
+            split_group(k_end, e, grp_lo, grp_row, ent, free, st, W)
         for kk in range(k, k_end + 1):
             _apply(grp_row[kk] * W, grp_lo[kk + 1] - grp_lo[kk], m, a0, S, W, rw, tid, row, lru,
                    store_recency, fetch_write, ent, words, cf, s_row, s_kind, s_tier, t_home, t_kind, blk)
         k_first = min(k_first, k)
         k_last = max(k_last, k_end)
     if k_last >= k_first:
-        _merge(k_first - 1, k_last + 1, grp_lo, grp_row, ent, free, st, W)
+        merge_groups(k_first - 1, k_last + 1, grp_lo, grp_row, ent, free, st, W)
 
 
 @njit(nogil=True)
@@ -461,7 +340,7 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
                 cnt[row, kd, 0, BYTES_WRITTEN if rw else BYTES_READ] += nb * b0
                 continue
             if st[ST_FREE] < 8:
-                ent, free = _grow(ent, free, st, W)
+                ent, free = grow_rows(ent, free, st, W)
                 vent, vfree = unowned(ent), unowned(free)
             _chunk(first, last, rw, tid, row, S, W, lru, store_recency, fetch_write, vlo, vrow,
                    vent, vfree, vst, cf, s_row, s_kind, s_tier, vh, vk, vb)
