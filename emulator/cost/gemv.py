@@ -4,10 +4,13 @@ reaches, per weight format, from the chip's ``[execution] gemv`` table (issue 39
 A decode linear layer streams its weights once per step; the kernel that does it (cuBLAS's GEMV, a
 dequantising Marlin or TensorRT-LLM weight-only kernel, an FP8 CUTLASS GEMM with a skinny M) reaches
 a fraction of HBM's peak that depends on the weight format, measured by kernel microbenchmarks and
-cited in the chip file. The calibrated latency (:mod:`tierlab.cost.organisation`) charges the
-**weight-streaming ops** — ops of kind ``linear`` in the ``decode`` phase with at most
-:data:`GEMV_MAX_TOKENS` tokens (the microbenchmarks' M) — their memory time at that fraction in place
-of the tier's ``achievable``; every other op, and the roofline, is unchanged.
+cited in the chip file. The calibrated latency (:mod:`tierlab.cost.organisation`) charges **every
+linear op** its memory time at that fraction in place of the tier's ``achievable``; every other op,
+and the roofline, is unchanged. The microbenchmarks are of skinny GEMMs (M up to 16-64): a decode
+step's GEMV and a mixed step's short GEMM stream their weights alike, and a long prefill GEMM is
+bound by its arithmetic, where the memory's fraction no longer decides its time. Charging all of
+them keeps a step's time monotone in its tokens: with the fraction on decode ops of at most 16
+tokens only, a step of 8 decodes and a 128-token chunk ran faster than 8 decodes alone.
 
 The format of an op is the dtype of the largest weight tensor it reads; ``int8``/``int4`` look up
 ``int4-g{quant_group}`` first, then ``int4``. A format absent from the table keeps the tier's
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 
-GEMV_MAX_TOKENS = 16   # the largest M of the cited microbenchmarks (CUTLASS issue 1139: M = 16)
 
 
 def gemv_table(chip) -> dict[str, float]:
@@ -73,9 +75,7 @@ def gemv_fractions(chip, trace) -> np.ndarray | None:
         return None
     ops = trace.ops
     kind = np.asarray(ops.column("kind").to_pylist(), dtype=object)
-    phase = np.asarray(ops.column("phase").to_pylist(), dtype=object)
-    tokens = ops.column("tokens").to_numpy()
-    streaming = (kind == "linear") & (phase == "decode") & (tokens <= GEMV_MAX_TOKENS)
+    streaming = kind == "linear"
     out = np.zeros(ops.num_rows)
     if not streaming.any():
         return out
