@@ -229,16 +229,29 @@ def break_even_bandwidth(surface: StepSurface, prefix_tokens: int, kv_bytes_per_
 def break_even_for(spec, *, chip=None, system=None, tp: int = 1, pp: int = 1, prefix_tokens: int = 8192,
                    max_batch_tokens: int = 8192, kv: str = "bf16", weights: str = "bf16",
                    workers: int | None = None) -> dict:
-    """:func:`break_even_bandwidth` of ``spec`` on a deployment: per device and for the replica."""
+    """:func:`break_even_bandwidth` of ``spec`` on a deployment, per device and for the replica: the
+    prefix's prefill replayed exactly, chunk by chunk of ``max_batch_tokens`` (the step surface is
+    not needed for it, nor fitted)."""
     from tierlab.serving.capacity import device_terms
     from tierlab.traces.run import RunConfig
 
+    if isinstance(prefix_tokens, bool) or not isinstance(prefix_tokens, int) or prefix_tokens < 1:
+        from tierlab.common.errors import UsageError
+
+        raise UsageError(f"expected a positive number of tokens, got {prefix_tokens!r}", field="prefix_tokens")
     run = RunConfig(generate=1, weights=weights, kv=kv, activations="bf16", tp=tp, pp=pp)
     positions = 4096
     kv_dev = max(t[2] for t in device_terms(spec, run, positions, max_batch_tokens)) / positions
-    surf = surface_for(spec, run, chip=chip, system=system, max_batch_tokens=max_batch_tokens,
-                       max_context=max(prefix_tokens + 1, min(spec.max_position_embeddings, 32768)), workers=workers)
-    per_dev = break_even_bandwidth(surf, prefix_tokens, kv_dev)
-    return {"prefix_tokens": prefix_tokens, "prefill_s": surf.prefill_time(prefix_tokens),
+    rep = StepReplayer(spec, run, chip=chip, system=system)
+    try:
+        prefill_s, pos = 0.0, 0
+        while pos < prefix_tokens:
+            n = min(max_batch_tokens, prefix_tokens - pos)
+            prefill_s += rep.cost(MixedStep(prefill=((pos, n, True),))).latency_s
+            pos += n
+    finally:
+        rep.close()
+    per_dev = prefix_tokens * kv_dev / prefill_s
+    return {"prefix_tokens": prefix_tokens, "prefill_s": prefill_s,
             "kv_bytes_per_token": kv_dev * run.devices, "bandwidth_per_device_bytes_per_s": per_dev,
             "bandwidth_bytes_per_s": per_dev * run.devices}
