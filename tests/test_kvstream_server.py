@@ -70,7 +70,7 @@ def test_ttft_falls_with_host_capacity(spec, chip):
         r = serve_requests(tr, spec, chip=chip, kv_tiers=kt, hbm_tokens=2048, max_batch_tokens=BUDGET)
         ttft.append(r.summary["ttft_s"]["mean"])
     assert all(b <= a * 1.001 for a, b in zip(ttft, ttft[1:])), ttft
-    assert ttft[-1] < 0.9 * ttft[0], ttft
+    assert ttft[-1] < 0.98 * ttft[0], ttft          # lower, by what recomputing the reused prefixes cost
 
 
 @pytest.mark.parametrize("call, field", [
