@@ -704,6 +704,15 @@ def _fmt(v, unit: str) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
+def band_text(kind: str, band: float) -> str:
+    """A kind's band as people read it: ±N %, ±N points (an absolute band) or a factor."""
+    if kind in ABSOLUTE_BAND:
+        return f"±{ABSOLUTE_BAND[kind] * 100:.0f} points"
+    if kind in FACTOR_BAND:
+        return f"x{FACTOR_BAND[kind]:g}"
+    return f"±{band * 100:.0f}%"
+
+
 def summary(table: list[dict]) -> dict:
     """Per kind (and for the aim rows) how many rows with a measurement fall within their band."""
     out = {}
@@ -721,7 +730,7 @@ def text(table: list[dict]) -> str:
     head = ["id", "measured", "unit", "roofline", "calibrated", "ratio", "band", "within"]
     body = [[r["id"], _fmt(r["measured"], r["unit"]), r["unit"], _fmt(r["predicted"]["roofline"], r["unit"]),
              _fmt(r["predicted"].get("calibrated"), r["unit"]),
-             "-" if r["ratio"] is None else f"{r['ratio']:.2f}", f"±{r['band'] * 100:.0f}%",
+             "-" if r["ratio"] is None else f"{r['ratio']:.2f}", band_text(r["kind"], r["band"]),
              "-" if r["within_band"] is None else ("yes" if r["within_band"] else "no")] for r in table]
     aim = [r for r in table if r.get("aim") and r["within_band"] is not None]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
@@ -731,7 +740,7 @@ def text(table: list[dict]) -> str:
         lines.append(f"bs-1 decode on GPUs (compiled, CUDA graphs; the aim): {sum(r['within_band'] for r in aim)} of "
                      f"{len(aim)} within ±25%")
     for kind, e in summary(table).items():
-        lines.append(f"{kind}: {e['within']} of {e['rows']} within ±{e['band'] * 100:.0f}%")
+        lines.append(f"{kind}: {e['within']} of {e['rows']} within {band_text(kind, e['band'])}")
     lines.append("")
     for r in table:
         extra = r["predicted"].get("implied_overhead_per_kernel_s")
@@ -749,7 +758,7 @@ def markdown(table: list[dict]) -> str:
                                                    "prompt", "batch", "weights") if k in r)
         out.append(f"| {r['id']} | {r['kind']} | {setup} | {_fmt(r['measured'], r['unit'])} | {r['unit']} | "
                    f"{_fmt(r['predicted']['roofline'], r['unit'])} | {_fmt(r['predicted'].get('calibrated'), r['unit'])} | "
-                   + ("-" if r["ratio"] is None else f"{r['ratio']:.2f}") + f" | ±{r['band'] * 100:.0f}% | "
+                   + ("-" if r["ratio"] is None else f"{r['ratio']:.2f}") + f" | {band_text(r['kind'], r['band'])} | "
                    + ("-" if r["within_band"] is None else ("yes" if r["within_band"] else "**no**")) + " |")
     return "\n".join(out)
 
