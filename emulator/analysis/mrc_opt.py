@@ -87,6 +87,35 @@ def _heap_pop(hk, hv, size):
     return size
 
 
+@helper
+def opt_access(i, nxt_t, resident_next, hk, hv, size, resident, capacity, room, n_ids):
+    """One access of Belady's MIN, fully associative, no bypass: block ``i``, next used at ``nxt_t``.
+    A miss fills, evicting the held block whose next use is farthest (the heap's root, stale entries
+    skipped). Returns (heap size, blocks held, 1 if it missed)."""
+    missed = 0
+    if resident_next[i] < 0:
+        missed = 1
+        if resident == capacity:
+            while True:                              # skip stale entries
+                key = hk[0]
+                victim = hv[0]
+                size = _heap_pop(hk, hv, size)
+                if resident_next[victim] == key:
+                    break
+            resident_next[victim] = -1
+        else:
+            resident += 1
+    resident_next[i] = nxt_t
+    if size == room:                                 # drop stale entries: rebuild from residents
+        size = 0
+        for j in range(n_ids):
+            if resident_next[j] >= 0:
+                size = _heap_push(hk, hv, size, resident_next[j], j)
+    else:
+        size = _heap_push(hk, hv, size, nxt_t, i)
+    return size, resident, missed
+
+
 @njit(nogil=True)
 def _opt_full(ids, nxt, n_ids, capacity):
     """Belady's MIN, fully associative, ``capacity`` blocks: the number of misses."""
@@ -98,27 +127,9 @@ def _opt_full(ids, nxt, n_ids, capacity):
     resident = 0
     misses = 0
     for t in range(ids.shape[0]):
-        i = ids[t]
-        if resident_next[i] < 0:
-            misses += 1
-            if resident == capacity:
-                while True:                              # skip stale entries
-                    key = hk[0]
-                    victim = hv[0]
-                    size = _heap_pop(hk, hv, size)
-                    if resident_next[victim] == key:
-                        break
-                resident_next[victim] = -1
-            else:
-                resident += 1
-        resident_next[i] = nxt[t]
-        if size == room:                                 # drop stale entries: rebuild from residents
-            size = 0
-            for j in range(n_ids):
-                if resident_next[j] >= 0:
-                    size = _heap_push(hk, hv, size, resident_next[j], j)
-        else:
-            size = _heap_push(hk, hv, size, nxt[t], i)
+        size, resident, missed = opt_access(ids[t], nxt[t], resident_next, hk, hv, size, resident, capacity,
+                                            room, n_ids)
+        misses += missed
     return misses
 
 
@@ -152,7 +163,7 @@ def _opt_sets(blocks, ids, nxt, n_ids, n_sets, ways):
 
 
 # the compiled pieces other rooms' compiled code reuses (kvstream's OPT block store and hit curve)
-heap_push, heap_pop, next_use_positions = _heap_push, _heap_pop, _next_use
+next_use_positions = _next_use
 
 
 # ---------------------------------------------------------------- public layer -----------------

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from tierlab.common.errors import UsageError
-from tierlab.analysis.mrc_opt import heap_pop, heap_push
+from tierlab.analysis.mrc_opt import opt_access
 from tierlab.engine.jit import njit
 from tierlab.engine.policies import FIFO, LRU, OPT, POLICY_IDS
 
@@ -175,26 +175,8 @@ def opt_prefix_replay(offsets, blocks, next_use, weights, n_ids, capacity):
             j += 1
         hit_blocks += j - lo
         for t in range(lo, hi):
-            i = blocks[t]
-            if resident_next[i] < 0:
-                if resident == capacity:
-                    while True:                          # skip stale heap entries
-                        key = hk[0]
-                        victim = hv[0]
-                        size = heap_pop(hk, hv, size)
-                        if resident_next[victim] == key:
-                            break
-                    resident_next[victim] = -1
-                else:
-                    resident += 1
-            resident_next[i] = next_use[t]
-            if size == room:                             # drop stale entries: rebuild from the held
-                size = 0
-                for q in range(n_ids):
-                    if resident_next[q] >= 0:
-                        size = heap_push(hk, hv, size, resident_next[q], q)
-            else:
-                size = heap_push(hk, hv, size, next_use[t], i)
+            size, resident, _ = opt_access(blocks[t], next_use[t], resident_next, hk, hv, size, resident, capacity,
+                                           room, n_ids)
     return hit_blocks, hit_weight
 
 
