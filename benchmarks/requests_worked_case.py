@@ -13,10 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 import tierlab
-from tierlab.present.plots import pyplot
 
 TRACE = Path(__file__).resolve().parent / "data" / "mooncake" / "conversation_trace.jsonl.xz"
 CASES = (("HBM alone", None), ("+ 1 TB DRAM", {"dram": "1TB"}), ("+ 1 TB DRAM + 30 TB NVMe", {"dram": "1TB", "ssd": "30TB"}))
@@ -58,34 +55,12 @@ def main(argv=None) -> int:
                   f"{r['tpot_p50_s'] * 1e3:.1f} | {r['output_tokens_per_s_per_chip']:.1f} | {r['usd_per_mtok']:.2f} | "
                   f"{r['j_per_output_token']:.2f} |")
     if a.plot:
-        plt = pyplot()
-        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
-        for label, r in out:
-            t = np.sort(r.table.column("ttft_s").to_numpy(zero_copy_only=False).astype(float))
-            t = t[np.isfinite(t)]
-            ax.plot(t, np.arange(1, t.size + 1) / t.size, label=label)
-        ax.set_xscale("log")
-        ax.set_xlabel("time to first token (s)")
-        ax.set_ylabel("share of requests")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        ax.set_title(f"Llama-3.1-70B, dgx-h100 TP8, Mooncake conversation x{a.rate_scale:g}")
-        c = tierlab.hit_curve(trace).to_dict()
-        pts = [p for p in c["curve"] if p["capacity_tokens"] > 0]
-        ax2.plot([p["capacity_tokens"] for p in pts], [p["hit_ratio_tokens"] for p in pts], "-o", ms=3, label="LRU")
+        from tierlab.present.requests import draw_runs
+
         kv = out[0][1].summary["kv_bytes_per_token"]
-        for label, (name, cap) in (("1 TB DRAM", ("dram", 1e12)), ("+ 30 TB NVMe", ("ssd", 31e12))):
-            ax2.axvline(cap / kv, color="grey", ls=":", lw=1)
-            ax2.annotate(label, (cap / kv, 0.02), fontsize=7, rotation=90)
-        ax2.axhline(c["max_hit_ratio_tokens"], color="grey", ls="--", lw=1, label="infinite capacity")
-        ax2.set_xscale("log")
-        ax2.set_xlabel("prefix cache capacity (tokens)")
-        ax2.set_ylabel("prompt tokens hit")
-        ax2.grid(True, alpha=0.3)
-        ax2.legend(fontsize=8)
-        ax2.set_title("the trace's prefix hit curve (tierlab mrc)")
-        fig.tight_layout()
-        fig.savefig(a.plot, dpi=110)
+        draw_runs([(r, label) for label, r in out], tierlab.hit_curve(trace).to_dict(), a.plot,
+                  title=f"Llama-3.1-70B, dgx-h100 TP8, Mooncake conversation x{a.rate_scale:g}",
+                  marks=[(1e12 / kv, "1 TB DRAM"), (31e12 / kv, "+ 30 TB NVMe")])
         print(f"wrote {a.plot}", file=sys.stderr)
     return 0
 

@@ -58,37 +58,46 @@ def format_text(s: dict) -> str:
 def draw(res, base, curve: dict | None, path, *, force: bool = False) -> None:
     """TTFT's distribution (with the tiers, and with HBM alone when ``base`` is given) and the hit
     curve (``curve``: :meth:`tierlab.kvstream.hitcurve.HitCurve.to_dict`), written atomically."""
+    runs = [(res, "with the KV tiers" if base is not None else "as served")]
+    if base is not None:
+        runs.append((base, "HBM alone"))
+    draw_runs(runs, curve, path)
+
+
+def draw_runs(runs, curve: dict | None, path, *, title: str = "TTFT distribution", marks=()) -> None:
+    """The TTFT distribution of each ``(result, label)`` of ``runs`` beside the hit curve (when given,
+    with vertical ``(capacity_tokens, label)`` marks), written atomically to ``path``."""
     from tierlab.present.plots import pyplot
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 2 if curve else 1, figsize=(11 if curve else 6, 4.4), squeeze=False)
     ax = axes[0][0]
-    for r, label in ((res, "with the KV tiers" if base is not None else "as served"), (base, "HBM alone")):
-        if r is None:
-            continue
+    for r, label in runs:
         t = np.sort(np.asarray(r.table.column("ttft_s").to_numpy(zero_copy_only=False), np.float64))
         t = t[np.isfinite(t)]
         if t.size:
             ax.plot(t * 1e3, np.arange(1, t.size + 1) / t.size, label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("time to first token (ms)")
-    ax.set_ylabel("share of requests")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("TTFT distribution")
+    _axes(ax, "time to first token (ms)", "share of requests", title)
     if curve:
         ax2 = axes[0][1]
         pts = [p for p in curve["curve"] if p["capacity_tokens"] > 0]
         ax2.plot([p["capacity_tokens"] for p in pts], [p["hit_ratio_tokens"] for p in pts], "-o", ms=3,
                  label=f"{curve['policy']} prefix cache")
         ax2.axhline(curve["max_hit_ratio_tokens"], color="grey", ls="--", lw=1, label="infinite capacity")
-        ax2.set_xscale("log")
-        ax2.set_xlabel("cache capacity (tokens)")
-        ax2.set_ylabel("prompt tokens hit")
-        ax2.grid(True, alpha=0.3)
-        ax2.legend(fontsize=8)
-        ax2.set_title("the stream's prefix hit curve")
+        for x, label in marks:
+            ax2.axvline(x, color="grey", ls=":", lw=1)
+            ax2.annotate(label, (x, 0.02), fontsize=7, rotation=90)
+        _axes(ax2, "cache capacity (tokens)", "prompt tokens hit", "the stream's prefix hit curve")
     fig.tight_layout()
     with atomic_path(path, force=True) as tmp:
         fig.savefig(tmp, dpi=120, format=str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else "png")
     plt.close(fig)
+
+
+def _axes(ax, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
