@@ -50,20 +50,23 @@ def op_weight_dtypes(trace) -> np.ndarray:
     dt_of = np.empty(len(is_weight), dtype=object)
     dt_of[tid] = dtypes
     n = trace.ops.num_rows
-    best = np.full(n, -1, np.int64)
-    best_size = np.full(n, -1, np.int64)
+    ops, tens = [], []
     for b in trace.iter_accesses():
         op = b.column("op_id").to_numpy().astype(np.int64)
         t = b.column("tensor_id").to_numpy().astype(np.int64)
         wr = b.column("is_write").to_numpy(zero_copy_only=False)
         keep = is_weight[t] & ~wr
-        op, t = op[keep], t[keep]
-        for o, tt in zip(op.tolist(), t.tolist()):          # weight reads are few (a few per op)
-            if size[tt] > best_size[o]:
-                best_size[o], best[o] = size[tt], tt
+        ops.append(op[keep])
+        tens.append(t[keep])
     out = np.full(n, "", dtype=object)
-    has = best >= 0
-    out[has] = dt_of[best[has]]
+    if not ops or not sum(len(o) for o in ops):
+        return out
+    op, t = np.concatenate(ops), np.concatenate(tens)
+    # per op, its largest weight read (the first read of that size, in trace order)
+    order = np.lexsort((np.arange(len(op)), -size[t], op))
+    first = np.unique(op[order], return_index=True)[1]
+    best = order[first]
+    out[op[best]] = dt_of[t[best]]
     return out
 
 
