@@ -3,7 +3,7 @@
 causal-LM class) read the way ``tierlab trace CONFIG.json`` reads it, and the parameters Transformers
 builds on the meta device against tierlab's.
 
-Per type: the path taken (``hand``: a family of traces/families.py; ``capture``: no hand lowering, so
+Per type: the path taken (``hand``: a family of traces/model/families.py; ``capture``: no hand lowering, so
 the run is recorded from Transformers and lowered, as ``tierlab trace`` does; ``refused``: one line
 saying why), Transformers' count (parameters, a tied one once, and persistent float buffers), tierlab's
 (``ModelSpec.param_count`` on the hand path; the traced weight elements, ``capture.params``, on the
@@ -29,8 +29,8 @@ from pathlib import Path
 from _common import REPO, emit, log
 
 from tierlab.common.errors import TierlabError, TraceError
-from tierlab.traces.families import UnknownFamily
-from tierlab.traces.spec import spec_from_config
+from tierlab.traces.model.families import UnknownFamily
+from tierlab.traces.model.spec import spec_from_config
 
 MATMUL_OPS = ("aten.mm", "aten.bmm", "aten.matmul", "aten.baddbmm", "aten.addmm", "aten.einsum")
 TOLERANCE = 0.005          # "within 0.5%" (the issue's target)
@@ -49,7 +49,7 @@ def _alarm(signum, frame):
 def one(model_type: str, tmp: Path) -> dict:
     from tierlab.traces.capture import capture_trace
     from tierlab.traces.capture.census import default_config, meta_param_count
-    from tierlab.traces.run import RunConfig
+    from tierlab.traces.workload.run import RunConfig
 
     row: dict = {"type": model_type}
     try:
@@ -68,7 +68,7 @@ def one(model_type: str, tmp: Path) -> dict:
             run = RunConfig(prompt=2, generate=1, batch=1)
             out = tmp / f"{model_type}.trace"
             capture_trace(config, run, out, name=model_type, force=True, why="no hand lowering")
-            from tierlab.traces.reader import open_trace
+            from tierlab.traces.format.reader import open_trace
 
             m = open_trace(out).manifest
             row.update(path="capture", tierlab_params=m["capture"]["params"],

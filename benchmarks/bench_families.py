@@ -16,10 +16,10 @@ from pathlib import Path
 
 from _common import emit, log, timed_cpu
 
-from tierlab.traces.lower import generate_trace
-from tierlab.traces.run import RunConfig
-from tierlab.traces.spec import list_presets, load_model
-from tierlab.traces.weightfmt import default_weights
+from tierlab.traces.lowering.generate import generate_trace
+from tierlab.traces.workload.run import RunConfig
+from tierlab.traces.model.spec import list_presets, load_model
+from tierlab.traces.model.weight_formats import default_weights
 
 REFERENCE = "llama-3.1-8b"
 
@@ -41,7 +41,7 @@ def main() -> None:
             run = RunConfig(context=min(1024, spec.max_position_embeddings - 4), generate=4,
                             weights=default_weights(spec))      # GPT-2 holds 1,024 positions
             wall, cpu, path = timed_cpu(generate_trace, spec, run, tmp / "t.trace", force=True, repeat=args.repeat)
-            from tierlab.traces.reader import open_trace
+            from tierlab.traces.format.reader import open_trace
 
             t = open_trace(path).manifest["tables"]
             rows[name] = {"family": spec.family, "weights": run.weights, "load_cpu_s": round(load_s, 4),

@@ -3,7 +3,7 @@
 The issue-4 stream (``_common.issue_blocks``, 10 M 64-byte lines by default) as 8-byte accesses at
 ``0x7f0000000 + line * 64``, 30% of them writes (seeded), written as ``din``, ``text``, ``csv`` and
 ``lackey`` files (and a gzip copy of the din file). Each is imported in this process
-(``tierlab.traces.importers.import_trace``, warm: compiled code loaded; best of ``--repeat``), reporting
+(``tierlab.traces.importers.tracer_logs.import_trace``, warm: compiled code loaded; best of ``--repeat``), reporting
 wall and CPU seconds and records per second. References in the same run, on the same files:
 
 * ``pyarrow_csv_s``: pyarrow's CSV reader reading the file raw (one string column a line for
@@ -84,7 +84,7 @@ def write_files(tmp: Path, a: np.ndarray, w: np.ndarray, formats) -> dict[str, P
 
 
 # the importer before the compiled parsers: its read_records loops over the lines in Python
-OLD_IMPORTER = "979ec77:traces/importers.py"
+OLD_IMPORTER = "979ec77:traces/importers/tracer_logs.py"
 
 
 def per_record(path: Path, fmt: str, lines: int, tmp: Path) -> float | None:
@@ -131,7 +131,7 @@ def delta_decode(coded, out, start):
 
 
 def encodings(trace: Path, tmp: Path, repeat: int) -> dict:
-    from tierlab.traces.reader import open_trace
+    from tierlab.traces.format.reader import open_trace
 
     words = np.concatenate(list(open_trace(trace).iter_lines()))
     line = words >> 1
@@ -176,7 +176,7 @@ def main() -> None:
     ap.add_argument("--formats", default="din,text,csv,lackey")
     ap.add_argument("--per-record-lines", type=int, default=500_000)
     args = ap.parse_args()
-    from tierlab.traces.importers import import_trace
+    from tierlab.traces.importers.tracer_logs import import_trace
 
     formats = [f.strip() for f in args.formats.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-import-"))

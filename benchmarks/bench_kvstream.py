@@ -71,7 +71,7 @@ def main(argv=None) -> None:
     if args.serve:
         from tierlab.kvstream.server import serve_requests
         from tierlab.system.systemfile import load_system
-        from tierlab.traces.spec import load_model
+        from tierlab.traces.model.spec import load_model
 
         t0, c0 = time.perf_counter(), time.process_time()
         r = serve_requests(trace, load_model("llama-3.1-70b"), system=load_system("dgx-h100"), tp=8,

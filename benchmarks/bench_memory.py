@@ -73,9 +73,9 @@ energy = "1 pJ/bit"
 _PROBE = """
 import json, resource, sys, time
 import numpy as np
-from tierlab.pipeline import replay_trace
+from tierlab.pipeline.chip_replay import replay_trace
 from tierlab.chip.chipfile import load_chip
-from tierlab.traces.reader import open_trace
+from tierlab.traces.format.reader import open_trace
 what, path, chip = sys.argv[1], sys.argv[2], load_chip(sys.argv[3])
 small = sys.argv[4]
 if what == "replay":
@@ -103,7 +103,7 @@ def write_trace(path: Path, lines: int, run_lines: int = 250) -> int:
     A run starting near the end of the 64 MiB region is kept whole (the region tensor is one run
     longer) rather than split at the wrap as :func:`_common.issue_blocks` does.
     """
-    from tierlab.traces.writer import TraceWriter
+    from tierlab.traces.format.writer import TraceWriter
 
     rng = np.random.default_rng(SEED)
     region = 64 << 20

@@ -66,11 +66,11 @@ def presets(args) -> None:
     """Every model of ``--models`` on every chip preset that holds it (see the module doc)."""
     from tierlab.common.errors import CapacityError
     from tierlab.chip.chipfile import list_presets
-    from tierlab.pipeline import replay_trace
-    from tierlab.traces.lower import generate_trace
-    from tierlab.traces.reader import open_trace
-    from tierlab.traces.run import RunConfig
-    from tierlab.traces.spec import load_model
+    from tierlab.pipeline.chip_replay import replay_trace
+    from tierlab.traces.lowering.generate import generate_trace
+    from tierlab.traces.format.reader import open_trace
+    from tierlab.traces.workload.run import RunConfig
+    from tierlab.traces.model.spec import load_model
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="tierlab-bench-") as tmp:
@@ -137,11 +137,11 @@ def main() -> None:
 
     from tierlab.engine.options import ReplayOptions
 
-    from tierlab.pipeline import replay_trace
-    from tierlab.traces.lower import generate_trace
-    from tierlab.traces.reader import open_trace
-    from tierlab.traces.run import RunConfig
-    from tierlab.traces.spec import load_model
+    from tierlab.pipeline.chip_replay import replay_trace
+    from tierlab.traces.lowering.generate import generate_trace
+    from tierlab.traces.format.reader import open_trace
+    from tierlab.traces.workload.run import RunConfig
+    from tierlab.traces.model.spec import load_model
 
     with tempfile.TemporaryDirectory(prefix="tierlab-bench-") as tmp:
         t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 
 The trace (``--batch 32 --prompt 128 --generate 1 --tp 8 --weights fp8 --kv fp8``, the preset
 ``llama-3.1-405b``) is generated once and replayed on every system preset of 8 chips, as ``tierlab
-run MODEL --system S --tp 8 ...`` does (:func:`tierlab.system_pipeline.replay_system`, each distinct
+run MODEL --system S --tp 8 ...`` does (:func:`tierlab.pipeline.system_replay.replay_system`, each distinct
 device slice once). Per system: the first replay apart (it also loads the compiled kernels), the
 median of ``--repeat`` replays after it, the costing (:func:`tierlab.cost.system_cost.cost_system`),
 the modelled hardware time (the roofline critical path over the devices and collectives,
@@ -44,11 +44,11 @@ def main(argv=None):
     from tierlab.cost.system_cost import cost_system
     from tierlab.engine.options import ReplayOptions
     from tierlab.system.systemfile import load_system
-    from tierlab.system_pipeline import replay_system
-    from tierlab.traces.lower import generate_trace
-    from tierlab.traces.reader import open_trace
-    from tierlab.traces.run import RunConfig
-    from tierlab.traces.spec import load_model
+    from tierlab.pipeline.system_replay import replay_system
+    from tierlab.traces.lowering.generate import generate_trace
+    from tierlab.traces.format.reader import open_trace
+    from tierlab.traces.workload.run import RunConfig
+    from tierlab.traces.model.spec import load_model
 
     systems = args.systems.split(",") if args.systems else eight_chip_systems()
     run = RunConfig(batch=args.batch, prompt=args.prompt, generate=1, tp=args.tp, weights="fp8", kv="fp8")

@@ -46,12 +46,12 @@ def main(argv=None):
     from tierlab.chip.chipfile import list_presets
     from tierlab.common.errors import CapacityError
     from tierlab.engine.options import ReplayOptions
-    from tierlab.pipeline import replay_trace
+    from tierlab.pipeline.chip_replay import replay_trace
     from tierlab.cost.trace_cost import cost_of
-    from tierlab.traces.lower import generate_trace
-    from tierlab.traces.reader import open_trace
-    from tierlab.traces.run import RunConfig
-    from tierlab.traces.spec import load_model
+    from tierlab.traces.lowering.generate import generate_trace
+    from tierlab.traces.format.reader import open_trace
+    from tierlab.traces.workload.run import RunConfig
+    from tierlab.traces.model.spec import load_model
 
     chips = args.chips.split(",") if args.chips else list(list_presets())
     options = ReplayOptions() if args.cap is None else ReplayOptions(max_set_groups=args.cap)

@@ -1,5 +1,5 @@
 """Reading and checking the issue-4 trace: the reader of this checkout against the one before
-format v3 (``git show d996a9e:traces/reader.py``, same run), on the same accesses.
+format v3 (``git show d996a9e:traces/format/reader.py``, same run), on the same accesses.
 
 The trace: 10 M single-line rows (``_common.issue_blocks``, one 64-byte load each) written by the
 TraceWriter (v3, the IPC file form) and the same tables rewritten in the stream form (v1), so both
@@ -29,7 +29,7 @@ BEFORE = "d996a9e"      # the last commit whose reader read only the stream form
 
 
 def old_reader(tmp: Path):
-    src = subprocess.run(["git", "-C", str(REPO), "show", f"{BEFORE}:traces/reader.py"], check=True,
+    src = subprocess.run(["git", "-C", str(REPO), "show", f"{BEFORE}:traces/format/reader.py"], check=True,
                          capture_output=True, text=True).stdout
     path = tmp / "reader_before.py"
     path.write_text(src)
@@ -40,7 +40,7 @@ def old_reader(tmp: Path):
 
 
 def write_traces(tmp: Path, lines: int) -> tuple[Path, Path]:
-    from tierlab.traces.writer import TraceWriter
+    from tierlab.traces.format.writer import TraceWriter
 
     b = issue_blocks(lines)
     new = tmp / "v3.trace"
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from tierlab.traces.reader import open_trace
+    from tierlab.traces.format.reader import open_trace
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

@@ -91,10 +91,10 @@ t0 = time.perf_counter()
 import numpy as np
 from tierlab.chip.hierarchy import Tier
 from tierlab.engine.door import replay_blocks
-from tierlab.pipeline import replay_trace
-from tierlab.traces.lower import generate_trace
-from tierlab.traces.run import RunConfig
-from tierlab.traces.spec import load_model
+from tierlab.pipeline.chip_replay import replay_trace
+from tierlab.traces.lowering.generate import generate_trace
+from tierlab.traces.workload.run import RunConfig
+from tierlab.traces.model.spec import load_model
 t1 = time.perf_counter()
 tiers = tuple(Tier(n, c, 64, w, "lru", "cache", 1e12, 0.0, 0.0)
               for n, c, w in (("l1", 32 << 10, 8), ("l2", 1 << 20, 16)))

@@ -3,9 +3,9 @@
 A grid of 32 points (qwen2-0.5b on h100 and a100 x batch 1, 2, 4, 8 x context 64, 128 x L2
 capacity 25 MiB, 50 MiB; one generated token, or ``--generate N``), 8 trace groups of 4 points. Timed:
 
-* ``sequential_s``: every group through :func:`tierlab.sweep.point.run_group` in this process
+* ``sequential_s``: every group through :func:`tierlab.design_space.point.run_group` in this process
   (trace once, replay its 4 points), after one warm-up group (imports, JIT);
-* ``dask_cold_s``: :func:`tierlab.sweep.runner.run_sweep` as ``tierlab sweep`` runs it, starting
+* ``dask_cold_s``: :func:`tierlab.design_space.runner.run_sweep` as ``tierlab sweep`` runs it, starting
   its LocalCluster (``--workers``, default 2) and stopping it;
 * ``dask_warm_s``: the same sweep on an already started cluster whose workers ran a warm-up group.
 
@@ -26,10 +26,10 @@ from pathlib import Path
 
 from _common import emit, log
 
-from tierlab.sweep.grid import grid_from_dict
-from tierlab.sweep.point import run_group
-from tierlab.sweep.runner import group_points, run_sweep
-from tierlab.sweep.store import SweepStore
+from tierlab.design_space.grid import grid_from_dict
+from tierlab.design_space.point import run_group
+from tierlab.design_space.runner import group_points, run_sweep
+from tierlab.design_space.store import SweepStore
 
 AXES = {"model": ["qwen2-0.5b"], "chip": ["h100", "a100"], "batch": [1, 2, 4, 8], "context": [64, 128],
         "generate": [1]}

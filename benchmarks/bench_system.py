@@ -1,10 +1,10 @@
 """System replay speed: a sharded decode (default Llama-3.1-70B, TP=8) replayed on a system of many chips.
 
 Generates ``MODEL --context N --generate N --tp N`` (bf16, batch 1) into a temporary directory once,
-then times :func:`tierlab.system_pipeline.replay_system` on ``--system``: the first replay in the
+then times :func:`tierlab.pipeline.system_replay.replay_system` on ``--system``: the first replay in the
 process (it also loads the compiled engine from Numba's cache) is reported apart
 (``first_replay_s``); ``replay_s`` is the best of the ``--repeat`` replays after it. Each device's
-slice replay (``tierlab.pipeline.replay_trace``, called by ``replay_system``) is timed inside those
+slice replay (``tierlab.pipeline.chip_replay.replay_trace``, called by ``replay_system``) is timed inside those
 same calls (``per_device_replay_s``, from the best replay). Costing the result (``to_json``: the
 devices' costs, the collectives on the network and the critical path) is timed apart (``cost_s``).
 ``replay_cpu_s``: the process's CPU time in the best replay (all threads; on a shared machine the
@@ -62,12 +62,12 @@ def main() -> None:
     args = ap.parse_args()
     kw = {"dedupe": not args.no_dedupe, "threads": args.threads}
 
-    import tierlab.system_pipeline as sp
+    import tierlab.pipeline.system_replay as sp
     from tierlab.analysis.system_result import to_json
-    from tierlab.traces.lower import generate_trace
-    from tierlab.traces.reader import open_trace
-    from tierlab.traces.run import RunConfig
-    from tierlab.traces.spec import load_model
+    from tierlab.traces.lowering.generate import generate_trace
+    from tierlab.traces.format.reader import open_trace
+    from tierlab.traces.workload.run import RunConfig
+    from tierlab.traces.model.spec import load_model
 
     # each device's slice replay timed inside replay_system's own calls
     calls: list[float] = []

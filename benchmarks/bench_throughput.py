@@ -34,9 +34,9 @@ def main(argv=None):
     from tierlab.serving.replay import StepReplayer
     from tierlab.serving.throughput import throughput
     from tierlab.system.systemfile import load_system
-    from tierlab.traces.mixed import MixedStep
-    from tierlab.traces.run import RunConfig
-    from tierlab.traces.spec import load_model
+    from tierlab.traces.lowering.serving_step import MixedStep
+    from tierlab.traces.workload.run import RunConfig
+    from tierlab.traces.model.spec import load_model
 
     spec, system = load_model(args.model), load_system(args.system)
     log("warming the compiled kernels")

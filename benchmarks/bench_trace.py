@@ -14,10 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tierlab.traces.lower import generate_trace
-from tierlab.traces.reader import open_trace
-from tierlab.traces.run import RunConfig
-from tierlab.traces.spec import load_model
+from tierlab.traces.lowering.generate import generate_trace
+from tierlab.traces.format.reader import open_trace
+from tierlab.traces.workload.run import RunConfig
+from tierlab.traces.model.spec import load_model
 
 
 def main() -> None:

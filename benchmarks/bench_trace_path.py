@@ -93,7 +93,7 @@ def chip_toml(levels: int, policy: str) -> str:
 def write_trace(path: Path, blocks: np.ndarray) -> None:
     """``blocks`` (64-byte line numbers) as a v1 trace: one tensor covering them, one op, one row
     per load (offset = line * 64, 64 bytes, count 1)."""
-    from tierlab.traces.writer import TraceWriter
+    from tierlab.traces.format.writer import TraceWriter
 
     with TraceWriter(path, force=True, alignment=LINE_BYTES, batch_rows=1 << 20) as w:
         tid = w.add_tensor("lines", "weight", (int(blocks.max()) + 1) * LINE_BYTES, "bf16")
@@ -108,7 +108,7 @@ def write_trace(path: Path, blocks: np.ndarray) -> None:
 def write_address_trace(path: Path, blocks: np.ndarray) -> None:
     """``blocks`` (64-byte line numbers, below 2**30 bytes) as an address trace (format version 5, 32-bit words):
     one word ``line << 1`` a load, one region tensor (what ``tierlab import`` writes)."""
-    from tierlab.traces.addresses import AddressTraceWriter
+    from tierlab.traces.format.addresses import AddressTraceWriter
 
     n = len(blocks)
     with AddressTraceWriter(path, line_bytes=LINE_BYTES, force=True,
@@ -190,9 +190,9 @@ def warm_cli(one: Path, trace: Path, chip: Path, repeat: int, threads: int, leve
 def in_process(trace: Path, chip: Path, repeat: int) -> dict:
     """Where the time goes, in this process (warm; CPU seconds, best of ``repeat``): reading and
     checking the trace alone, and the whole replay (read, check, place, replay) through
-    ``tierlab.pipeline.replay_trace``; ``engine_cpu_s`` is the difference."""
-    from tierlab.pipeline import replay_trace
-    from tierlab.traces.reader import open_trace
+    ``tierlab.pipeline.chip_replay.replay_trace``; ``engine_cpu_s`` is the difference."""
+    from tierlab.pipeline.chip_replay import replay_trace
+    from tierlab.traces.format.reader import open_trace
 
     def read():
         t = open_trace(trace)

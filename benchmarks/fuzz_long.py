@@ -1,6 +1,6 @@
 """Long fuzz run of the loaders (chip files, model configs, trace bytes); prints JSON.
 
-The cases are those of ``tests/test_fuzz.py`` (same mutations, same allowed outcomes: a valid object
+The cases are those of ``tests/traces/test_fuzz.py`` (same mutations, same allowed outcomes: a valid object
 or a one-line TierlabError), run many more times. Anything else is a *failure*: it is counted, the
 first few are described (exception, message, innermost tierlab frame), and the exit status is 1.
 

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     trace = tierlab.read_requests(TRACE)
-    from tierlab.traces.spec import load_model
+    from tierlab.traces.model.spec import load_model
 
     spec = load_model("llama-3.1-70b")
     system = tierlab.load_system("dgx-h100")

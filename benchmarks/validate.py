@@ -523,7 +523,7 @@ FACTOR_BAND = {"break_even": 2.0}         # within a factor of 2 either way (iss
 MEASURED += REQUEST_ROWS
 
 
-# Rows that a change moved out of the band they were in, with why; tests/test_validate.py checks that they are
+# Rows that a change moved out of the band they were in, with why; tests/house/test_validate.py checks that they are
 # still out (one coming back in must leave this table). Issue 39 stopped charging a streamed weight twice at the
 # L2 (fill + read at 5.5 TB/s on H100, which the measured 95 % one-pass HBM stream rules out): H100 decode is now
 # bound by its HBM at the 95 % a reduction kernel reaches, and batch-1 fp8 GEMVs reach far less (NIM's ITL implies
@@ -540,7 +540,7 @@ BAND = {"decode": 0.25, "tp_scaling": 0.20, "ttft": 0.35, "busbw": 0.25, "collec
 
 def model_spec(name: str):
     """A tierlab preset, or ChatGLM2-6B as described above."""
-    from tierlab.traces.spec import load_model, spec_from_config
+    from tierlab.traces.model.spec import load_model, spec_from_config
 
     if name == "chatglm2-6b":
         cfg = json.loads((ROOT / "configs" / "models" / "chatglm3-6b.json").read_text())
@@ -557,8 +557,8 @@ class Predictor:
         self.traces: dict[tuple, Path] = {}
 
     def trace(self, model: str, **run) -> Path:
-        from tierlab.traces.lower import generate_trace
-        from tierlab.traces.run import RunConfig
+        from tierlab.traces.lowering.generate import generate_trace
+        from tierlab.traces.workload.run import RunConfig
 
         key = (model, tuple(sorted(run.items())))
         if key not in self.traces:
@@ -582,12 +582,12 @@ class Predictor:
         path = self.trace(model, **run)
         if system is None:
             from tierlab.analysis.result import to_json
-            from tierlab.pipeline import replay_trace
+            from tierlab.pipeline.chip_replay import replay_trace
 
             return to_json(replay_trace(path, chip))
         from tierlab.analysis.system_result import to_json as system_json
         from tierlab.system.systemfile import load_system
-        from tierlab.system_pipeline import replay_system
+        from tierlab.pipeline.system_replay import replay_system
 
         return system_json(replay_system(path, load_system(system)))
 

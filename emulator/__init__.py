@@ -32,12 +32,6 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    if name == "sweep":
-        # ``tierlab.sweep`` is also the package of the sweep's machinery (emulator/sweep/), which
-        # Python binds here when it is imported; that package is callable as this function.
-        import tierlab.sweep as package
-
-        return package
     if name in _KVSTREAM:
         import importlib
 

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import tierlab
-from tierlab.traces.importers import import_trace
+from tierlab.traces.importers.tracer_logs import import_trace
 
 CHIP = Path(__file__).with_name("cpu.toml")
 

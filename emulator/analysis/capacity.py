@@ -4,11 +4,11 @@ The state of a decode run is, in bytes:
 
 * **weights** — every weight tensor exactly as the trace generator declares it (matrices in the
   weights dtype plus group-quantisation scales for int8/int4; 1-D gains and biases in
-  :func:`tierlab.traces.dtypes.vector_dtype`); tied embeddings counted once.
-* **KV** — ``batch x kv_bytes(context)``, where :meth:`tierlab.traces.spec.ModelSpec.kv_bytes` is the
+  :func:`tierlab.traces.model.dtypes.vector_dtype`); tied embeddings counted once.
+* **KV** — ``batch x kv_bytes(context)``, where :meth:`tierlab.traces.model.spec.ModelSpec.kv_bytes` is the
   closed form the trace's KV tensors are sized by: full-attention layers keep every position,
   sliding-window and chunked layers a ring of at most their window / chunk rows, Mamba and Gated
-  DeltaNet layers none. ``kv_bytes_per_token`` (:meth:`~tierlab.traces.spec.ModelSpec.kv_bytes_per_token`)
+  DeltaNet layers none. ``kv_bytes_per_token`` (:meth:`~tierlab.traces.model.spec.ModelSpec.kv_bytes_per_token`)
   is its growth while the context is within every window.
 * **state** — ``batch x state_bytes()``: the fixed recurrent state of the Mamba / Gated DeltaNet
   layers (kind ``state`` in a trace), the same at any context.
@@ -35,18 +35,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from tierlab.chip.hierarchy import Chip
-from tierlab.traces.dtypes import ACTIVATION_DTYPES, DTYPE_BITS, KV_DTYPES, WEIGHT_DTYPES, activation_storage, check_dtype, nbytes_of
+from tierlab.traces.model.dtypes import ACTIVATION_DTYPES, DTYPE_BITS, KV_DTYPES, WEIGHT_DTYPES, activation_storage, check_dtype, nbytes_of
 from tierlab.common.errors import CapacityError, UsageError
-from tierlab.traces.format import DEFAULT_ALIGNMENT
-from tierlab.traces.spec import ModelSpec
-from tierlab.traces.weightfmt import weight_tensors
+from tierlab.traces.format.schema import DEFAULT_ALIGNMENT
+from tierlab.traces.model.spec import ModelSpec
+from tierlab.traces.model.weight_formats import weight_tensors
 
 HOME_MANAGED = ("memory", "scratchpad")
 
 
 def weight_tensor_bytes(spec: ModelSpec, weights: str = "bf16", quant_group: int = 128) -> list[int]:
     """Bytes of every weight tensor the trace declares (each matrix, then its scales and zero points),
-    in order (:func:`tierlab.traces.weightfmt.weight_tensors`)."""
+    in order (:func:`tierlab.traces.model.weight_formats.weight_tensors`)."""
     check_dtype(weights, WEIGHT_DTYPES, "weights")
     out = []
     for t in weight_tensors(spec, weights, quant_group):
@@ -64,7 +64,7 @@ def activation_tensor_bytes(spec: ModelSpec, batch: int = 1, chunk: int = 1, act
     """Bytes of each activation tensor of a step of ``chunk`` tokens for each of ``batch`` sequences
     (flash attention), as the trace generator sizes them."""
     check_dtype(activations, ACTIVATION_DTYPES, "activations")
-    ab = DTYPE_BITS[activation_storage(activations)] // 8   # FP4 activations are kept in bf16 (tierlab.traces.dtypes)
+    ab = DTYPE_BITS[activation_storage(activations)] // 8   # FP4 activations are kept in bf16 (tierlab.traces.model.dtypes)
     m = batch * chunk
     h = spec.hidden_size
     widths = [h, h]  # hidden, norm
@@ -279,7 +279,7 @@ def capacity(spec: ModelSpec, budget: Budget, *, weights: str = "bf16", kv: str 
              quant_group: int = 128) -> Plan:
     """Longest context at ``batch`` (always), and with ``context`` the largest batch at that context.
 
-    The state a sequence holds is ``kv_bytes(P) + state_bytes()`` (:class:`tierlab.traces.spec.ModelSpec`):
+    The state a sequence holds is ``kv_bytes(P) + state_bytes()`` (:class:`tierlab.traces.model.spec.ModelSpec`):
     windowed layers stop growing at their window, recurrent layers hold a fixed state. Raises
     CapacityError when the weights alone exceed the budget, or when not even one token (at
     ``batch``, or at batch 1 for a given context) fits beside the weights and workspace.

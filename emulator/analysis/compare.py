@@ -1,7 +1,7 @@
 """One trace replayed on several chips, side by side.
 
 Each chip's result is exactly what ``tierlab replay TRACE --chip NAME --json`` gives (the same
-:func:`tierlab.pipeline.replay_trace` and :func:`tierlab.analysis.result.to_json`); this module only
+:func:`tierlab.pipeline.chip_replay.replay_trace` and :func:`tierlab.analysis.result.to_json`); this module only
 lines the per-token figures up (their text table is :mod:`tierlab.present.compare`). A chip that
 cannot hold the model (placement raises CapacityError) or cannot replay this trace (TraceError: e.g. the trace's alignment is below a tier's block) stays in the
 comparison with the reason; any other error stops the comparison.
@@ -30,10 +30,10 @@ from tierlab.chip.chipfile import load_chip
 from tierlab.chip.hierarchy import Chip
 from tierlab.cost.trace_cost import cost_of
 from tierlab.engine.options import ReplayOptions
-from tierlab.pipeline import replay_trace
+from tierlab.pipeline.chip_replay import replay_trace
 from tierlab.common.errors import CapacityError, TraceError
-from tierlab.traces.dtypes import DTYPE_BITS
-from tierlab.traces.reader import Trace, open_trace
+from tierlab.traces.model.dtypes import DTYPE_BITS
+from tierlab.traces.format.reader import Trace, open_trace
 
 ENERGY_PARTS = ("tiers", "links", "compute", "pim")
 

@@ -21,12 +21,12 @@ import numpy as np
 
 from tierlab.common.version import tierlab_version
 from tierlab.cost.model import Cost, per_token, prefill
-from tierlab.cost.pim import summary as pim_summary
+from tierlab.pipeline.pim_plan import summary as pim_summary
 from tierlab.cost.trace_cost import cost_of
 from tierlab.engine.counters import TIER_COUNTERS, link_bytes, tier_dict
-from tierlab.pipeline import TraceReplay
+from tierlab.pipeline.chip_replay import TraceReplay
 from tierlab.analysis.turns import per_turn
-from tierlab.traces.format import FORMAT_VERSION
+from tierlab.traces.format.schema import FORMAT_VERSION
 
 
 def _hit_rate(d: dict) -> float | None:

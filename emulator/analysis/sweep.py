@@ -26,7 +26,7 @@ from tierlab.chip.hierarchy import Chip, Tier
 from tierlab.engine import walk
 from tierlab.engine.door import replay_blocks
 from tierlab.engine.options import ReplayOptions
-from tierlab.pipeline import replay_trace
+from tierlab.pipeline.chip_replay import replay_trace
 from tierlab.common.errors import UsageError
 
 BACKENDS = ("auto", "thread", "process")

@@ -50,8 +50,8 @@ from tierlab.network.schedule import FABRICS, fabric_obj
 from tierlab.engine.options import ReplayOptions
 from tierlab.system.model import System
 from tierlab.system.systemfile import load_system
-from tierlab.system_pipeline import SystemReplay, check_fits, replay_system
-from tierlab.traces.reader import Trace, open_trace
+from tierlab.pipeline.system_replay import SystemReplay, check_fits, replay_system
+from tierlab.traces.format.reader import Trace, open_trace
 
 PARALLELISM = ("tp", "pp", "ep", "dp")
 LATENCY_MODEL = ("critical path over devices, a bound: each op its roofline latency, a collective from "

@@ -1,6 +1,6 @@
 """The requests that reach one tier of a chip when a trace replays on it, in order.
 
-Placement, the PIM plan and the engine's geometry are those :func:`tierlab.pipeline.replay_trace`
+Placement, the PIM plan and the engine's geometry are those :func:`tierlab.pipeline.chip_replay.replay_trace`
 uses, so the stream is the one the replay counts: its length is the tier's ``hits + misses +
 bypasses + writethroughs`` (:mod:`tierlab.engine.requests`). For ``tierlab export --format
 ramulator|dramsim3``.
@@ -18,8 +18,8 @@ from tierlab.chip.hierarchy import Chip
 from tierlab.engine.door import prepare
 from tierlab.engine.options import ReplayOptions
 from tierlab.engine.requests import RequestRecorder
-from tierlab.pipeline import access_batches, naming_the_tensor_table, placed
-from tierlab.traces.reader import Trace, open_trace
+from tierlab.pipeline.chip_replay import access_batches, naming_the_tensor_table, placed
+from tierlab.traces.format.reader import Trace, open_trace
 
 
 def tier_requests(trace, chip, tier_name: str, options: ReplayOptions = ReplayOptions(), *,

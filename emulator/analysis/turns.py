@@ -2,7 +2,7 @@
 
 A conversation trace records its turns in the manifest (``run.conversation``: per turn the op id
 range ``[op_start, op_end)``, tokens per sequence prefilled and decoded, the KV positions already
-cached, and the op ranges of its KV copies; see :mod:`tierlab.traces.lower`). This module sums a replay's
+cached, and the op ranges of its KV copies; see :mod:`tierlab.traces.lowering.generate`). This module sums a replay's
 per-op counts and costs over each turn's ops:
 
 - ``bytes_by_link``: bytes moved down and up each link (``{link: {"down", "up"}}``) and ``link_bytes``

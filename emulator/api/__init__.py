@@ -176,7 +176,7 @@ def sweep(grid: "PathLike | Mapping[str, Any]", scheduler: str | None = None, wo
     from tierlab.api.handover import receiving
     from tierlab.api.options import call
     from tierlab.cli.sweep import command
-    from tierlab.sweep.grid import AXES, economics_from_table, grid_from_dict, load_grid
+    from tierlab.design_space.grid import AXES, economics_from_table, grid_from_dict, load_grid
 
     if isinstance(grid, Mapping):
         d = dict(grid)
@@ -196,7 +196,7 @@ def sweep(grid: "PathLike | Mapping[str, Any]", scheduler: str | None = None, wo
 
     def take(d, o):
         from tierlab.api.results import SweepResult
-        from tierlab.sweep.store import read_rows
+        from tierlab.design_space.store import read_rows
         import pyarrow as pa
 
         wanted = {p.hash for p in o["grid"].points(o["max_points"])}
@@ -249,7 +249,7 @@ def load_chip(name_or_path: PathLike, overrides: Mapping[str, Any] | None = None
     ``overrides`` (what-if keys as in ``tierlab sweep --override``: ``{"tier.l2.capacity": "50 MiB"}``)
     written into its TOML before it is validated, so units and checks are those of chip files."""
     from tierlab.chip.chipfile import load_chip as _load
-    from tierlab.sweep.overrides import build_chip
+    from tierlab.design_space.overrides import build_chip
 
     name = _text(name_or_path, "name_or_path")
     if overrides is None:
@@ -260,7 +260,7 @@ def load_chip(name_or_path: PathLike, overrides: Mapping[str, Any] | None = None
 def load_system(name_or_path: PathLike, overrides: Mapping[str, Any] | None = None) -> "System":
     """A system of many chips: a preset name (``dgx-h100``; see ``tierlab systems``) or a system
     ``.toml`` file, with ``overrides`` (``chips``, ``scale_up.KEY``, ``chip.tier.hbm.bandwidth``, ...)."""
-    from tierlab.sweep.overrides import build_system
+    from tierlab.design_space.overrides import build_system
     from tierlab.system.systemfile import load_system as _load
 
     name = _text(name_or_path, "name_or_path")

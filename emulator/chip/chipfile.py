@@ -63,7 +63,7 @@ from tierlab.chip.tomlfile import FileReader, read_toml, toml_key
 # (kernels/: the LM head is a ``linear``; MoE experts are ``linear`` ops with ``expert`` set).
 OP_KINDS = ("linear", "attention", "norm", "elementwise", "rotary", "embedding", "kv_append",
             "moe_router", "moe_dispatch", "moe_combine")
-# Dtype names of peak FLOP/s and energy per FLOP (those of tierlab.traces.dtypes plus tf32; nvfp4 and mxfp4:
+# Dtype names of peak FLOP/s and energy per FLOP (those of tierlab.traces.model.dtypes plus tf32; nvfp4 and mxfp4:
 # the FP4 tensor-core rate with that block format, see tierlab.chip.compute).
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
 

@@ -44,7 +44,7 @@ COMMANDS = {
 
 
 # Each command's line in ``tierlab --help`` (its help's first sentence, as click shortens it), so that
-# listing the commands loads none of their modules (0.3 s of imports; tests/test_cli_imports.py holds
+# listing the commands loads none of their modules (0.3 s of imports; tests/cli/test_cli_imports.py holds
 # each equal to its command's own). A command missing here is loaded to list it.
 SUMMARIES = {
     "trace": 'Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace.',

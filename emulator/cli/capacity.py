@@ -8,7 +8,7 @@ import click
 
 from tierlab.cli.options import json_option
 from tierlab.present.capacity import format_plan
-from tierlab.traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
+from tierlab.traces.model.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
 from tierlab.common.errors import UsageError
 
 
@@ -42,7 +42,7 @@ def command(model, chip_name, tiers, memory, weights, kv, activations, batch, co
     """The longest context whose weights + KV + activation workspace fit a chip's memory or a budget;
     with --context, the largest batch. The model's own position limit is stated separately."""
     from tierlab.analysis.capacity import Budget, capacity
-    from tierlab.traces.spec import load_model
+    from tierlab.traces.model.spec import load_model
 
     if (chip_name is None) == (memory is None):
         raise UsageError("give exactly one of --chip NAME or --memory SIZE", field="--chip")
@@ -61,7 +61,7 @@ def command(model, chip_name, tiers, memory, weights, kv, activations, batch, co
     else:
         budget = Budget.of_size(parse_quantity(memory, "size", field="--memory"), reserve=held or 0)
     if weights is None:
-        from tierlab.traces.weightfmt import default_weights
+        from tierlab.traces.model.weight_formats import default_weights
 
         weights = default_weights(spec)
     plan = capacity(spec, budget, weights=weights, kv=kv, activations=activations, batch=_int(batch, "--batch"),

@@ -37,7 +37,7 @@ def _chip_list(text: str, what: str = "chip", example: str = "sn40l,h100", field
 
 
 def _is_trace(path: str) -> bool:
-    from tierlab.traces.format import MANIFEST
+    from tierlab.traces.format.schema import MANIFEST
 
     p = Path(path)
     return p.is_dir() and (p / MANIFEST).is_file()
@@ -94,7 +94,7 @@ def command(model, chips_text, systems_text, collective_algo, pim, csv_path, plo
     progress = (lambda name: click.echo(f"replaying on {name}", err=True)) if sys.stderr.isatty() else None
 
     def run(trace_path):
-        from tierlab.traces.reader import open_trace
+        from tierlab.traces.format.reader import open_trace
 
         trace = open_trace(trace_path)
         rows = compare(trace, chips, options, extra_rules=rules, progress=progress) if chips else []

@@ -31,7 +31,7 @@ def write_parquet_tables(trace, out, *, table: str | None = None, force: bool = 
 
     from tierlab.common.atomic import atomic_path
     from tierlab.common.errors import UsageError
-    from tierlab.traces.format import ACCESSES_SCHEMA
+    from tierlab.traces.format.schema import ACCESSES_SCHEMA
 
     meta = {b"tierlab_manifest": json.dumps(trace.manifest).encode()}
     present = ["tensors", "ops", "accesses"] + (["collectives"] if "device" in trace.ops.schema.names else [])
@@ -96,7 +96,7 @@ def write_requests(trace, chip: str, tier: str, fmt: str, out, *, force: bool = 
 def command(trace, fmt, output, table, chip, tier, force):
     """Export TRACE: its tables as Parquet, or the memory requests reaching one tier of a chip."""
     from tierlab.common.errors import UsageError
-    from tierlab.traces.reader import open_trace
+    from tierlab.traces.format.reader import open_trace
 
     if fmt == "parquet":
         if chip or tier:

@@ -1,7 +1,7 @@
 """``tierlab import FILE -o OUT.trace [--format F] [--line 64] [--straddle both|once]
 [--instructions | --data-only] [--force] [--json]``: an address trace (a .npy array, a text list,
 Dinero IV din, CSV, Valgrind Lackey, drcachesim's view, ChampSim; gzip/xz read as a stream) into an
-address trace (:mod:`tierlab.traces.importers`, :mod:`tierlab.traces.addresses`)."""
+address trace (:mod:`tierlab.traces.importers.tracer_logs`, :mod:`tierlab.traces.format.addresses`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ FORMATS = ["npy", "text", "din", "csv", "lackey", "drcachesim", "champsim"]
 def command(file, output, fmt, line, straddle, instructions, force, as_json):
     """Import FILE (addresses, optionally sizes and read/write) as an address trace of one op."""
     from tierlab.common.atomic import check_output
-    from tierlab.traces.importers import import_trace
+    from tierlab.traces.importers.tracer_logs import import_trace
 
     check_output(output, force=force, directory=True)
     s = import_trace(file, output, fmt=fmt, line=line, force=force, straddle=straddle, instructions=instructions)

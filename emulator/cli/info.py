@@ -17,8 +17,8 @@ from tierlab.present.format import format_number, numeric_align, table
 @json_option
 def command(trace, max_steps, as_json):
     """Summarise TRACE: tables, parameters, FLOPs, bytes read/written by phase and tensor kind, per step."""
-    from tierlab.traces.reader import open_trace
-    from tierlab.traces.summary import summarize
+    from tierlab.traces.format.reader import open_trace
+    from tierlab.traces.format.summary import summarize
 
     s = summarize(open_trace(trace))
     if as_json:

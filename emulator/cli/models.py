@@ -1,5 +1,5 @@
 """``tierlab models [--families] [--json]``: the shipped model presets and their key dimensions, or
-the families tierlab reads from a config.json (:mod:`tierlab.traces.families`)."""
+the families tierlab reads from a config.json (:mod:`tierlab.traces.model.families`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tierlab.present.format import format_number, table
 
 def _traits(f) -> str:
     """A family's traits in a few words (what its table row says)."""
-    from tierlab.traces.families import LAYER_PATTERNS
+    from tierlab.traces.model.families import LAYER_PATTERNS
 
     out = ["LayerNorm" if f.norm == "layer" else "RMSNorm"]
     if f.norm_layout != "pre":
@@ -48,11 +48,11 @@ def _traits(f) -> str:
 @json_option
 def command(families, as_json):
     """List model presets (configs/models) with their dimensions and parameter counts."""
-    from tierlab.traces.spec import human_count, list_presets, load_model
+    from tierlab.traces.model.spec import human_count, list_presets, load_model
 
     specs = [load_model(n) for n in list_presets()]
     if families:
-        from tierlab.traces.families import FAMILIES
+        from tierlab.traces.model.families import FAMILIES
 
         by = {}
         for s in specs:

@@ -112,7 +112,7 @@ def command(trace_path, tier_name, chip_name, sizes, max_ways, opt, opt_limit, p
     from tierlab.present.mrc import format_mrc
     from tierlab.present.plots import plot_mrc, pyplot
     from tierlab.common.atomic import check_output
-    from tierlab.traces.reader import open_trace
+    from tierlab.traces.format.reader import open_trace
 
     if plot:
         check_output(plot, force=force)

@@ -1,6 +1,6 @@
 """Replays on a system of many chips, shared by ``tierlab run`` and ``tierlab replay``: ``--system``
 (instead of ``--chip``) replays every device's slice of a trace on the system's chip and costs the
-collectives on its network (:mod:`tierlab.system_pipeline`, :mod:`tierlab.cost.system_cost`);
+collectives on its network (:mod:`tierlab.pipeline.system_replay`, :mod:`tierlab.cost.system_cost`);
 ``--collective-algo`` picks the collective algorithm.
 """
 
@@ -126,8 +126,8 @@ def system_replay_and_report(trace, system, kw: dict, options, *, as_json: bool)
     from tierlab.cli.progress import counting_bar
     from tierlab.cost.system_cost import cost_system
     from tierlab.present.system_report import format_system_text
-    from tierlab.system_pipeline import check_fits, replay_system
-    from tierlab.traces.reader import open_trace
+    from tierlab.pipeline.system_replay import check_fits, replay_system
+    from tierlab.traces.format.reader import open_trace
 
     rules = placement_rules(kw.get("place"))
     trace = open_trace(trace)

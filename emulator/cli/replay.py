@@ -66,7 +66,7 @@ def options_from(kw: dict):
 def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     """Replay ``trace`` with the options in ``kw``; print the tables or JSON; write Parquet if asked."""
     from tierlab.chip.chipfile import load_chip
-    from tierlab.pipeline import replay_trace
+    from tierlab.pipeline.chip_replay import replay_trace
     from tierlab.analysis.result import to_json
     from tierlab.cost.trace_cost import cost_of
     from tierlab.present.report import format_text, write_parquet
@@ -77,7 +77,7 @@ def replay_and_report(trace, kw: dict, *, as_json: bool, force: bool) -> dict:
     if kw.get("output"):
         check_output(kw["output"], force=force)
     check_views(kw, force=force)
-    from tierlab.traces.reader import open_trace
+    from tierlab.traces.format.reader import open_trace
 
     trace = open_trace(trace)
     if trace.n_devices > 1:     # each device has its own address space: one chip cannot hold them as one

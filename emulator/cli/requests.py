@@ -66,7 +66,7 @@ def command(requests_path, model, chip, system, tp, pp, ep, dp, prefill_instance
     from tierlab.kvstream.server import serve_requests
     from tierlab.kvstream.tiers import parse_kv_tier
     from tierlab.present import requests as view
-    from tierlab.traces.spec import load_model
+    from tierlab.traces.model.spec import load_model
 
     if bool(chip) == bool(system):
         raise UsageError("give exactly one of --chip and --system", field="--chip")

@@ -1,7 +1,7 @@
 """``tierlab run MODEL --chip NAME|FILE [trace options] [--keep-trace DIR]``: trace and replay in one go.
 
 ``--system NAME|FILE`` (instead of ``--chip``) replays every device's slice of the trace on the
-system's chip and costs the collectives on its network (:mod:`tierlab.system_pipeline`,
+system's chip and costs the collectives on its network (:mod:`tierlab.pipeline.system_replay`,
 :mod:`tierlab.cost.system_cost`); ``--collective-algo`` picks the collective algorithm.
 """
 

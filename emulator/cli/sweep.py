@@ -1,6 +1,6 @@
 """``tierlab sweep GRID.toml | --model A,B --chip X,Y ... [-o results.parquet] [--scheduler ADDRESS]``.
 
-A design-space sweep on Dask (:mod:`tierlab.sweep`): the product of the grid's axes, one row per
+A design-space sweep on Dask (:mod:`tierlab.design_space`): the product of the grid's axes, one row per
 point in a Parquet file, each trace generated once on a worker. Rerunning skips the points already
 in the file.
 """
@@ -15,8 +15,8 @@ import click
 from tierlab.common.errors import UsageError
 from tierlab.cli.options import json_option
 from tierlab.cli.progress import fraction_bar
-from tierlab.sweep.grid import AXES, DEFAULT_MAX_POINTS
-from tierlab.sweep.runner import DEFAULT_CONNECT_TIMEOUT_S
+from tierlab.design_space.grid import AXES, DEFAULT_MAX_POINTS
+from tierlab.design_space.runner import DEFAULT_CONNECT_TIMEOUT_S
 
 
 def axis_options(f):
@@ -58,9 +58,9 @@ def axis_options(f):
 def command(grid, overrides, output, scheduler, workers, max_points, connect_timeout, price, usd_per_kwh,
             utilisation, plot_path, html_path, as_json, **axes):
     """Sweep a grid of models x chips/systems x run options x chip overrides; a row per point."""
-    from tierlab.sweep.grid import grid_from_options, load_grid
-    from tierlab.sweep.runner import run_sweep
-    from tierlab.sweep.store import SweepStore
+    from tierlab.design_space.grid import grid_from_options, load_grid
+    from tierlab.design_space.runner import run_sweep
+    from tierlab.design_space.store import SweepStore
 
     given = {k: v for k, v in axes.items() if v is not None}
     if grid and (given or overrides):
@@ -97,14 +97,14 @@ def command(grid, overrides, output, scheduler, workers, max_points, connect_tim
     d = {"output": str(output), **summary.as_dict()}
     if plot_path:
         from tierlab.present.plots import plot_pareto
-        from tierlab.sweep.store import read_rows
+        from tierlab.design_space.store import read_rows
 
         wanted = {p.hash for p in g.points(max_points)}
         plot_pareto([r for r in read_rows(output) if r["point_hash"] in wanted], plot_path)
         d["plot"] = str(plot_path)
     if html_path:
         from tierlab.present.html import sweep_report, write_html
-        from tierlab.sweep.store import read_rows
+        from tierlab.design_space.store import read_rows
 
         wanted = {p.hash for p in g.points(max_points)}
         write_html(sweep_report([r for r in read_rows(output) if r["point_hash"] in wanted], str(output)), html_path,

@@ -56,7 +56,7 @@ def command(model, chip, system, chips, systems, tp, pp, ep, dp, isl, osl, concu
     from tierlab.common.atomic import check_output
     from tierlab.serving.capacity import UTILISATION
     from tierlab.serving.throughput import MAX_BATCH_TOKENS, throughput
-    from tierlab.traces.spec import load_model
+    from tierlab.traces.model.spec import load_model
 
     given = [n for n, v in (("--chip", chip), ("--system", system), ("--chips", chips), ("--systems", systems)) if v]
     if len(given) != 1:

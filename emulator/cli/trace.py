@@ -1,7 +1,7 @@
 """``tierlab trace MODEL -o DIR``: lower a model and a run into a trace directory.
 
 The run options are exposed as one decorator, :data:`run_options`, and :func:`run_config_from_options`
-turns their values into a :class:`tierlab.traces.run.RunConfig`, so other commands (``tierlab run``) reuse them.
+turns their values into a :class:`tierlab.traces.workload.run.RunConfig`, so other commands (``tierlab run``) reuse them.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import click
 
 from tierlab.cli.options import force_option, json_option
 from tierlab.cli.progress import fraction_bar
-from tierlab.traces.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
+from tierlab.traces.model.dtypes import ACTIVATION_DTYPES, KV_DTYPES, WEIGHT_DTYPES
 from tierlab.common.errors import UsageError
-from tierlab.traces.format import DEFAULT_ALIGNMENT
+from tierlab.traces.format.schema import DEFAULT_ALIGNMENT
 
 RUN_OPTION_NAMES = ("prompt", "context", "generate", "batch", "weights", "kv", "activations", "router", "seed",
                     "attention", "tile_m", "tile_n", "attn_tile", "align", "quant_group", "turns", "turn_prompt",
@@ -109,9 +109,9 @@ def run_options(f):
 
 def run_config_from_options(options: dict, spec=None):
     """Build a RunConfig from the values of :data:`run_options` (extra keys are ignored); without
-    ``--weights``, the model's default (:func:`tierlab.traces.weightfmt.default_weights`)."""
-    from tierlab.traces.run import RunConfig, conversation
-    from tierlab.traces.weightfmt import default_weights
+    ``--weights``, the model's default (:func:`tierlab.traces.model.weight_formats.default_weights`)."""
+    from tierlab.traces.workload.run import RunConfig, conversation
+    from tierlab.traces.model.weight_formats import default_weights
 
     weights = options.get("weights") or (default_weights(spec) if spec is not None else "bf16")
 
@@ -171,11 +171,11 @@ class TracePlan:
 def plan_trace(model: str, options: dict, *, capture: bool = False) -> TracePlan:
     """Read MODEL and the run options; a family with no hand lowering goes through Transformers
     (docs/capture.md), or, without the capture extra, fails in one line naming it."""
-    from tierlab.traces.families import UnknownFamily
+    from tierlab.traces.model.families import UnknownFamily
 
     why, spec = ("--capture" if capture else ""), None
     if not capture:
-        from tierlab.traces.spec import load_model
+        from tierlab.traces.model.spec import load_model
 
         try:
             spec = load_model(model)
@@ -200,13 +200,13 @@ def write_trace(plan: TracePlan, output, *, force: bool = False, record_routing:
         config, name, file = read_config(plan.model)
         check_output(output, force=force, directory=True)
         path = capture_trace(config, plan.run, output, name=name, file=file, force=force, why=plan.why)
-        from tierlab.traces.reader import open_trace
+        from tierlab.traces.format.reader import open_trace
 
         unmapped = trace_unmapped(open_trace(path).manifest)
         if unmapped:
             click.echo(f"tierlab: warning: {unmapped}", err=True)
         return path
-    from tierlab.traces.lower import generate_trace
+    from tierlab.traces.lowering.generate import generate_trace
 
     check_output(output, force=force, directory=True)
     if not progress:
@@ -236,7 +236,7 @@ def command(model, output, force, as_json, record_routing, capture, **options):
     """Lower MODEL (a preset name, a config.json, or a directory holding one) into a trace."""
     plan = plan_trace(model, options, capture=capture)
     path = write_trace(plan, output, force=force, record_routing=record_routing, progress=True)
-    from tierlab.traces.reader import open_trace
+    from tierlab.traces.format.reader import open_trace
 
     trace = open_trace(path)
     info = {"path": str(path), "model": plan.name, "tables": trace.manifest["tables"],

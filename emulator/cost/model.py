@@ -7,7 +7,7 @@ Energy (joules), per op, split by component:
   link ``l``:   (bytes_down_l + bytes_up_l) x link energy_l
   compute:      FLOPs x energy per FLOP of the run's compute dtype, for ops run on the chip's compute
   PIM at ``i``: pim_bytes_i x the PIM unit's in-bank read energy, plus the FLOPs of the ops that unit
-                runs (:mod:`tierlab.cost.pim`) x its energy per FLOP
+                runs (:mod:`tierlab.pipeline.pim_plan`) x its energy per FLOP
 The end-of-run flush, if replayed, is costed separately (``flush_j``) and not in the totals.
 That is the **dynamic** energy. The **board** energy adds the chip's static power (``[power]``:
 ``static``, else ``idle``) over the modelled time of each decode step: the calibrated latency where the

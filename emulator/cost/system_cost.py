@@ -41,7 +41,7 @@ from tierlab.network.queues import BUFFER_BYTES, CHANNELS, queue_bytes
 from tierlab.network.schedule import SWITCH
 
 if TYPE_CHECKING:                                   # only for the annotation
-    from tierlab.system_pipeline import SystemReplay
+    from tierlab.pipeline.system_replay import SystemReplay
 
 OP, COLL, RUN = "op", "coll", "run"
 

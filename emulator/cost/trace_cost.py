@@ -1,5 +1,5 @@
 """The cost of a replayed trace: :func:`cost_of` runs :func:`tierlab.cost.model.cost` on a
-:class:`tierlab.pipeline.TraceReplay` (its per-op counts, the trace's FLOPs and manifest, and the
+:class:`tierlab.pipeline.chip_replay.TraceReplay` (its per-op counts, the trace's FLOPs and manifest, and the
 flush counts when the replay flushed), and organises its ops into kernels on the chip
 (:mod:`tierlab.cost.organisation`: the calibrated latency beside the roofline)."""
 
@@ -14,7 +14,7 @@ from tierlab.cost.gemv import gemv_fractions
 from tierlab.cost.organisation import organise
 
 if TYPE_CHECKING:                                   # only for the annotation: the pipeline sits above cost
-    from tierlab.pipeline import TraceReplay
+    from tierlab.pipeline.chip_replay import TraceReplay
 
 
 def cost_of(tr: TraceReplay) -> Cost:

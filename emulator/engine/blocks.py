@@ -231,7 +231,7 @@ def iter_trace_blocks(trace, block_bytes: int, *, include=None, batch_rows: int 
                       buffer_blocks: int = DEFAULT_BUFFER_BLOCKS) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Stream a trace's accesses as ``(blocks, writes)`` buffers for ``block_bytes``-byte blocks.
 
-    ``trace`` is a :func:`tierlab.traces.reader.open_trace` result; accesses are read ``batch_rows`` rows
+    ``trace`` is a :func:`tierlab.traces.format.reader.open_trace` result; accesses are read ``batch_rows`` rows
     at a time, so memory stays bounded whatever the trace length. Each yielded pair is a view of a
     reused buffer: consume (or copy) it before the next step.
     """

@@ -17,7 +17,7 @@ from tierlab.chip.hierarchy import Tier
 from tierlab.engine.options import ReplayOptions
 from tierlab.engine.policies import POLICY_IDS
 from tierlab.engine.state import MODE_CACHE, MODE_PASS, Hierarchy
-from tierlab.traces.format import TENSOR_KINDS
+from tierlab.traces.format.schema import TENSOR_KINDS
 
 KINDS = TENSOR_KINDS  # breakdown order; unknown kinds count as "other"
 

@@ -1,6 +1,6 @@
 """An address trace's line stream on the stream kernels: the door's entry for address traces.
 
-An address trace (:mod:`tierlab.traces.addresses`) is one op over one stream of lines, each word
+An address trace (:mod:`tierlab.traces.format.addresses`) is one op over one stream of lines, each word
 ``line << 1 | is_write``. Where the dispatch table gives the replay to a stream kernel and tier 0's
 blocks are at least a line, the words go to :class:`tierlab.engine.stream_driver.StreamReplayer`
 as they are read (zero-copy views of the trace's file): ``word >> (1 + log2(block / line))`` is the
@@ -47,9 +47,9 @@ class LineStream:
 
 
 def of_trace(trace) -> LineStream:
-    """The stream of an address trace (:class:`tierlab.traces.addresses.AddressTrace`) as the door takes it:
+    """The stream of an address trace (:class:`tierlab.traces.format.addresses.AddressTrace`) as the door takes it:
     its words unchecked here (each chunk checked beside the kernel), its straddling rows."""
-    from tierlab.traces.ipc import release_mapped
+    from tierlab.traces.format.ipc import release_mapped
 
     return LineStream(line_bytes=trace.line_bytes, chunks=lambda: trace.iter_lines(check=False),
                       writes=trace.writes, once_rows=trace.once_rows(), n_lines=trace.n_lines,

@@ -19,7 +19,7 @@ neighbours left alike are merged. The blocks between two hits all miss and are c
 Counts are the per-block walk's (:mod:`tierlab.engine.walk`) exactly, per op, tensor kind, tier and
 counter (writebacks to the evicting op and the victim's kind; bypasses, writethroughs and home hits
 farther down as the walk counts them); which physical way holds a block is not kept (nothing in a
-lone LRU/FIFO tier's counts depends on it). Tested equal to the walk in ``tests/test_setgroups.py``.
+lone LRU/FIFO tier's counts depends on it). Tested equal to the walk in ``tests/engine/test_setgroups.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ constant or a literal argument); given a run-time count, the same call switches 
 for the common counts (a constant count folds the switch away) and emits a plain loop for others.
 Both are intrinsics over a raw address (``arr.ctypes.data``; the caller keeps the array alive and the
 index in bounds), so calling them adds no reference counting or call to the caller's loop.
-Tested against plain Python in ``tests/test_simd.py``.
+Tested against plain Python in ``tests/engine/test_simd.py``.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ its misses less its valid ways at the end (:func:`evictions`): no way is ever em
 
 Each kernel is compiled with its tiers' way counts as constants (other counts than 2, 4, 8, 16 and
 32 share a build that reads them at run time); a build is made on first use and cached on disk.
-Same counters as :func:`tierlab.engine.walk._run`, property-tested equal (``tests/test_engine_fastpath.py``)
-and equal to pycachesim (``tests/test_pycachesim.py``).
+Same counters as :func:`tierlab.engine.walk._run`, property-tested equal (``tests/engine/test_engine_fastpath.py``)
+and equal to pycachesim (``tests/engine/test_pycachesim.py``).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ misses and writebacks as home hits; no tier beyond it is reached. The chain (no 
 most three LRU/FIFO tiers) follows each block down the tiers in one loop; the passes serve a chunk
 tier by tier (a tier sees exactly what the tier above issued, in order). With two partitions (a
 set-index bit every cache shares, :func:`tierlab.engine.geometry.partition_bit`) two threads
-replay the two halves of the sets. Counts are the walk's (``tests/test_engine_fastpath.py``) and
-pycachesim's (``tests/test_pycachesim.py``).
+replay the two halves of the sets. Counts are the walk's (``tests/engine/test_engine_fastpath.py``) and
+pycachesim's (``tests/engine/test_pycachesim.py``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ A twin's counts are then exactly those of its own whole replay: per op, its own 
 of its windows and the base's elsewhere; per kind (and blocks, and the replayer's statistics), the
 base's total less the base's counts in the twin's windows plus the twin's own there; its flush,
 the base's when the twin has joined by the end, else its own. Tested against each twin's own
-replay in ``tests/test_twins.py``.
+replay in ``tests/engine/test_twins.py``.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ import numpy as np
 
 from tierlab.common.errors import UsageError
 from tierlab.serving.capacity import UTILISATION, device_terms, memory_tier
-from tierlab.traces.run import RunConfig
+from tierlab.traces.workload.run import RunConfig
 
 from .sim import Sim
 from .steptime import surface_for
@@ -158,7 +158,7 @@ def _roles(dp, prefill, decode) -> list:
 def _loaded(spec, chip, system):
     """A model, chip or system given by name or path, loaded (objects pass through)."""
     if isinstance(spec, (str, os.PathLike)):
-        from tierlab.traces.spec import load_model
+        from tierlab.traces.model.spec import load_model
 
         spec = load_model(spec)
     if isinstance(chip, (str, os.PathLike)):

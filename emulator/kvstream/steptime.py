@@ -1,7 +1,7 @@
 """A serving step's time and energy from exact replays: a surface fitted over a small grid of step
 shapes, interpolated between them.
 
-A step of continuous batching (:class:`tierlab.traces.mixed.MixedStep`) is described by ``D`` decodes, the
+A step of continuous batching (:class:`tierlab.traces.lowering.serving_step.MixedStep`) is described by ``D`` decodes, the
 sum ``S`` of their positions, ``P`` prefill tokens in ``chunks`` chunks and the chunks' causal
 query-key pairs ``Q`` (as :mod:`tierlab.serving.steps` classes them). Its ops' times grow with
 ``T = D + P`` (the rows through every linear layer), with ``S`` (keys the decodes read) and with
@@ -24,7 +24,7 @@ query-key pairs ``Q`` (as :mod:`tierlab.serving.steps` classes them). Its ops' t
 Energy is fitted the same way from the same replays. Every replay is
 :class:`tierlab.serving.replay.StepReplayer`'s (the calibrated latency and energy that
 ``throughput`` uses). The error against exact replays of random shapes is measured by
-``tests/test_kvstream_steptime.py`` (see :data:`ERROR_BOUND`).
+``tests/requests/test_kvstream_steptime.py`` (see :data:`ERROR_BOUND`).
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from tierlab.serving.replay import StepReplayer
-from tierlab.traces.mixed import MixedStep
+from tierlab.traces.lowering.serving_step import MixedStep
 
 DECODE_NODES = (1, 8, 32, 128, 512)
 MIXED_NODES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 SHORT_CONTEXT = 256
 FAR_START = 16384
-ERROR_BOUND = 0.10   # |surface / replay - 1| on random steps (tests/test_kvstream_steptime.py)
+ERROR_BOUND = 0.10   # |surface / replay - 1| on random steps (tests/requests/test_kvstream_steptime.py)
 
 _CACHE: dict = {}
 
@@ -92,7 +92,7 @@ class StepSurface:
         return self._eval(D, S, P, Q, chunks, 1)
 
     def step_time(self, step: MixedStep) -> float:
-        """:meth:`time` of a :class:`~tierlab.traces.mixed.MixedStep`."""
+        """:meth:`time` of a :class:`~tierlab.traces.lowering.serving_step.MixedStep`."""
         return self.time(*shape_of(step))
 
     def prefill_time(self, tokens: int, start: int = 0) -> float:
@@ -233,7 +233,7 @@ def break_even_for(spec, *, chip=None, system=None, tp: int = 1, pp: int = 1, pr
     prefix's prefill replayed exactly, chunk by chunk of ``max_batch_tokens`` (the step surface is
     not needed for it, nor fitted)."""
     from tierlab.serving.capacity import device_terms
-    from tierlab.traces.run import RunConfig
+    from tierlab.traces.workload.run import RunConfig
 
     if isinstance(prefix_tokens, bool) or not isinstance(prefix_tokens, int) or prefix_tokens < 1:
         from tierlab.common.errors import UsageError

@@ -1,5 +1,5 @@
 """Sums of a costed replay for the report's figures (pure: no matplotlib; nothing counted or costed
-here, only the per-op counts of :class:`tierlab.pipeline.TraceReplay` and the per-op
+here, only the per-op counts of :class:`tierlab.pipeline.chip_replay.TraceReplay` and the per-op
 :class:`tierlab.cost.model.Cost` added up by op kind).
 
 * :func:`latency_by_kind` -- per op kind, the latency of a decode step (or, without decode, of the

@@ -8,7 +8,7 @@ import csv
 from tierlab.analysis.compare import ChipResult, cache_notes, csv_rows, model_info, table_rows
 from tierlab.common.atomic import atomic_path
 from tierlab.present.format import format_bytes, format_percent, format_si, table
-from tierlab.traces.spec import human_count
+from tierlab.traces.model.spec import human_count
 
 
 def model_line(trace) -> tuple[dict, str]:

@@ -12,7 +12,7 @@ import pyarrow as pa
 from tierlab.cost.model import Cost
 from tierlab.cost.trace_cost import cost_of
 from tierlab.engine.counters import TIER_COUNTERS, link_bytes
-from tierlab.pipeline import TraceReplay
+from tierlab.pipeline.chip_replay import TraceReplay
 from tierlab.analysis.result import link_names, to_json
 from tierlab.present.format import format_bytes, format_percent, format_si, format_size, table
 from tierlab.common.atomic import atomic_path

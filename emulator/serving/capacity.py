@@ -13,7 +13,7 @@ Per device, in bytes (the busiest device of the plan)::
 - ``utilisation``: the share of what is left the engine may take (vLLM's ``gpu_memory_utilization``,
   default 0.9).
 - ``weights``: the device's weight tensors exactly as the trace declares them
-  (:func:`tierlab.traces.weightfmt.weight_tensors` over the weights the shard holds).
+  (:func:`tierlab.traces.model.weight_formats.weight_tensors` over the weights the shard holds).
 - ``workspace``: the activation tensors of a step of ``max_batch_tokens`` tokens
   (:func:`tierlab.analysis.capacity.activation_bytes` of the device's local model).
 - ``kv_per_sequence``: the KV a request holds at its longest, ``isl + osl`` positions rounded up to
@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass
 from tierlab.common.errors import CapacityError, UsageError
 from tierlab.analysis.capacity import activation_bytes
 from tierlab.chip.hierarchy import Chip
-from tierlab.traces.run import RunConfig
-from tierlab.traces.spec import ModelSpec
-from tierlab.traces.weightfmt import weight_tensors
+from tierlab.traces.workload.run import RunConfig
+from tierlab.traces.model.spec import ModelSpec
+from tierlab.traces.model.weight_formats import weight_tensors
 
 BLOCK_TOKENS = 16
 UTILISATION = 0.9
@@ -101,7 +101,7 @@ def device_terms(spec: ModelSpec, run: RunConfig, positions: int, max_batch_toke
         w = sum(t.nbytes + sum(nb for *_, nb in t.aux) for t in weight_tensors(spec, run.weights, run.quant_group))
         kv = spec.kv_bytes(positions, run.kv)      # the index keys of a sparse-attention indexer too
         return [(w, activation_bytes(spec, 1, max_batch_tokens, run.activations), kv)]
-    from tierlab.traces.shard import ShardPlan
+    from tierlab.traces.workload.shard import ShardPlan
 
     plan = ShardPlan(spec, run)
     out = []

@@ -77,7 +77,7 @@ def window_figures(s, step_s: np.ndarray, step_j: np.ndarray, board_j: np.ndarra
 def plan(isl: int, osl: int, concurrency: int, max_batch_tokens: int, *, dp: int = 1,
          tokens_rel: float = TOKENS_REL, context_rel: float = CONTEXT_REL):
     """The window (one replica's) and its classes at ``concurrency``; ``(schedule, classes, shapes)``,
-    ``shapes`` the representatives' :class:`~tierlab.traces.mixed.MixedStep` s."""
+    ``shapes`` the representatives' :class:`~tierlab.traces.lowering.serving_step.MixedStep` s."""
     if concurrency % dp:
         raise UsageError(f"concurrency {concurrency} is not a multiple of --dp {dp} (each replica serves its share)",
                          field="--concurrency")

@@ -1,5 +1,5 @@
-"""A serving step replayed exactly: lowered (:func:`tierlab.traces.mixed.lower_step`), replayed on one chip
-(:func:`tierlab.pipeline.replay_trace`) or a system (:func:`tierlab.system_pipeline.replay_system`),
+"""A serving step replayed exactly: lowered (:func:`tierlab.traces.lowering.serving_step.lower_step`), replayed on one chip
+(:func:`tierlab.pipeline.chip_replay.replay_trace`) or a system (:func:`tierlab.pipeline.system_replay.replay_system`),
 and costed with the calibrated latency, read from the replay's ``--json`` dict as ``tierlab run``
 prints it: ``per_token.latency_calibrated_s`` (the step is the trace's one decode step) and
 ``per_token.energy_j`` (the trace's batch is one, so that is the step's energy).
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlab.engine.options import ReplayOptions
-from tierlab.traces.mixed import MixedStep, lower_step
-from tierlab.traces.run import RunConfig
-from tierlab.traces.spec import ModelSpec
+from tierlab.traces.lowering.serving_step import MixedStep, lower_step
+from tierlab.traces.workload.run import RunConfig
+from tierlab.traces.model.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class StepCost:
 
 
 class StepReplayer:
-    """Replays :class:`~tierlab.traces.mixed.MixedStep` s of ``spec`` under ``run`` (dtypes, parallelism) on
+    """Replays :class:`~tierlab.traces.lowering.serving_step.MixedStep` s of ``spec`` under ``run`` (dtypes, parallelism) on
     ``chip`` (a Chip) or ``system`` (a System), one replay per distinct shape."""
 
     def __init__(self, spec: ModelSpec, run: RunConfig, *, chip=None, system=None,
@@ -102,14 +102,14 @@ class StepReplayer:
         if self.system is None:
             from tierlab.analysis.result import to_json
             from tierlab.cost.trace_cost import cost_of
-            from tierlab.pipeline import replay_trace
+            from tierlab.pipeline.chip_replay import replay_trace
 
             tr = replay_trace(trace, self.chip, self.options)
             d = to_json(tr, cost_of(tr))
         else:
             from tierlab.analysis.system_result import to_json
             from tierlab.cost.system_cost import cost_system
-            from tierlab.system_pipeline import replay_system
+            from tierlab.pipeline.system_replay import replay_system
 
             sr = replay_system(trace, self.system, self.options, collective_algo=self.collective_algo)
             d = to_json(sr, cost_system(sr))

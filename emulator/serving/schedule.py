@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tierlab.common.errors import UsageError
-from tierlab.traces.mixed import MixedStep
+from tierlab.traces.lowering.serving_step import MixedStep
 
 MAX_STEPS = 1 << 20      # a schedule longer than this is refused (a run that long is not a steady state)
 
@@ -66,7 +66,7 @@ class Schedule:
         return len(self.decodes)
 
     def step(self, k: int) -> MixedStep:
-        """The shape of window step ``k`` as a :class:`tierlab.traces.mixed.MixedStep`."""
+        """The shape of window step ``k`` as a :class:`tierlab.traces.lowering.serving_step.MixedStep`."""
         return MixedStep(decode=tuple(self.contexts[k].tolist()), prefill=self.chunk_list[k])
 
 

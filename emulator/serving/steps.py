@@ -20,7 +20,7 @@ context_rel``. Each op's time is a sum of per-resource terms that do not decreas
 most in proportion, with these counts (weights are read once whatever the tokens), so a step's time
 differs from its representative's by less than the largest of those factors — a loose bound (25%
 at the default ``context_rel``), since the keys are the attention's share of a step only. What it
-comes to is measured: ``tests/test_throughput_steps.py`` replays every step of short runs and
+comes to is measured: ``tests/serving/test_throughput_steps.py`` replays every step of short runs and
 compares each point's figures with the representative steps' (within 2% there, at every
 concurrency). The sum of positions moves the time of the attention alone, which is why its bins
 are wider.

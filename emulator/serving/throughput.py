@@ -19,7 +19,7 @@ from tierlab.serving.capacity import UTILISATION, kv_limit
 from tierlab.serving.curve import concurrencies, plan, point
 from tierlab.serving.replay import StepReplayer
 from tierlab.serving.steps import CONTEXT_REL, TOKENS_REL
-from tierlab.traces.run import RunConfig
+from tierlab.traces.workload.run import RunConfig
 
 MAX_BATCH_TOKENS = 8192        # vLLM V1's default max_num_batched_tokens for a server on a large GPU (estimate)
 
@@ -38,7 +38,7 @@ SELECTION = ("steps in classes by the number of prefill chunks (exactly) and geo
              "its calibrated latency and energy standing for the class; a shape met again is not replayed again")
 BOUND = ("within a class the token counts differ by less than a factor 1 + tokens_rel and the summed positions by "
          "less than 1 + context_rel, so a step's time by less than the larger (op times grow at most in proportion "
-         "to them); measured against replaying every step of short runs: within 2% (tests/test_throughput_steps.py)")
+         "to them); measured against replaying every step of short runs: within 2% (tests/serving/test_throughput_steps.py)")
 
 
 def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency: str | None = "auto",

@@ -20,7 +20,7 @@ import pyarrow as pa
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
-from tierlab.traces import format as fmt  # noqa: E402
+from tierlab.traces.format import schema as fmt  # noqa: E402
 
 SYN_TENSORS = [  # id, name, kind, layer, expert, dtype, address, nbytes
     (0, "w0", "weight", 0, -1, "bf16", 0, 8192),
@@ -72,9 +72,9 @@ TINY_RUN = dict(prompt=4, generate=2, batch=2, alignment=4096)
 
 
 def write_tiny(out: Path) -> None:
-    from tierlab.traces.lower import generate_trace
-    from tierlab.traces.run import RunConfig
-    from tierlab.traces.spec import load_model
+    from tierlab.traces.lowering.generate import generate_trace
+    from tierlab.traces.workload.run import RunConfig
+    from tierlab.traces.model.spec import load_model
 
     generate_trace(load_model(HERE / "models" / "tiny-llama.json"), RunConfig(**TINY_RUN), out, force=True)
 

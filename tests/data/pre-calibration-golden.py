@@ -6,10 +6,10 @@ Made with the tree before it (commit d996a9e) first on the path:
 """
 import json, sys, tempfile
 from pathlib import Path
-from tierlab.traces.spec import load_model
-from tierlab.traces.run import RunConfig
-from tierlab.traces.lower import generate_trace
-from tierlab.pipeline import replay_trace
+from tierlab.traces.model.spec import load_model
+from tierlab.traces.workload.run import RunConfig
+from tierlab.traces.lowering.generate import generate_trace
+from tierlab.pipeline.chip_replay import replay_trace
 from tierlab.analysis.result import to_json
 from tierlab.chip.chipfile import chip_hash, load_chip
 import tierlab

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from tierlab.common.errors import ConfigError, UsageError
 from tierlab.common.paths import configs_dir
-from tierlab.traces.run import RunConfig
-from tierlab.traces.segments import plan_segments
-from tierlab.traces.spec import read_config_json
+from tierlab.traces.workload.run import RunConfig
+from tierlab.traces.workload.segments import plan_segments
+from tierlab.traces.model.spec import read_config_json
 
 
 def read_config(name_or_path: str) -> tuple[dict, str, str]:
@@ -35,7 +35,7 @@ def read_config(name_or_path: str) -> tuple[dict, str, str]:
 
 def without_hand_lowering(err) -> str:
     """The capture path for a config whose family has no hand lowering (``err``, a
-    :class:`tierlab.traces.families.UnknownFamily`): the reason the provenance gives, or, without the capture
+    :class:`tierlab.traces.model.families.UnknownFamily`): the reason the provenance gives, or, without the capture
     extra, a ConfigError in one line naming the extra to install."""
     import importlib.util
 
@@ -64,7 +64,7 @@ def capture_trace(config: dict, run: RunConfig, out_dir: str | os.PathLike, *, n
 
     require_extra()
     from tierlab.traces.capture.lower import CaptureLowering
-    from tierlab.traces.writer import TraceWriter
+    from tierlab.traces.format.writer import TraceWriter
 
     cap = record(config, segments, run.batch, run.context, file=file)
     positions = run.max_positions

@@ -2,7 +2,7 @@
 
 Tensors: every recorded weight (``named_parameters`` and persistent buffers, under their Hugging
 Face names; an experts tensor ``[expert, out, in]`` as one tensor per expert, ``NAME.E``) in the
-run's weights dtype (1-D ones in :func:`tierlab.traces.dtypes.vector_dtype`, group-quantised matrices with
+run's weights dtype (1-D ones in :func:`tierlab.traces.model.dtypes.vector_dtype`, group-quantised matrices with
 their ``.scales``); per layer a K and a V cache tensor of ``batch x positions x row`` in the KV dtype,
 with the row widths the cache object received; activation buffers per row width. Ops, per recorded
 event (see :mod:`tierlab.traces.capture.opmap`): a linear module -> :func:`tierlab.kernels.linear.linear`; a norm ->
@@ -10,7 +10,7 @@ event (see :mod:`tierlab.traces.capture.opmap`): a linear module -> :func:`tierl
 followed by a product -> the gated SiLU-and-multiply, else the ungated activation; a residual add
 in a decoder layer -> an element-wise add; an attention call -> rotary (when the attention module
 ran rotate_half's ``neg``), the KV append and :func:`tierlab.kernels.attention.flash_attention`; a router and
-experts -> :mod:`tierlab.kernels.moe` with tokens routed by :class:`tierlab.traces.routing.Router`.
+experts -> :mod:`tierlab.kernels.moe` with tokens routed by :class:`tierlab.traces.workload.routing.Router`.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from collections import Counter
 from tierlab.traces.capture.opmap import ELEMENTWISE_ATEN, MOVES_NOTHING, ROTARY_CLASS, is_decoder_layer, layer_of
 from tierlab.traces.capture.record import Capture
 from tierlab.traces.capture.tensors import CaptureTensors, numel
-from tierlab.traces.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
-from tierlab.traces.routing import Router
-from tierlab.traces.run import RunConfig
-from tierlab.traces.writer import TraceWriter
+from tierlab.traces.model.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
+from tierlab.traces.workload.routing import Router
+from tierlab.traces.workload.run import RunConfig
+from tierlab.traces.format.writer import TraceWriter
 
 
 class CaptureLowering(CaptureTensors):

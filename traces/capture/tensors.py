@@ -9,7 +9,7 @@ import math
 
 from tierlab.kernels import attention as attn
 from tierlab.kernels.base import Op, Ten
-from tierlab.traces.dtypes import GROUP_QUANTISED, SCALE_DTYPE, activation_storage, nbytes_of, scale_bytes, vector_dtype
+from tierlab.traces.model.dtypes import GROUP_QUANTISED, SCALE_DTYPE, activation_storage, nbytes_of, scale_bytes, vector_dtype
 
 
 def numel(shape) -> int:
