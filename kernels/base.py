@@ -2,7 +2,7 @@
 
 A kernel is a plain function of shapes, dtypes (as byte sizes) and tensor handles; it returns a
 list of :class:`Op`. It never writes a trace itself, so each kernel can be tested on its own; the
-lowering (:mod:`tierlab.traces.lower`) stamps layer/phase/step and hands the ops to the trace writer.
+lowering (:mod:`tierlab.traces.lowering.generate`) stamps layer/phase/step and hands the ops to the trace writer.
 
 ``kernels/`` has one module per operator family: ``embedding`` (gather), ``norm`` (norms, rotary,
 element-wise), ``linear`` (decode GEMV / prefill tiled GEMM), ``attention`` (flash and naive,
