@@ -26,6 +26,11 @@ tokens, a request whose number of hash ids is not ``ceil(input_tokens / block_to
 no requests. Arrival times going backwards are **sorted, not refused**: the requests are put in
 arrival order (a stable sort, so ties keep the file's order) and a one-line ``warnings.warn`` says
 how many arrived before an earlier line's request.
+
+Each request keeps its line (``RequestTrace.lines``; a Parquet file's row), through that sort and
+any slice, so that what serving refuses later (a request longer than the model's positions, or than
+HBM holds) is named the same way: ``FILE: line N: ...``. Counting the lines costs one
+``bytes.count`` where no line is blank.
 """
 
 from __future__ import annotations
@@ -113,11 +118,24 @@ def _data_lines(data: bytes, skip_header: bool) -> list[int]:
     return lines[1:] if skip_header else lines
 
 
+def _row_lines(data: bytes, n: int, skip_header: bool) -> np.ndarray | None:
+    """The 1-based line of each of the ``n`` rows read from ``data``. Where the file has exactly
+    ``n`` (+ a header) lines, no line is blank and row k is on line k (+ 1): one ``bytes.count``,
+    no pass in Python; otherwise :func:`_data_lines`. None if neither agrees with ``n``."""
+    first = 2 if skip_header else 1
+    total = data.count(_NL) + (0 if not data or data.endswith(_NL) else 1)
+    if total == n + first - 1:
+        return np.arange(first, first + n, dtype=np.int64)
+    lines = _data_lines(data, skip_header)
+    return np.array(lines, np.int64) if len(lines) == n else None
+
+
 # ---------------------------------------------------------------- checks shared by every format ---
 
 def _assemble(path: str, fmt: str, arrival, inp, out, session, offsets, raw_ids, block_tokens: int,
-              has_ids: bool) -> RequestTrace:
-    """Check the columns (raising :class:`_Bad` at the first bad row) and build the trace."""
+              has_ids: bool, lines: np.ndarray | None = None) -> RequestTrace:
+    """Check the columns (raising :class:`_Bad` at the first bad row) and build the trace; ``lines``:
+    each row's line (or Parquet row) number, kept for the errors of serving."""
     n = arrival.shape[0]
     if n == 0:
         raise _Bad(0, "", "no requests")
@@ -143,7 +161,7 @@ def _assemble(path: str, fmt: str, arrival, inp, out, session, offsets, raw_ids,
     trace = RequestTrace(np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(inp, np.int64),
                          np.ascontiguousarray(out, np.int64), np.ascontiguousarray(session, np.int64),
                          np.ascontiguousarray(offsets, np.int64), blocks, int(block_tokens), n_unique,
-                         path, fmt)
+                         path, fmt, lines)
     back = int(np.count_nonzero(arrival[1:] < np.maximum.accumulate(arrival)[:-1]))
     if back:
         warnings.warn(f"{path}: {back} of {n} requests arrive before an earlier line's request; "
@@ -377,7 +395,10 @@ def read_requests(path, *, block_tokens: int | None = None, format: str | None =
             else:
                 cols = _csv_slow(data, src, fmt)
         arrival, inp, out, session, offsets, raw, has_ids = cols
-        return _assemble(src, fmt, arrival, inp, out, session, offsets, raw, int(bt), has_ids)
+        n = arrival.shape[0]
+        lines = np.arange(1, n + 1, dtype=np.int64) if fmt == "parquet" else \
+            _row_lines(data, n, skip_header=fmt != "mooncake") if n else None
+        return _assemble(src, fmt, arrival, inp, out, session, offsets, raw, int(bt), has_ids, lines)
     except _Bad as bad:
         if fmt == "parquet":
             where = f"row {bad.row + 1}" if bad.row >= 0 else "row 1"

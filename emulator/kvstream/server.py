@@ -88,8 +88,8 @@ def serve_requests(trace, spec, *, chip=None, system=None, tp: int = 1, pp: int 
     too_long = np.flatnonzero(inp + out > spec.max_position_embeddings)
     if too_long.size:
         i = int(too_long[0])
-        raise UsageError(f"request {i}: {inp[i]} + {out[i]} positions exceed {spec.name}'s "
-                         f"max_position_embeddings {spec.max_position_embeddings}", field="trace")
+        raise trace.request_error(i, f"{inp[i]} + {out[i]} positions exceed {spec.name}'s "
+                                  f"max_position_embeddings {spec.max_position_embeddings}")
     run = RunConfig(generate=1, weights=weights, kv=kv, activations=activations, tp=tp, pp=pp, ep=ep)
     target = chip if system is None else system.chip
     devices = run.devices

@@ -7,8 +7,6 @@ import heapq
 
 import numpy as np
 
-from tierlab.common.errors import UsageError
-
 from .replica import LruTier, Replica
 
 
@@ -138,8 +136,9 @@ class Sim:
             ready = [e[3] for e in r.prefilling if e[3] > r.now]
             nxt = min(ready) if ready else np.inf
             if nxt == np.inf and horizon == np.inf:
-                raise UsageError(f"request {r.waiting[0]} does not fit in HBM even alone "
-                                 f"({self.inp[r.waiting[0]] + self.out[r.waiting[0]]} positions)", field="trace")
+                i = r.waiting[0]
+                raise self.trace.request_error(i, f"does not fit in HBM even alone "
+                                               f"({int(self.inp[i] + self.out[i])} positions)")
             r.now = min(nxt, horizon) if nxt < np.inf else horizon
             return
         S = r.sumA + r.D * r.step
@@ -189,8 +188,8 @@ class Sim:
         blocks: a decode replica keeps no prefix cache); its first token goes out then."""
         need = self._total_blocks(i)
         if need > r.cap:
-            raise UsageError(f"request {i}: {int(self.inp[i] + self.out[i])} positions need {need} blocks; "
-                             f"HBM holds {r.cap}", field="trace")
+            raise self.trace.request_error(i, f"{int(self.inp[i] + self.out[i])} positions need {need} blocks; "
+                                              f"HBM holds {r.cap}")
         if r.cap - r.used() < need:
             return False
         r.private += need
@@ -251,8 +250,8 @@ class Sim:
         if r.cap - r.used() + evictable < need:
             return False
         if need > r.cap:
-            raise UsageError(f"request {i}: {inp + int(self.out[i])} positions need {need} blocks; HBM holds "
-                             f"{r.cap}", field="trace")
+            raise self.trace.request_error(i, f"{inp + int(self.out[i])} positions need {need} blocks; HBM holds "
+                                              f"{r.cap}")
         src = []                                           # tier index (1..) of each block past the HBM hits
         for b in ids[kh:]:
             where = 0

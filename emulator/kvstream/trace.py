@@ -79,6 +79,9 @@ class RequestTrace:
     n_unique_blocks : distinct ids.
     source : where the requests came from (a path, or a description of a synthetic stream).
     format : ``mooncake``, ``azure``, ``csv``, ``parquet`` or ``synthetic``.
+    lines : int64 or None: each request's 1-based line in ``source`` (its row, for Parquet), kept
+        through sorting and slicing, so that an error names the request where a person finds it
+        (:meth:`request_error`); None for a synthetic stream.
     """
 
     arrival_s: np.ndarray
@@ -91,6 +94,7 @@ class RequestTrace:
     n_unique_blocks: int
     source: str
     format: str
+    lines: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -119,6 +123,20 @@ class RequestTrace:
         w[last] = self.input_tokens[has] - (nb[has] - 1) * self.block_tokens
         return w
 
+    def where(self, i: int) -> str:
+        """Where request ``i`` came from, as a person finds it: ``line N`` of the file (``row N``
+        of a Parquet file), or ``request i`` (its index in arrival order) of a synthetic stream."""
+        if self.lines is None:
+            return f"request {int(i)}"
+        return f"{'row' if self.format == 'parquet' else 'line'} {int(self.lines[i])}"
+
+    def request_error(self, i: int, message: str) -> UsageError:
+        """A :class:`UsageError` about request ``i``, one line naming its file and line:
+        ``FILE: line N: message`` (a synthetic stream's: ``trace: request i: message``)."""
+        if self.lines is None:
+            return UsageError(f"{self.where(i)}: {message}", field="trace")
+        return UsageError(message, file=self.source, field=self.where(i))
+
     def slice(self, start: int, stop: int | None = None) -> RequestTrace:
         """Requests ``start:stop`` (block ids renumbered densely again)."""
         start, stop, _ = slice(start, stop).indices(len(self))
@@ -130,7 +148,8 @@ class RequestTrace:
                        output_tokens=self.output_tokens[start:stop].copy(),
                        session=self.session[start:stop].copy(),
                        block_offsets=self.block_offsets[start:stop + 1] - lo, blocks=blocks,
-                       n_unique_blocks=n_unique)
+                       n_unique_blocks=n_unique,
+                       lines=None if self.lines is None else self.lines[start:stop].copy())
 
     def head(self, n: int) -> RequestTrace:
         """The first ``n`` requests."""
@@ -159,7 +178,8 @@ class RequestTrace:
         blocks, n_unique = dense_block_ids(raw)
         return replace(self, arrival_s=self.arrival_s[order], input_tokens=self.input_tokens[order],
                        output_tokens=self.output_tokens[order], session=self.session[order],
-                       block_offsets=off, blocks=blocks, n_unique_blocks=n_unique)
+                       block_offsets=off, blocks=blocks, n_unique_blocks=n_unique,
+                       lines=None if self.lines is None else self.lines[order])
 
     def to_arrow(self) -> pa.Table:
         """One row per request: ``arrival_s, input_tokens, output_tokens, session, hash_ids``

@@ -1019,7 +1019,7 @@ CASES += [
          "{tmp}/r.jsonl: line 1: hash_ids: 3 ids for 600 input tokens; expected ceil(600/512) = 2 at 512 tokens per "
          "block", {"r.jsonl": _REQ.replace("[0, 1]", "[0, 1, 2]")}),
     Case("requests-longer-than-positions", ["requests", "{tmp}/r.jsonl", *_SERVE],
-         "{tmp}/r.jsonl: request 0: 4608 + 5 positions exceed tiny-llama's max_position_embeddings 4096",
+         "{tmp}/r.jsonl: line 1: 4608 + 5 positions exceed tiny-llama's max_position_embeddings 4096",
          {"r.jsonl": '{"timestamp": 0, "input_length": 4608, "output_length": 5, "hash_ids": [0, 1, 2, 3, 4, 5, 6, 7, '
                      '8]}\n'}),
     Case("requests-zero-tier", ["requests", "{tmp}/r.jsonl", *_SERVE, "--kv-tier", "dram=0TB"],

@@ -153,3 +153,31 @@ def test_bad_arguments(tmp_path):
         read_requests(p, format="sharegpt")
     with pytest.raises(UsageError, match="cannot read"):
         read_requests(tmp_path / "none.jsonl")
+
+
+def test_each_request_keeps_its_line(tmp_path):
+    """Lines are kept through blank lines, the sort of backwards arrivals and a slice; a Parquet file's
+    rows are numbered; a file without blank lines is numbered by one count (row k on line k)."""
+    p = tmp_path / "m.jsonl"
+    p.write_text(MOONCAKE)                                          # line 3 blank
+    assert read_requests(p).lines.tolist() == [1, 2, 4]
+    back = MOONCAKE.replace('"timestamp": 27', '"timestamp": 40')   # line 2 now arrives after line 4
+    p.write_text(back)
+    with pytest.warns(UserWarning):
+        t = read_requests(p)
+    assert t.lines.tolist() == [1, 4, 2] and t.input_tokens.tolist() == [1000, 512, 1600]
+    assert t.slice(1).lines.tolist() == [4, 2] and t.head(1).lines.tolist() == [1]
+    assert t.where(2) == "line 2"
+    p.write_text(MOONCAKE.replace("\n\n", "\n"))
+    assert read_requests(p).lines.tolist() == [1, 2, 3]
+    a = tmp_path / "a.csv"
+    a.write_text(AZURE)                                              # a header, CRLF, no final newline
+    assert read_requests(a).lines.tolist() == [2, 3, 4]
+    c = write_csv(tmp_path / "r.csv", [[1], [2], [1, 3]], [5, 5, 20])
+    t = read_requests(c, block_tokens=16)
+    assert t.lines.tolist() == [2, 3, 4]
+    pq.write_table(t.to_arrow(), tmp_path / "r.parquet")
+    t = read_requests(tmp_path / "r.parquet", block_tokens=16)
+    assert t.lines.tolist() == [1, 2, 3] and t.where(1) == "row 2"
+    err = t.request_error(1, "too long")
+    assert str(err) == f"{tmp_path / 'r.parquet'}: row 2: too long"

@@ -93,3 +93,31 @@ def test_bad_serving_inputs(spec, chip):
         with pytest.raises(UsageError) as e:
             serve_requests(tr, spec, chip=chip, max_batch_tokens=BUDGET, **kw)
         assert e.value.field == field and text in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_request_that_cannot_be_served_is_named_by_its_line(spec, chip, tmp_path):
+    """Longer than the model's positions, or than HBM holds: one line naming the file and the request's
+    line (after a blank line and a sort of backwards arrivals), not its index; a synthetic stream's by
+    its index."""
+    from tierlab.kvstream.reader import read_requests
+
+    rec = '{{"timestamp": {t}, "input_length": {n}, "output_length": 4, "hash_ids": {ids}}}\n'
+    text = (rec.format(t=0, n=32, ids=[0, 1]) + "\n" + rec.format(t=50, n=32, ids=[0, 1])
+            + rec.format(t=20, n=160000, ids=list(range(2, 2 + 10000))))
+    p = tmp_path / "trace.jsonl"
+    p.write_text(text)
+    with pytest.warns(UserWarning):
+        tr = read_requests(p, block_tokens=BT)
+    with pytest.raises(UsageError) as e:
+        serve_requests(tr, spec, chip=chip, max_batch_tokens=BUDGET)
+    assert str(e.value) == f"{p}: line 4: 160000 + 4 positions exceed {spec.name}'s max_position_embeddings " \
+                           f"{spec.max_position_embeddings}"
+    p.write_text(text.replace("160000", "480").replace(str(list(range(2, 2 + 10000))), str(list(range(2, 32)))))
+    with pytest.warns(UserWarning):
+        tr = read_requests(p, block_tokens=BT)
+    with pytest.raises(UsageError) as e:
+        serve_requests(tr, spec, chip=chip, max_batch_tokens=BUDGET, hbm_tokens=256)
+    assert str(e.value).startswith(f"{p}: line 4: ") and "positions" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(UsageError) as e:
+        serve_requests(unique_trace(3, 20, 4, BT), spec, chip=chip, max_batch_tokens=BUDGET, hbm_tokens=256)
+    assert "request 0: " in str(e.value) and e.value.field == "trace"
