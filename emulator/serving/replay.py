@@ -1,12 +1,16 @@
 """A serving step replayed exactly: lowered (:func:`tierlab.traces.lowering.serving_step.lower_step`), replayed on one chip
 (:func:`tierlab.pipeline.chip_replay.replay_trace`) or a system (:func:`tierlab.pipeline.system_replay.replay_system`),
-and costed with the calibrated latency, read from the replay's ``--json`` dict as ``tierlab run``
-prints it: ``per_token.latency_calibrated_s`` (the step is the trace's one decode step) and
-``per_token.energy_j`` (the trace's batch is one, so that is the step's energy).
+and costed with the calibrated latency: ``per_token.latency_calibrated_s`` of ``tierlab run``'s
+``--json`` (the step is the trace's one decode step) and ``per_token.energy_j`` (the trace's batch is
+one, so that is the step's energy). The figures are read from the replay and its cost
+(:mod:`tierlab.analysis.figures`), the same calls as the ``--json`` dict's ``per_token``, without
+building the rest of the dict.
 
 :class:`StepReplayer` keeps every step it has replayed by its exact shape: a shape met again (at
 another concurrency, or twice in one window) is one replay. Traces are written under one temporary
-directory for the replayer's life.
+directory for the replayer's life, each removed once replayed: the lowering writes a trace directory,
+and writing and reading it back is a few milliseconds of a step's second or so (lowering, replay and
+costing are the rest: docs/performance.md).
 
 A large batch's decodes each read their own span of the KV cache, cutting the cache's sets into
 thousands of groups; the engine's default bound on groups (a quarter of the sets) takes them, so the
@@ -99,27 +103,33 @@ class StepReplayer:
         path = Path(self._tmp.name) / f"step-{os.getpid()}-{self.replays}.trace"
         trace = lower_step(self.spec, self.run, step, path)
         self.replays += 1
-        if self.system is None:
-            from tierlab.analysis.result import to_json
-            from tierlab.cost.trace_cost import cost_of
-            from tierlab.pipeline.chip_replay import replay_trace
+        try:
+            if self.system is None:
+                from tierlab.analysis.figures import chip_per_token
+                from tierlab.cost.trace_cost import cost_of
+                from tierlab.pipeline.chip_replay import replay_trace
 
-            tr = replay_trace(trace, self.chip, self.options)
-            d = to_json(tr, cost_of(tr))
-        else:
-            from tierlab.analysis.system_result import to_json
-            from tierlab.cost.system_cost import cost_system
-            from tierlab.pipeline.system_replay import replay_system
+                tr = replay_trace(trace, self.chip, self.options)
+                pt = chip_per_token(tr, cost_of(tr))
+            else:
+                from tierlab.analysis.figures import system_per_token
+                from tierlab.cost.system_cost import cost_system
+                from tierlab.pipeline.system_replay import replay_system
 
-            sr = replay_system(trace, self.system, self.options, collective_algo=self.collective_algo)
-            d = to_json(sr, cost_system(sr))
-        pt = d["per_token"]
-        _remove(path)
-        return StepCost(latency_s=float(pt["latency_calibrated_s"]), latency_roofline_s=float(pt["latency_s"]),
-                        energy_j=float(pt["energy_j"]) * int(pt.get("batch", 1)),
-                        bound=str(pt.get("bound_calibrated", pt.get("bound"))),
-                        energy_board_j=float(pt.get("energy_board_j", pt["energy_j"]))
-                        * int(pt.get("tokens_per_step", pt.get("batch", 1))))
+                sr = replay_system(trace, self.system, self.options, collective_algo=self.collective_algo)
+                pt = system_per_token(sr, cost_system(sr))
+        finally:
+            _remove(path)
+        return step_cost(pt)
+
+
+def step_cost(pt: dict) -> StepCost:
+    """The :class:`StepCost` of a step trace's ``per_token`` figures (the trace's one decode step)."""
+    return StepCost(latency_s=float(pt["latency_calibrated_s"]), latency_roofline_s=float(pt["latency_s"]),
+                    energy_j=float(pt["energy_j"]) * int(pt.get("batch", 1)),
+                    bound=str(pt.get("bound_calibrated", pt.get("bound"))),
+                    energy_board_j=float(pt.get("energy_board_j", pt["energy_j"]))
+                    * int(pt.get("tokens_per_step", pt.get("batch", 1))))
 
 
 _FORKED: StepReplayer | None = None     # the replayer a forked worker inherits (prefetch)
