@@ -1,10 +1,12 @@
-"""One trace group of a sweep into result rows, through the existing pipeline and ``to_json``.
+"""One trace group of a sweep into result rows, through the existing pipeline.
 
 :func:`run_group` is the task a sweep's worker runs: it generates the group's trace once into a
 temporary directory on that worker, replays it on every chip (with its overrides) or system of the
 group's points, removes the trace and returns one row per point. A point that fails records its
 one-line error in ``error`` and the others go on. A row's figures are those of ``tierlab run`` of
-the point: the same :func:`tierlab.analysis.result.to_json` (or its system twin) ``per_token``.
+the point: its ``--json`` dict's ``per_token``, whole-run latency and energy and tiers' hit rates,
+read from the replay and its cost by :mod:`tierlab.analysis.figures` (the same calls as
+:func:`tierlab.analysis.result.to_json` and its system twin, without building the rest of the dict).
 """
 
 from __future__ import annotations
@@ -41,11 +43,14 @@ def error_line(err: BaseException) -> str:
 
 
 def replay_point(trace_path, point: Point) -> dict:
-    """The ``--json`` dict of ``tierlab run`` of ``point`` on an already written trace."""
+    """The figures of ``tierlab run`` of ``point`` on an already written trace that a row takes
+    (:func:`tierlab.analysis.figures.run_figures`: ``per_token``, ``latency_s``, ``energy_j.total``
+    and the tiers' hits and misses, each exactly the ``--json`` dict's), read from the replay and its
+    cost without building the rest of the dict."""
+    from tierlab.analysis.figures import run_figures
     from tierlab.engine.options import ReplayOptions
 
     if point.system is not None:
-        from tierlab.analysis.system_result import to_json as system_json
         from tierlab.cost.system_cost import cost_system
         from tierlab.pipeline.system_replay import check_fits, replay_system
         from tierlab.traces.format.reader import open_trace
@@ -54,17 +59,17 @@ def replay_point(trace_path, point: Point) -> dict:
         trace = open_trace(trace_path)
         check_fits(trace, system)
         sr = replay_system(trace, system, ReplayOptions())
-        return system_json(sr, cost_system(sr))
-    from tierlab.analysis.result import to_json
+        return run_figures(sr, cost_system(sr))
     from tierlab.cost.trace_cost import cost_of
     from tierlab.pipeline.chip_replay import replay_trace
 
     tr = replay_trace(trace_path, build_chip(point.chip, point.overrides), ReplayOptions())
-    return to_json(tr, cost_of(tr))
+    return run_figures(tr, cost_of(tr))
 
 
 def _tiers(d: dict) -> dict:
-    """Hit rate per tier name (a system: over all its devices)."""
+    """Hit rate per tier name (a system: over all its devices; ``d`` a ``--json`` dict or
+    :func:`replay_point`'s figures)."""
     tiers = d["tiers"] if "tiers" in d else [t for dev in d["devices"] for t in dev["tiers"]]
     acc: dict[str, list] = {}
     for t in tiers:

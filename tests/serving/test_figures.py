@@ -78,3 +78,22 @@ def test_run_figures_of_a_whole_run_are_the_json(tmp_path, where):
     else:
         sr = replay_system(path, load_system(where), ReplayOptions())
         same_run(run_figures(sr, cost_system(sr)), system_result.to_json(sr, cost_system(sr)))
+
+
+@pytest.mark.parametrize("where", [{"chip": ["h100"]}, {"system": ["dgx-h100"], "tp": [2]}])
+def test_sweep_row_from_the_figures_is_the_row_from_the_json(tmp_path, where):
+    """A sweep's row built from :func:`replay_point`'s figures equals the one built from the whole dict."""
+    from tierlab.design_space.grid import grid_from_dict
+    from tierlab.design_space.point import replay_point, row_of, run_config
+
+    grid = grid_from_dict({"model": [TINY], "prompt": [64], "generate": [2], "batch": [2], **where})
+    (p,) = grid.points()
+    path = generate_trace(load_model(TINY), run_config(p), tmp_path / "run.trace")
+    if p.system is not None:
+        sr = replay_system(path, load_system(p.system), ReplayOptions())
+        d = system_result.to_json(sr, cost_system(sr))
+    else:
+        tr = replay_trace(path, load_chip(p.chip), ReplayOptions())
+        d = result.to_json(tr, cost_of(tr))
+    keys = grid.override_keys
+    assert row_of(p, keys, replay_point(path, p), None) == row_of(p, keys, d, None)
