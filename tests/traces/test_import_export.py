@@ -32,7 +32,7 @@ def _chip_toml(policy="lru", levels=LEVELS, line=64, memory="memory", lend="") -
         parts.append(f'[[tier]]\nname = "{name}"\ncapacity = "{sets * ways * line} B"\nblock = "{line} B"\n'
                      f'ways = {ways}\npolicy = "{policy}"\nmanaged = "cache"\nbandwidth = "1 TB/s"\n'
                      'read_energy = "1 pJ/bit"\nwrite_energy = "1 pJ/bit"\n')
-    parts.append(f'[[tier]]\nname = "dram"\ncapacity = "64 GiB"\nblock = "{line} B"\npolicy = "lru"\n'
+    parts.append(f'[[tier]]\nname = "dram"\ncapacity = "64 GiB"\nblock = "{line} B"\n'
                  f'managed = "{memory}"\n{lend}bandwidth = "100 GB/s"\nread_energy = "1 pJ/bit"\n'
                  'write_energy = "1 pJ/bit"\n')
     for a, b in zip(names, names[1:]):
