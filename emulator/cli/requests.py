@@ -50,13 +50,16 @@ FLAGS = {"kv_tiers": "--kv-tier", "router": "--router", "dp": "--dp", "tp": "--t
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes replaying the step surface.")
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Draw the TTFT distribution with and without the tiers, and the hit curve (PNG, SVG, PDF).")
+@click.option("--html", "html_path", type=click.Path(), default=None, metavar="FILE.html",
+              help="Write a self-contained HTML report: the configuration, the summary, the TTFT and TPOT "
+                   "distributions (with and without the tiers) and the hit curve (needs the plot extra).")
 @click.option("-o", "--parquet", "parquet_path", type=click.Path(), default=None,
               help="Write one row per request to this Parquet file.")
 @force_option
 @json_option
 def command(requests_path, model, chip, system, tp, pp, ep, dp, prefill_instances, decode_instances, router, kv_tier, write_policy, no_overlap,
             block_tokens, rate_scale, head, weights, kv, activations, max_batch_tokens, slo_ttft, slo_tpot, workers,
-            plot_path, parquet_path, force, as_json):
+            plot_path, html_path, parquet_path, force, as_json):
     """Serve the request stream REQUESTS (Mooncake JSONL, Azure CSV, CSV or Parquet; gzip/xz) open loop:
     continuous batching admits each request within the KV left in HBM, finds its cached prefix in the
     highest tier holding it and loads it, or recomputes it where that is faster."""
@@ -72,13 +75,19 @@ def command(requests_path, model, chip, system, tp, pp, ep, dp, prefill_instance
         raise UsageError("give exactly one of --chip and --system", field="--chip")
     if parquet_path and not str(parquet_path).endswith(".parquet"):
         raise UsageError(f"expected a .parquet file, got {parquet_path!r}", field="-o")
-    for p in (plot_path, parquet_path):
+    for p in (plot_path, html_path, parquet_path):
         if p:
             check_output(p, force=force)
-    if plot_path:
+    if plot_path or html_path:       # matplotlib missing fails before the work
         from tierlab.present.plots import pyplot
 
-        pyplot()       # matplotlib missing fails before the work
+        try:
+            pyplot()
+        except UsageError:
+            if not html_path:
+                raise
+            raise UsageError("the report's figures need matplotlib: pip install 'tierlab[plot]'",
+                             field="--html") from None
     tiers = {}
     for text in kv_tier:
         try:
@@ -107,7 +116,7 @@ def command(requests_path, model, chip, system, tp, pp, ep, dp, prefill_instance
     try:
         res = serve_requests(trace, spec, **target, kv_tiers=tiers or None, **kw)
         base = None
-        if plot_path and tiers:       # the same stream with HBM alone, for the picture
+        if (plot_path or html_path) and tiers:       # the same stream with HBM alone, for the pictures
             base = serve_requests(trace, spec, **target, kv_tiers=None, **kw)
     except UsageError as err:
         if err.field == "trace":          # a request the model cannot serve: name the file it came from
@@ -118,10 +127,14 @@ def command(requests_path, model, chip, system, tp, pp, ep, dp, prefill_instance
     if parquet_path:
         res.to_parquet(parquet_path)
         click.echo(f"wrote {parquet_path}", err=True)
-    if plot_path:
+    if plot_path or html_path:
         from tierlab.kvstream.hitcurve import hit_curve
 
         curve = hit_curve(trace).to_dict() if trace.has_hash_ids else None
-        view.draw(res, base, curve, plot_path, force=force)
-        click.echo(f"wrote {plot_path}", err=True)
+        if plot_path:
+            view.draw(res, base, curve, plot_path, force=force)
+            click.echo(f"wrote {plot_path}", err=True)
+        if html_path:
+            view.write_html_report(res, base, curve, trace, html_path, force=force)
+            click.echo(f"wrote {html_path}", err=True)
     click.echo(json.dumps(res.summary, indent=2) if as_json else view.format_text(res.summary))

@@ -1043,6 +1043,8 @@ CASES += [
                                              "--decode-instances", "2"],
          "--prefill-instances: (prefill + decode instances) x tp x pp = 10 devices; dgx-h100 has 8 chips",
          {"r.jsonl": _REQ}),
+    Case("requests-html-parent-missing", ["requests", "{tmp}/r.jsonl", *_SERVE, "--html", "{tmp}/no/r.html"],
+         "{tmp}/no/r.html: parent directory {tmp}/no does not exist", {"r.jsonl": _REQ}),
     Case("requests-disaggregated-and-dp", ["requests", "{tmp}/r.jsonl", "--model", str(TINY), "--system",
                                            "dgx-h100", "--dp", "2", "--prefill-instances", "1",
                                            "--decode-instances", "1"],

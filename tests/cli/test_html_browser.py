@@ -68,12 +68,19 @@ def reports(tmp_path_factory):
     _cli("sweep", "--model", TINY, "--chip", "h100,a100", "--batch", "1,4", "--context", "16", "--generate", "1",
          "-o", tmp / "s.parquet", "--workers", "1", "--html", out["sweep"])
     bounds["sweep"] = sorted({r["bound"] for r in pq.read_table(tmp / "s.parquet").to_pylist()})
+    src = tmp / "r.jsonl"           # a request stream (issue 41): 12 requests sharing a 2-block prefix
+    src.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 96 + 16 * (i % 3), "output_length": 4,
+                                       "hash_ids": [0, 1]}) + "\n" for i in range(12)))
+    out["requests"] = tmp / "requests.html"
+    _cli("requests", src, "--model", TINY, "--chip", "h100", "--block-tokens", "64", "--kv-tier", "dram=1GB",
+         "--html", out["requests"])
+    bounds["requests"] = ["time to first token", "dram"]     # not a bound: the page names the summary and tier
     return out, bounds
 
 
 EXPECTED = {"replay": {"time", "busy", "bytes", "hit_rates", "energy", "latency", "roofline", "mrc"},
             "system": {"time", "devices", "busy", "bytes", "energy", "hit_rates", "latency", "roofline"},
-            "compare": {"comparison"}, "sweep": {"pareto"}}
+            "compare": {"comparison"}, "sweep": {"pareto"}, "requests": {"ttft", "tpot", "hit_curve"}}
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
