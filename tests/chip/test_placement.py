@@ -15,7 +15,7 @@ from tierlab.common.errors import CapacityError, ConfigError
 
 
 def tier(name, capacity, block="64 B", managed="memory", **kw):
-    d = {"name": name, "capacity": capacity, "block": block, "policy": "lru", "managed": managed,
+    d = {"name": name, "capacity": capacity, "block": block, "managed": managed,
          "bandwidth": "1 TB/s", "read_energy": "1 pJ/bit", "write_energy": "1 pJ/bit"}
     d.update(kw)
     return d
