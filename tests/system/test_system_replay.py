@@ -14,7 +14,7 @@ from tierlab.common.errors import TraceError, UsageError
 from tierlab.analysis.result import to_json as chip_json
 from tierlab.analysis.system_result import per_token
 from tierlab.analysis.system_result import to_json as system_json
-from tierlab.chip.hierarchy import Chip, Compute, Link, Tier
+from tierlab.chip.hierarchy import Chip, Compute, Link, Power, Tier
 from tierlab.cli import main
 from tierlab.cost.system_cost import COLL, OP, cost_system, critical_path
 from tierlab.cost.trace_cost import cost_of
@@ -139,10 +139,12 @@ def test_energy_is_the_sum_of_its_parts(tmp_path):
 
 
 def _round_chip():
-    """Bandwidths so large that every op is compute-bound at 1e12 FLOP/s: 1e6 FLOPs = 1 us."""
+    """Bandwidths so large that every op is compute-bound at 1e12 FLOP/s: 1e6 FLOPs = 1 us. No static
+    power (board energy = the dynamic energy; the test reads no energy)."""
     tiers = (Tier("l2", 64 * KIB, 128, 4, "lru", "cache", 1e18, 1e-13, 2e-13),
              Tier("hbm", 1 << 24, 128, None, "lru", "memory", 1e18, 1e-12, 2e-12))
-    return Chip("round", tiers, (Link("l2", "hbm", 1e18, 5e-12),), Compute({"bf16": 1e12}, {"bf16": 1e-12}))
+    return Chip("round", tiers, (Link("l2", "hbm", 1e18, 5e-12),), Compute({"bf16": 1e12}, {"bf16": 1e-12}),
+                power=Power(idle_w=0.0, tdp_w=0.0))
 
 
 def test_critical_path_by_hand(tmp_path):
