@@ -10,6 +10,11 @@ Each function computes its figures with the same calls, in the same order, as
 * :func:`run_figures`: ``latency_s`` (the whole run), ``energy_j["total"]``, and each tier's hits and
   misses (``tiers``; a system: every device's tiers, in device order), with ``per_token``.
 
+A system's figures take :func:`system_cost`: :func:`tierlab.cost.system_cost.cost_system` less what
+they never read, each device's own organisation into kernels (``Cost.organisation``, one chip's
+calibrated latency: two passes over the device's accesses), which the system's calibration
+(:func:`tierlab.cost.system_cost.calibrate`) makes again with kernels never spanning a collective.
+
 Skipped are the rest of the dict: the tiers' other counters, the split by tensor kind, the turns, the
 PIM and placement summaries, the prefill, the collectives' and network's tables, the connections and
 the provenance (which reads the trace's manifest file again).
@@ -51,6 +56,25 @@ def system_per_token(sr, sc) -> dict | None:
     return pt
 
 
+def system_cost(sr):
+    """:func:`tierlab.cost.system_cost.cost_system` of the system replay ``sr`` without each device's
+    ``Cost.organisation`` (None; every other field the same, devices sharing a replay sharing its
+    cost): what :func:`system_per_token` and :func:`run_figures` read of a system."""
+    from tierlab.cost.model import cost
+    from tierlab.cost.system_cost import SystemCost, cost_collectives
+
+    colls, table = cost_collectives(sr)
+    costs: dict[int, Cost] = {}
+    for tr in sr.devices:
+        r = tr.result
+        if id(r) not in costs:
+            flops = tr.trace.ops.column("flops").to_numpy().astype(np.float64)
+            costs[id(r)] = cost(tr.chip, r.per_op, r.block_bytes, flops, tr.trace.manifest,
+                                r.flush if tr.options.flush else None)
+    return SystemCost(devices=[costs[id(tr.result)] for tr in sr.devices], collectives=colls, table=table,
+                      system=sr.system)
+
+
 def _tiers(tr) -> list[dict]:
     r = tr.result
     return [{"name": name, "hits": tier_dict(r.tiers[i])["hits"], "misses": tier_dict(r.tiers[i])["misses"]}
@@ -60,7 +84,8 @@ def _tiers(tr) -> list[dict]:
 def run_figures(replay, cst) -> dict:
     """``per_token``, ``latency_s``, ``energy_j`` (``{"total": ...}``) and ``tiers`` (``name``,
     ``hits``, ``misses``; a system's over its devices in order) of a one-chip replay costed ``cst``,
-    or of a system replay costed ``cst`` (a SystemCost), equal to those keys of ``to_json``."""
+    or of a system replay costed ``cst`` (a SystemCost, :func:`system_cost` will do), equal to those
+    keys of ``to_json``."""
     if hasattr(replay, "devices"):                   # a SystemReplay
         from tierlab.analysis.system_result import network_table
 

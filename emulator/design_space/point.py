@@ -51,7 +51,7 @@ def replay_point(trace_path, point: Point) -> dict:
     from tierlab.engine.options import ReplayOptions
 
     if point.system is not None:
-        from tierlab.cost.system_cost import cost_system
+        from tierlab.analysis.figures import system_cost
         from tierlab.pipeline.system_replay import check_fits, replay_system
         from tierlab.traces.format.reader import open_trace
 
@@ -59,7 +59,7 @@ def replay_point(trace_path, point: Point) -> dict:
         trace = open_trace(trace_path)
         check_fits(trace, system)
         sr = replay_system(trace, system, ReplayOptions())
-        return run_figures(sr, cost_system(sr))
+        return run_figures(sr, system_cost(sr))
     from tierlab.cost.trace_cost import cost_of
     from tierlab.pipeline.chip_replay import replay_trace
 

@@ -112,12 +112,11 @@ class StepReplayer:
                 tr = replay_trace(trace, self.chip, self.options)
                 pt = chip_per_token(tr, cost_of(tr))
             else:
-                from tierlab.analysis.figures import system_per_token
-                from tierlab.cost.system_cost import cost_system
+                from tierlab.analysis.figures import system_cost, system_per_token
                 from tierlab.pipeline.system_replay import replay_system
 
                 sr = replay_system(trace, self.system, self.options, collective_algo=self.collective_algo)
-                pt = system_per_token(sr, cost_system(sr))
+                pt = system_per_token(sr, system_cost(sr))
         finally:
             _remove(path)
         return step_cost(pt)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tierlab.analysis import result, system_result
-from tierlab.analysis.figures import chip_per_token, run_figures, system_per_token
+from tierlab.analysis.figures import chip_per_token, run_figures, system_cost, system_per_token
 from tierlab.chip.chipfile import load_chip
 from tierlab.cost.system_cost import cost_system
 from tierlab.cost.trace_cost import cost_of
@@ -61,7 +61,8 @@ def test_system_step_figures_are_the_json(tmp_path):
             sr = replay_system(lower_step(spec, run, step, tmp_path / f"{i}.trace"), system, ReplayOptions())
             d = system_result.to_json(sr, cost_system(sr))
             assert system_per_token(sr, cost_system(sr)) == d["per_token"]
-            same_run(run_figures(sr, cost_system(sr)), d)
+            assert system_per_token(sr, system_cost(sr)) == d["per_token"]
+            same_run(run_figures(sr, system_cost(sr)), d)
             assert rep.cost(step) == step_cost(d["per_token"])
             assert rep.cost(step).energy_j == d["per_token"]["energy_j"] * d["per_token"]["batch"]
 
@@ -77,6 +78,7 @@ def test_run_figures_of_a_whole_run_are_the_json(tmp_path, where):
         same_run(run_figures(tr, cost_of(tr)), result.to_json(tr, cost_of(tr)))
     else:
         sr = replay_system(path, load_system(where), ReplayOptions())
+        same_run(run_figures(sr, system_cost(sr)), system_result.to_json(sr, cost_system(sr)))
         same_run(run_figures(sr, cost_system(sr)), system_result.to_json(sr, cost_system(sr)))
 
 
