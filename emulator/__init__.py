@@ -9,7 +9,7 @@ The Python API (``docs/api.md``; :mod:`tierlab.api`)::
     r = tierlab.run("llama-3.1-8b", chip="h100", context=1024, generate=4)
     r.to_dict()["per_token"]["tokens_per_s"]; r.to_arrow()    # the --json dict; one row per op
 
-``trace``, ``replay``, ``run``, ``compare``, ``sweep``, ``throughput``, ``load_chip`` and ``load_system`` are
+``trace``, ``replay``, ``run``, ``compare``, ``sweep``, ``throughput``, ``mrc``, ``load_chip`` and ``load_system`` are
 imported on first use, so ``import tierlab`` (and every ``tierlab`` command) stays cheap.
 """
 
@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__all__ = ["trace", "replay", "run", "compare", "sweep", "throughput", "load_chip", "load_system",
+__all__ = ["trace", "replay", "run", "compare", "sweep", "throughput", "mrc", "load_chip", "load_system",
            "read_requests", "synthetic_requests", "hit_curve", "serve_requests"]
 # the request-stream functions (issue 41): typed library functions of tierlab.kvstream, as they are
 _KVSTREAM = {"read_requests": "tierlab.kvstream.reader", "synthetic_requests": "tierlab.kvstream.synthetic",
              "hit_curve": "tierlab.kvstream.hitcurve", "serve_requests": "tierlab.kvstream.server"}
 
 if TYPE_CHECKING:
-    from tierlab.api import compare, load_chip, load_system, replay, run, sweep, throughput, trace
+    from tierlab.api import compare, load_chip, load_system, mrc, replay, run, sweep, throughput, trace
     from tierlab.kvstream.hitcurve import hit_curve
     from tierlab.kvstream.reader import read_requests
     from tierlab.kvstream.server import serve_requests

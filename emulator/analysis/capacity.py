@@ -124,17 +124,17 @@ class Budget:
     @staticmethod
     def _less_reserve(nbytes: int, reserve: int, source: str) -> int:
         if reserve < 0:
-            raise UsageError(f"the reserve must not be negative, got {reserve} B", field="--reserve")
+            raise UsageError(f"the reserve must not be negative, got {reserve} B", field="reserve")
         if reserve >= nbytes:
             raise CapacityError(f"the runtime's reserve ({reserve} B) leaves nothing of the {nbytes} B budget "
-                                f"({source})", field="--reserve")
+                                f"({source})", field="reserve")
         return int(nbytes - reserve)
 
     @classmethod
     def of_size(cls, nbytes: int, reserve: int = 0) -> "Budget":
         """A size, less a runtime's ``reserve`` bytes."""
         if nbytes <= 0:
-            raise UsageError(f"the memory budget must be positive, got {nbytes} B", field="--memory")
+            raise UsageError(f"the memory budget must be positive, got {nbytes} B", field="memory")
         return cls(cls._less_reserve(int(nbytes), int(reserve), "memory"), "memory", reserve_bytes=int(reserve))
 
     @classmethod
@@ -147,17 +147,17 @@ class Budget:
             for n in tiers:
                 if n not in names:
                     raise UsageError(f"chip {chip.name!r} has no tier {n!r}; expected one of {', '.join(names)}",
-                                     field="--tier")
+                                     field="tier")
                 t = chip.tiers[names.index(n)]
                 if t.managed not in HOME_MANAGED:
                     raise UsageError(f"tier {n!r} of {chip.name!r} is a cache and holds no tensor of its own; "
-                                     f"expected a memory or scratchpad tier", field="--tier")
+                                     f"expected a memory or scratchpad tier", field="tier")
                 if t not in chosen:
                     chosen.append(t)
         else:
             chosen = [t for t in chip.tiers if t.managed in HOME_MANAGED]
         if not chosen:
-            raise UsageError(f"chip {chip.name!r} has no memory or scratchpad tier", field="--chip")
+            raise UsageError(f"chip {chip.name!r} has no memory or scratchpad tier", field="chip")
         raw = int(sum(t.capacity_bytes for t in chosen))
         if reserve is None:
             reserve = chip.reserve.bytes_of(raw) if chip.reserve is not None else 0
@@ -235,7 +235,7 @@ def _fixed(spec: ModelSpec, budget: Budget, weights: str, batch: int, chunk: int
     w = weight_bytes(spec, weights, quant_group)
     if w > budget.total_bytes:
         raise CapacityError(f"the weights of {spec.name} in {weights} need {w} B, more than the "
-                            f"{budget.total_bytes} B budget ({budget.source})", field="--weights")
+                            f"{budget.total_bytes} B budget ({budget.source})", field="weights")
     return w, activation_bytes(spec, batch, chunk, activations)
 
 
@@ -285,11 +285,11 @@ def capacity(spec: ModelSpec, budget: Budget, *, weights: str = "bf16", kv: str 
     ``batch``, or at batch 1 for a given context) fits beside the weights and workspace.
     """
     check_dtype(kv, KV_DTYPES, "kv")
-    for name, v in (("--batch", batch), ("--chunk", chunk)):
+    for name, v in (("batch", batch), ("chunk", chunk)):
         if not isinstance(v, int) or v < 1:
             raise UsageError(f"expected a positive integer, got {v!r}", field=name)
     if context is not None and (not isinstance(context, int) or context < 1):
-        raise UsageError(f"expected a positive integer, got {context!r}", field="--context")
+        raise UsageError(f"expected a positive integer, got {context!r}", field="context")
     w, act = _fixed(spec, budget, weights, batch, chunk, activations, quant_group)
     kvpt = spec.kv_bytes_per_token(kv)
     state = spec.state_bytes(kv) if spec.ssm_inner else 0
@@ -307,7 +307,7 @@ def capacity(spec: ModelSpec, budget: Budget, *, weights: str = "bf16", kv: str 
             raise CapacityError(f"weights ({w} B) and workspace ({act} B) of {spec.name} leave "
                                 f"{max(left, 0)} B of the {budget.total_bytes} B budget, less than one token "
                                 f"for {batch} sequence(s) ({batch * (spec.kv_bytes(1, kv) + state)} B of KV "
-                                f"and state)", field="--batch")
+                                f"and state)", field="batch")
         ctx = spec.max_position_embeddings if mem_ctx is None else min(mem_ctx, spec.max_position_embeddings)
         return Plan(batch=batch, activation_bytes=act, memory_context=mem_ctx, context=ctx,
                     kv_bytes_per_sequence=spec.kv_bytes(ctx, kv),
@@ -320,7 +320,7 @@ def capacity(spec: ModelSpec, budget: Budget, *, weights: str = "bf16", kv: str 
         raise CapacityError(f"a context of {context} tokens needs {seq} B of KV and state per sequence; "
                             f"weights ({w} B) and workspace ({act1} B) leave "
                             f"{max(budget.total_bytes - w - act1, 0)} B of the {budget.total_bytes} B budget",
-                            field="--context")
+                            field="context")
     act_b = activation_bytes(spec, best, chunk, activations)
     return Plan(batch=best, activation_bytes=act_b,
                 memory_context=longest_context(spec, budget.total_bytes - w - act_b - best * state, best, kv),

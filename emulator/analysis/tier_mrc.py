@@ -50,7 +50,7 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
     """
     names = [t.name for t in chip.tiers]
     if tier_name not in names:
-        raise UsageError(f"unknown tier {tier_name!r}; chip {chip.name} has {', '.join(names)}", field="--tier")
+        raise UsageError(f"unknown tier {tier_name!r}; chip {chip.name} has {', '.join(names)}", field="tier")
     idx = names.index(tier_name)
     tier = chip.tiers[idx]
     include = None
@@ -63,7 +63,7 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
     for c in rows:
         if c <= 0 or c % tier.block_bytes:
             raise UsageError(f"size {c} B is not a positive multiple of the {tier.block_bytes} B block",
-                             field="--sizes")
+                             field="sizes")
 
     # the fully-associative curve tracks only as deep as the largest row: memory stays bounded by
     # that capacity, not by the trace's footprint (a model's weights are ~10^8 distinct blocks)
@@ -79,7 +79,7 @@ def tier_mrc(trace, chip, tier_name: str, *, sizes=(), max_ways: int | None = No
         if total > opt_limit_blocks:
             if opt:
                 raise UsageError(f"OPT needs the whole stream in memory: {total} blocks exceed --opt-limit "
-                                 f"{opt_limit_blocks} (raise it or pass --no-opt)", field="--opt")
+                                 f"{opt_limit_blocks} (raise it or pass --no-opt)", field="opt")
             kept, opt_note = None, f"OPT skipped: {total} blocks exceed --opt-limit {opt_limit_blocks}"
 
     # the two curves are independent and their kernels release the GIL: the per-set one runs on

@@ -34,7 +34,7 @@ def tier_requests(trace, chip, tier_name: str, options: ReplayOptions = ReplayOp
         chip = load_chip(chip)
     names = [t.name for t in chip.tiers]
     if tier_name not in names:
-        raise UsageError(f"unknown tier {tier_name!r}; chip {chip.name} has {', '.join(names)}", field="--tier")
+        raise UsageError(f"unknown tier {tier_name!r}; chip {chip.name} has {', '.join(names)}", field="tier")
     if trace.n_devices > 1:
         raise UsageError(f"the trace has {trace.n_devices} devices; requests are exported for a one-device "
                          "trace on one chip", file=str(trace.path))

@@ -8,6 +8,7 @@ report's summary table, for Jupyter).
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -17,15 +18,25 @@ from tierlab.common.errors import UsageError
 
 
 class Result:
-    """Base of the API's results."""
+    """Base of the API's results: the ``--json`` dict (as JSON reads it back), the rows, and the files
+    the call wrote (``written``, in order)."""
 
-    def __init__(self, d: dict, table: pa.Table):
-        self._json = json.dumps(d)          # as the CLI prints it (json.dumps, no default=)
+    def __init__(self, d: dict, table: pa.Table, written: list | None = None):
+        self._d = json.loads(json.dumps(d))    # as the CLI prints it (json.dumps, no default=): tuples are lists
         self._table = table
+        self.written: list[str] = [str(p) for p in written or ()]
 
     def to_dict(self) -> dict:
         """The command's ``--json`` output for the same arguments, as a fresh dict."""
-        return json.loads(self._json)
+        return copy.deepcopy(self._d)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """``to_dict()`` as the command prints it with ``--json``."""
+        return json.dumps(self._d, indent=indent)
+
+    def to_text(self) -> str:
+        """What the command prints without ``--json``."""
+        raise NotImplementedError
 
     def to_arrow(self) -> pa.Table:
         """The rows as a ``pyarrow.Table``."""
@@ -63,19 +74,24 @@ class TraceResult(Result):
     def __init__(self, d: dict, trace, keep=None):
         super().__init__(d, trace.ops)
         self.path = str(trace.path)
+        self.trace = trace           # the opened trace (tierlab.traces.format.trace.Trace)
         self._keep = keep            # the temporary directory, if any: removed with this object
 
     def __fspath__(self) -> str:
         return self.path
 
+    def to_text(self) -> str:
+        t = self._d["tables"]
+        return (f"wrote {self.path}: {t['tensors']} tensors, {t['ops']} ops, {t['accesses']} accesses, "
+                f"{self._d['bytes_on_disk'] / 1e6:.1f} MB")
+
     def _repr_html_(self) -> str:
         from tierlab.present.html import trace_summary_html
 
-        return trace_summary_html(self.to_dict())
+        return trace_summary_html(self._d)
 
     def __repr__(self) -> str:
-        d = self.to_dict()
-        return f"<TraceResult {d['model']}: {d['tables']['ops']} ops at {self.path}>"
+        return f"<TraceResult {self._d['model']}: {self._d['tables']['ops']} ops at {self.path}>"
 
 
 def _per_op(replay, cost) -> pa.Table:
@@ -96,34 +112,46 @@ def _system_per_op(replay, cost) -> pa.Table:
 class ReplayResult(Result):
     """A replay on a chip or a system (:func:`tierlab.replay`, :func:`tierlab.run`):
     ``to_arrow()`` has one row per op (a system's: per device and op, ``device`` first), the columns
-    of ``tierlab replay -o FILE.parquet``."""
+    of ``tierlab replay -o FILE.parquet``. ``replay`` and ``cost`` are the objects behind it
+    (:class:`~tierlab.pipeline.chip_replay.TraceReplay` and its cost, or a system's twins)."""
 
-    def __init__(self, d: dict, replay, cost, *, system: bool):
-        super().__init__(d, _system_per_op(replay, cost) if system else _per_op(replay, cost))
+    def __init__(self, d: dict, replay, cost, *, system: bool, written: list | None = None):
+        super().__init__(d, _system_per_op(replay, cost) if system else _per_op(replay, cost), written)
         self.system = system
+        self.replay, self.cost = replay, cost
 
     @property
     def per_token(self) -> dict | None:
         """``per_token`` of the JSON (decode only, else None): bytes by link, energy, latency, tokens/s, bound."""
-        return self.to_dict()["per_token"]
+        pt = self._d["per_token"]
+        return None if pt is None else copy.deepcopy(pt)
 
     @property
     def tokens_per_s(self) -> float | None:
-        pt = self.per_token
+        pt = self._d["per_token"]
         return None if pt is None else pt["tokens_per_s"]
 
     @property
     def bound(self) -> str | None:
-        pt = self.per_token
+        pt = self._d["per_token"]
         return None if pt is None else pt["bound"]
+
+    def to_text(self) -> str:
+        if self.system:
+            from tierlab.present.system_report import format_system_text
+
+            return format_system_text(self._d)
+        from tierlab.present.report import format_text
+
+        return format_text(self._d)
 
     def _repr_html_(self) -> str:
         from tierlab.present.html import replay_summary_html
 
-        return replay_summary_html(self.to_dict())
+        return replay_summary_html(self._d)
 
     def __repr__(self) -> str:
-        d = self.to_dict()
+        d = self._d
         where = d.get("system") or d.get("chip")
         pt = d["per_token"]
         figure = f"{pt['tokens_per_s']:.4g} tokens/s, {pt['bound']}-bound" if pt else "no decode steps"
@@ -145,16 +173,23 @@ def _comparison_rows(rows) -> pa.Table:
 
 class ComparisonResult(Result):
     """Chips and systems side by side (:func:`tierlab.compare`): ``to_arrow()`` has one row per chip
-    or system (systems after chips), the columns of ``tierlab compare --csv``."""
+    or system (systems after chips), the columns of ``tierlab compare --csv``; ``rows`` the
+    :class:`~tierlab.analysis.compare.Row` s behind them."""
 
-    def __init__(self, d: dict, rows):
-        super().__init__(d, _comparison_rows(rows))
-        self._rows = rows
+    def __init__(self, d: dict, rows, title: str, written: list | None = None):
+        super().__init__(d, _comparison_rows(rows), written)
+        self.rows = rows
+        self._title = title
+
+    def to_text(self) -> str:
+        from tierlab.present.compare import format_table
+
+        return format_table(self.rows, title=self._title)
 
     def _repr_html_(self) -> str:
         from tierlab.present.html import comparison_table_html
 
-        return comparison_table_html(self._rows)
+        return comparison_table_html(self.rows)
 
 
 class SweepResult(Result):
@@ -162,8 +197,15 @@ class SweepResult(Result):
     file's columns; a file's rows of other grids are left out), ``to_dict()`` the summary
     ``tierlab sweep --json`` prints."""
 
-    def __init__(self, d: dict, table: pa.Table):
-        super().__init__(d, table)
+    def to_text(self) -> str:
+        d = self._d
+        lines = [f"{d['output']}: {d['points']} points ({d['present']} already present, {d['computed']} computed, "
+                 f"{d['failed']} failed)"]
+        if d.get("plot"):
+            lines.append(f"plot: {d['plot']}")
+        if d.get("html"):
+            lines.append(f"report: {d['html']}")
+        return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         from tierlab.present.html import sweep_table_html
@@ -174,14 +216,39 @@ class SweepResult(Result):
 class CurveResult(Result):
     """A serving curve (:func:`tierlab.throughput`): ``to_dict()`` is ``tierlab throughput --json``
     (one curve, or ``{"curves": [...]}`` for several chips or systems); ``to_arrow()`` one row per
-    point of each curve (the columns of ``tierlab throughput -o FILE.parquet``)."""
+    point of each curve (the columns of ``tierlab throughput -o FILE.parquet``); ``curves`` one dict
+    per chip or system."""
 
-    def __init__(self, d: dict, curves: list):
+    def __init__(self, curves: list, written: list | None = None):
         from tierlab.present.serving import rows
 
-        super().__init__(d, pa.Table.from_pylist(rows(curves)))
+        super().__init__(curves[0] if len(curves) == 1 else {"curves": curves},
+                         pa.Table.from_pylist(rows(curves)), written)
+        self.curves = curves
+
+    def to_text(self) -> str:
+        from tierlab.present import serving as view
+
+        return "\n\n".join(view.format_text(d) for d in self.curves)
 
     def _repr_html_(self) -> str:
         from tierlab.present.html import curve_table_html
 
         return curve_table_html(self._table.to_pylist())
+
+
+class CurveOfTier(Result):
+    """A tier's miss-ratio curve (:func:`tierlab.mrc`): ``to_dict()`` is ``tierlab mrc --json``;
+    ``to_arrow()`` one row per capacity of the table."""
+
+    def __init__(self, d: dict, curves, written: list | None = None):
+        super().__init__(d, pa.Table.from_pylist(d.get("rows") or []), written)
+        self.curves = curves
+
+    def to_text(self) -> str:
+        from tierlab.present.mrc import format_mrc
+
+        return format_mrc(self._d)
+
+    def _repr_html_(self) -> str:
+        return "<pre>" + self.to_text().replace("&", "&amp;").replace("<", "&lt;") + "</pre>"

@@ -120,6 +120,13 @@ class TierlabGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt as err:
             raise _Interrupted() from err
+        except TierlabError as err:
+            # the one edge where a library parameter (max_batch_tokens) becomes the flag (--max-batch-tokens)
+            if err.field and err.file is None:     # a file's field is the file's key, not a flag
+                from tierlab.cli.params import flag_of
+
+                err.field = flag_of(err.field, self.commands.get(ctx.invoked_subcommand or ""))
+            raise
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:

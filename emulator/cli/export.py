@@ -62,7 +62,7 @@ def write_requests(trace, chip: str, tier: str, fmt: str, out, *, force: bool = 
     from tierlab.common.atomic import atomic_path
     from tierlab.analysis.tier_requests import tier_requests
 
-    from tierlab.cli.progress import counting_bar
+    from tierlab.present.progress import counting_bar
 
     n = 0
     # the requests of a model's run are many (hundreds of millions for a few tokens of an 8 B model):

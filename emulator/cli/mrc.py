@@ -17,7 +17,7 @@ import click
 
 from tierlab.chip.units import parse_quantity
 from tierlab.cli.options import force_option, json_option
-from tierlab.cli.progress import counting_bar
+from tierlab.present.progress import counting_bar
 
 # the library's default (tierlab.analysis.tier_mrc.DEFAULT_OPT_LIMIT_BLOCKS; a test holds them
 # equal): the analysis, and Numba with it, is imported only when the command runs

@@ -104,9 +104,10 @@ def command(requests_path, model, chip, system, tp, pp, ep, dp, prefill_instance
 
         target["chip"] = load_chip(chip)
     else:
-        from tierlab.cli.on_system import system_of
+        from tierlab.api.settings import Collectives, Execution
+        from tierlab.api.targets import load_target_system
 
-        target["system"] = system_of({"system": system})
+        target["system"] = load_target_system(system, Collectives(), Execution())
     spec = load_model(model)
     kw = dict(tp=tp, pp=pp, ep=ep, dp=dp, router=router, write_policy=write_policy, overlap_load=not no_overlap,
               rate_scale=rate_scale, max_batch_tokens=max_batch_tokens, weights=weights, kv=kv,

@@ -7,14 +7,10 @@ in the file.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import click
 
 from tierlab.common.errors import UsageError
 from tierlab.cli.options import json_option
-from tierlab.cli.progress import fraction_bar
 from tierlab.design_space.grid import AXES, DEFAULT_MAX_POINTS
 from tierlab.design_space.runner import DEFAULT_CONNECT_TIMEOUT_S
 
@@ -47,79 +43,39 @@ def axis_options(f):
 @click.option("--usd-per-kwh", type=click.FloatRange(min=0), default=None,
               help="Also charge the modelled energy per token at this price (default: not charged; a "
                    "rental price includes power).")
-@click.option("--utilisation", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True,
-              help="Fraction of the time the hardware serves at the modelled rate (in usd_per_mtok).")
-@click.option("--plot", "plot_path", type=click.Path(), default=None, metavar="FILE.png",
+@click.option("--utilisation", type=click.FloatRange(min=0, max=1, min_open=True), default=None,
+              help="Fraction of the time the hardware serves at the modelled rate (in usd_per_mtok). "
+                   "[default: the grid's [cost], else 1.0]")
+@click.option("--plot", type=click.Path(), default=None, metavar="FILE.png",
               help="Draw throughput per device against throughput per user, the Pareto front marked "
                    "(needs the plot extra).")
-@click.option("--html", "html_path", type=click.Path(), default=None, metavar="FILE.html",
+@click.option("--html", type=click.Path(), default=None, metavar="FILE.html",
               help="Write a self-contained HTML report: the sweep's table and its Pareto plot (needs the plot extra).")
 @json_option
 def command(grid, overrides, output, scheduler, workers, max_points, connect_timeout, price, usd_per_kwh,
-            utilisation, plot_path, html_path, as_json, **axes):
+            utilisation, plot, html, as_json, **axes):
     """Sweep a grid of models x chips/systems x run options x chip overrides; a row per point."""
+    from pathlib import Path
+
+    from tierlab.api.sweeping import run_grid
     from tierlab.design_space.grid import grid_from_options, load_grid
-    from tierlab.design_space.runner import run_sweep
-    from tierlab.design_space.store import SweepStore
 
     given = {k: v for k, v in axes.items() if v is not None}
     if grid and (given or overrides):
         raise UsageError("give GRID.toml or the axis options, not both", field="grid")
     if grid:
-        g = grid if hasattr(grid, "points") else load_grid(grid)   # a Grid from the Python API, or a file
+        g = load_grid(grid)
         output = output or str(Path(grid).with_suffix(".parquet"))
     else:
         if not given:
             raise UsageError("give GRID.toml or axes such as --model a,b --chip x,y", field="grid")
         g = grid_from_options(given, overrides)
         if not output:
-            raise UsageError("give -o FILE.parquet for a grid of command-line axes", field="--output")
-    # the options win over a grid file's [cost] table where given on the command line
-    given_opts = {"price_per_hour": price, "usd_per_kwh": usd_per_kwh, "utilisation": utilisation}
-    ctx = click.get_current_context()
-    source = {"price_per_hour": "price", "usd_per_kwh": "usd_per_kwh", "utilisation": "utilisation"}
-    g.economics = {**{k: None if k != "utilisation" else 1.0 for k in given_opts}, **g.economics,
-                   **{k: v for k, v in given_opts.items()
-                      if ctx.get_parameter_source(source[k]) is not click.core.ParameterSource.DEFAULT}}
-    if plot_path or html_path:
-        from tierlab.common.atomic import check_output
-        from tierlab.cli.views import need_matplotlib
-
-        need_matplotlib("--plot" if plot_path else "--html")   # no matplotlib: one line, before any work
-        for p in (plot_path, html_path):
-            if p:
-                check_output(p, force=True)
-    g.points(max_points)        # over the limit: fails before anything else
-    store = SweepStore(output, g.columns)
-    with fraction_bar(unit="pt", desc="sweep") as progress:
-        summary = run_sweep(g, store, scheduler=scheduler, workers=workers, max_points=max_points,
-                            connect_timeout=connect_timeout, progress=progress)
-    d = {"output": str(output), **summary.as_dict()}
-    if plot_path:
-        from tierlab.present.plots import plot_pareto
-        from tierlab.design_space.store import read_rows
-
-        wanted = {p.hash for p in g.points(max_points)}
-        plot_pareto([r for r in read_rows(output) if r["point_hash"] in wanted], plot_path)
-        d["plot"] = str(plot_path)
-    if html_path:
-        from tierlab.present.html import sweep_report, write_html
-        from tierlab.design_space.store import read_rows
-
-        wanted = {p.hash for p in g.points(max_points)}
-        write_html(sweep_report([r for r in read_rows(output) if r["point_hash"] in wanted], str(output)), html_path,
-                   force=True)     # a view of the sweep file, as the plot: redrawn on each run
-        d["html"] = str(html_path)
-    from tierlab.api.handover import hand_over
-
-    if hand_over(d, grid=g, max_points=max_points):   # the Python API (tierlab.api) takes it instead
-        return
+            raise UsageError("give -o FILE.parquet for a grid of command-line axes", field="output")
+    result = run_grid(g, output, scheduler=scheduler, workers=workers, max_points=max_points,
+                      connect_timeout=connect_timeout, price=price, usd_per_kwh=usd_per_kwh, utilisation=utilisation,
+                      plot=plot, html=html)
     if as_json:
-        click.echo(json.dumps(d, indent=1))
+        click.echo(result.to_json(1))
     else:
-        click.echo(f"{output}: {summary.points} points ({summary.present} already present, "
-                   f"{summary.computed} computed, {summary.failed} failed)")
-        if plot_path:
-            click.echo(f"plot: {plot_path}")
-        if html_path:
-            click.echo(f"report: {html_path}")
+        click.echo(result.to_text())

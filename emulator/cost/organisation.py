@@ -51,11 +51,11 @@ def with_execution(chip: Chip, *, fusion: str | None = None, overlap: str | None
     ex = chip.execution
     if fusion is not None:
         if fusion not in FUSIONS:
-            raise UsageError(f"unknown fusion {fusion!r}; expected one of {', '.join(FUSIONS)}", field="--fusion")
+            raise UsageError(f"unknown fusion {fusion!r}; expected one of {', '.join(FUSIONS)}", field="fusion")
         ex = replace(ex, fusion=fusion)
     if overlap is not None:
         if overlap not in OVERLAPS:
-            raise UsageError(f"unknown overlap {overlap!r}; expected one of {', '.join(OVERLAPS)}", field="--overlap")
+            raise UsageError(f"unknown overlap {overlap!r}; expected one of {', '.join(OVERLAPS)}", field="overlap")
         ex = replace(ex, overlap=overlap)
     if kernel_overhead_s is not None:
         ex = replace(ex, kernel_overhead_s=float(kernel_overhead_s))

@@ -240,7 +240,7 @@ def grid_from_options(options: dict, override_specs=()) -> Grid:
         key, sep, vals = spec.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"expected KEY=VALUE[,VALUE...], e.g. tier.l2.capacity=25MiB,50MiB, got {spec!r}",
-                             field="--override")
+                             field="override")
         ov[key.strip()] = [_override_value(v.strip()) for v in vals.split(",") if v.strip()]
     return grid_from_dict(d, ov)
 

@@ -60,7 +60,7 @@ def dask_client(scheduler: str | None, workers: int | None, connect_timeout: flo
             client = Client(scheduler, timeout=connect_timeout)
         except (OSError, TimeoutError, ValueError):
             raise UsageError(f"cannot reach the scheduler {scheduler} within {connect_timeout:g} s",
-                             field="--scheduler") from None
+                             field="scheduler") from None
         try:
             yield client
         finally:

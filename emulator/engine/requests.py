@@ -158,7 +158,7 @@ def check_recordable(geo: Geometry, target: int, options: ReplayOptions) -> None
     for i in range(target):
         if geo.mode[i] == MODE_CACHE and geo.policy[i] == OPT:
             raise UsageError(f"tier {geo.names[i]!r} above {geo.names[target]!r} uses policy 'opt'; "
-                             "exporting requests needs lru, fifo or random above the tier", field="--tier")
+                             "exporting requests needs lru, fifo or random above the tier", field="tier")
     if options.inclusive and int(np.count_nonzero(geo.mode[:target] == MODE_CACHE)) >= 1:
         raise UsageError("inclusive replay is not exported (back-invalidation is not modelled)", field="inclusive")
     if options.flush:

@@ -36,7 +36,7 @@ from tierlab.pipeline.system_slices import (DeviceRows, SliceTrace, held_streams
                                     slice_classes, slice_digests, slices, tables_of)
 from tierlab.traces.format.reader import Trace, open_trace
 
-DEVICE_FIELD = "--system or --tp"
+DEVICE_FIELD = "system or tp"
 
 
 @dataclass

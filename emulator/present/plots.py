@@ -37,7 +37,7 @@ def pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("plotting needs matplotlib: pip install 'tierlab[plot]'", field="--plot") from None
+        raise UsageError("plotting needs matplotlib: pip install 'tierlab[plot]'", field="plot") from None
     return plt
 
 
@@ -163,7 +163,7 @@ def plot_pareto(rows, path, *, title: str = "") -> None:
     plt = pyplot()
     pts = pareto_points(rows)
     if not pts:
-        raise UsageError("no point of the sweep has a result to plot", field="--plot")
+        raise UsageError("no point of the sweep has a result to plot", field="plot")
     fig, ax = plt.subplots(figsize=(8, 5.6))
     cmap = plt.get_cmap("tab10")
     labels = list(dict.fromkeys(p[0] for p in pts))

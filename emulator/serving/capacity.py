@@ -75,7 +75,7 @@ def memory_tiers(chip: Chip) -> list:
             if t.managed == "memory":
                 break
     if not out:
-        raise UsageError(f"chip {chip.name!r} has no memory or scratchpad tier to hold the KV cache", field="--chip")
+        raise UsageError(f"chip {chip.name!r} has no memory or scratchpad tier to hold the KV cache", field="chip")
     return out
 
 
@@ -122,7 +122,7 @@ def kv_limit(spec: ModelSpec, run: RunConfig, chip: Chip, isl: int, osl: int, ma
              utilisation: float = UTILISATION) -> KvLimit:
     """The closed form of the module docstring. CapacityError when not one request fits."""
     if not 0 < utilisation <= 1:
-        raise UsageError(f"expected a share in (0, 1], got {utilisation}", field="--memory-utilisation")
+        raise UsageError(f"expected a share in (0, 1], got {utilisation}", field="memory_utilisation")
     tier = memory_tier(chip)
     positions = -(-(isl + osl) // BLOCK_TOKENS) * BLOCK_TOKENS
     cap = int(utilisation * tier.capacity_bytes)
@@ -133,7 +133,7 @@ def kv_limit(spec: ModelSpec, run: RunConfig, chip: Chip, isl: int, osl: int, ma
     if n < 1:
         raise CapacityError(f"{spec.name} on {chip.name}: weights {w / 1e9:.2f} GB and workspace {act / 1e9:.2f} GB "
                             f"of {utilisation:g} x {tier.capacity_bytes / 1e9:.1f} GB ({tier.name}) leave room for no "
-                            f"request of {isl}+{osl} tokens ({kv / 1e9:.3f} GB of KV each)", field="--input")
+                            f"request of {isl}+{osl} tokens ({kv / 1e9:.3f} GB of KV each)", field="input")
     return KvLimit(memory_tier=tier.name, memory_bytes=int(tier.capacity_bytes), utilisation=utilisation,
                    weight_bytes=int(w), workspace_bytes=int(act), kv_bytes_per_sequence=int(kv),
                    positions_per_sequence=positions, dp=run.dp, max_concurrency=int(n) * run.dp,

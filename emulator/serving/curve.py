@@ -80,7 +80,7 @@ def plan(isl: int, osl: int, concurrency: int, max_batch_tokens: int, *, dp: int
     ``shapes`` the representatives' :class:`~tierlab.traces.lowering.serving_step.MixedStep` s."""
     if concurrency % dp:
         raise UsageError(f"concurrency {concurrency} is not a multiple of --dp {dp} (each replica serves its share)",
-                         field="--concurrency")
+                         field="concurrency")
     s = schedule(isl, osl, concurrency // dp, max_batch_tokens)
     cl = classify(s, tokens_rel, context_rel)
     return s, cl, [s.step(int(k)) for k in cl.rep]
@@ -130,7 +130,7 @@ def concurrencies(text: str | None, limit: int, max_batch_tokens: int) -> list[i
         out = sorted({int(x) for x in str(text).split(",") if x.strip()})
     except ValueError:
         raise UsageError(f"expected concurrencies separated by commas (e.g. 1,8,64) or auto, got {text!r}",
-                         field="--concurrency") from None
+                         field="concurrency") from None
     if not out or out[0] < 1:
-        raise UsageError(f"every concurrency must be at least 1, got {text!r}", field="--concurrency")
+        raise UsageError(f"every concurrency must be at least 1, got {text!r}", field="concurrency")
     return out

@@ -71,13 +71,13 @@ class Schedule:
 
 
 def check_lengths(isl: int, osl: int, concurrency: int, max_batch_tokens: int) -> None:
-    for name, v in (("--input", isl), ("--output", osl), ("--concurrency", concurrency),
-                    ("--max-batch-tokens", max_batch_tokens)):
+    for name, v in (("input", isl), ("output", osl), ("concurrency", concurrency),
+                    ("max_batch_tokens", max_batch_tokens)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise UsageError(f"expected a positive integer, got {v!r}", field=name)
     if max_batch_tokens < concurrency:
         raise UsageError(f"--max-batch-tokens {max_batch_tokens} is below one decode batch of {concurrency} "
-                         f"sequences (every running decode takes a token of a step)", field="--max-batch-tokens")
+                         f"sequences (every running decode takes a token of a step)", field="max_batch_tokens")
 
 
 def schedule(isl: int, osl: int, concurrency: int, max_batch_tokens: int) -> Schedule:
@@ -99,7 +99,7 @@ def schedule(isl: int, osl: int, concurrency: int, max_batch_tokens: int) -> Sch
     while True:
         if k >= MAX_STEPS:
             raise UsageError(f"the schedule did not reach a steady state within {MAX_STEPS} steps",
-                             field="--output")
+                             field="output")
         dec = (pos == isl) & (gen >= 1) & (gen < osl)
         ctx = isl + gen[dec] - 1
         left = B - int(dec.sum())

@@ -47,13 +47,13 @@ def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency:
                slo_ttft_s: float | None = None, utilisation: float = UTILISATION, collective_algo: str = "auto",
                options=None, replayer: StepReplayer | None = None, progress=None, workers: int | None = None) -> dict:
     """The serving curve of ``spec`` (a ModelSpec) on ``chip`` (a Chip) or ``system`` (a System)."""
-    for name, v in (("--input", isl), ("--output", osl), ("--max-batch-tokens", max_batch_tokens)):
+    for name, v in (("input", isl), ("output", osl), ("max_batch_tokens", max_batch_tokens)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise UsageError(f"expected a positive integer, got {v!r}", field=name)
     if isl + osl > spec.max_position_embeddings:
         raise UsageError(f"--input {isl} + --output {osl} = {isl + osl} positions exceeds {spec.name}'s "
-                         f"max_position_embeddings {spec.max_position_embeddings}", field="--input")
-    for name, v in (("--slo-tpot", slo_tpot_s), ("--slo-ttft", slo_ttft_s)):
+                         f"max_position_embeddings {spec.max_position_embeddings}", field="input")
+    for name, v in (("slo_tpot", slo_tpot_s), ("slo_ttft", slo_ttft_s)):
         if v is not None and not v > 0:
             raise UsageError(f"expected a positive time in milliseconds, got {v!r}", field=name)
     run = RunConfig(generate=1, weights=weights, kv=kv, activations=activations, tp=tp, pp=pp, ep=ep)  # one replica
@@ -61,12 +61,12 @@ def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency:
     target = chip if system is None else system.chip
     if system is not None and devices > system.n_chips:
         raise UsageError(f"dp x pp x tp = {devices} devices; {system.name} has {system.n_chips} chips",
-                         field="--tp")
+                         field="tp")
     if system is None and run.devices > 1:
         raise UsageError(f"--tp/--pp/--ep make {run.devices} devices; serve them on a system (--system NAME), "
-                         "not one chip", field="--chip")
+                         "not one chip", field="chip")
     if system is None and dp > 1:
-        raise UsageError("--dp replicas need a system (--system NAME)", field="--dp")
+        raise UsageError("--dp replicas need a system (--system NAME)", field="dp")
     limit = kv_limit(spec, run, target, isl, osl, max_batch_tokens, utilisation=utilisation)
     limit = limit.__class__(**{**limit.__dict__, "dp": dp, "max_concurrency": limit.max_concurrency * dp})
     asked = concurrencies(concurrency, limit.max_concurrency, max_batch_tokens * dp)
@@ -75,11 +75,11 @@ def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency:
     if not fit:
         raise UsageError(f"concurrency {beyond[0]}: the KV of {beyond[0]} requests of {isl}+{osl} tokens does not fit; "
                          f"at most {limit.max_concurrency} do ({limit.memory_tier} of {target.name})",
-                         field="--concurrency")
+                         field="concurrency")
     for c in fit:
         if c > max_batch_tokens * dp:
             raise UsageError(f"--max-batch-tokens {max_batch_tokens} is below one decode batch of {c // dp} "
-                             "sequences (every running decode takes a token of each step)", field="--max-batch-tokens")
+                             "sequences (every running decode takes a token of each step)", field="max_batch_tokens")
     price = _price(chip, system, devices)
     own = replayer is None
     rep = replayer or StepReplayer(spec, run, chip=chip, system=system, options=options,
@@ -107,7 +107,7 @@ def throughput(spec, *, chip=None, system=None, isl: int, osl: int, concurrency:
         near = min(points, key=lambda p: _miss(p, slo_tpot_s, slo_ttft_s))
         raise UsageError(f"no point meets the SLO ({_slo_text(slo_tpot_s, slo_ttft_s)}); the nearest is concurrency "
                          f"{near.concurrency}: TPOT {_ms(near.tpot_s)}, TTFT {_ms(near.ttft_s)}",
-                         field="--slo-tpot" if slo_tpot_s is not None else "--slo-ttft")
+                         field="slo_tpot" if slo_tpot_s is not None else "slo_ttft")
     ok = [p for p, m in zip(points, meets) if m]
     best = max(ok, key=lambda p: p.output_tokens_per_s)
     priced = [p for p in ok if p.usd_per_mtok is not None]

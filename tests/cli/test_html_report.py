@@ -199,18 +199,14 @@ def test_time_breakdown_sums_against_the_per_op_table(tmp_path):
     """Each resource's roofline share is the per-op Parquet's latency of the decode ops it bounds."""
     import pyarrow.parquet as pq
 
-    from tierlab.api.handover import receiving
+    import tierlab
     from tierlab.present import breakdown
 
     trace = make_trace(tmp_path)
     _cli("replay", trace, "--chip", "sn40l", "-o", tmp_path / "ops.parquet")
     ops = pq.read_table(tmp_path / "ops.parquet").to_pylist()
-    from tierlab.api.options import call
-    from tierlab.cli.replay import command
-
-    with receiving(lambda d, o: (d, breakdown.time_breakdown(o["replay"], o["cost"]))) as got:
-        call(command, {"chip": "sn40l"}, {"trace": str(trace)})     # the replay, its objects kept
-    d, tb = got[0]
+    r = tierlab.replay(trace, chip="sn40l")      # the replay, its objects kept
+    d, tb = r.to_dict(), breakdown.time_breakdown(r.replay, r.cost)
     steps = len({o["step"] for o in ops if o["phase"] == "decode"})
     for r, t in tb["roofline"].items():
         want = sum(o["latency_s"] for o in ops if o["phase"] == "decode" and o["bound"] == r) / steps
@@ -220,7 +216,7 @@ def test_time_breakdown_sums_against_the_per_op_table(tmp_path):
 
 
 def test_time_breakdown_of_a_system_run(tmp_path):
-    from tierlab.api.handover import receiving
+    import tierlab
     from tierlab.present import breakdown
     from tierlab.present.format import format_percent
 
@@ -239,12 +235,8 @@ def test_time_breakdown_of_a_system_run(tmp_path):
     assert rows["collectives&#x27; share of the critical path (roofline)"] == [format_percent(share)]
     assert "device 0" in _text(figs["devices"]) and "device 1" in _text(figs["devices"])
     # every device's bar adds up to the step: its ops, its collectives, its wait
-    from tierlab.api.options import call
-    from tierlab.cli.run import command
-
-    with receiving(lambda d, o: breakdown.system_time(o["replay"], o["cost"])) as got:
-        call(command, {"system": "dgx-h100", "tp": 2, "generate": 2}, {"model": str(TINY)})
-    st = got[0]
+    r = tierlab.run(TINY, system="dgx-h100", tp=2, generate=2)
+    st = breakdown.system_time(r.replay, r.cost)
     assert len(st["devices"]) == 2 and st["collective_share"] == pytest.approx(share, rel=1e-12)
     for row in st["devices"]:
         assert sum(row.values()) == pytest.approx(pt["latency_s"], rel=1e-9)

@@ -17,18 +17,18 @@ ARGS = ["run", TINY, "--chip", "h100", "--prompt", "4", "--generate", "3", "--js
 
 
 def test_run_feeds_the_trace_bar_each_segment(monkeypatch):
-    import tierlab.cli.trace as trace_cli
+    import tierlab.present.progress as progress
 
     plain = CliRunner().invoke(main, ARGS)
     assert plain.exit_code == 0, plain.output
     calls = []
 
     @contextlib.contextmanager
-    def recorder(*, unit, desc):
-        assert desc == "trace"
+    def recorder(*, unit, desc, enabled=True):
+        assert desc == "trace" and enabled
         yield lambda done, total: calls.append((done, total))
 
-    monkeypatch.setattr(trace_cli, "fraction_bar", recorder)
+    monkeypatch.setattr(progress, "fraction_bar", recorder)
     res = CliRunner().invoke(main, ARGS)
     assert res.exit_code == 0, res.output
     assert calls and calls[-1][0] == calls[-1][1] == len(calls) >= 2     # prefill, then each decode step

@@ -148,12 +148,11 @@ def test_cli_flag_reaches_the_options():
     from click.testing import CliRunner
 
     from tierlab.cli import main
-    from tierlab.cli.replay import options_from
+    from tierlab.api.settings import ReplaySettings
 
     assert "--inclusive / --no-inclusive" in CliRunner().invoke(main, ["replay", "--help"]).output
-    kw = dict(store_hit_recency=True, fetch_on_write_miss=True, fetch_on_writeback_miss=True, flush=False,
-              policy_seed=0, pim=True, fast_path=True, inclusive=True)
-    assert options_from(kw).inclusive
+    assert ReplaySettings(inclusive=True).options().inclusive
+    assert not ReplaySettings().options().inclusive
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

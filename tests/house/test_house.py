@@ -422,3 +422,17 @@ def test_no_room_is_named_as_an_api_function():
     assert not clash, (f"emulator/ has a module or package named as the API function(s) {', '.join(clash)}: "
                        "importing it replaces tierlab.<name> with the module")
 
+
+# --- h. the library is the core; the CLI its shell --------------------------------------------------
+
+def test_the_library_never_imports_the_cli():
+    bad = [f"{imp.where()}: {mod} imports {dst}" for mod in modules() if not within(mod, "tierlab.cli")
+           for imp in imports(mod) if (dst := resolve(imp)) is not None and within(dst, "tierlab.cli")]
+    assert not bad, "the library imports the CLI (the CLI calls the library, never back):\n" + "\n".join(bad)
+
+
+def test_only_the_cli_imports_click():
+    bad = [f"{imp.where()}: {mod} imports {imp.base}" for mod in modules() if not within(mod, "tierlab.cli")
+           for imp in imports(mod) if imp.base.split(".")[0] == "click"]
+    assert not bad, "click is the CLI's alone:\n" + "\n".join(bad)
+

@@ -20,7 +20,7 @@ def require_extra():
         import torch
         import transformers
     except ImportError:
-        raise UsageError(EXTRA_HINT, field="--capture") from None
+        raise UsageError(EXTRA_HINT, field="capture") from None
     return torch, transformers
 
 

@@ -64,7 +64,7 @@ def format_of(path: Path, given: str | None) -> str:
     fmt = EXTENSIONS.get(suffixes[-1]) if suffixes else None
     if fmt is None:
         raise UsageError(f"cannot tell the format from the extension {path.suffix or '(none)'!r}; pass "
-                         f"--format {'|'.join(FORMATS)}", file=str(path), field="--format")
+                         f"--format {'|'.join(FORMATS)}", file=str(path))
     return fmt
 
 
@@ -289,11 +289,11 @@ def import_trace(path, out, *, fmt: str | None = None, line: int = 64, force: bo
     src = Path(path)
     fmt = format_of(src, fmt)
     if fmt not in FORMATS:
-        raise UsageError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}", field="--format")
+        raise UsageError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}", field="format")
     if not isinstance(line, int) or line < 1 or line & (line - 1) or line > 1 << REGION_SHIFT:
-        raise UsageError(f"line must be a power of two number of bytes up to 1 GiB, got {line}", field="--line")
+        raise UsageError(f"line must be a power of two number of bytes up to 1 GiB, got {line}", field="line")
     if straddle not in STRADDLE_CONVENTIONS:
-        raise UsageError(f"straddle {straddle!r}; expected {' or '.join(STRADDLE_CONVENTIONS)}", field="--straddle")
+        raise UsageError(f"straddle {straddle!r}; expected {' or '.join(STRADDLE_CONVENTIONS)}", field="straddle")
     sh = line.bit_length() - 1
     recs = Records(src, fmt, instructions)
     regions = np.zeros(MAX_REGIONS, np.int64)

@@ -190,17 +190,17 @@ def _check_parallel(run: "RunConfig") -> None:
         if v < 1:
             raise UsageError(f"must be at least 1, got {v}", field=opt)
     if run.dp * run.pp * run.tp > MAX_DEVICES:
-        raise UsageError(f"dp x pp x tp = {run.dp * run.pp * run.tp} devices; at most {MAX_DEVICES}", field="--tp")
+        raise UsageError(f"dp x pp x tp = {run.dp * run.pp * run.tp} devices; at most {MAX_DEVICES}", field="tp")
     if run.collective_buffers not in COLLECTIVE_BUFFERS:
         raise UsageError(f"unknown {run.collective_buffers!r}; expected one of {', '.join(COLLECTIVE_BUFFERS)}",
-                         field="--collective-buffers")
+                         field="collective_buffers")
     if run.batch % run.pp_microbatches:
         raise UsageError(f"{run.pp_microbatches} microbatches do not divide the batch of {run.batch} sequences",
-                         field="--pp-microbatches")
+                         field="pp_microbatches")
     if run.pp_layers is not None:
         layers = parse_pp_layers(run.pp_layers)
         if len(layers) != run.pp:
-            raise UsageError(f"{len(layers)} stages listed for --pp {run.pp}", field="--pp-layers")
+            raise UsageError(f"{len(layers)} stages listed for --pp {run.pp}", field="pp_layers")
         object.__setattr__(run, "pp_layers", layers)
 
 
@@ -211,9 +211,9 @@ def parse_pp_layers(value) -> tuple:
         out = tuple(int(str(x).strip()) if not isinstance(x, int) or isinstance(x, bool) else x for x in items)
     except ValueError:
         raise UsageError(f"expected layers per stage separated by commas (e.g. 6,18,18), got {value!r}",
-                         field="--pp-layers") from None
+                         field="pp_layers") from None
     if not out or min(out) < 1:
-        raise UsageError(f"every stage needs at least 1 layer, got {value!r}", field="--pp-layers")
+        raise UsageError(f"every stage needs at least 1 layer, got {value!r}", field="pp_layers")
     return out
 
 

@@ -42,10 +42,10 @@ def check_shardable(spec: ModelSpec) -> None:
                          "only (no tensor, pipeline, expert or data parallelism, no microbatches)", field="sharded")
     if spec.ssm_parallel:
         raise UsageError(f"{spec.family} (a Mamba-2 mixer beside the attention of each layer) is lowered on one "
-                         "device only; drop --tp/--pp/--ep/--dp and --pp-microbatches", field="--tp")
+                         "device only; drop --tp/--pp/--ep/--dp and --pp-microbatches", field="tp")
     if spec.norm_layout not in ("pre", "sandwich", "parallel", "parallel2", "mixer"):
         raise UsageError(f"{spec.family} (norm_layout {spec.norm_layout}) is lowered on one device only; drop "
-                         "--tp/--pp/--ep/--dp and --pp-microbatches", field="--tp")
+                         "--tp/--pp/--ep/--dp and --pp-microbatches", field="tp")
 
 
 def stage_layers(spec: ModelSpec, run: RunConfig) -> tuple[int, ...]:
@@ -53,10 +53,10 @@ def stage_layers(spec: ModelSpec, run: RunConfig) -> tuple[int, ...]:
     L, pp = spec.num_layers, run.pp
     if run.pp_layers is not None:
         if sum(run.pp_layers) != L:
-            raise UsageError(f"stages hold {sum(run.pp_layers)} layers; the model has {L}", field="--pp-layers")
+            raise UsageError(f"stages hold {sum(run.pp_layers)} layers; the model has {L}", field="pp_layers")
         return tuple(run.pp_layers)
     if pp > L:
-        raise UsageError(f"{pp} stages for a model of {L} layers; at most one stage per layer", field="--pp")
+        raise UsageError(f"{pp} stages for a model of {L} layers; at most one stage per layer", field="pp")
     q, r = divmod(L, pp)
     return tuple(q + (1 if s >= pp - r else 0) for s in range(pp))
 
@@ -65,36 +65,36 @@ def check_plan(spec: ModelSpec, run: RunConfig) -> None:
     """Refuse a parallelism the model cannot be split by (UsageError naming the option)."""
     tp, ep = run.tp, run.ep
     if spec.num_heads % tp:
-        raise UsageError(f"{tp} ranks do not divide the model's {spec.num_heads} attention heads", field="--tp")
+        raise UsageError(f"{tp} ranks do not divide the model's {spec.num_heads} attention heads", field="tp")
     if spec.attention != "mla":
         kvh = spec.num_kv_heads
         if (kvh >= tp and kvh % tp) or (kvh < tp and tp % kvh):
             raise UsageError(f"{tp} ranks neither divide the model's {kvh} KV heads nor are a multiple of them",
-                             field="--tp")
+                             field="tp")
     if spec.ssm_inner:
         mixer = [("Mamba inner size", spec.ssm_inner)] if spec.ssm_version == 1 else \
             [("state-space heads", spec.ssm_heads), ("state-space groups (key heads)", spec.ssm_groups)]
         for what, n in mixer:
             if n % tp:
-                raise UsageError(f"{tp} ranks do not divide the model's {what} {n}", field="--tp")
+                raise UsageError(f"{tp} ranks do not divide the model's {what} {n}", field="tp")
     dense = [spec.intermediate_size] if any(not spec.is_moe(i) for i in range(spec.num_layers)) else []
     for what, n in [("MLP intermediate size", f) for f in dense] + \
                    ([("MoE intermediate size", spec.moe_intermediate_size)] if spec.num_experts and ep == 1 else []) + \
                    [("vocabulary", spec.vocab_size)]:
         if n % tp:
-            raise UsageError(f"{tp} ranks do not divide the model's {what} {n} (no padding)", field="--tp")
+            raise UsageError(f"{tp} ranks do not divide the model's {what} {n} (no padding)", field="tp")
     if ep > 1:
         E = spec.num_experts
         if not E:
             raise UsageError(f"expert parallelism needs a mixture-of-experts model; {spec.name} is dense",
-                             field="--ep")
+                             field="ep")
         if ep > E:
-            raise UsageError(f"{ep} ranks for the model's {E} experts; at most one rank per expert", field="--ep")
+            raise UsageError(f"{ep} ranks for the model's {E} experts; at most one rank per expert", field="ep")
         if E % ep:
-            raise UsageError(f"{ep} ranks must divide the model's {E} experts", field="--ep")
+            raise UsageError(f"{ep} ranks must divide the model's {E} experts", field="ep")
         if (tp * run.dp) % ep:
             raise UsageError(f"{ep} ranks must divide tp x dp = {tp * run.dp} (the devices of a stage)",
-                             field="--ep")
+                             field="ep")
     stage_layers(spec, run)
 
 

@@ -1,4 +1,4 @@
-"""Progress bars for the CLI: the library reports progress through callbacks; only the CLI draws.
+"""Progress bars: the engine and analyses report progress through callbacks; these draw them.
 
 A bar is drawn on stderr, and only when stderr is a terminal (pipes and tests get nothing). tqdm
 is a declared dependency of tierlab.
@@ -13,9 +13,11 @@ from typing import Callable, Iterator
 
 
 @contextlib.contextmanager
-def counting_bar(total: int | None, *, unit: str, desc: str) -> Iterator[Callable[[int], None] | None]:
-    """A callback ``advance(n)`` that moves a bar of ``total`` by ``n`` (None when stderr is no terminal)."""
-    if not sys.stderr.isatty():
+def counting_bar(total: int | None, *, unit: str, desc: str,
+                 enabled: bool = True) -> Iterator[Callable[[int], None] | None]:
+    """A callback ``advance(n)`` that moves a bar of ``total`` by ``n`` (None when stderr is no terminal,
+    or not ``enabled``)."""
+    if not enabled or not sys.stderr.isatty():
         yield None
         return
     from tqdm import tqdm       # only with a terminal to draw on (a declared dependency)
@@ -27,10 +29,10 @@ def counting_bar(total: int | None, *, unit: str, desc: str) -> Iterator[Callabl
 
 
 @contextlib.contextmanager
-def fraction_bar(*, unit: str, desc: str) -> Iterator[Callable[[int, int], None] | None]:
+def fraction_bar(*, unit: str, desc: str, enabled: bool = True) -> Iterator[Callable[[int, int], None] | None]:
     """A callback ``report(done, total)`` that sets a bar to ``done`` of ``total`` (None when stderr
-    is no terminal)."""
-    if not sys.stderr.isatty():
+    is no terminal, or not ``enabled``)."""
+    if not enabled or not sys.stderr.isatty():
         yield None
         return
     from tqdm import tqdm
