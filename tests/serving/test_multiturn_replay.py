@@ -33,9 +33,11 @@ SMALL_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hi
                "tie_word_embeddings": False}
 
 # sram homes everything except the offload copies, which a rule sends to ddr: the only traffic on
-# the link is the copies (64 B blocks; every KV row of the tiny Llama is 64 B per K or V).
+# the link is the copies (64 B blocks; every KV row of the tiny Llama is 64 B per K or V). No static
+# power: board energy = the dynamic energy (no test here reads energy; tdp must be positive).
 TWO_TIER = {
     "name": "two-tier", "compute": {"flops": {"bf16": "100 TFLOP/s"}, "energy": {"bf16": "1 pJ"}},
+    "power": {"idle": "0 W", "tdp": "1 W"},
     "tier": [
         {"name": "sram", "capacity": "256 MiB", "block": "64 B", "managed": "scratchpad",
          "bandwidth": "10 TB/s", "read_energy": "0.1 pJ/bit", "write_energy": "0.1 pJ/bit"},

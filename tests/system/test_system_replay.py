@@ -140,11 +140,11 @@ def test_energy_is_the_sum_of_its_parts(tmp_path):
 
 def _round_chip():
     """Bandwidths so large that every op is compute-bound at 1e12 FLOP/s: 1e6 FLOPs = 1 us. No static
-    power (board energy = the dynamic energy; the test reads no energy)."""
+    power (board energy = the dynamic energy; the test reads no energy; tdp must be positive)."""
     tiers = (Tier("l2", 64 * KIB, 128, 4, "lru", "cache", 1e18, 1e-13, 2e-13),
              Tier("hbm", 1 << 24, 128, None, "lru", "memory", 1e18, 1e-12, 2e-12))
     return Chip("round", tiers, (Link("l2", "hbm", 1e18, 5e-12),), Compute({"bf16": 1e12}, {"bf16": 1e-12}),
-                power=Power(idle_w=0.0, tdp_w=0.0))
+                power=Power(idle_w=0.0, tdp_w=1.0))
 
 
 def test_critical_path_by_hand(tmp_path):
