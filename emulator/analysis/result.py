@@ -27,6 +27,7 @@ from tierlab.engine.counters import TIER_COUNTERS, link_bytes, tier_dict
 from tierlab.pipeline.chip_replay import TraceReplay
 from tierlab.analysis.turns import per_turn
 from tierlab.traces.format.schema import FORMAT_VERSION
+from tierlab.traces.model.families import defaulted_core_keys
 
 
 def _hit_rate(d: dict) -> float | None:
@@ -104,6 +105,8 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
             "trace_run": tr.trace.manifest.get("run"),   # how the trace was made: lengths, dtypes, router, seed
             # which path lowered the model: {"path": "hand", "family": ...} or {"path": "capture", "why": ...}
             "trace_lowering": tr.trace.manifest.get("lowering"),
+            # core dimensions the model's config left to a default (Transformers' config class, the family's)
+            "model_defaults": defaulted_core_keys(tr.trace.manifest.get("model")),
             "trace_manifest_sha256": _manifest_sha256(tr.trace.path),
             "chip_sha256": chip.source_sha256,
             "chip_file": chip.source_file,

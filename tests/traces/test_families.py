@@ -517,3 +517,24 @@ def test_traced_weight_tensors_hold_the_parameter_count(tmp_path, name):
     t = Tally(trace_of(tmp_path, spec, generate=1))
     held = sum(n for name_, n in t.nbytes.items() if t.kind[t.names.index(name_)] == "weight")
     assert held == 2 * spec.param_count()
+
+
+def test_core_dimensions_left_to_defaults_are_named_in_the_provenance(tmp_path):
+    """A config without num_hidden_layers runs on Transformers' default (32 for Llama): the replay's
+    provenance names it, and a preset that gives every core dimension names none."""
+    import json as _json
+
+    import tierlab
+    from tierlab.traces.model.families import defaulted_core_keys
+
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256}
+    assert defaulted_core_keys(cfg) == ["num_hidden_layers"]
+    assert defaulted_core_keys({**cfg, "num_hidden_layers": 2}) == []
+    assert defaulted_core_keys({"architectures": ["NoSuchForCausalLM"]}) == []
+    path = tmp_path / "config.json"
+    path.write_text(_json.dumps({**cfg, "num_hidden_layers": 2}))
+    r = tierlab.run(path, chip="h100", generate=1)
+    assert r.to_dict()["provenance"]["model_defaults"] == []
+    gemma = tierlab.run("gemma-3-4b", chip="h100", generate=1)       # a wrapper whose text_config gives few keys
+    assert "num_attention_heads" in gemma.to_dict()["provenance"]["model_defaults"]

@@ -264,6 +264,28 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
     return name, _spelled({**defaults, **config}, mt), ""
 
 
+CORE_DIMENSIONS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size")
+
+
+def defaulted_core_keys(config) -> list[str]:
+    """The core dimensions (hidden size, layers, heads, KV heads, MLP width, vocabulary) a config leaves
+    out, so that a default (Transformers' config class, or the family's) gives them: named in a
+    replay's provenance (``model_defaults``). Empty for a config of no family tierlab reads by hand."""
+    if not isinstance(config, dict):
+        return []
+    archs = config.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    name = ARCHITECTURES.get(arch) if arch else None
+    if name is None and isinstance(config.get("model_type"), str):
+        name = MODEL_TYPES.get(config["model_type"])
+    if name is None:
+        return []
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    keys = FAMILIES[name].keys
+    return [keys[k] for k in CORE_DIMENSIONS if keys.get(k)
+            and config.get(keys[k]) is None and text.get(keys[k]) is None]
+
+
 def _spelled(config: dict, model_type) -> dict:
     """``config`` with each key of its class's ``attribute_map`` that it lacks (the common spelling: Kimi-Linear's
     num_experts_per_tok) read from the key the class writes instead (num_experts_per_token), as Transformers does."""
