@@ -1,7 +1,15 @@
 """The one-device lowering: :class:`Lowering` declares a model's tensors and writes the ops of each
-segment (the execution order and tensors are described in :mod:`tierlab.traces.lowering.generate`; the recurrent mixers'
-ops are :mod:`tierlab.traces.lowering.recurrent`'s, DeepSeek-V3.2's indexer :mod:`tierlab.traces.lowering.indexer`'s). The sharded
-lowering (:mod:`tierlab.traces.lowering.sharded`) runs one per device over the device's local model.
+segment (the execution order and tensors are described in :mod:`tierlab.traces.lowering.generate`).
+
+It is built by composition: it makes its parts, each given the lowering itself (``low``), and calls them where
+a layer needs them: the recurrent mixers (:mod:`tierlab.traces.lowering.recurrent`), DeepSeek-V3.2's indexer
+(:mod:`tierlab.traces.lowering.indexer`), the KV copies between turns (:mod:`tierlab.traces.lowering.kv_offload`)
+and, for a spec with a Gemma 4 layout, Gemma 4's layer in place of the generic one
+(:mod:`tierlab.traces.lowering.gemma4_layer`). The parts read the lowering's tensors and build on its public ops
+(``lin``, ``norm``, ``mlp``, ``embed``, ``attention_block``, ``emit``, ``declare_act``). A serving step's part
+(:class:`tierlab.traces.lowering.serving_step.ServingStep`, made by the ``serving`` callable) declares the KV,
+rewrites each attention block's KV append and attention, and writes the ops. The sharded lowering
+(:mod:`tierlab.traces.lowering.sharded`) runs one per device over the device's local model.
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ from tierlab.kernels.base import Op, Ten
 from tierlab.traces.model.dtypes import DTYPE_BITS, activation_storage, nbytes_of, scale_bytes
 from tierlab.traces.model.weight_formats import weight_tensors
 from tierlab.common.errors import UsageError
+from tierlab.traces.lowering.gemma4_layer import Gemma4Layer
 from tierlab.traces.lowering.indexer import SparseIndexer
+from tierlab.traces.lowering.kv_offload import KVOffload
 from tierlab.traces.lowering.recurrent import RecurrentMixers
 from tierlab.traces.workload.routing import Router, log_routes
 from tierlab.traces.workload.run import RunConfig
@@ -28,10 +38,20 @@ from tierlab.traces.model.spec import ModelSpec, WeightShape
 from tierlab.traces.format.writer import TraceWriter
 
 
-class Lowering(RecurrentMixers, SparseIndexer):
-    def __init__(self, spec: ModelSpec, run: RunConfig, w: TraceWriter, segments: list[Segment]):
+class Lowering:
+    """One device's lowering of ``segments`` into ``w``. ``serving``: a callable making a serving step's part
+    given the lowering (:class:`tierlab.traces.lowering.serving_step.ServingStep`), or None for a run's segments."""
+
+    def __init__(self, spec: ModelSpec, run: RunConfig, w: TraceWriter, segments: list[Segment], *, serving=None):
         self.spec, self.run, self.w = spec, run, w
+        self.recurrent, self.indexer = RecurrentMixers(self), SparseIndexer(self)
+        self.gemma4 = Gemma4Layer(self) if spec.gemma4 else None      # the family's layer, else the generic one
+        self.serving = serving(self) if serving is not None else None
         self._init_shard()
+        if self.serving is not None:      # the step's sequences in the KV cache; its T tokens T rows of an op
+            self.B, self.mb = self.serving.step.sequences, 1
+        # rows of logits: each sequence's last token's (a serving step: the sampling sequences', as if gathered)
+        self.logit_rows = max(1, self.serving.step.sample) if self.serving is not None else self.mb
         self.ab = DTYPE_BITS[activation_storage(run.activations)] // 8
         compute = [s for s in segments if s.action == "compute"]
         self.max_m = self.mb * max(s.tokens for s in compute)
@@ -39,16 +59,18 @@ class Lowering(RecurrentMixers, SparseIndexer):
             if spec.num_experts else None
         self.weights: dict[str, tuple[Ten, Ten | None]] = {}
         self.routing_log = None
-        self._logged_prefill: dict[int, int] = {}   # layer -> prefill tokens already in the routing log
+        self.logged_prefill: dict[int, int] = {}   # layer -> prefill tokens already in the routing log
         # KV positions per sequence: enough for every segment (a multi-turn plan may go further than run)
         self.positions = max(max(s.start + s.tokens for s in segments), run.max_positions)
         self._declare_weights()
-        self._declare_kv()
+        if self.serving is not None:
+            self.serving.declare_kv()
+        else:
+            self._declare_kv()
         self._declare_activations(compute)
-        self.offload: dict[int, list[attn.Cache]] = {}
-        self.index_offload: dict[int, attn.Cache] = {}
+        self.kv_offload = KVOffload(self)      # the KV's twins and the copies between conversation turns
         if any(s.action in COPY_ACTIONS for s in segments):
-            self._declare_kv_offload()
+            self.kv_offload.declare()
 
     def _init_shard(self) -> None:
         """One device holding the whole model (a sharded lowering overrides this)."""
@@ -112,81 +134,57 @@ class Lowering(RecurrentMixers, SparseIndexer):
                                                                          i, device=self.device), nb),
                                                   row, self.positions * row, 0)
 
-    def _declare_kv_offload(self) -> None:
-        """A twin of every KV tensor (same size and layout), kind ``kv_offload``, declared last so the
-        other tensors keep their ids."""
-        parts = ["latent"] if self.spec.attention == "mla" else ["k", "v"]
-        for i, layer in self.caches.items():
-            twins = []
-            for c, part in zip(layer, parts):
-                twins.append(c._replace(ten=Ten(self.w.add_tensor(f"layers.{i}.kv_offload.{part}", "kv_offload",
-                                                                  c.ten.nbytes, self.run.kv, i, device=self.device),
-                                                 c.ten.nbytes)))
-            self.offload[i] = twins
-        for i, c in self.index_caches.items():      # the indexer's keys go with the KV they pick from
-            self.index_offload[i] = c._replace(ten=Ten(self.w.add_tensor(f"layers.{i}.kv_offload.index", "kv_offload",
-                                                                         c.ten.nbytes, self.run.kv, i, device=self.device),
-                                                       c.ten.nbytes))
-
-    def _act(self, name: str, rows: int, width: int) -> Ten:
-        nb = max(1, rows * width * self.ab)
+    def declare_act(self, name: str, rows: int, width: int) -> Ten:
+        """The scratch buffer ``act.<name>`` of ``rows x width`` elements, or of ``act_least[name]`` if more
+        (buffer -> elements: Gemma 4's widest layer)."""
+        nb = max(1, max(rows * width, self.act_least.get(name, 0)) * self.ab)
         return Ten(self.w.add_tensor(f"act.{name}", "activation", nb, activation_storage(self.run.activations),
                                      device=self.device), nb)
 
     def _declare_activations(self, segments: list[Segment]) -> None:
         s, m, B = self.spec, self.max_m, self.mb
         h = s.hidden_size
+        self.act_least = self.gemma4.least_elements(segments) if self.gemma4 is not None else {}
         a = {}
-        a["hidden"] = self._act("hidden", m, h)
-        a["norm"] = self._act("norm", m, h)
+        a["hidden"] = self.declare_act("hidden", m, h)
+        a["norm"] = self.declare_act("norm", m, h)
         if s.norm_layout == "parallel2":
-            a["norm_mlp"] = self._act("norm_mlp", m, h)
+            a["norm_mlp"] = self.declare_act("norm_mlp", m, h)
         if any(s.keeps_state(i) for i in self.layers):
-            d, r, n, c = s.ssm_inner, s.ssm_dt_rank, s.ssm_state, s.ssm_conv_channels
-            widths = {1: (("ssm_xz", 2 * d), ("ssm_x", d), ("ssm_dbc", r + 2 * n), ("ssm_dt", d), ("ssm_y", d)),
-                      2: (("ssm_xz", d + c + s.ssm_heads), ("ssm_x", c), ("ssm_y", d)),
-                      3: (("ssm_xz", c + d), ("ssm_ba", 2 * s.ssm_heads), ("ssm_x", c), ("ssm_y", d)),
-                      4: (("ssm_xz", c), ("ssm_x", c), ("ssm_fa", n), ("ssm_g", d), ("ssm_ba", s.ssm_heads),
-                          ("ssm_y", d))}[s.ssm_version]
-            for name, width in widths:
-                a[name] = self._act(name, m, width)
-            if s.ssm_parallel:          # Falcon-H1: the Mamba-2 mixer's output beside the attention's
-                a["ssm_out"] = self._act("ssm_out", m, h)
+            a.update(self.recurrent.declare_activations(m))
         if s.attention == "mla":
             self.q_width = s.num_heads * (s.qk_nope_head_dim + s.qk_rope_head_dim)
             self.o_width = s.num_heads * s.v_head_dim
             if s.q_lora_rank:
-                a["q_latent"] = self._act("q_latent", m, s.q_lora_rank)
-            a["kv_latent"] = self._act("kv_latent", m, s.kv_lora_rank + s.qk_rope_head_dim)
-            if s.index_head_dim:      # DeepSeek-V3.2's indexer: its queries, its key, its per-head weights
-                for name, width in (("index_q", s.index_heads * s.index_head_dim), ("index_k", s.index_head_dim),
-                                    ("index_w", s.index_heads)):
-                    a[name] = self._act(name, m, width)
+                a["q_latent"] = self.declare_act("q_latent", m, s.q_lora_rank)
+            a["kv_latent"] = self.declare_act("kv_latent", m, s.kv_lora_rank + s.qk_rope_head_dim)
+            if s.index_head_dim:
+                a.update(self.indexer.declare_activations(m))
         else:
             self.q_width = self.o_width = s.num_heads * s.head_dim
-            a["k"] = self._act("k", m, s.num_kv_heads * s.head_dim)
-            a["v"] = self._act("v", m, s.num_kv_heads * s.head_dim)
-        a["q"] = self._act("q", m, 2 * self.q_width if s.attn_output_gate else self.q_width)
-        a["attn"] = self._act("attn", m, self.o_width)
-        a["attn_out"] = self._act("attn_out", m, h)
+            a["k"] = self.declare_act("k", m, s.num_kv_heads * s.head_dim)
+            a["v"] = self.declare_act("v", m, s.num_kv_heads * s.head_dim)
+        a["q"] = self.declare_act("q", m, 2 * self.q_width if s.attn_output_gate else self.q_width)
+        a["attn"] = self.declare_act("attn", m, self.o_width)
+        a["attn_out"] = self.declare_act("attn_out", m, h)
         dense_f = [s.intermediate_size for i in self.layers if not s.is_moe(i)]
         dense_f.append(s.moe_intermediate_size * s.num_shared_experts)
         f = max(dense_f)
         if f:
             for n in ("mlp_gate", "mlp_up", "mlp_act"):
-                a[n] = self._act(n, m, f)
-        a["mlp_out"] = self._act("mlp_out", m, h)
+                a[n] = self.declare_act(n, m, f)
+        a["mlp_out"] = self.declare_act("mlp_out", m, h)
         if s.num_experts:
             k = s.num_experts_per_tok
-            a["router_logits"] = self._act("router_logits", m, s.num_experts)
+            a["router_logits"] = self.declare_act("router_logits", m, s.num_experts)
             lw = s.moe_latent_size or h
-            a["moe_dispatch"] = self._act("moe_dispatch", m * k, lw)
-            a["moe_inter"] = self._act("moe_inter", m * k, s.moe_intermediate_size)
-            a["moe_out"] = self._act("moe_out", m * k, lw)
+            a["moe_dispatch"] = self.declare_act("moe_dispatch", m * k, lw)
+            a["moe_inter"] = self.declare_act("moe_inter", m * k, s.moe_intermediate_size)
+            a["moe_out"] = self.declare_act("moe_out", m * k, lw)
             if s.moe_latent_size:     # Nemotron-H's latent MoE: the tokens in and the experts' sum out
-                a["moe_latent"] = self._act("moe_latent", m, lw)
-                a["moe_up"] = self._act("moe_up", m, h)
-        a["logits"] = self._act("logits", B, s.vocab_size)
+                a["moe_latent"] = self.declare_act("moe_latent", m, lw)
+                a["moe_up"] = self.declare_act("moe_up", m, h)
+        a["logits"] = self.declare_act("logits", self.logit_rows, s.vocab_size)
         if self.run.attention == "naive":
             rect = 0
             spans = {s.layer_span(i) for i in self.layers if s.attends(i)}
@@ -195,11 +193,16 @@ class Lowering(RecurrentMixers, SparseIndexer):
                                     span if kind == "chunked" else None)[0]
                 keys = seg.start + seg.tokens - lo
                 rect = max(rect, (B if seg.tokens == 1 else 1) * s.num_heads * seg.tokens * keys)
-            a["scores"] = self._act("scores", rect, 1)
+            a["scores"] = self.declare_act("scores", rect, 1)
         self.act = a
+        if self.gemma4 is not None:
+            self.gemma4.declare_activations()
 
     # ---- ops ----------------------------------------------------------------------------------
-    def _emit(self, ops: list[Op] | Op, layer: int, seg: Segment) -> None:
+    def emit(self, ops: list[Op] | Op, layer: int, seg: Segment) -> None:
+        """Write ``ops`` (of ``layer``, -1: none) of ``seg`` and their accesses to the trace."""
+        if self.serving is not None:
+            return self.serving.emit(ops, layer)
         w = self.w
         for op in ops if isinstance(ops, list) else [ops]:
             oid = w.add_op(op.name, op.kind, layer, seg.phase, seg.step, op.tokens, op.flops, op.expert,
@@ -207,7 +210,7 @@ class Lowering(RecurrentMixers, SparseIndexer):
             for a in op.accesses:
                 w.add_access(oid, a.tensor, a.offset, a.nbytes, a.count, a.stride, a.is_write)
 
-    def _lin(self, name: str, wname: str, x: str, y: str, m: int, seg: Segment, **kw) -> Op:
+    def lin(self, name: str, wname: str, x: str, y: str, m: int, seg: Segment, **kw) -> Op:
         wt, sc = self.weights[wname]
         bias = self.weights.get(wname + ".bias", (None,))[0]
         rows, cols = self._shape[wname]
@@ -230,48 +233,38 @@ class Lowering(RecurrentMixers, SparseIndexer):
             self._shapes = {s.name: (s.rows, s.cols) for s in self.spec.weight_shapes()}
         return self._shapes
 
-    def _norm(self, name: str, gain: str, x: str, y: str, m: int, width: int, **kw) -> Op:
+    def norm(self, name: str, gain: str, x: str, y: str, m: int, width: int, **kw) -> Op:
         """RMSNorm, or LayerNorm when the model's norms carry a bias (``<gain>.bias``)."""
         bias = self.weights.get(gain + ".bias", (None,))[0]
         return norm_k.rmsnorm(name, self.act[x], self.act[y], self.weights[gain][0], m=m, width=width,
                               act_bytes=self.ab, bias=bias, **kw)
 
-    def _kv_copy(self, seg: Segment) -> None:
-        """One op per layer copying positions ``start .. start+tokens-1`` of every sequence between
-        each KV tensor and its ``kv_offload`` twin (``offload``: KV -> twin; ``restore``: back)."""
-        for i, layer in self.caches.items():
-            twins = self.offload[i]
-            op = Op(f"kv_{seg.action}", f"kv_{seg.action}", 0, 0)
-            pairs = list(zip(layer, twins)) + ([(self.index_caches[i], self.index_offload[i])]
-                                               if i in self.index_offload else [])
-            for c, o in pairs:
-                src, dst = (c, o) if seg.action == "offload" else (o, c)
-                attn.read_positions(op, src, 0, seg.start, seg.start + seg.tokens, count=self.B)
-                attn.read_positions(op, dst, 0, seg.start, seg.start + seg.tokens, count=self.B, write=True)
-            self._emit(op, i, seg)
-
     def segment(self, seg: Segment) -> None:
         if seg.action in COPY_ACTIONS:
-            return self._kv_copy(seg)
+            return self.kv_offload.copy(seg)
         if seg.action != "compute":
             raise UsageError(f"unknown segment action {seg.action!r}", field="segments")
+        if self.serving is not None:      # a serving step: its T tokens as one segment
+            seg = self.serving.kernel_seg
+        if self.gemma4 is not None and self.gemma4.slices(seg):
+            return self.gemma4.segment(seg)
         s, B, h, t = self.spec, self.run.batch, self.spec.hidden_size, seg.tokens
         m = B * t
-        self._emit(self._embed(seg), -1, seg)
+        self.emit(self.embed(seg), -1, seg)
         for i in range(s.num_layers):
-            self._emit(self._layer(i, f"layers.{i}.", m, seg), i, seg)
-        ops = [self._norm("norm", "norm", "hidden", "norm", m, h)]
+            self.emit(self._layer(i, f"layers.{i}.", m, seg), i, seg)
+        ops = [self.norm("norm", "norm", "hidden", "norm", m, h)]
         head = "embed_tokens" if s.tie_word_embeddings else "lm_head"
-        last = dict(x_offset=(t - 1) * h * self.ab, x_stride=t * h * self.ab if t > 1 else 0)
-        ops.append(self._lin("lm_head", head, "norm", "logits", B, seg, **last))
-        self._emit(ops, -1, seg)
+        last = {} if self.serving else dict(x_offset=(t - 1) * h * self.ab, x_stride=t * h * self.ab if t > 1 else 0)
+        ops.append(self.lin("lm_head", head, "norm", "logits", self.logit_rows, seg, **last))
+        self.emit(ops, -1, seg)
 
     def token_ids(self, seg: Segment) -> np.ndarray:
         """The segment's ``batch x tokens`` token ids (seeded by the run's seed and the step)."""
         key = [self.run.seed, 7, seg.step + 1]
         return np.random.default_rng(key).integers(0, self.spec.vocab_size, self.run.batch * seg.tokens)
 
-    def _embed(self, seg: Segment) -> Op:
+    def embed(self, seg: Segment) -> Op:
         """The embedding gather of the segment's tokens, and the position rows where the model learns them."""
         s, B, h = self.spec, self.run.batch, self.spec.hidden_size
         table, tsc = self.weights["embed_tokens"]
@@ -289,7 +282,9 @@ class Lowering(RecurrentMixers, SparseIndexer):
 
     def _layer(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
         """One decoder layer: its norms in the model's layout, the mixer (attention or Mamba), the MLP
-        or MoE block, and the residual adds."""
+        or MoE block, and the residual adds (a spec with a Gemma 4 layout: Gemma 4's layer)."""
+        if self.gemma4 is not None:
+            return self.gemma4.layer(i, p, m, seg)
         s, a, h, ab = self.spec, self.act, self.spec.hidden_size, self.ab
 
         def add(x: str) -> Op:
@@ -297,39 +292,39 @@ class Lowering(RecurrentMixers, SparseIndexer):
 
         if s.norm_layout == "post":
             return self._post_norm_layer(i, p, m, seg, add)
-        ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
+        ops = [self.norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
         if s.norm_layout == "block" and not s.attends(i) and not s.keeps_state(i):   # Nemotron-H's MLP / MoE
-            ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size, m, seg)
+            ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self.mlp(p + "mlp.", s.intermediate_size, m, seg)
             ops.append(add("mlp_out"))
             return ops
         if s.ssm_parallel:                                  # Falcon-H1: Mamba-2 || attention, added in
-            ops += self._parallel_mixers(i, p, m, seg)
+            ops += self.recurrent.parallel_mixers(i, p, m, seg)
         else:
-            ops += self._mamba_block(i, p, m, seg) if s.keeps_state(i) else self._attention_block(i, p, m, seg)
+            ops += self.recurrent.mamba_block(i, p, m, seg) if s.keeps_state(i) else self.attention_block(i, p, m, seg)
         if s.norm_layout in ("mixer", "block"):             # Mamba-2, Nemotron-H: a layer is its mixer alone
             ops.append(add("attn_out"))
             return ops
         if s.norm_layout in ("parallel", "parallel2"):     # Falcon: attention and MLP of the same input
             x = "norm"
             if s.norm_layout == "parallel2":
-                ops.append(self._norm("ln_mlp", p + "ln_mlp", "hidden", "norm_mlp", m, h))
+                ops.append(self.norm("ln_mlp", p + "ln_mlp", "hidden", "norm_mlp", m, h))
                 x = "norm_mlp"
-            ops += self._mlp(p + "mlp.", s.intermediate_size, m, seg, x=x)
+            ops += self.mlp(p + "mlp.", s.intermediate_size, m, seg, x=x)
             ops.append(norm_k.elementwise("residual_add", [a["hidden"], a["attn_out"], a["mlp_out"]], a["hidden"],
                                           m=m, width=h, act_bytes=ab, flops_per_element=2))   # two sums
             return ops
         if s.norm_layout == "sandwich":                     # Gemma: norms after each block too
-            ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out",
-                                  m, h))
+            ops.append(self.norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out",
+                                 m, h))
             ops.append(add("attn_out"))
-            ops.append(self._norm("pre_feedforward_layernorm", p + "pre_feedforward_layernorm", "hidden", "norm", m, h))
+            ops.append(self.norm("pre_feedforward_layernorm", p + "pre_feedforward_layernorm", "hidden", "norm", m, h))
         else:
             ops += [] if s.ssm_parallel else [add("attn_out")]
-            ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h))
-        ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size, m, seg)
+            ops.append(self.norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h))
+        ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self.mlp(p + "mlp.", s.intermediate_size, m, seg)
         if s.norm_layout == "sandwich":
-            ops.append(self._norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out", "mlp_out",
-                                  m, h))
+            ops.append(self.norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out", "mlp_out",
+                                 m, h))
         ops.append(add("mlp_out"))
         return ops
 
@@ -339,19 +334,19 @@ class Lowering(RecurrentMixers, SparseIndexer):
         s, h, act = self.spec, self.spec.hidden_size, self.act
         self.act = {**act, "norm": act["hidden"]}
         try:
-            ops = self._attention_block(i, p, m, seg)
-            ops.append(self._norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out",
-                                  m, h))
+            ops = self.attention_block(i, p, m, seg)
+            ops.append(self.norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out",
+                                 m, h))
             ops.append(add("attn_out"))
-            ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size, m, seg)
-            ops.append(self._norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out",
-                                  "mlp_out", m, h))
+            ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self.mlp(p + "mlp.", s.intermediate_size, m, seg)
+            ops.append(self.norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out",
+                                 "mlp_out", m, h))
             ops.append(add("mlp_out"))
         finally:
             self.act = act
         return ops
 
-    def _mlp(self, prefix: str, ffn: int, m: int, seg: Segment, name: str = "mlp.", x: str = "norm") -> list[Op]:
+    def mlp(self, prefix: str, ffn: int, m: int, seg: Segment, name: str = "mlp.", x: str = "norm") -> list[Op]:
         a = self.act
         names = ("gate_proj", "up_proj", "down_proj") if self.spec.mlp_gated else ("up_proj", "down_proj")
         weights = {k: self.weights[prefix + k] for k in names}
@@ -365,24 +360,24 @@ class Lowering(RecurrentMixers, SparseIndexer):
                                        ["mlp_gate", "mlp_up"], m, seg)]
         return ops
 
-    def _attention_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
+    def attention_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
         s, run, a, ab = self.spec, self.run, self.act, self.ab
         A = p + "self_attn."
         ops: list[Op] = []
         caches = self.caches[i]
         if s.attention == "mla":
             if s.q_lora_rank:
-                ops.append(self._lin("q_a_proj", A + "q_a_proj", "norm", "q_latent", m, seg))
-                ops.append(self._norm("q_a_layernorm", A + "q_a_layernorm", "q_latent", "q_latent", m, s.q_lora_rank))
-                ops.append(self._lin("q_b_proj", A + "q_b_proj", "q_latent", "q", m, seg))
+                ops.append(self.lin("q_a_proj", A + "q_a_proj", "norm", "q_latent", m, seg))
+                ops.append(self.norm("q_a_layernorm", A + "q_a_layernorm", "q_latent", "q_latent", m, s.q_lora_rank))
+                ops.append(self.lin("q_b_proj", A + "q_b_proj", "q_latent", "q", m, seg))
             else:
-                ops.append(self._lin("q_proj", A + "q_proj", "norm", "q", m, seg))
+                ops.append(self.lin("q_proj", A + "q_proj", "norm", "q", m, seg))
             lat_w = s.kv_lora_rank + s.qk_rope_head_dim
-            ops.append(self._lin("kv_a_proj_with_mqa", A + "kv_a_proj_with_mqa", "norm", "kv_latent", m, seg))
-            ops.append(self._norm("kv_a_layernorm", A + "kv_a_layernorm", "kv_latent", "kv_latent", m, s.kv_lora_rank,
-                                  row_stride=lat_w * ab))
+            ops.append(self.lin("kv_a_proj_with_mqa", A + "kv_a_proj_with_mqa", "norm", "kv_latent", m, seg))
+            ops.append(self.norm("kv_a_layernorm", A + "kv_a_layernorm", "kv_latent", "kv_latent", m, s.kv_lora_rank,
+                                 row_stride=lat_w * ab))
             if s.index_head_dim:
-                ops += self._indexer(i, A + "indexer.", m, seg)
+                ops += self.indexer.ops(i, A + "indexer.", m, seg)
             # only the rope dimensions turn: rope of each query head, and the shared rope key (Kimi-Linear's
             # MLA turns none: its full layers are NoPE)
             if not (s.nope_full_layers and s.layer_kind(i) == "full"):
@@ -400,17 +395,17 @@ class Lowering(RecurrentMixers, SparseIndexer):
                 ops.append(self._fused_lin("qkv_proj", [A + "q_proj", A + "k_proj", A + "v_proj"], "norm",
                                            ["q", "k", "v"], m, seg))
             else:
-                ops.append(self._lin("q_proj", A + "q_proj", "norm", "q", m, seg))
-                ops.append(self._lin("k_proj", A + "k_proj", "norm", "k", m, seg))
-                ops.append(self._lin("v_proj", A + "v_proj", "norm", "v", m, seg))
+                ops.append(self.lin("q_proj", A + "q_proj", "norm", "q", m, seg))
+                ops.append(self.lin("k_proj", A + "k_proj", "norm", "k", m, seg))
+                ops.append(self.lin("v_proj", A + "v_proj", "norm", "v", m, seg))
             rope = not s.learned_positions and not (s.nope_full_layers and s.layer_kind(i) == "full") \
                 and i not in s.nope_layers
             if s.qk_norm == "head":
-                ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m * s.num_heads, s.head_dim))
-                ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m * s.num_kv_heads, s.head_dim))
+                ops.append(self.norm("q_norm", A + "q_norm", "q", "q", m * s.num_heads, s.head_dim))
+                ops.append(self.norm("k_norm", A + "k_norm", "k", "k", m * s.num_kv_heads, s.head_dim))
             elif s.qk_norm == "full":         # OLMoE: over all heads of the token
-                ops.append(self._norm("q_norm", A + "q_norm", "q", "q", m, self.q_width))
-                ops.append(self._norm("k_norm", A + "k_norm", "k", "k", m, kvw))
+                ops.append(self.norm("q_norm", A + "q_norm", "q", "q", m, self.q_width))
+                ops.append(self.norm("k_norm", A + "k_norm", "k", "k", m, kvw))
             elif s.qk_norm == "l2" and rope:  # Llama 4: an RMS norm without a gain, per head, where rotary turns
                 for name, x, heads in (("q_norm", "q", s.num_heads), ("k_norm", "k", s.num_kv_heads)):
                     ops.append(norm_k.rmsnorm(name, a[x], a[x], None, m=m * heads, width=s.head_dim, act_bytes=ab))
@@ -436,30 +431,30 @@ class Lowering(RecurrentMixers, SparseIndexer):
         if s.attn_output_gate:      # Qwen3-Next: attention output times sigmoid(gate), the gate from q_proj
             ops.append(norm_k.elementwise("attn_gate", [a["attn"], a["q"]], a["attn"], m=m, width=self.o_width,
                                           act_bytes=ab, flops_per_element=5))
-        ops.append(self._lin("o_proj", A + "o_proj", "attn", "attn_out", m, seg))
-        return ops
+        ops.append(self.lin("o_proj", A + "o_proj", "attn", "attn_out", m, seg))
+        return ops if self.serving is None else self.serving.attention(i, ops)
 
     def _moe_block(self, i: int, p: str, m: int, seg: Segment) -> list[Op]:
         s, a, ab = self.spec, self.act, self.ab
         h, k, E = s.hidden_size, s.num_experts_per_tok, s.num_experts
         M = p + "mlp."
-        ops = [self._lin("mlp.gate", M + "gate", "norm", "router_logits", m, seg)]
+        ops = [self.lin("mlp.gate", M + "gate", "norm", "router_logits", m, seg)]
         r = moe_k.route_op("mlp.route", a["router_logits"], m=m, n_experts=E, k=k, act_bytes=ab)
         if s.router_bias:
             r.read_all(self.weights[M + "gate.e_score_correction_bias"][0])
         ops.append(r)
         routes = self.router.route(i, seg.step, m)
-        log_routes(self.routing_log, self._logged_prefill, i, seg.step, m, routes)
+        log_routes(self.routing_log, self.logged_prefill, i, seg.step, m, routes)
         counts = moe_k.expert_counts(routes, E)
         if s.num_shared_experts:
-            ops += self._mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, m, seg,
-                             name="mlp.shared_experts.")
+            ops += self.mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, m, seg,
+                            name="mlp.shared_experts.")
             if s.shared_expert_gate:   # Qwen2-MoE: a sigmoid gate (one output) on the shared expert
-                ops.append(self._lin("mlp.shared_expert_gate", M + "shared_expert_gate", "norm", "router_logits",
-                                     m, seg))
+                ops.append(self.lin("mlp.shared_expert_gate", M + "shared_expert_gate", "norm", "router_logits",
+                                    m, seg))
         lw, x_in = s.moe_latent_size or h, "norm"
         if s.moe_latent_size:        # the experts run in the latent width: fc1 projects the tokens down
-            ops.append(self._lin("mlp.fc1_latent_proj", M + "fc1_latent_proj", "norm", "moe_latent", m, seg))
+            ops.append(self.lin("mlp.fc1_latent_proj", M + "fc1_latent_proj", "norm", "moe_latent", m, seg))
             x_in = "moe_latent"
         ops.append(moe_k.dispatch("mlp.dispatch", a[x_in], a["moe_dispatch"], m=m, k=k, row_bytes=lw * ab))
         first = 0
@@ -480,7 +475,7 @@ class Lowering(RecurrentMixers, SparseIndexer):
             ops.append(moe_k.combine("mlp.combine", a["moe_out"], a["moe_latent"], m=m, k=k, row_bytes=lw * ab,
                                      hidden=lw))
             up = "moe_up" if s.num_shared_experts else "mlp_out"
-            ops.append(self._lin("mlp.fc2_latent_proj", M + "fc2_latent_proj", "moe_latent", up, m, seg))
+            ops.append(self.lin("mlp.fc2_latent_proj", M + "fc2_latent_proj", "moe_latent", up, m, seg))
             if s.num_shared_experts:
                 ops.append(norm_k.elementwise("mlp.shared_add", [a["mlp_out"], a["moe_up"]], a["mlp_out"], m=m,
                                               width=h, act_bytes=ab))

@@ -38,7 +38,8 @@ a reusing turn routes, and more.
 
 A run over several devices (``run.sharded``: tensor, pipeline, expert or data parallelism, or
 microbatches) is lowered by :mod:`tierlab.traces.lowering.sharded` into one format-v2 trace; the class doing
-the one-device work is :class:`tierlab.traces.lowering.device.Lowering`.
+the one-device work is :class:`tierlab.traces.lowering.device.Lowering` (with its parts: the recurrent mixers,
+DeepSeek-V3.2's indexer, Gemma 4's layer for a Gemma 4 spec, the KV copies between turns).
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from pathlib import Path
 from typing import Callable
 
 from tierlab.common.errors import UsageError
-from tierlab.traces.lowering.gemma4_layer import Gemma4Lowering
 from tierlab.traces.lowering.device import Lowering
 from tierlab.traces.workload.routing import ROUTING_FILE, ROUTING_SCHEMA
 from tierlab.traces.workload.run import RunConfig
@@ -89,7 +89,7 @@ def lower_segments(spec: ModelSpec, run: RunConfig, segments: list[Segment], out
              "lowering": {"path": "hand", "family": spec.family}}
     with TraceWriter(out_dir, model=spec.config or None, run=run, force=force, alignment=run.alignment,
                      extra=extra) as w:
-        low = (Gemma4Lowering if spec.gemma4 else Lowering)(spec, run, w, segments)
+        low = Lowering(spec, run, w, segments)      # Gemma 4's layer in place of the generic one by its spec
         if record_routing and spec.num_experts:
             low.routing_log = w.add_extra_table("routing", ROUTING_FILE, ROUTING_SCHEMA)
         op_ranges = []

@@ -6,7 +6,11 @@ engine (vLLM, SGLang) does not: the running decodes are each at their own positi
 token budget is shared with chunks of prompts being prefilled. :class:`MixedStep` describes one
 such step and :func:`lower_step` writes it as a trace of one decode step (``phase`` ``decode``,
 ``step`` 0, every op of the step), on one device or sharded (``run.tp``/``pp``/``ep``/``dp``,
-through :func:`tierlab.traces.lowering.sharded.lower_parallel` with a device lowering of this module).
+through :func:`tierlab.traces.lowering.sharded.lower_parallel`). Either way the lowering
+(:class:`~tierlab.traces.lowering.device.Lowering`, or each sharded device's) is given a :class:`ServingStep` as
+a part (``serving``): it takes the step's sequences and rows from it, lowers its :attr:`ServingStep.kernel_seg`,
+and leaves it the KV layout, the rewriting of each attention block's KV append and attention, and the writing of
+the ops.
 
 What differs from the lowering of a decode step (:mod:`tierlab.traces.lowering.device`, reused for every op not
 named here):
@@ -44,6 +48,7 @@ from tierlab.kernels import attention as attn
 from tierlab.kernels.base import Op, Ten
 from tierlab.traces.model.dtypes import nbytes_of
 from tierlab.traces.lowering.device import Lowering
+from tierlab.traces.lowering.sharded import DeviceLowering, lower_parallel
 from tierlab.traces.workload.run import RunConfig
 from tierlab.traces.workload.segments import Segment
 from tierlab.traces.model.spec import ModelSpec
@@ -112,50 +117,46 @@ def lower_step(spec: ModelSpec, run: RunConfig, step: MixedStep, out_dir, *, for
     run = RunConfig(**{**run.__dict__, "prompt": 0, "context": step.positions - 1, "generate": 1, "batch": 1,
                        "turns": (), "kv_reuse": True, "kv_offload": False})
     label = Segment("decode", 0, step.tokens, 0)
+    serving = functools.partial(ServingStep, step=step)
     if run.sharded:
-        from tierlab.traces.lowering.sharded import lower_parallel
-
         return Path(lower_parallel(spec, run, [label], out_dir, force=force,
-                                   device_lowering=functools.partial(_MixedDevice.make, step)))
+                                   device_lowering=functools.partial(DeviceLowering, serving=serving)))
     extra = {"spec": spec.to_dict(), "segments": [label.to_dict()], "mixed_step": step.to_dict()}
     with TraceWriter(out_dir, model=spec.config or None, run=run, force=force, alignment=run.alignment,
                      extra=extra) as w:
-        MixedLowering(spec, run, w, [label], step=step).segment(label)
+        Lowering(spec, run, w, [label], serving=serving).segment(label)
     return Path(out_dir)
 
 
 BULK_MIN = 64
 
 
-class _Mixed:
-    """What a mixed step changes in a lowering (mixed into :class:`~tierlab.traces.lowering.device.Lowering` and
-    :class:`~tierlab.traces.lowering.sharded.DeviceLowering`; see the module docstring)."""
+class ServingStep:
+    """What a mixed step changes in a lowering (see the module docstring): a part the lowering ``low`` makes of
+    itself, given ``step``. The lowering calls :meth:`declare_kv` for its KV, :meth:`attention` on each
+    attention block's ops and :meth:`emit` to write its ops."""
 
-    step: MixedStep
+    def __init__(self, low, step: MixedStep):
+        self.low, self.step = low, step
+        # the segment the kernels see: prefill tiling when the step has a chunk
+        self.kernel_seg = Segment("prefill" if step.prefill else "decode", 0, step.tokens, 0)
+        self.seq_layout: dict[int, tuple] = {}     # layer -> (each sequence's first byte, its rows, any ring)
+        self._pairs_memo: dict[tuple, int] = {}    # (window, chunk) -> query-key pairs of the step
 
-    def _init_shard(self) -> None:
-        super()._init_shard()
-        self.B = self.step.sequences      # sequences in the KV cache
-        self.mb = 1                       # so a segment of T tokens is T rows
-
-    @property
-    def _kernel_seg(self) -> Segment:
-        """The segment the kernels see: prefill tiling when the step has a chunk."""
-        return Segment("prefill" if self.step.prefill else "decode", 0, self.step.tokens, 0)
-
-    def _declare_kv(self) -> None:
-        spec, run = self.spec, self.run
-        self.kv_row = nbytes_of(spec.kv_row_elements, run.kv)
-        self.caches, self.states, self.seq_layout = {}, {}, {}
-        self.index_caches = {}          # no sparse-attention indexer in a mixed step (refused before)
+    def declare_kv(self) -> None:
+        """The lowering's KV caches, paged (``low.caches``; no recurrent state, no indexer keys: refused)."""
+        low = self.low
+        spec, run = low.spec, low.run
+        kv_row = nbytes_of(spec.kv_row_elements, run.kv)
+        low.caches, low.states, low.index_caches = {}, {}, {}
         caps = np.asarray(self.step.capacity, np.int64)
         parts = ["latent"] if spec.attention == "mla" else ["k", "v"]
-        row = self.kv_row // len(parts)
+        row = kv_row // len(parts)
         layouts: dict[tuple, tuple] = {}
         if spec.index_head_dim:
             raise UsageError(f"{spec.name} has a sparse-attention indexer (its own cached keys); serving steps are "
                              "lowered for models without one", field="model")
-        for i in self.layers:
+        for i in low.layers:
             if spec.keeps_state(i):
                 raise UsageError(f"{spec.name} has recurrent (Mamba / DeltaNet) layers; serving steps are "
                                  "lowered for attention models only", field="model")
@@ -167,11 +168,11 @@ class _Mixed:
                 base = np.concatenate([[0], np.cumsum(rows * row)[:-1]]).astype(np.int64)
                 layouts[kind, span] = (base, rows, bool((rows < caps).any()), int((rows * row).sum()))
             base, rows, ringed, total = layouts[kind, span]
-            self.caches[i] = [attn.Cache(Ten(self.w.add_tensor(f"layers.{i}.kv.{p}", "kv", total, run.kv, i,
-                                                               device=self.device), total), row, 0, 0)
-                              for p in parts]
+            low.caches[i] = [attn.Cache(Ten(low.w.add_tensor(f"layers.{i}.kv.{p}", "kv", total, run.kv, i,
+                                                             device=low.device), total), row, 0, 0)
+                             for p in parts]
             self.seq_layout[i] = (base, rows, ringed)
-        self.positions = self.step.positions
+        low.positions = self.step.positions
 
     def _seq(self, i: int, c, j: int):
         """Sequence ``j``'s part of cache ``c`` of layer ``i`` (a ring where it keeps fewer rows than positions)."""
@@ -179,26 +180,14 @@ class _Mixed:
         r = int(rows[j])
         return attn.Cache(c.ten, c.row_bytes, r * c.row_bytes, r if r < self.step.capacity[j] else 0)
 
-    def _act(self, name: str, rows: int, width: int):
-        if name in ("logits", "logits_all"):
-            rows = max(1, self.step.sample)
-        return super()._act(name, rows, width)
-
-    def _lin(self, name, wname, x, y, m, seg, **kw):
-        if name == "lm_head":             # the sampled rows (decodes first): bytes as if gathered
-            m = max(1, self.step.sample)
-            kw.pop("x_offset", None)
-            kw.pop("x_stride", None)
-        return super()._lin(name, wname, x, y, m, seg, **kw)
-
-    def _attention_block(self, i, p, m, seg):
-        ops = super()._attention_block(i, p, m, seg)
+    def attention(self, i: int, ops: list[Op]) -> list[Op]:
+        """Layer ``i``'s attention block with its KV append and attention rewritten for the step."""
         out = []
         for op in ops:
             if op.kind == "kv_append":
-                out.append(self._mixed_append(i, op))
+                out.append(self._append(i, op))
             elif op.kind == "attention":
-                out.append(self._mixed_attention(i, op))
+                out.append(self._attention(i, op))
             else:
                 out.append(op)
         return out
@@ -207,7 +196,7 @@ class _Mixed:
         """Bulk descriptors of every decode's keys and values (``write``: its new row) in layer ``i``,
         cache by cache (all keys, then all values, as the decode kernel reads them), as one set of
         columns; the rings of windowed layers one sequence at a time."""
-        s = self.spec
+        low, s = self.low, self.low.spec
         kind, span = s.layer_span(i)
         window = span if kind == "sliding" else None
         chunk = span if kind == "chunked" else None
@@ -224,12 +213,12 @@ class _Mixed:
             lo = np.zeros(D, np.int64)
         hi = ctx + 1
         if not ringed:
-            n = len(self.caches[i])
-            return [(np.repeat([c.ten.id for c in self.caches[i]], D),
-                     np.concatenate([base[:D] + lo * c.row_bytes for c in self.caches[i]]),
-                     np.tile((hi - lo) * self.caches[i][0].row_bytes, n))]
+            n = len(low.caches[i])
+            return [(np.repeat([c.ten.id for c in low.caches[i]], D),
+                     np.concatenate([base[:D] + lo * c.row_bytes for c in low.caches[i]]),
+                     np.tile((hi - lo) * low.caches[i][0].row_bytes, n))]
         op = Op("ring", "kv", 0, 0)
-        for c in self.caches[i]:
+        for c in low.caches[i]:
             for j in range(D):
                 attn.read_positions(op, self._seq(i, c, j), int(base[j]), int(lo[j]), int(hi[j]), write=write)
         return [(np.array([a.tensor for a in op.accesses]), np.array([a.offset for a in op.accesses]),
@@ -237,7 +226,7 @@ class _Mixed:
 
     def _chunks(self, i: int, op: Op, q, o, qrow: int, orow: int, write: bool) -> None:
         """Each prefill chunk's accesses (``write``: its new KV rows; else its attention tiles)."""
-        s = self.spec
+        low, s = self.low, self.low.spec
         kind, span = s.layer_span(i)
         window = span if kind == "sliding" else None
         chunk = span if kind == "chunked" else None
@@ -246,13 +235,13 @@ class _Mixed:
         row0 = D                               # the chunk's first row among the step's tokens
         for n, (start, t, _) in enumerate(self.step.prefill):
             j = D + n
-            seqs = [self._seq(i, c, j) for c in self.caches[i]]
+            seqs = [self._seq(i, c, j) for c in low.caches[i]]
             if write:
                 for c in seqs:
                     attn.read_positions(op, c, int(base[j]), start, start + t, write=True)
             else:
-                for q0 in range(0, t, self.run.attn_tile):
-                    q1 = min(t, q0 + self.run.attn_tile)
+                for q0 in range(0, t, low.run.attn_tile):
+                    q1 = min(t, q0 + low.run.attn_tile)
                     lo = attn.key_range(start + q0, window, chunk)[0]
                     op.read(q, (row0 + q0) * qrow, (q1 - q0) * qrow)
                     for c in seqs:
@@ -260,16 +249,17 @@ class _Mixed:
                     op.write(o, (row0 + q0) * orow, (q1 - q0) * orow)
             row0 += t
 
-    def _mixed_append(self, i: int, parent: Op) -> Op:
-        kv_ids = {c.ten.id for c in self.caches[i]}
+    def _append(self, i: int, parent: Op) -> Op:
+        kv_ids = {c.ten.id for c in self.low.caches[i]}
         op = BulkOp(parent.name, parent.kind, self.step.tokens, 0)
         op.accesses = [a for a in parent.accesses if a.tensor not in kv_ids]      # the k/v activation rows
         op.bulk = self._cache_reads(i, write=True)
         self._chunks(i, op.tail, None, None, 0, 0, write=True)
         return op
 
-    def _mixed_attention(self, i: int, parent: Op) -> Op:
-        s, ab = self.spec, self.ab
+    def _attention(self, i: int, parent: Op) -> Op:
+        low = self.low
+        s, ab = low.spec, low.ab
         kind, span = s.layer_span(i)
         window = span if kind == "sliding" else None
         chunk = span if kind == "chunked" else None
@@ -280,9 +270,9 @@ class _Mixed:
         per_pair = 2 * s.num_heads * (sd + vd)
         absorb = parent.flops - per_pair * attn.causal_pairs(0, self.step.tokens, window, chunk)
         pairs = self._pairs(window, chunk)
-        q, o = self.act["q"], self.act["attn"]
-        qrow, orow = self.q_width * ab, self.o_width * ab
-        skip = {c.ten.id for c in self.caches[i]} | {q.id, o.id}
+        q, o = low.act["q"], low.act["attn"]
+        qrow, orow = low.q_width * ab, low.o_width * ab
+        skip = {c.ten.id for c in low.caches[i]} | {q.id, o.id}
         op = BulkOp(parent.name, parent.kind, self.step.tokens, per_pair * pairs + absorb,
                     pim_eligible=not self.step.prefill)
         op.accesses = [a for a in parent.accesses if a.tensor not in skip]        # extra reads (MLA's kv_b, sinks)
@@ -299,9 +289,9 @@ class _Mixed:
         """The token embedding of a model with learned positions reads, per token, the row of its
         own position (the one-run lowering reads the segment's rows as one run per sequence, which a
         step of sequences at different positions does not have)."""
-        s = self.spec
-        pos = self.weights["embed_positions"][0].id
-        row = nbytes_of(s.hidden_size, self.wdtype["embed_positions"])
+        low, s = self.low, self.low.spec
+        pos = low.weights["embed_positions"][0].id
+        row = nbytes_of(s.hidden_size, low.wdtype["embed_positions"])
         at = next((k for k, a in enumerate(op.accesses) if a.tensor == pos), None)
         if at is None:
             return
@@ -309,7 +299,7 @@ class _Mixed:
 
     def _pairs(self, window, chunk) -> int:
         """Query-key pairs of the step's attention in a layer of this window / chunk (kept per kind)."""
-        memo = self.__dict__.setdefault("_pairs_memo", {})
+        memo = self._pairs_memo
         if (window, chunk) not in memo:
             if window is None and not chunk:
                 dec = sum(self.step.decode) + len(self.step.decode)       # causal_pairs(c, 1) = c + 1
@@ -318,18 +308,18 @@ class _Mixed:
             memo[window, chunk] = dec + sum(attn.causal_pairs(st, t, window, chunk) for st, t, _ in self.step.prefill)
         return memo[window, chunk]
 
-    def _emit(self, ops, layer, seg, *rest):
-        """Every op labelled as the step (phase decode, step 0). The ops of one call are declared
-        first, then all their descriptors in op order (as the writer allows) as one set of columns:
+    def emit(self, ops: list[Op] | Op, layer: int, collective: int = -1) -> None:
+        """The lowering's ``ops``, every one labelled as the step (phase decode, step 0). The ops of one call
+        are declared first, then all their descriptors in op order (as the writer allows) as one set of columns:
         the rows :class:`~tierlab.traces.format.writer.TraceWriter` gets are those of writing them one by one. (No
         access is moved: a serving step is one microbatch, and attention models keep no state.)"""
-        collective = rest[0] if rest else -1
-        w, parts = self.w, []
+        low = self.low
+        w, parts = low.w, []
         for op in ops if isinstance(ops, list) else [ops]:
-            if op.kind == "embedding" and self.spec.learned_positions and "embed_positions" in self.weights:
+            if op.kind == "embedding" and low.spec.learned_positions and "embed_positions" in low.weights:
                 self._positions_at_their_own_rows(op)
             oid = w.add_op(op.name, op.kind, layer, "decode", 0, op.tokens, op.flops, op.expert, op.pim_eligible,
-                           device=self.device, collective=collective)
+                           device=low.device, collective=collective)
             if op.accesses:
                 parts.append(_columns(oid, op.accesses))
             if isinstance(op, BulkOp):
@@ -373,54 +363,3 @@ class BulkOp(Op):
         super().__init__(*args, **kw)
         self.bulk = []
         self.tail = Op(self.name, self.kind, 0, 0)
-
-
-class MixedLowering(_Mixed, Lowering):
-    """One device's lowering of a :class:`MixedStep`."""
-
-    def __init__(self, spec, run, w, segments, *, step: MixedStep):
-        self.step = step
-        super().__init__(spec, run, w, segments)
-
-    def segment(self, seg: Segment) -> None:
-        super().segment(self._kernel_seg)
-
-
-@functools.cache
-def _device_class():
-    from tierlab.traces.lowering.sharded import DeviceLowering
-
-    class MixedDevice(_Mixed, DeviceLowering):
-        """One device of a sharded :class:`MixedStep`."""
-
-        def __init__(self, spec, run, w, segments, plan, shard, *, step: MixedStep):
-            self.step = step
-            super().__init__(spec, run, w, segments, plan, shard)
-
-        def token_ids(self, seg):
-            r = self.shard.dp_rank
-            key = [self.run.seed, 7, 1] + ([r] if r else [])
-            return np.random.default_rng(key).integers(0, self.full.vocab_size, self.step.tokens)
-
-        def microbatch(self, seg, k):
-            gen = super().microbatch(self._kernel_seg, k)
-            reply = None
-            while True:
-                try:
-                    sy = gen.send(reply)
-                except StopIteration:
-                    return
-                if sy.name == "lm_head.all_gather":     # the sampled rows' logits, gathered
-                    n, ab = max(1, self.step.sample), self.ab
-                    sy = sy._replace(size=n * self.full.vocab_size * ab,
-                                     reads=((self.act["logits"], 0, n * self.spec.vocab_size * ab),),
-                                     writes=((self.act["logits_all"], 0, n * self.full.vocab_size * ab),))
-                reply = yield sy
-
-    return MixedDevice
-
-
-class _MixedDevice:
-    @staticmethod
-    def make(step, spec, run, w, segments, plan, shard):
-        return _device_class()(spec, run, w, segments, plan, shard, step=step)

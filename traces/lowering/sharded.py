@@ -76,19 +76,19 @@ class _SliceRouter:
 
 
 class _DeviceLowering(Lowering):
-    def __init__(self, spec, run, w, segments, plan: ShardPlan, shard: Shard):
+    def __init__(self, spec, run, w, segments, plan: ShardPlan, shard: Shard, *, serving=None):
         self.plan, self.shard, self.full = plan, shard, spec
-        super().__init__(plan.local_spec(shard), run, w, segments)
+        super().__init__(plan.local_spec(shard), run, w, segments, serving=serving)
         s, ab = self.spec, self.ab
         if s.num_experts and plan.ep > 1 and any(s.is_moe(i) for i in self.layers):
             rows = plan.ep * self.max_m * min(s.num_experts_per_tok, len(shard.experts))
-            self.act["moe_recv"] = self._act("moe_recv", rows, s.hidden_size)
-            self.act["moe_recv_inter"] = self._act("moe_recv_inter", rows, s.moe_intermediate_size)
-            self.act["moe_recv_out"] = self._act("moe_recv_out", rows, s.hidden_size)
+            self.act["moe_recv"] = self.declare_act("moe_recv", rows, s.hidden_size)
+            self.act["moe_recv_inter"] = self.declare_act("moe_recv_inter", rows, s.moe_intermediate_size)
+            self.act["moe_recv_out"] = self.declare_act("moe_recv_out", rows, s.hidden_size)
         if plan.tp > 1 and shard.stage == plan.last_stage:
-            self.act["logits_all"] = self._act("logits_all", self.mb, self.full.vocab_size)
+            self.act["logits_all"] = self.declare_act("logits_all", self.logit_rows, self.full.vocab_size)
         if run.collective_buffers == "staged" and plan.devices > 1:
-            self.act["stage"] = self._act("collective_stage", max(t.nbytes for t in self.act.values()) // ab, 1)
+            self.act["stage"] = self.declare_act("collective_stage", max(t.nbytes for t in self.act.values()) // ab, 1)
         if self.router is not None:
             r = shard.dp_rank
             self.router = _SliceRouter(Router(run.router, run.seed + r * REPLICA_SEED_STRIDE, spec.num_experts,
@@ -124,7 +124,9 @@ class _DeviceLowering(Lowering):
                     op.flops -= op.tokens * self.spec.hidden_size
         return ops
 
-    def _emit(self, ops, layer: int, seg: Segment, collective: int = -1) -> None:
+    def emit(self, ops, layer: int, seg: Segment, collective: int = -1) -> None:
+        if self.serving is not None:
+            return self.serving.emit(ops, layer, collective)
         w = self.w
         for op in ops if isinstance(ops, list) else [ops]:
             oid = w.add_op(op.name, op.kind, layer, seg.phase, seg.step, op.tokens, op.flops, op.expert,
@@ -147,7 +149,7 @@ class _DeviceLowering(Lowering):
                 op.read(t, off, n)
             for t, off, n in writes:
                 op.write(t, off, n)
-            return self._emit(op, sy.layer, seg, cid)
+            return self.emit(op, sy.layer, seg, cid)
         n_in, n_out = sum(n for _, _, n in sy.reads), sum(n for _, _, n in writes)
         if n_in:
             cp = Op(sy.name + ".stage_in", "copy", tokens, 0)
@@ -155,22 +157,22 @@ class _DeviceLowering(Lowering):
             for t, off, n in sy.reads:
                 cp.read(t, off, n).write(stage, pos, n)
                 pos += n
-            self._emit(cp, sy.layer, seg)
+            self.emit(cp, sy.layer, seg)
         op.read(stage, 0, n_in).write(stage, 0, n_out)
-        self._emit(op, sy.layer, seg, cid)
+        self.emit(op, sy.layer, seg, cid)
         if n_out:
             cp = Op(sy.name + ".stage_out", "copy", tokens, 0)
             pos = 0
             for t, off, n in writes:
                 cp.read(stage, pos, n).write(t, off, n)
                 pos += n
-            self._emit(cp, sy.layer, seg)
+            self.emit(cp, sy.layer, seg)
 
     # ---- one microbatch of one segment on this device (a generator of Syncs) ---------------------
     def token_ids(self, seg: Segment) -> np.ndarray:
         r = self.shard.dp_rank
         key = [self.run.seed, 7, seg.step + 1] + ([r] if r else [])
-        return np.random.default_rng(key).integers(0, self.full.vocab_size, self.B * seg.tokens)
+        return np.random.default_rng(key).integers(0, self.full.vocab_size, self.run.batch * seg.tokens)
 
     def _tp_sync(self, kind: str, name: str, buf: str, layer: int, nbytes: int, read_off: int = 0,
                  read_bytes: int | None = None):
@@ -181,6 +183,8 @@ class _DeviceLowering(Lowering):
         return Sync(kind, name, self.shard.tp_group, layer, nbytes, ((t, read_off, rb),), ((t, 0, nbytes),))
 
     def microbatch(self, seg: Segment, k: int):
+        if self.serving is not None:      # a serving step: its T tokens as one segment
+            seg = self.serving.kernel_seg
         s, plan, sh = self.spec, self.plan, self.shard
         m, h, ab = self.mb * seg.tokens, s.hidden_size, self.ab
         self.kv_shift = k * self.mb
@@ -203,7 +207,7 @@ class _DeviceLowering(Lowering):
                 op.flops += m * h
             op.tokens = m
             op.write(self.act["hidden"], 0, m * h * ab)   # rows of other ranks' vocabulary: zeros
-            self._emit(op, -1, seg)
+            self.emit(op, -1, seg)
             sy = self._tp_sync("all_reduce", "embed_tokens.all_reduce", "hidden", -1, m * h * ab)
             if sy:
                 yield sy
@@ -217,16 +221,15 @@ class _DeviceLowering(Lowering):
                        sh.layers[-1], m * h * ab, ((self.act["hidden"], 0, m * h * ab),), (), role="send")
             return
         t = seg.tokens
-        ops = [self._norm("norm", "norm", "hidden", "norm", m, h)]
+        ops = [self.norm("norm", "norm", "hidden", "norm", m, h)]
         head = "embed_tokens" if s.tie_word_embeddings else "lm_head"
-        last = dict(x_offset=(t - 1) * h * ab, x_stride=t * h * ab if t > 1 else 0)
-        ops.append(self._lin("lm_head", head, "norm", "logits", self.mb, seg, **last))
-        self._emit(ops, -1, seg)
+        last = {} if self.serving else dict(x_offset=(t - 1) * h * ab, x_stride=t * h * ab if t > 1 else 0)
+        ops.append(self.lin("lm_head", head, "norm", "logits", self.logit_rows, seg, **last))
+        self.emit(ops, -1, seg)
         if plan.tp > 1:
-            V = self.full.vocab_size
-            part = self.mb * s.vocab_size * ab
-            yield Sync("all_gather", "lm_head.all_gather", sh.tp_group, -1, self.mb * V * ab,
-                       ((self.act["logits"], 0, part),), ((self.act["logits_all"], 0, self.mb * V * ab),))
+            V, n = self.full.vocab_size, self.logit_rows
+            yield Sync("all_gather", "lm_head.all_gather", sh.tp_group, -1, n * V * ab,
+                       ((self.act["logits"], 0, n * s.vocab_size * ab),), ((self.act["logits_all"], 0, n * V * ab),))
 
     def _layer_tp(self, i: int, p: str, m: int, seg: Segment):
         """One decoder layer in the model's norm layout, joining the tp ranks after o_proj and after
@@ -237,55 +240,55 @@ class _DeviceLowering(Lowering):
             return norm_k.elementwise("residual_add", [a["hidden"]] + [a[x] for x in xs], a["hidden"], m=m, width=h,
                                       act_bytes=ab, flops_per_element=len(xs))   # a sum per operand added
 
-        ops = [self._norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
+        ops = [self.norm("input_layernorm", p + "input_layernorm", "hidden", "norm", m, h)]
         if s.keeps_state(i):
-            mix = self._mamba_block(i, p, m, seg)
+            mix = self.recurrent.mamba_block(i, p, m, seg)
             if s.ssm_version == 1 and plan.tp > 1:    # Mamba: x_proj is row-parallel (d_inner split)
                 j = [op.name for op in mix].index("x_proj") + 1
-                self._emit(ops + mix[:j], i, seg)
+                self.emit(ops + mix[:j], i, seg)
                 yield self._tp_sync("all_reduce", "mamba.x_proj.all_reduce", "ssm_dbc", i,
                                     m * (s.ssm_dt_rank + 2 * s.ssm_state) * ab)
                 ops, mix = [], mix[j:]
             ops += mix
         else:
-            ops += self._attention_block(i, p, m, seg)
-        self._emit(ops, i, seg)
+            ops += self.attention_block(i, p, m, seg)
+        self.emit(ops, i, seg)
         sy = self._tp_sync("all_reduce", "mixer.all_reduce" if s.keeps_state(i) else "self_attn.all_reduce",
                            "attn_out", i, m * h * ab)
         if sy:
             yield sy
         if s.norm_layout == "mixer":                       # Mamba-2: a layer is its mixer alone
-            self._emit(add("attn_out"), i, seg)
+            self.emit(add("attn_out"), i, seg)
             return
         x = "norm"
         if s.norm_layout in ("parallel", "parallel2"):     # Falcon: attention and MLP of the same input
             ops = []
             if s.norm_layout == "parallel2":
-                ops.append(self._norm("ln_mlp", p + "ln_mlp", "hidden", "norm_mlp", m, h))
+                ops.append(self.norm("ln_mlp", p + "ln_mlp", "hidden", "norm_mlp", m, h))
                 x = "norm_mlp"
         elif s.norm_layout == "sandwich":                  # Gemma: norms after each block too
-            ops = [self._norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out", m, h),
+            ops = [self.norm("post_attention_layernorm", p + "post_attention_layernorm", "attn_out", "attn_out", m, h),
                    add("attn_out"),
-                   self._norm("pre_feedforward_layernorm", p + "pre_feedforward_layernorm", "hidden", "norm", m, h)]
+                   self.norm("pre_feedforward_layernorm", p + "pre_feedforward_layernorm", "hidden", "norm", m, h)]
         else:
             ops = [add("attn_out"),
-                   self._norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h)]
+                   self.norm("post_attention_layernorm", p + "post_attention_layernorm", "hidden", "norm", m, h)]
         if s.is_moe(i) and plan.ep > 1:
-            self._emit(ops, i, seg)
+            self.emit(ops, i, seg)
             yield from self._moe_ep(i, p, m, seg)
         else:
-            ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self._mlp(p + "mlp.", s.intermediate_size, m,
-                                                                                seg, x=x)
-            self._emit(ops, i, seg)
+            ops += self._moe_block(i, p, m, seg) if s.is_moe(i) else self.mlp(p + "mlp.", s.intermediate_size, m,
+                                                                              seg, x=x)
+            self.emit(ops, i, seg)
             sy = self._tp_sync("all_reduce", "mlp.all_reduce", "mlp_out", i, m * h * ab)
             if sy:
                 yield sy
         ops = []
         if s.norm_layout == "sandwich":
-            ops.append(self._norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out", "mlp_out",
-                                  m, h))
+            ops.append(self.norm("post_feedforward_layernorm", p + "post_feedforward_layernorm", "mlp_out", "mlp_out",
+                                 m, h))
         ops.append(add("attn_out", "mlp_out") if s.norm_layout in ("parallel", "parallel2") else add("mlp_out"))
-        self._emit(ops, i, seg)
+        self.emit(ops, i, seg)
 
     def _moe_ep(self, i: int, p: str, m: int, seg: Segment):
         """Expert parallelism: this rank's share of the tokens is routed, dispatched to the ranks
@@ -299,21 +302,21 @@ class _DeviceLowering(Lowering):
         routes = self.router.route(i, seg.step, m)[lo:lo + mr]
         counts = moe_k.expert_counts(routes, E) if mr else np.zeros(E, np.int64)
         if mr:
-            ops = [self._lin("mlp.gate", M + "gate", "norm", "router_logits", mr, seg, x_offset=lo * row)]
+            ops = [self.lin("mlp.gate", M + "gate", "norm", "router_logits", mr, seg, x_offset=lo * row)]
             r = moe_k.route_op("mlp.route", a["router_logits"], m=mr, n_experts=E, k=k, act_bytes=ab)
             if s.router_bias:
                 r.read_all(self.weights[M + "gate.e_score_correction_bias"][0])
             ops.append(r)
             if s.num_shared_experts:
-                sh_ops = self._mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, mr, seg,
-                                   name="mlp.shared_experts.")
+                sh_ops = self.mlp(M + "shared_experts.", s.moe_intermediate_size * s.num_shared_experts, mr, seg,
+                                  name="mlp.shared_experts.")
                 ops += _shift(sh_ops, {a["norm"].id: lo * row, a["mlp_out"].id: lo * row})
                 if s.shared_expert_gate:   # Qwen2-MoE: a sigmoid gate (one output) on the shared expert
-                    ops.append(self._lin("mlp.shared_expert_gate", M + "shared_expert_gate", "norm", "router_logits",
-                                         mr, seg, x_offset=lo * row))
+                    ops.append(self.lin("mlp.shared_expert_gate", M + "shared_expert_gate", "norm", "router_logits",
+                                        mr, seg, x_offset=lo * row))
             d = moe_k.dispatch("mlp.dispatch", a["norm"], a["moe_dispatch"], m=mr, k=k, row_bytes=row)
             ops += _shift([d], {a["norm"].id: lo * row})
-            self._emit(ops, i, seg)
+            self.emit(ops, i, seg)
         members = [plan.shards[d] for d in sh.ep_group]
         send = tuple(int(counts[list(x.experts)].sum()) * row for x in members)
         infos = yield Sync("all_to_all", "mlp.dispatch.all_to_all", sh.ep_group, i, 0,
@@ -335,20 +338,20 @@ class _DeviceLowering(Lowering):
                                         ffn=s.moe_intermediate_size, act_bytes=ab, phase=seg.phase,
                                         tile_m=self.run.tile_m, biases=bs))
             first += rows
-        self._emit(ops, i, seg)
+        self.emit(ops, i, seg)
         yield Sync("all_to_all", "mlp.combine.all_to_all", sh.ep_group, i, 0, ((a["moe_recv_out"], 0, first * row),),
                    ((a["moe_out"], 0, mr * k * row),), tuple(n * row for n in from_each))
         if mr:
             comb = moe_k.combine("mlp.combine", a["moe_out"], a["mlp_out"], m=mr, k=k, row_bytes=row, hidden=h)
             if s.num_shared_experts:
                 comb.accesses.insert(1, comb.accesses[0]._replace(tensor=a["mlp_out"].id, nbytes=mr * row))
-            self._emit(_shift([comb], {a["mlp_out"].id: lo * row}), i, seg)
+            self.emit(_shift([comb], {a["mlp_out"].id: lo * row}), i, seg)
         sy = self._tp_sync("all_gather", "mlp.all_gather", "mlp_out", i, m * row, lo * row, mr * row)
         if sy:
             yield sy
 
 
-DeviceLowering = _DeviceLowering      # the public name of one device's lowering (for subclasses elsewhere)
+DeviceLowering = _DeviceLowering      # the public name of one device's lowering (to make it elsewhere)
 
 
 def _shift(ops: list[Op], by: dict[int, int]) -> list[Op]:
@@ -361,8 +364,8 @@ def _shift(ops: list[Op], by: dict[int, int]) -> list[Op]:
 def lower_parallel(spec, run, segments: list[Segment], out_dir, *, force: bool = False, progress=None,
                    record_routing: bool = False, device_lowering=None):
     """Write the sharded trace of ``segments`` (see the module docstring). ``device_lowering``: the
-    callable making each device's lowering (``DeviceLowering`` or a subclass; :mod:`tierlab.traces.lowering.serving_step`
-    lowers a serving step with one)."""
+    callable making each device's lowering (``DeviceLowering``; :mod:`tierlab.traces.lowering.serving_step` gives it
+    a serving step's part)."""
     check_shardable(spec)
     plan = ShardPlan(spec, run)
     if record_routing:
@@ -380,7 +383,7 @@ def lower_parallel(spec, run, segments: list[Segment], out_dir, *, force: bool =
             if seg.action in COPY_ACTIONS:
                 for low in lows:
                     low.kv_shift = 0
-                    low._kv_copy(seg)
+                    low.kv_offload.copy(seg)
             elif seg.action == "compute":
                 for k in range(run.pp_microbatches):
                     pending: dict[int, int] = {}
