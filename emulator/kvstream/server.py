@@ -1,7 +1,8 @@
 """Serving a request stream through a tiered KV cache: an open-loop continuous-batching simulator.
 
 Each request arrives at its own time (or, with ``closed_loop=C``, when one of ``C`` clients' last
-request is done). Per replica, each step (the scheduler of :mod:`tierlab.serving.schedule`):
+request is done: its ``arrival_s``, TTFT and latency count from then). Per replica, each step (the
+scheduler of :mod:`tierlab.serving.schedule`):
 
 1. **Admission**, first come first served: a waiting request is admitted when its KV, ``input +
    output`` positions in whole blocks, fits in the HBM left by weights and workspace (the terms of
@@ -130,7 +131,7 @@ def serve_requests(trace, spec, *, chip=None, system=None, tp: int = 1, pp: int 
               handover=handover)
     sim.run(arrival, closed_loop)
     return build_result(sim, spec=spec, chip=chip, system=system, tiers=tiers, devices=devices, dp=len(roles),
-                        arrival=arrival, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, surface=surf,
+                        arrival=sim.issued, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, surface=surf,
                         settings=dict(block_tokens=bt, rate_scale=rate_scale, write_policy=write_policy,
                                       overlap_load=overlap_load, router=router, shared_remote=shared_remote,
                                       max_batch_tokens=max_batch_tokens, utilisation=utilisation,

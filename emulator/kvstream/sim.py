@@ -58,6 +58,8 @@ class Sim:
     # ---- the loop -------------------------------------------------------------------------------
     def run(self, arrival: np.ndarray, closed_loop: int | None) -> None:
         n = len(arrival)
+        # when each request was sent: its arrival, or in a closed loop when a client's last request finished
+        self.issued = np.array(arrival, np.float64, copy=True)
         heap = []
         if closed_loop:
             for i in range(min(closed_loop, n)):
@@ -87,6 +89,7 @@ class Sim:
                 break
             if heap:
                 t, i = heapq.heappop(heap)
+                self.issued[i] = t
             else:
                 t, i = arrival[nxt], nxt
                 nxt += 1

@@ -121,3 +121,16 @@ def test_a_request_that_cannot_be_served_is_named_by_its_line(spec, chip, tmp_pa
     with pytest.raises(UsageError) as e:
         serve_requests(unique_trace(3, 20, 4, BT), spec, chip=chip, max_batch_tokens=BUDGET, hbm_tokens=256)
     assert "request 0: " in str(e.value) and e.value.field == "trace"
+
+
+def test_closed_loop_requests_count_from_when_they_are_sent(spec, chip):
+    """In a closed loop of C clients a request is sent when a client's last one finishes: its
+    ``arrival_s`` is that finish (0 for the first C), and its TTFT and latency count from then."""
+    C, n = 3, 12
+    r = serve_requests(unique_trace(n, 4, 4, BT), spec, chip=chip, closed_loop=C, max_batch_tokens=BUDGET)
+    t = r.table
+    arr, first, fin = (np.asarray(t[c].to_numpy(), np.float64) for c in ("arrival_s", "first_token_s", "finish_s"))
+    assert np.all(arr[:C] == 0.0)
+    assert np.allclose(np.sort(arr)[C:], np.sort(fin)[:n - C])
+    assert np.allclose(t["ttft_s"].to_numpy(), first - arr) and np.allclose(t["e2e_s"].to_numpy(), fin - arr)
+    assert r.summary["e2e_s"]["p99"] < fin.max()            # no request waits from time 0 for the run
