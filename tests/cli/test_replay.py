@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tierlab.cli import main
 from tierlab.engine.counters import C
-from tierlab.chip.hierarchy import Chip, Compute, Link, PimUnit, PlacementRule, Tier
+from tierlab.chip.hierarchy import Chip, Compute, Link, PimUnit, PlacementRule, Power, Tier
 from tierlab.engine.options import ReplayOptions
 from tierlab.pipeline.chip_replay import replay_trace
 from tierlab.present.report import cost_of, to_json
@@ -30,7 +30,9 @@ def _chip(l2_bytes=8 * KIB, block=128, pim=None, rules=(), l2_bw=1e15, link_bw=1
     tiers.append(Tier("l2", l2_bytes, block, 4, "lru", "cache", l2_bw, 1e-13, 2e-13))
     tiers.append(Tier("hbm", 1 << 20, block, None, "lru", "memory", 1e15, 1e-12, 2e-12, pim=pim))
     links = tuple(Link(a.name, b.name, link_bw, 5e-12) for a, b in zip(tiers[:-1], tiers[1:]))
-    return Chip("test", tuple(tiers), links, Compute({"bf16": 1e18}, {"bf16": 1e-12}), placement=tuple(rules))
+    # no static power: board energy = the dynamic energy these tests check (tdp must be positive)
+    return Chip("test", tuple(tiers), links, Compute({"bf16": 1e18}, {"bf16": 1e-12}), placement=tuple(rules),
+                power=Power(idle_w=0.0, tdp_w=1.0))
 
 
 def _trace(path, align=64 * KIB):
