@@ -28,7 +28,7 @@ class DtypeFallbackWarning(UserWarning):
 
 
 def resolve_compute_dtype(chip: Chip, activations: str | None, weights: str | None = None, *,
-                          strict: bool = False, field: str = "--activations") -> tuple[str, str | None]:
+                          strict: bool = False, field: str = "activations") -> tuple[str, str | None]:
     """``(dtype, note)``: the dtype whose peak and energy per FLOP cost the run, and, when an FP4
     format fell back, one line saying so (None otherwise). ``strict``: an FP4 format the chip lacks
     raises a UsageError naming ``field`` instead of falling back."""

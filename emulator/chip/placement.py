@@ -37,7 +37,7 @@ from tierlab.common.errors import CapacityError, ConfigError, UsageError
 _REQUIRED = ("tensor_id", "name", "kind", "layer", "nbytes")
 
 
-def parse_rule(text: str, *, field: str = "--place") -> PlacementRule:
+def parse_rule(text: str, *, field: str = "place") -> PlacementRule:
     """A placement rule from the command line: ``TIER[:COND,...]`` where COND is ``kind=K``,
     ``name=GLOB``, ``layers=A-B`` (or ``layers=A``) or ``spill``; e.g. ``sram:kind=kv,spill`` or
     ``ddr:kind=weight,name=*.experts.*``. The tier name is checked against the chip by :func:`place`."""

@@ -182,7 +182,7 @@ def critical_path(items: list[list[tuple]], coll_time: dict, coll_resource: dict
                 spans={c: (v[0], v[1]) for c, v in resolved.items()})
 
 
-OVERLAP_FIELD = "--comm-overlap"
+OVERLAP_FIELD = "comm_overlap"
 #: the collectives each overlap option runs beside compute: tensor-parallel ones, or EP's dispatch/combine
 OVERLAP_KINDS = {"none": (), "tp": ("all_reduce", "all_gather", "reduce_scatter"), "ep": ("all_to_all",)}
 

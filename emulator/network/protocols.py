@@ -45,8 +45,8 @@ from tierlab.network.choices import LIBRARIES, PROTOCOLS
 from tierlab.network.registry import ALGORITHMS
 from tierlab.network.schedule import SCALE_UP, Group, fabric_obj, stage_loads
 
-PROTOCOL_FIELD = "--protocol"
-LIBRARY_FIELD = "--collective-lib"
+PROTOCOL_FIELD = "protocol"
+LIBRARY_FIELD = "collective_lib"
 CUSTOM = ("direct", "two_shot")         # the custom all-reduce's algorithms (library "custom")
 NCCL = {"all_reduce": ("ring", "tree", "in_network"), "all_gather": ("ring",),
         "reduce_scatter": ("ring",), "all_to_all": ("direct",), "send_recv": ("direct",)}

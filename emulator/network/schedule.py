@@ -47,7 +47,7 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"
 SCALE_UP, SCALE_OUT = "scale_up", "scale_out"
 FABRICS = (SCALE_UP, SCALE_OUT)
 SWITCH = -1     # the switch as one end of a flow (in-network reduction)
-FIELD = "--collective-algo"
+FIELD = "collective_algo"
 
 
 @dataclass(frozen=True)

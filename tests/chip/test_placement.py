@@ -245,7 +245,7 @@ def test_parse_rule_forms():
                      ("sram:layers=x", "expected layers=A-B with integers A <= B, got 'layers=x'")]:
         with pytest.raises(UsageError) as e:
             parse_rule(bad)
-        assert str(e.value) == f"--place: {msg}"
+        assert str(e.value) == f"place: {msg}"
     # parsed rules act as extra rules, ahead of the chip's
     p = place(chip(*TWO, rules=[{"tier": "sram", "kind": "kv"}]), tensors([10], kinds=["kv"]), [parse_rule("hbm:kind=kv")])
     assert p.home.tolist() == [1]

@@ -214,7 +214,7 @@ def test_hierarchical_on_one_node_is_its_intra_node_phases(k, S):
 def refused(kind, g, algo):
     with pytest.raises(UsageError) as e:
         plan_collective(kind, g, 1 * MiB, algo)
-    assert e.value.field == "--collective-algo"
+    assert e.value.field == "collective_algo"
     return str(e.value)
 
 

@@ -228,7 +228,7 @@ def test_more_devices_than_chips_and_refused_algorithms(tmp_path):
     small = dataclasses.replace(load_system("dgx-h100"), n_chips=2, chips_per_node=2)
     with pytest.raises(UsageError, match="the trace needs 4 devices; dgx-h100 has 2 chips") as e:
         replay_system(p, small)
-    assert e.value.field == "--system or --tp"
+    assert e.value.field == "system or tp"
     sr = replay_system(p, "sn40l-16", collective_algo="in_network")
     with pytest.raises(UsageError, match="no switch to reduce in"):
         cost_system(sr)

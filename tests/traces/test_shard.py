@@ -219,7 +219,7 @@ def test_zipf_router_skews_the_all_to_all(tmp_path):
 def test_ep_refusals():
     with pytest.raises(UsageError, match="dense") as e:
         ShardPlan(load_model("llama-3.1-8b"), RunConfig(generate=1, ep=2, dp=2))
-    assert e.value.field == "--ep"
+    assert e.value.field == "ep"
     with pytest.raises(UsageError, match="divide tp x dp"):
         ShardPlan(load_model("mixtral-8x7b"), RunConfig(generate=1, ep=4, tp=2))
     with pytest.raises(UsageError, match="8 experts"):

@@ -236,7 +236,7 @@ def test_refusals_name_the_mixer_dimension():
     spec = tiny("mamba-codestral-7b")            # 8 heads in 2 groups
     with pytest.raises(UsageError, match="4 ranks do not divide the model's state-space groups") as e:
         ShardPlan(spec, RunConfig(generate=1, tp=4))
-    assert e.value.field == "--tp"
+    assert e.value.field == "tp"
     from dataclasses import replace
 
     from tierlab.traces.workload.shard import check_shardable

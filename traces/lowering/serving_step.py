@@ -110,10 +110,10 @@ def lower_step(spec: ModelSpec, run: RunConfig, step: MixedStep, out_dir, *, for
     if spec.gemma4:     # its layers differ in heads and KV (tierlab.traces.lowering.gemma4_layer): not in a mixed step
         raise UsageError("a serving step of Gemma 4 is not lowered (tierlab trace, run and compare take it)", field="model")
     if run.pp_microbatches != 1:
-        raise UsageError("a serving step is one microbatch (--pp-microbatches 1)", field="--pp-microbatches")
+        raise UsageError("a serving step is one microbatch (--pp-microbatches 1)", field="pp_microbatches")
     if step.positions > spec.max_position_embeddings:
         raise UsageError(f"a sequence reaches {step.positions} positions, past the model's "
-                         f"max_position_embeddings {spec.max_position_embeddings}", field="--input")
+                         f"max_position_embeddings {spec.max_position_embeddings}", field="input")
     run = RunConfig(**{**run.__dict__, "prompt": 0, "context": step.positions - 1, "generate": 1, "batch": 1,
                        "turns": (), "kv_reuse": True, "kv_offload": False})
     label = Segment("decode", 0, step.tokens, 0)

@@ -370,7 +370,7 @@ def lower_parallel(spec, run, segments: list[Segment], out_dir, *, force: bool =
     plan = ShardPlan(spec, run)
     if record_routing:
         raise UsageError("--record-routing records one device's routing; not with --tp/--pp/--ep/--dp",
-                         field="--record-routing")
+                         field="record_routing")
     extra = {"spec": spec.to_dict(), "segments": [s.to_dict() for s in segments], "shard": plan.to_dict(),
              "lowering": {"path": "hand", "family": spec.family}}
     with TraceWriter(out_dir, model=spec.config or None, run=run, force=force, alignment=run.alignment,
