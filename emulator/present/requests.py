@@ -143,13 +143,18 @@ def _axes(ax, xlabel: str, ylabel: str, title: str) -> None:
 # ---- the HTML report (``tierlab requests --html``) ------------------------------------------------
 
 def _svg(draw) -> str:
-    """``draw(ax)`` on a figure of its own, as SVG text (deterministic, text kept as text)."""
-    from tierlab.present import figures
+    """``draw(ax)`` on a figure of its own, as SVG text (deterministic, text kept as text, as the
+    other reports' figures)."""
+    import matplotlib
 
-    fig, ax = figures._plt().subplots(figsize=(7.5, 4.2))
-    draw(ax)
-    fig.tight_layout()
-    return figures.to_svg(fig)
+    from tierlab.present.figures import to_svg
+    from tierlab.present.plots import pyplot
+
+    with matplotlib.rc_context({"svg.hashsalt": "tierlab", "svg.fonttype": "none"}):
+        fig, ax = pyplot().subplots(figsize=(7.5, 4.2))
+        draw(ax)
+        fig.tight_layout()
+        return to_svg(fig)
 
 
 def _runs_table(runs) -> tuple[list, list]:
