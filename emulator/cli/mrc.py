@@ -15,12 +15,10 @@ import json
 
 import click
 
-from tierlab.chip.units import parse_quantity
 from tierlab.cli.options import force_option, json_option
-from tierlab.present.progress import counting_bar
 
-# the library's default (tierlab.analysis.tier_mrc.DEFAULT_OPT_LIMIT_BLOCKS; a test holds them
-# equal): the analysis, and Numba with it, is imported only when the command runs
+# the library's default (tierlab.api.tier_curves.OPT_LIMIT_BLOCKS, itself the analysis's; a test holds
+# them equal): the analysis, and Numba with it, is imported only when the command runs
 OPT_LIMIT_BLOCKS = 1 << 24
 REQUEST_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".parquet", ".pq")
 
@@ -66,12 +64,6 @@ def _requests_mrc(trace_path: str, block_tokens: int | None, capacity: str | Non
     click.echo("\n".join(lines))
 
 
-def _sizes(text: str | None) -> list[int]:
-    if not text:
-        return []
-    return [int(parse_quantity(s.strip(), "size", field="--sizes")) for s in text.split(",") if s.strip()]
-
-
 @click.command("mrc")
 @click.argument("trace_path", metavar="TRACE", type=click.Path())
 @click.option("--tier", "tier_name", help="Tier of the chip to study (a tensor trace; required).")
@@ -107,24 +99,8 @@ def command(trace_path, tier_name, chip_name, sizes, max_ways, opt, opt_limit, p
     if block_tokens is not None or capacity is not None or policy != "lru":
         raise UsageError("--block-tokens, --capacity and --policy are for a request trace (without --tier)",
                          field="--tier")
-    from tierlab.analysis.tier_mrc import tier_mrc
-    from tierlab.chip.chipfile import load_chip
-    from tierlab.present.mrc import format_mrc
-    from tierlab.present.plots import plot_mrc, pyplot
-    from tierlab.common.atomic import check_output
-    from tierlab.traces.format.reader import open_trace
+    from tierlab.api.tier_curves import mrc
+    from tierlab.cli.views import show
 
-    if plot:
-        check_output(plot, force=force)
-        pyplot()  # no matplotlib: say so before the work
-    chip = load_chip(chip_name)
-    trace = open_trace(trace_path)
-    with counting_bar(trace.n_accesses, unit="row", desc=f"mrc {tier_name}") as progress:
-        result, curves = tier_mrc(trace, chip, tier_name, sizes=_sizes(sizes), max_ways=max_ways, opt=opt,
-                                  opt_limit_blocks=opt_limit, progress=progress)
-    if plot:
-        from tierlab.cli.views import wrote
-
-        plot_mrc(result, curves, plot, force=force)
-        wrote(plot)
-    click.echo(json.dumps(result, indent=2) if as_json else format_mrc(result))
+    show(mrc(trace_path, tier_name, chip_name, sizes=sizes, max_ways=max_ways, opt=opt, opt_limit=opt_limit,
+             plot=plot, force=force), as_json)

@@ -202,9 +202,10 @@ def test_plot_without_matplotlib_is_a_clear_error(trace, tmp_path, monkeypatch):
 
 def test_cli_default_opt_limit_is_the_librarys():
     from tierlab.analysis.tier_mrc import DEFAULT_OPT_LIMIT_BLOCKS
+    from tierlab.api.tier_curves import OPT_LIMIT_BLOCKS as LIBRARY
     from tierlab.cli.mrc import OPT_LIMIT_BLOCKS
 
-    assert OPT_LIMIT_BLOCKS == DEFAULT_OPT_LIMIT_BLOCKS
+    assert OPT_LIMIT_BLOCKS == DEFAULT_OPT_LIMIT_BLOCKS == LIBRARY
 
 
 def test_the_curves_progress_moves_within_a_batch_and_sums_to_the_rows(trace, tmp_path):
