@@ -208,21 +208,24 @@ MEASURED = [
                        ("70b", 2, 21.32), ("70b", 4, 38.01), ("70b", 8, 62.50))],
     dict(id="a100x8-llama2-70b-tp8-int8", kind="decode", aim=False, model="llama-2-70b", system="dgx-a100-x16", tp=8,
          context=100, weights="int8", measured=80.44, unit="tok/s", source=GPTFAST_Q,
-         note="int8 weight-only: half the weight bytes. gpt-fast's quantised kernels stream at a lower fraction "
-              "of HBM (its own column: 1069 GB/s int8, 863 GB/s int4, against 1397 GB/s bf16 on one GPU): the "
-              "dequantising GEMV's efficiency, which tierlab does not model per dtype; outside the aim"),
+         note="int8 weight-only: half the weight bytes, charged at a100's gemv int8 0.71 of HBM peak, an "
+              "estimate (at most the cuBLAS fp16 GEMV's measured 0.71; no A100 weight-only int8 GEMV "
+              "microbenchmark found). gpt-fast's own columns (1069 GB/s int8, 863 GB/s int4, 1397 GB/s bf16 on "
+              "one GPU) judge these rows and are not used; outside the aim"),
     dict(id="a100x8-llama2-70b-tp8-int4", kind="decode", aim=False, model="llama-2-70b", system="dgx-a100-x16", tp=8,
          context=100, weights="int4", quant_group=32, measured=90.77, unit="tok/s", source=GPTFAST_Q,
-         note="int4 weight-only, groups of 32 (scales counted); gpt-fast's int4 kernel dequantises on the fly "
-              "at 863 GB/s on one GPU (its own column), which tierlab does not charge beyond the bytes; outside "
-              "the aim"),
+         note="int4 weight-only, groups of 32 (scales counted), charged at a100's gemv int4 0.68 (TensorRT-LLM's "
+              "int4 GEMV on A100; Marlin reaches 0.75 at groups of 128). gpt-fast's kernel is tinygemm at groups "
+              "of 32, of which no A100 microbenchmark was found: it streams slower than these (863 GB/s on one "
+              "GPU, its own column, not used); outside the aim"),
     dict(id="a100-llama2-7b-int8", kind="decode", aim=False, model="llama-2-7b", chip="a100", context=100,
          weights="int8", measured=155.58, unit="tok/s", source=GPTFAST_Q,
-         note="one GPU, int8 weight-only: the kernel streams 1069 GB/s (the source's column) against bf16's 1397; "
-              "per-dtype kernel efficiency is not modelled; outside the aim"),
+         note="one GPU, int8 weight-only: a100's gemv int8 0.71, an estimate (at most the fp16 GEMV's measured "
+              "fraction; no A100 weight-only int8 GEMV microbenchmark found); outside the aim"),
     dict(id="a100-llama2-7b-int4", kind="decode", aim=False, model="llama-2-7b", chip="a100", context=100,
          weights="int4", quant_group=32, measured=196.80, unit="tok/s", source=GPTFAST_Q,
-         note="one GPU, int4 weight-only, groups of 32: 863 GB/s (the source's column); outside the aim"),
+         note="one GPU, int4 weight-only, groups of 32: a100's gemv int4 0.68 (TensorRT-LLM's kernel); "
+              "gpt-fast's tinygemm g32 kernel has no A100 microbenchmark found and streams slower; outside the aim"),
     dict(id="tp-scaling-llama2-7b", kind="tp_scaling", model="llama-2-7b", system="dgx-a100-x16", tp=8, tp_low=2,
          context=100, measured=328.43 / 168.84, unit="x", source=GPTFAST_TP,
          note="TP8 over TP2 speed-up (328.43 / 168.84): the shape of the scaling, the issue's ±20% target"),

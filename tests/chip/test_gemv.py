@@ -132,3 +132,38 @@ def test_chip_file_gemv_parsed_and_bad_values_named():
                      (0.5, "execution.gemv")]:
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             chip_from_dict({**d, "execution": {"gemv": bad}})
+
+
+def test_a100_table_by_group_and_no_int8_faster_than_bf16():
+    """a100's table as its chip file cites it ([S114], one A100-80GB kernel benchmark): Marlin's groups of
+    128 read their own entry, other groups (gpt-fast's tinygemm at 32) and no group fall back to plain
+    int4 (TensorRT-LLM's kernel); bf16/fp16 are cuBLAS's M = 1 GEMV. And on every preset with both, a
+    weight-only int8 GEMV is charged no faster than the chip's bf16 one (the same stream at half the
+    bytes, plus the dequantisation): the estimate a100's int8 entry is."""
+    from tierlab.chip.chipfile import list_presets
+
+    t = dict(load_chip("a100").execution.gemv)
+    assert lookup(t, "int4", 128) == 0.75 and lookup(t, "int4", 32) == 0.68 == lookup(t, "int4", None)
+    assert t["bf16"] == t["fp16"] == 0.71 and t["int8"] <= t["bf16"]
+    for name in list_presets():
+        g = dict(load_chip(name).execution.gemv)
+        if "int8" in g and "bf16" in g:
+            assert g["int8"] <= g["bf16"], name
+
+
+def test_a100_int8_decode_step_slower_than_with_the_hbm_fraction():
+    """The int8 entry takes effect: an int8 decode step on a100 costs more than with the table emptied
+    (the linear ops at HBM's 0.84), and exactly as much as with int8 set to the bf16 entry."""
+    run = RunConfig(prompt=16, context=32, generate=2, weights="int8")
+    from tierlab.traces.format.reader import open_trace
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        tr = open_trace(generate_trace(load_model("qwen2-0.5b"), run, Path(d) / "q.trace"))
+        chip = load_chip("a100")
+        lat = {}
+        for name, c in {"table": chip, "none": with_gemv(chip, {}),
+                        "bf16": with_gemv(chip, {"int8": dict(chip.execution.gemv)["bf16"]})}.items():
+            lat[name] = cost_of(replay_trace(tr, c)).organisation.group_s.sum()
+    assert lat["table"] > lat["none"] and lat["table"] == pytest.approx(lat["bf16"])
