@@ -167,3 +167,14 @@ def test_a100_int8_decode_step_slower_than_with_the_hbm_fraction():
                         "bf16": with_gemv(chip, {"int8": dict(chip.execution.gemv)["bf16"]})}.items():
             lat[name] = cost_of(replay_trace(tr, c)).organisation.group_s.sum()
     assert lat["table"] > lat["none"] and lat["table"] == pytest.approx(lat["bf16"])
+
+
+def test_blackwell_tables_are_hopper_estimates_and_fp4_keeps_the_hbm_fraction():
+    """b200, gb200 and b300 take H100's fractions as estimates (no Blackwell GEMV microbenchmark of an
+    HBM-resident weight found; chip files): bf16 and fp8 weights read them, an nvfp4 or mxfp4 weight
+    (no source) reads nothing and keeps the HBM tier's achievable."""
+    h100 = dict(load_chip("h100").execution.gemv)
+    for name in ("b200", "gb200", "b300"):
+        t = dict(load_chip(name).execution.gemv)
+        assert t == h100, name
+        assert lookup(t, "nvfp4", None) == 0.0 and lookup(t, "mxfp4", None) == 0.0
