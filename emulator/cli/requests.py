@@ -31,7 +31,8 @@ FLAGS = {"kv_tiers": "--kv-tier", "router": "--router", "dp": "--dp", "tp": "--t
 @click.option("--decode-instances", type=int, default=None,
               help="Disaggregated: replicas that decode; each request's KV moves to one over the system's links.")
 @click.option("--router", default="round-robin", show_default=True,
-              help="Which replica a request goes to: round-robin, least-loaded or prefix (needs --dp).")
+              help="Which replica a request goes to: round-robin, least-loaded, prefix or ttft (Mooncake's shortest "
+                   "estimated queue + prefill; prefix and ttft need --dp).")
 @click.option("--kv-tier", "kv_tier", multiple=True, metavar="NAME=CAPACITY",
               help="A KV tier below HBM: dram, ssd or remote, e.g. dram=1TB (repeatable; overrides the file's size).")
 @click.option("--write-policy", default="write-back", show_default=True,

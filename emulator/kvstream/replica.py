@@ -49,6 +49,7 @@ class Replica:
         self.D, self.sumA, self.step = 0, 0, 0
         self.now, self.outstanding = 0.0, 0
         self.busy_s = 0.0
+        self.queued_prefill_s = 0.0                 # the ttft router's estimate of the prefills routed here
 
     def used(self) -> int:
         return len(self.cached) + len(self.pinned) + self.private

@@ -29,8 +29,11 @@ scheduler of :mod:`tierlab.serving.schedule`):
 With ``dp > 1``: replicas with their own HBM, ``dram`` and ``ssd``; ``remote`` is one pool shared by
 all (``shared_remote``, as Mooncake Store) or one per replica. A router places each request on
 arrival: ``round-robin``, ``least-loaded`` (fewest tokens outstanding: input + output of the requests
-routed there and not done) or ``prefix`` (the replica holding its longest prefix in any of its tiers,
-then the least loaded); ties go round the replicas.
+routed there and not done), ``prefix`` (the replica holding its longest prefix in any of its tiers,
+then the least loaded) or ``ttft`` (Mooncake's cache-aware scheduling, FAST'25 Algorithm 1 with each
+replica's own prefix: the shortest estimated TTFT, the prefills queued there by this estimate plus
+the prompt's prefill after the prefix the replica holds, both from the step-time surface); ties go
+round the replicas.
 
 Disaggregated (``prefill_instances``, ``decode_instances``): the router places a request on a prefill
 replica, which serves its prompt as above (its own prefix cache and tiers) and holds only the prompt's
@@ -56,7 +59,7 @@ from .summary import RequestsResult, build_result
 from .tiers import build_tiers
 
 POLICIES = ("write-back", "write-through")
-ROUTERS = ("round-robin", "least-loaded", "prefix")
+ROUTERS = ("round-robin", "least-loaded", "prefix", "ttft")
 MOONCAKE_BLOCK = 512
 
 
@@ -180,8 +183,8 @@ def _check(trace, spec, chip, system, dp, router, write_policy, rate_scale, max_
         raise UsageError("give a chip or a system", field="chip")
     if router not in ROUTERS:
         raise UsageError(f"unknown router {router!r}; {did_you_mean(router, ROUTERS)}", field="router")
-    if router == "prefix" and dp < 2:
-        raise UsageError("router 'prefix' chooses among replicas; it needs dp > 1 (or prefill instances > 1)",
+    if router in ("prefix", "ttft") and dp < 2:
+        raise UsageError(f"router {router!r} chooses among replicas; it needs dp > 1 (or prefill instances > 1)",
                          field="router")
     if write_policy not in POLICIES:
         raise UsageError(f"unknown write policy {write_policy!r}; {did_you_mean(write_policy, POLICIES)}",

@@ -51,6 +51,7 @@ class Sim:
         self.computed = np.zeros(n, np.int64)
         self.written_blocks = np.zeros(nt, np.int64)       # blocks written into each tier
         self.evicted_blocks = np.zeros(nt, np.int64)       # blocks evicted from each tier
+        self.est_prefill_s = np.zeros(n)                   # the ttft router's estimate of each prefill
         self.step_energy_j = 0.0
         self.steps = 0
         self.rr = 0
@@ -112,7 +113,25 @@ class Sim:
         if self.router == "least-loaded":
             return min(reps, key=lambda r: (r.load_tokens, turn(r)))
         ids = self.blocks[self.off[i]:self.off[i + 1]].tolist()
+        if self.router == "ttft":
+            return self._route_ttft(i, ids, reps, turn)
         return max(reps, key=lambda r: (r.prefix_len(ids), -r.load_tokens, -turn(r)))
+
+    def _route_ttft(self, i: int, ids: list, reps: list, turn) -> Replica:
+        """Mooncake's cache-aware prefill scheduling (FAST'25 Algorithm 1, an instance's own prefix): the
+        replica with the shortest estimated TTFT, its queue (the estimated prefills of the requests
+        routed there and not yet prefilled) plus this prompt's prefill after the prefix it holds."""
+        inp = int(self.inp[i])
+        best, best_key, best_pf = None, None, 0.0
+        for r in reps:
+            hit = min(r.prefix_len(ids) * self.bt, inp - 1)
+            pf = self.surf.prefill_time(inp - hit, hit)
+            key = (r.queued_prefill_s + pf, turn(r))
+            if best_key is None or key < best_key:
+                best, best_key, best_pf = r, key, pf
+        self.est_prefill_s[i] = best_pf
+        best.queued_prefill_s += best_pf
+        return best
 
     def _step(self, r: Replica, horizon: float) -> None:
         admit = self._admit_decode if r.role == "decode" else self._admit
@@ -157,6 +176,7 @@ class Sim:
         for e in done_pf:
             r.prefilling.remove(e)
             i = e[0]
+            r.queued_prefill_s -= self.est_prefill_s[i]      # the ttft router's queue estimate
             if r.role == "prefill":                       # its KV moves to a decode replica
                 r.load_tokens -= int(self.inp[i] + self.out[i])
                 self._release(r, i)

@@ -82,3 +82,51 @@ def test_shared_remote_beats_local_pools(spec, sessions):
     for s in (shared, local):                                           # loads: hit tokens x KV bytes per token
         assert s["tier_bytes"]["remote"]["loaded"] == pytest.approx(
             s["load_or_recompute"]["remote"]["loaded_tokens"] * kv)
+
+
+def test_ttft_router_rule_by_hand():
+    """Mooncake's Algorithm 1 (an instance's own prefix): the replica with the least queued prefill
+    plus this prompt's prefill after the prefix it holds, against hand arithmetic on a linear surface
+    (1 ms per token computed)."""
+    from types import SimpleNamespace
+
+    from tierlab.kvstream.sim import Sim
+
+    class Rep(SimpleNamespace):
+        def prefix_len(self, ids):
+            return self.held
+
+    surf = SimpleNamespace(prefill_time=lambda tokens, start=0: tokens * 1e-3)
+    sim = SimpleNamespace(inp=np.array([4096]), bt=512, surf=surf, est_prefill_s=np.zeros(1))
+    ids = list(range(8))
+    # replica 0 holds 6 of the 8 blocks but has 3.5 s of prefill queued; replica 1 holds none, 0.1 s queued:
+    # 3.5 + 1.024 > 0.1 + 4.096? no: 4.524 > 4.196, so replica 1; the prefix router would take replica 0
+    reps = [Rep(idx=0, held=6, queued_prefill_s=3.5), Rep(idx=1, held=0, queued_prefill_s=0.1)]
+    best = Sim._route_ttft(sim, 0, ids, reps, lambda r: r.idx)
+    assert best.idx == 1 and sim.est_prefill_s[0] == pytest.approx(4.096)
+    assert reps[1].queued_prefill_s == pytest.approx(4.196) and reps[0].queued_prefill_s == 3.5
+    # a lighter queue on the holder: it wins (1.024 + 2.0 < 4.096 + 0.1)
+    reps = [Rep(idx=0, held=6, queued_prefill_s=2.0), Rep(idx=1, held=0, queued_prefill_s=0.1)]
+    assert Sim._route_ttft(sim, 0, ids, reps, lambda r: r.idx).idx == 0
+    # a prompt held whole still computes its last token (a prefill of at least one token)
+    reps = [Rep(idx=0, held=8, queued_prefill_s=0.0)]
+    Sim._route_ttft(sim, 0, ids, reps, lambda r: r.idx)
+    assert sim.est_prefill_s[0] == pytest.approx(1e-3)
+
+
+def test_ttft_router_balances_prefill_and_keeps_prefixes(spec, sessions):
+    """With nothing shared it spreads the prefill work as least-loaded spreads tokens; on sessions it
+    finds their prefixes as the prefix router does (hits above round-robin)."""
+    prompts, nxt = [], 0
+    for k in range(24):
+        n = 32 if k % 4 == 0 else 2
+        prompts.append(list(range(nxt, nxt + n)))
+        nxt += n
+    tr = make_trace(prompts, np.zeros(len(prompts)), 4, BT)
+    tokens = tr.input_tokens + 4
+    rep = _serve(tr, spec, dp=4, router="ttft").table["replica"].to_numpy()
+    per = np.bincount(rep, weights=tokens, minlength=4)
+    assert per.max() - per.min() <= tokens.max(), per
+    rr = _serve(sessions, spec, dp=4, hbm_tokens=16384).summary["hit_ratio"]["total"]
+    tt = _serve(sessions, spec, dp=4, hbm_tokens=16384, router="ttft").summary["hit_ratio"]["total"]
+    assert tt > rr + 0.05, (tt, rr)
