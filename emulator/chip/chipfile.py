@@ -131,7 +131,8 @@ def _tier(ctx: FileReader, d, i: int) -> Tier:
     name = ctx.string(d["name"], f"{f}.name")
     managed = ctx.choice(d["managed"], f"{f}.managed", MANAGED)
     policy = ctx.choice(d.get("policy", DEFAULT_POLICY), f"{f}.policy", POLICIES)
-    if managed == "scratchpad" or (managed == "memory" and d.get("lend") is not True):
+    lend = ctx.boolean(d.get("lend", False), f"{f}.lend")     # a malformed lend fails before any warning
+    if managed == "scratchpad" or (managed == "memory" and not lend):
         why = ("a 'scratchpad' holds only tensors placed there" if managed == "scratchpad" else
                "a 'memory' tier without lend = true caches nothing")
         for key in ("policy", "ways"):
@@ -151,7 +152,6 @@ def _tier(ctx: FileReader, d, i: int) -> Tier:
             raise ctx.error(f"{f}.ways", f"expected a positive integer (omit for fully associative), got {ways!r}")
         if n_blocks % ways:
             raise ctx.error(f"{f}.ways", f"must divide the number of blocks ({n_blocks}), got {ways}")
-    lend = ctx.boolean(d.get("lend", False), f"{f}.lend")
     if lend and managed != "memory":
         raise ctx.error(f"{f}.lend", f"only a 'memory' tier can lend capacity, got managed = {managed!r}")
     pim = None
