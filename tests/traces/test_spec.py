@@ -258,3 +258,20 @@ def test_a_misspelt_config_key_warns_with_the_key_it_resembles(tmp_path):
     with pytest.warns(UnknownKeyWarning, match=r"num_hiden_layers: unknown key; did you mean 'num_hidden_layers'"):
         spec = spec_from_config(cfg)
     assert spec.num_layers == 32                            # LlamaConfig's default, not the misspelt 40
+
+
+def test_transformers_private_keys_are_not_misspellings():
+    """A key with a leading underscore is Transformers' own (Gemma 3's config writes
+    ``_sliding_window_pattern`` beside ``sliding_window_pattern``): no did-you-mean for it."""
+    import json as _json
+    import warnings
+
+    from tierlab.common.paths import configs_dir
+    from tierlab.traces.model.families import UnknownKeyWarning
+
+    cfg = _json.loads((configs_dir("models") / "llama-3.1-8b.json").read_text())
+    del cfg["num_hidden_layers"]
+    cfg["_num_hidden_layers"] = 40
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownKeyWarning)
+        spec_from_config(cfg)

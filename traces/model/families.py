@@ -309,8 +309,8 @@ def _warn_misspelt(config: dict, model_type, family: str, file: str | None, pref
     if not known:
         return
     for key in config:
-        if key in known or not isinstance(key, str):
-            continue
+        if key in known or not isinstance(key, str) or key.startswith("_"):    # Transformers' own private keys
+            continue                                                           # (_name_or_path, _sliding_window_pattern)
         near = closest(key, sorted(known), cutoff=0.85)
         if near is not None and near not in config:
             where = f"{file}: " if file else ""
