@@ -15,19 +15,37 @@ from __future__ import annotations
 import os  # noqa: F401  (annotations)
 from typing import TYPE_CHECKING, Any, Mapping
 
-from tierlab.api.comparing import compare
-from tierlab.api.replaying import replay, run
-from tierlab.api.serving_curve import throughput
-from tierlab.api.sweeping import sweep
-from tierlab.api.tier_curves import mrc
-from tierlab.api.tracing import trace
 from tierlab.common.errors import UsageError
 
 if TYPE_CHECKING:
+    from tierlab.api.comparing import compare
+    from tierlab.api.replaying import replay, run
+    from tierlab.api.serving_curve import throughput
+    from tierlab.api.sweeping import sweep
+    from tierlab.api.tier_curves import mrc
+    from tierlab.api.tracing import trace
     from tierlab.chip.hierarchy import Chip
     from tierlab.system.model import System
 
 __all__ = ["trace", "replay", "run", "compare", "sweep", "throughput", "mrc", "load_chip", "load_system"]
+
+# Each function's module, imported on first use: a command imports tierlab.api.settings (its options'
+# defaults), which runs this file, and needs only its own function of these (issue 42).
+_FUNCTIONS = {"trace": "tierlab.api.tracing", "replay": "tierlab.api.replaying", "run": "tierlab.api.replaying",
+              "compare": "tierlab.api.comparing", "sweep": "tierlab.api.sweeping",
+              "throughput": "tierlab.api.serving_curve", "mrc": "tierlab.api.tier_curves"}
+
+
+def __getattr__(name: str):
+    if name in _FUNCTIONS:
+        import importlib
+
+        return getattr(importlib.import_module(_FUNCTIONS[name]), name)
+    raise AttributeError(f"module 'tierlab.api' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 def load_chip(name_or_path: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> Chip:

@@ -9,8 +9,9 @@ report's summary table, for Jupyter).
 from __future__ import annotations
 
 import copy
+import functools
 import json
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -21,10 +22,16 @@ class Result:
     """Base of the API's results: the ``--json`` dict (as JSON reads it back), the rows, and the files
     the call wrote (``written``, in order)."""
 
-    def __init__(self, d: dict, table: pa.Table, written: list | None = None):
+    def __init__(self, d: dict, table: pa.Table | Callable[[], pa.Table], written: list | None = None):
         self._d = json.loads(json.dumps(d))    # as the CLI prints it (json.dumps, no default=): tuples are lists
-        self._table = table
+        self._rows = table                     # or a function building it when first asked for (a replay's)
         self.written: list[str] = [str(p) for p in written or ()]
+
+    @property
+    def _table(self) -> pa.Table:
+        if callable(self._rows):
+            self._rows = self._rows()
+        return self._rows
 
     def to_dict(self) -> dict:
         """The command's ``--json`` output for the same arguments, as a fresh dict."""
@@ -116,7 +123,8 @@ class ReplayResult(Result):
     (:class:`~tierlab.pipeline.chip_replay.TraceReplay` and its cost, or a system's twins)."""
 
     def __init__(self, d: dict, replay, cost, *, system: bool, written: list | None = None):
-        super().__init__(d, _system_per_op(replay, cost) if system else _per_op(replay, cost), written)
+        # the per-op rows are built on first use: a command printing the text or --json never does
+        super().__init__(d, functools.partial(_system_per_op if system else _per_op, replay, cost), written)
         self.system = system
         self.replay, self.cost = replay, cost
 

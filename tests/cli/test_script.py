@@ -48,3 +48,22 @@ def test_a_bug_still_shows_its_traceback():
     code = ("import sys, tierlab.cli as c; c.main = lambda: 1 / 0; sys.argv = ['tierlab']; c.script()")
     r = subprocess.run([*PY, code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "ZeroDivisionError" in r.stderr and "Traceback" in r.stderr
+
+
+def test_the_collector_runs_late_once_then_at_pythons_thresholds():
+    import gc
+
+    from tierlab.cli import START_GC_THRESHOLD, _collect_late_at_start
+
+    default, callbacks = gc.get_threshold(), list(gc.callbacks)
+    try:
+        _collect_late_at_start()
+        assert gc.get_threshold() == (START_GC_THRESHOLD, *default[1:])
+        gc.collect(0)
+        assert gc.get_threshold() == default
+        gc.set_threshold(1234)
+        gc.collect(0)                          # idle after the first collection: a later setting stands
+        assert gc.get_threshold()[0] == 1234
+    finally:
+        gc.set_threshold(*default)
+        gc.callbacks[:] = callbacks
