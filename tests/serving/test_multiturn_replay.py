@@ -146,7 +146,7 @@ def test_run_cli_per_turn(tmp_path):
     r = CliRunner().invoke(main, ["run", model, "--chip", "h100", "--prompt", "4", "--json"])
     assert json.loads(r.stdout)["per_turn"] is None
     r = CliRunner().invoke(main, args + ["--kv-offload", "--no-kv-reuse"])
-    assert r.exit_code == 2 and r.output.count("\n") == 1 and "kv_offload" in r.output
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "--kv-offload: " in r.output
 
 
 @pytest.mark.parametrize("conv", [[], [{"op_start": 0}], [{"op_start": 0, "op_end": 10 ** 9}],
