@@ -27,6 +27,8 @@ QUICK_ARGS = {
     "sweep": ["--lines", "200000"],
     "trace_path": ["--lines", "200000", "--levels", "2", "--repeat", "1"],
     "import": ["--records", "200000", "--repeat", "1", "--per-record-lines", "20000"],
+    "serving_memory": ["--model", "tests/data/models/tiny-llama.json", "--chip", "h100", "--input", "64",
+                       "--output", "16", "--concurrency", "1,4", "--repeat", "1"],
 }
 
 
