@@ -37,19 +37,19 @@ TABLE = {
         capacity_per_device=256e9,   # DGX H100/H200/B200: 2 TB DDR5 for 8 GPUs (DGX BasePOD RA; DGX B200 user guide)
         bandwidth=64e9,              # PCIe Gen5 x16: ~64 GB/s per direction (secondary pages; ~54 GB/s H2D measured on H20)
         latency=10e-6,               # estimate: a cudaMemcpyAsync / DMA of a batch of blocks, launch and completion
-        energy=(11.8 + 11.4) / 8 * 1e-12,   # estimate: DDR5 11.8 pJ/bit + PCIe 5.0 PHY 11.4 pJ/bit (chip files' [S54])
+        energy=(11.8 + 11.4) * 8 * 1e-12,   # estimate: DDR5 11.8 pJ/bit + PCIe 5.0 PHY 11.4 pJ/bit (chip files' [S54]), per byte
         source="DGX H100 2 TB DDR5 / 8 GPUs; PCIe Gen5 x16 64 GB/s per direction (kv-tiers.md); latency, energy estimate"),
     "ssd": dict(
         capacity_per_node=8 * 3.84e12,   # DGX H100/H200/B200: 8 x 3.84 TB U.2 NVMe (DGX BasePOD RA; DGX B200 guide)
         bandwidth_per_node=8 * 7e9,      # ~7 GB/s per Gen4 drive (flashgenius, secondary); NVIDIA gives no DGX figure
         latency=100e-6,                  # estimate: NVMe read latency ~100 us with the file system (GDS) path
-        energy=25.0 / 7e9 + 11.4 / 8 * 1e-12,   # estimate: ~25 W per active Gen4 drive at 7 GB/s (3.6 nJ/B), plus a PCIe hop
+        energy=25.0 / 7e9 + 11.4 * 8 * 1e-12,   # estimate: ~25 W per active Gen4 drive at 7 GB/s (3.6 nJ/B), plus a PCIe hop
         source="8 x 3.84 TB NVMe per DGX node, ~7 GB/s per Gen4 drive (kv-tiers.md); latency, energy estimate"),
     "remote": dict(
         capacity_per_device=0.0,     # no default: a pool's size is the deployment's choice (give remote=CAPACITY)
         bandwidth=50e9,              # ConnectX-7 400 Gb/s per GPU (DGX BasePOD RA) = 50 GB/s per direction
         latency=20e-6,               # estimate: RDMA read of a batch of blocks plus the store's lookup (Transfer Engine)
-        energy=(5.5 + 11.8) / 8 * 1e-12 * 2,   # estimate: NIC SerDes 5.5 pJ/bit both ends + remote DDR5 11.8 pJ/bit
+        energy=(5.5 * 2 + 11.8) * 8 * 1e-12,   # estimate: NIC SerDes 5.5 pJ/bit at both ends + remote DDR5 11.8 pJ/bit, per byte
         source="one CX-7 400 Gb/s NIC per GPU (kv-tiers.md; Mooncake Transfer Engine 190 GB/s over 8 x 400 Gbps); "
                "latency, energy estimate"),
 }

@@ -4,6 +4,8 @@ each)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from tierlab.present.format import format_quantity, table
 from tierlab.system.model import Fabric, System
 
@@ -29,7 +31,17 @@ def system_to_dict(s: System) -> dict:
         "chips": s.n_chips, "chips_per_node": s.chips_per_node, "nodes": s.n_nodes,
         "scale_up": fabric_to_dict(s.scale_up), "scale_out": fabric_to_dict(s.scale_out),
         "sources": dict(s.sources),
+        "kv_tiers": [{k: v for k, v in asdict(t).items() if k != "shared"} | {"shared": t.shared}
+                     for t in kv_tiers(s)],
     }
+
+
+def kv_tiers(s: System) -> list:
+    """The KV-cache tiers below HBM of one device of ``s`` (``tierlab requests --kv-tier``): host
+    memory, the node's NVMe, a remote pool (no default size: capacity 0 until given)."""
+    from tierlab.kvstream.tiers import LOWER_TIERS, default_tier
+
+    return [default_tier(name, s.chip, s, 1, 0.0 if name == "remote" else None) for name in LOWER_TIERS]
 
 
 def _per_chip(f: Fabric | None) -> str:
@@ -81,6 +93,13 @@ def format_system(s: System) -> str:
     up, out = _fabric_column(s.scale_up, s.chips_per_node), _fabric_column(s.scale_out, s.chips_per_node)
     rows = list(zip(_FABRIC_ROWS, up, out))
     parts += [table(("", "scale-up (within a node)", "scale-out (between nodes)"), rows, align="<<<", rule=False), ""]
+    q = format_quantity
+    kv = [(t.name, q(t.capacity_bytes, "size") if t.capacity_bytes else "give one (remote=SIZE)",
+           q(t.bandwidth_bytes_per_s, "bandwidth"), q(t.latency_s, "time"), q(t.energy_j_per_byte, "energy_per_byte"),
+           t.source) for t in kv_tiers(s)]
+    parts += ["KV-cache tiers below HBM, per device (tierlab requests --kv-tier NAME=CAPACITY overrides the size):",
+              table(("tier", "capacity", "load bandwidth", "latency", "energy", "from"), kv, align="<>>>><",
+                    rule=False), ""]
     if s.sources:
         parts.append("sources:")
         parts += [f"  [{tag}] {text}" for tag, text in s.sources]
