@@ -10,10 +10,11 @@ Each function computes its figures with the same calls, in the same order, as
 * :func:`run_figures`: ``latency_s`` (the whole run), ``energy_j["total"]``, and each tier's hits and
   misses (``tiers``; a system: every device's tiers, in device order), with ``per_token``.
 
-A system's figures take :func:`system_cost`: :func:`tierlab.cost.system_cost.cost_system` less what
-they never read, each device's own organisation into kernels (``Cost.organisation``, one chip's
-calibrated latency: two passes over the device's accesses), which the system's calibration
+A system's figures take :func:`system_cost`: :func:`tierlab.cost.system_cost.cost_system` with
+``organised=False``, without what they never read, each device's own organisation into kernels
+(``Cost.organisation``: two passes over the device's accesses), which the system's calibration
 (:func:`tierlab.cost.system_cost.calibrate`) makes again with kernels never spanning a collective.
+:func:`chip_per_token` is :mod:`tierlab.analysis.result`'s, the one ``to_json`` holds.
 
 Skipped are the rest of the dict: the tiers' other counters, the split by tensor kind, the turns, the
 PIM and placement summaries, the prefill, the collectives' and network's tables, the connections and
@@ -22,22 +23,8 @@ the provenance (which reads the trace's manifest file again).
 
 from __future__ import annotations
 
-import numpy as np
-
-from tierlab.analysis.result import link_names
-from tierlab.cost.model import Cost, per_token
+from tierlab.analysis.result import chip_per_token  # noqa: F401  (one of this module's figures)
 from tierlab.engine.counters import tier_dict
-
-
-def chip_per_token(tr, cst: Cost) -> dict | None:
-    """``to_json(tr, cst)["per_token"]`` of a one-chip replay ``tr`` (a
-    :class:`tierlab.pipeline.chip_replay.TraceReplay`) costed ``cst``."""
-    r = tr.result
-    ops = tr.trace.ops
-    run = tr.trace.manifest.get("run") or {}
-    return per_token(cst, r.per_op, r.block_bytes, ops.column("step").to_numpy(),
-                     np.asarray(ops.column("phase").to_pylist(), dtype=object), run.get("batch", 1),
-                     link_names(tr.chip), r.tier_names)
 
 
 def system_per_token(sr, sc) -> dict | None:
@@ -58,21 +45,10 @@ def system_per_token(sr, sc) -> dict | None:
 
 def system_cost(sr):
     """:func:`tierlab.cost.system_cost.cost_system` of the system replay ``sr`` without each device's
-    ``Cost.organisation`` (None; every other field the same, devices sharing a replay sharing its
-    cost): what :func:`system_per_token` and :func:`run_figures` read of a system."""
-    from tierlab.cost.model import cost
-    from tierlab.cost.system_cost import SystemCost, cost_collectives
+    ``Cost.organisation``: what :func:`system_per_token` and :func:`run_figures` read of a system."""
+    from tierlab.cost.system_cost import cost_system
 
-    colls, table = cost_collectives(sr)
-    costs: dict[int, Cost] = {}
-    for tr in sr.devices:
-        r = tr.result
-        if id(r) not in costs:
-            flops = tr.trace.ops.column("flops").to_numpy().astype(np.float64)
-            costs[id(r)] = cost(tr.chip, r.per_op, r.block_bytes, flops, tr.trace.manifest,
-                                r.flush if tr.options.flush else None)
-    return SystemCost(devices=[costs[id(tr.result)] for tr in sr.devices], collectives=colls, table=table,
-                      system=sr.system)
+    return cost_system(sr, organised=False)
 
 
 def _tiers(tr) -> list[dict]:

@@ -40,6 +40,16 @@ def link_names(chip) -> list[str]:
     return [f"{lk.upper}-{lk.lower}" for lk in chip.links]
 
 
+def chip_per_token(tr: TraceReplay, cst: Cost) -> dict | None:
+    """``per_token`` of the one-chip replay ``tr`` costed ``cst`` (decode only, else None): what
+    :func:`to_json` holds, and all a serving step reads (:mod:`tierlab.analysis.figures`)."""
+    r, ops = tr.result, tr.trace.ops
+    run = tr.trace.manifest.get("run") or {}
+    return per_token(cst, r.per_op, r.block_bytes, ops.column("step").to_numpy(),
+                     np.asarray(ops.column("phase").to_pylist(), dtype=object), run.get("batch", 1),
+                     link_names(tr.chip), r.tier_names)
+
+
 def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
     """The result dict behind ``--json``."""
     cst = cst or cost_of(tr)
@@ -58,9 +68,7 @@ def to_json(tr: TraceReplay, cst: Cost | None = None) -> dict:
              for i, lk in enumerate(chip.links)]
     ops = tr.trace.ops
     run = tr.trace.manifest.get("run") or {}
-    pt = per_token(cst, r.per_op, r.block_bytes, ops.column("step").to_numpy(),
-                   np.asarray(ops.column("phase").to_pylist(), dtype=object), run.get("batch", 1),
-                   link_names(chip), r.tier_names)
+    pt = chip_per_token(tr, cst)
     energy = cst.totals()
     energy["by_tier"] = dict(zip(r.tier_names, energy["by_tier"]))
     energy["by_link"] = dict(zip(link_names(chip), energy["by_link"]))

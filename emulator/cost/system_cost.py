@@ -275,13 +275,13 @@ def cost_collectives(sr: SystemReplay) -> tuple[list[CollectiveCost], list[dict]
         sr, table, lambda kind, g, size, algo, send: plan_collective(kind, g, size, algo, send_bytes=send)), table
 
 
-def cost_system(sr: SystemReplay) -> SystemCost:
-    """Every device's ops and every collective of the replay ``sr``, costed."""
+def cost_system(sr: SystemReplay, *, organised: bool = True) -> SystemCost:
+    """Every device's ops and every collective of ``sr``, costed (``organised``: as ``cost_of``)."""
     colls, table = cost_collectives(sr)
     costs: dict[int, Cost] = {}       # devices sharing a replay (identical slices) share its cost
     for tr in sr.devices:
         if id(tr.result) not in costs:
-            costs[id(tr.result)] = cost_of(tr)
+            costs[id(tr.result)] = cost_of(tr, organised=organised)
     return SystemCost(devices=[costs[id(tr.result)] for tr in sr.devices], collectives=colls, table=table,
                       system=sr.system)
 

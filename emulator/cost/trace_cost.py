@@ -17,13 +17,17 @@ if TYPE_CHECKING:                                   # only for the annotation: t
     from tierlab.pipeline.chip_replay import TraceReplay
 
 
-def cost_of(tr: TraceReplay) -> Cost:
-    """Energy and latency per op of the replay ``tr``."""
+def cost_of(tr: TraceReplay, *, organised: bool = True) -> Cost:
+    """Energy and latency per op of the replay ``tr``; ``organised=False`` leaves out its organisation
+    into kernels (``Cost.organisation`` None: two passes over the accesses that a system's calibration,
+    which organises every device again, never reads)."""
     r = tr.result
     ops = tr.trace.ops
     flops = ops.column("flops").to_numpy().astype(np.float64)
     cst = cost(tr.chip, r.per_op, r.block_bytes, flops, tr.trace.manifest,
                r.flush if tr.options.flush else None)
+    if not organised:
+        return cst
 
     def tensors():
         for b in tr.trace.iter_accesses():
