@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from tierlab.api.settings import Execution, ReplaySettings, Workload, check_value, documented
+from tierlab.api.settings import Collectives, Execution, ReplaySettings, Workload, check_value, documented
 from tierlab.common.errors import UsageError
 
 if TYPE_CHECKING:
@@ -160,9 +160,7 @@ def compare(model: str | os.PathLike[str], chips: str | Sequence[str | Chip] = (
     for text in ("csv", "plot", "html", "keep_trace"):
         check_value(text, "text", given[text], nullable=True)
     replay = ReplaySettings(pim=pim, kernel=kernel, place=place)
-    from tierlab.api.targets import check_algorithm_name
-
-    check_algorithm_name(collective_algo)
+    Collectives(collective_algo=collective_algo)      # checked as the group checks it
     return compare_on(name, chip_names, system_names, Workload.take(given), replay, Execution.take(given),
                       collective_algo=collective_algo, csv=csv, plot=plot, html=html, keep_trace=keep_trace,
                       capture=capture, force=force, progress=progress)

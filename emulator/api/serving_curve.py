@@ -84,7 +84,7 @@ def throughput(model: str | os.PathLike[str], chip: str | Chip | None = None, sy
     """
     from tierlab.api.results import CurveResult
     from tierlab.api.settings import Collectives, Execution
-    from tierlab.api.targets import check_algorithm_name, load_target_system
+    from tierlab.api.targets import load_target_system
     from tierlab.common.atomic import check_output
     from tierlab.serving.capacity import UTILISATION
     from tierlab.serving.throughput import MAX_BATCH_TOKENS, throughput as curve
@@ -100,7 +100,7 @@ def throughput(model: str | os.PathLike[str], chip: str | Chip | None = None, sy
         check_value(name, "float", v, nullable=True)
     if workers is not None and (check_value("workers", "int", workers) < 1):
         raise UsageError(f"expected at least 1, got {workers}", field="workers")
-    check_algorithm_name(collective_algo)
+    collectives = Collectives(collective_algo=collective_algo)
     concurrency = _concurrency(concurrency)
     chip_list, system_list = _names(chips, "chips"), _names(systems, "systems")
     given = [n for n, v in (("chip", chip), ("system", system), ("chips", chip_list), ("systems", system_list)) if v]
@@ -122,7 +122,7 @@ def throughput(model: str | os.PathLike[str], chip: str | Chip | None = None, sy
 
         targets = [dict(chip=c if isinstance(c, Chip) else load_chip(c)) for c in (chip_list or [chip])]
     else:
-        targets = [dict(system=load_target_system(s, Collectives(collective_algo=collective_algo), Execution()))
+        targets = [dict(system=load_target_system(s, collectives, Execution()))
                    for s in (system_list or [system])]
     spec = load_model(model)
     kw = dict(isl=input, osl=output, concurrency=concurrency, weights=weights, kv=kv, activations=activations,

@@ -37,16 +37,21 @@ def option(default: Any, help: str, *, kind: str, flag: str | None = None, short
     """A field of a settings group: its default, help text and how the CLI spells it.
 
     ``kind``: bool, int, float, text (a string, or None where the default is None) or texts (a tuple
-    of strings: a repeatable option). ``flag``: the long option when it is not ``--`` + the name with
+    of strings: a repeatable option). ``choices``: the values allowed, or a function giving them (for
+    names whose module is loaded only when a value is checked). ``flag``: the long option when it is not ``--`` + the name with
     ``-`` for ``_``; ``short``: a short alias (``-o``). A bool is ``--x/--no-x`` unless ``switch``
     (a plain ``--x``). ``cli_default``: how ``--help`` shows a default of None."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}")
     meta = dict(help=help, kind=kind, flag=flag, short=short, choices=choices, metavar=metavar, switch=switch,
                 cli_default=cli_default)
-    if isinstance(default, tuple):
-        return field(default=default, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def choices_of(f) -> tuple | None:
+    """The values field ``f`` of a settings group allows (None: any of its kind)."""
+    c = f.metadata["choices"]
+    return c() if callable(c) else c
 
 
 def check_value(name: str, kind: str, v: Any, choices: tuple | None = None, *, nullable: bool = False) -> Any:
@@ -84,7 +89,7 @@ class Settings:
             if f.name in self.lenient:
                 continue
             v = getattr(self, f.name)
-            checked = check_value(f.name, f.metadata["kind"], v, f.metadata["choices"],
+            checked = check_value(f.name, f.metadata["kind"], v, choices_of(f),
                                   nullable=f.default is None)
             if checked is not v:
                 object.__setattr__(self, f.name, checked)
@@ -211,7 +216,7 @@ def parse_size(text, name: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
-def _kernels() -> tuple:
+def kernel_names() -> tuple:
     from tierlab.engine.dispatch import KERNEL_NAMES
 
     return ("auto", *KERNEL_NAMES)
@@ -231,7 +236,8 @@ class ReplaySettings(Settings):
                              kind="bool")
     policy_seed: int = option(0, "Seed of the random policy.", kind="int")
     kernel: str = option("auto", "Which kernel counts (identical counts): auto takes the fastest that serves the "
-                         "replay; the one that ran, and why, is provenance.kernel in --json.", kind="text")
+                         "replay; the one that ran, and why, is provenance.kernel in --json.", kind="text",
+                         choices=kernel_names)
     fast_path: bool = option(True, "Use the exact fast paths (identical counts; --no-fast-path is --kernel walk).",
                              kind="bool")
     set_groups: bool = option(True, "Replay a lone LRU/FIFO caching tier as groups of sets that hold alike "
@@ -241,11 +247,6 @@ class ReplaySettings(Settings):
     place: tuple[str, ...] = option((), "Placement rule tried before the chip's own (repeatable): TIER then "
                                     "kind=K, name=GLOB, layers=A-B, spill; e.g. --place ddr:kind=kv_offload or "
                                     "--place sram:kind=kv,spill.", kind="texts", metavar="TIER[:COND,...]")
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.kernel not in _kernels():
-            raise UsageError(f"expected one of {', '.join(_kernels())}, got {self.kernel!r}", field="kernel")
 
     def options(self):
         """The engine's :class:`~tierlab.engine.options.ReplayOptions`."""
@@ -299,7 +300,7 @@ class Execution(Settings):
                               achievable=self.achievable)
 
 
-def _algorithms() -> tuple:
+def algorithm_names() -> tuple:
     from tierlab.network.algorithm_names import ALGORITHM_NAMES
 
     return ("auto", *ALGORITHM_NAMES)
@@ -310,7 +311,8 @@ class Collectives(Settings):
     """How a system's collectives are picked and run (a ``--system`` replay)."""
 
     collective_algo: str = option("auto", "Collective algorithm where it serves the collective's kind (others: "
-                                  "auto); one the fabric cannot run is an error.", kind="text")
+                                  "auto); one the fabric cannot run is an error.", kind="text",
+                                  choices=algorithm_names)
     collective_lib: str | None = option(None, "Calibrated latency: nccl (ring, tree, NVLS) or custom (adds vLLM's "
                                         "one-shot and two-shot all-reduce on one node); default the system file's "
                                         "[collectives] (nccl).", kind="text", choices=("nccl", "custom"))
@@ -322,12 +324,6 @@ class Collectives(Settings):
     no_overheads: bool = option(False, "Calibrated latency with every overhead off (peak rates, no kernel or "
                                 "collective launch and latency, the roofline's collectives): it then equals the "
                                 "roofline.", kind="bool", switch=True)
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.collective_algo not in _algorithms():
-            raise UsageError(f"expected one of {', '.join(_algorithms())}, got {self.collective_algo!r}",
-                             field="collective_algo")
 
 
 @dataclass(frozen=True)

@@ -25,15 +25,6 @@ def load_target_chip(chip, execution: Execution):
     return execution.apply(chip if isinstance(chip, Chip) else load_chip(chip))
 
 
-def check_algorithm_name(algo) -> str:
-    """``algo`` is "auto" or a registered collective algorithm."""
-    from tierlab.network.algorithm_names import ALGORITHM_NAMES
-
-    if algo != "auto" and algo not in ALGORITHM_NAMES:
-        raise UsageError(f"expected auto or one of {', '.join(ALGORITHM_NAMES)}, got {algo!r}", field="collective_algo")
-    return algo
-
-
 def check_algorithm(system, algo: str) -> None:
     """An algorithm the system's scale-up fabric cannot run at all fails before any tracing."""
     from tierlab.network.collective import Group, refusal

@@ -13,7 +13,7 @@ from dataclasses import fields
 
 import click
 
-from tierlab.api.settings import Collectives, Execution, ReplaySettings, Views, Workload
+from tierlab.api.settings import Collectives, Execution, ReplaySettings, Views, Workload, choices_of
 from tierlab.cli.options import force_option, json_option  # noqa: F401  (one import for the commands)
 
 
@@ -33,18 +33,6 @@ class LenientInt(click.ParamType):
 INT = LenientInt()
 
 
-def _choices(cls, name: str):
-    if cls is ReplaySettings and name == "kernel":
-        from tierlab.engine.dispatch import KERNEL_NAMES
-
-        return ("auto", *KERNEL_NAMES)
-    if cls is Collectives and name == "collective_algo":
-        from tierlab.network.algorithm_names import ALGORITHM_NAMES
-
-        return ("auto", *ALGORITHM_NAMES)
-    return None
-
-
 def click_option(cls, f, *, help: str | None = None, required: bool = False):
     """The click option of field ``f`` of settings group ``cls``."""
     m = f.metadata
@@ -55,7 +43,7 @@ def click_option(cls, f, *, help: str | None = None, required: bool = False):
         if m["switch"]:
             return click.option(long, f.name, is_flag=True, default=f.default, help=kw["help"])
         return click.option(f"{long}/--no-{long[2:]}", f.name, default=f.default, show_default=True, help=kw["help"])
-    choices = m["choices"] or _choices(cls, f.name)
+    choices = choices_of(f)
     if choices is not None:
         kw["type"] = click.Choice([c for c in choices if c is not None])
     elif m["kind"] == "int":

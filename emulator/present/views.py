@@ -52,8 +52,7 @@ def write_chip_views(views, d: dict, tr, cst, *, force: bool, progress: bool = T
         names = [t.name for t in tr.chip.tiers]
         if views.mrc not in names:
             raise UsageError(f"unknown tier {views.mrc!r}; chip {tr.chip.name} has {', '.join(names)}", field="mrc")
-        with counting_bar(tr.trace.n_accesses if progress else 0, unit="row", desc=f"mrc {views.mrc}",
-                          enabled=progress) as bar:
+        with counting_bar(tr.trace.n_accesses, unit="row", desc=f"mrc {views.mrc}", enabled=progress) as bar:
             result, curves = tier_mrc(tr.trace, tr.chip, views.mrc, progress=bar)
         mrc = (svg_of_plot(plot_mrc, result, curves), format_mrc(result))
     if views.timeline:
