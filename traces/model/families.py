@@ -224,9 +224,9 @@ UNMODELLED = {
 UNMODELLED_EQUALS = {"opt": [("word_embed_proj_dim", "hidden_size")]}
 
 
-def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
-    """(family name, the text model's config, field prefix) of a config; a wrapper's ``text_config``
-    is where its language model lives."""
+def family_name(config: dict) -> str | None:
+    """The family of a config by its first architecture, else its ``model_type``, else (another
+    wrapper, Mistral-Small-3.1) its ``text_config``'s ``model_type``; None if tierlab reads none by hand."""
     archs = config.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     mt = config.get("model_type")
@@ -234,9 +234,19 @@ def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
     if name is None and isinstance(mt, str):
         name = MODEL_TYPES.get(mt)
     text = config.get("text_config")
-    if name is None and isinstance(text, dict):   # another wrapper (Mistral-Small-3.1): its language model's family
+    if name is None and isinstance(text, dict):
         tmt = text.get("model_type")
         name = MODEL_TYPES.get(tmt) if isinstance(tmt, str) else None
+    return name
+
+
+def family_of(config: dict, file: str | None) -> tuple[str, dict, str]:
+    """(family name, the text model's config, field prefix) of a config; a wrapper's ``text_config``
+    is where its language model lives."""
+    archs = config.get("architectures") or []
+    mt = config.get("model_type")
+    text = config.get("text_config")
+    name = family_name(config)
     if name is None:
         what = archs[0] if isinstance(archs, list) and archs else mt
         if not isinstance(what, str):           # not a name at all: nothing to build it from either
@@ -271,13 +281,7 @@ def defaulted_core_keys(config) -> list[str]:
     """The core dimensions (hidden size, layers, heads, KV heads, MLP width, vocabulary) a config leaves
     out, so that a default (Transformers' config class, or the family's) gives them: named in a
     replay's provenance (``model_defaults``). Empty for a config of no family tierlab reads by hand."""
-    if not isinstance(config, dict):
-        return []
-    archs = config.get("architectures") or []
-    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    name = ARCHITECTURES.get(arch) if arch else None
-    if name is None and isinstance(config.get("model_type"), str):
-        name = MODEL_TYPES.get(config["model_type"])
+    name = family_name(config) if isinstance(config, dict) else None
     if name is None:
         return []
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
