@@ -27,9 +27,9 @@ def name_list(v, what: str, example: str, field: str) -> list:
         names = [os.fspath(c).strip() if isinstance(c, (str, os.PathLike)) else c for c in v]
     else:
         raise UsageError(f"expected a list of {what}s, got {type(v).__name__} {v!r}", field=field)
-    for c in names:
-        if not isinstance(c, str) and not hasattr(c, "tiers") and not hasattr(c, "n_chips"):   # a Chip, a System
-            raise UsageError(f"expected a name or path, or a loaded object, got {type(c).__name__} {c!r}", field=field)
+    from tierlab.api.targets import target_argument
+
+    names = [target_argument(c, field, optional=False) for c in names]
     if not names or any(isinstance(c, str) and not c for c in names):
         raise UsageError(f"expected a comma-separated list of {what}s such as {example}, got {v!r}", field=field)
     if len(set(map(repr, names))) != len(names):       # repr: loaded Chip and System objects too

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from tierlab.api.settings import Collectives, Execution, ReplaySettings, Views, Workload, documented
 from tierlab.api.targets import (check_options, check_target, collective_settings, load_target_chip,
-                                 load_target_system)
+                                 load_target_system, target_argument)
 from tierlab.common.errors import UsageError
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def replay(trace: str | os.PathLike[str], chip: str | Chip | None = None, system
     given = locals()
     path = check_value("trace", "text", trace)
     check_value("output", "text", output, nullable=True)
-    return replay_trace_on(path, _target(chip, "chip"), _target(system, "system"), ReplaySettings.take(given),
+    return replay_trace_on(path, target_argument(chip, "chip"), target_argument(system, "system"), ReplaySettings.take(given),
                            Execution.take(given), Collectives.take(given), Views.take(given), output=output,
                            force=check_value("force", "bool", force), progress=check_value("progress", "bool", progress))
 
@@ -202,23 +202,7 @@ def run(model: str | os.PathLike[str], chip: str | Chip | None = None, system: s
         check_value(flag, "bool", given[flag])
     for text in ("output", "keep_trace"):
         check_value(text, "text", given[text], nullable=True)
-    return run_model(name, _target(chip, "chip"), _target(system, "system"), Workload.take(given),
+    return run_model(name, target_argument(chip, "chip"), target_argument(system, "system"), Workload.take(given),
                      ReplaySettings.take(given), Execution.take(given), Collectives.take(given), Views.take(given),
                      keep_trace=keep_trace, output=output, force=force, capture=capture, strict_dtype=strict_dtype,
                      progress=progress)
-
-
-def _target(v, name: str):
-    """A chip or system argument: None, a name or path, or a loaded object."""
-    from tierlab.chip.hierarchy import Chip
-    from tierlab.system.model import System
-
-    if v is None or isinstance(v, (Chip, System)):
-        return v
-    from tierlab.api.settings import check_value
-
-    try:
-        return check_value(name, "text", v)
-    except UsageError:
-        raise UsageError(f"expected a name or path, or a loaded object, got {type(v).__name__} {v!r}",
-                         field=name) from None

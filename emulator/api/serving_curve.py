@@ -22,8 +22,9 @@ def _names(v, field: str) -> list:
     if isinstance(v, (str, os.PathLike)):
         return [x.strip() for x in os.fspath(v).split(",") if x.strip()]
     if isinstance(v, (list, tuple)):
-        return [check_value(field, "text", x) if not hasattr(x, "tiers") and not hasattr(x, "n_chips") else x
-                for x in v]
+        from tierlab.api.targets import target_argument
+
+        return [target_argument(x, field, optional=False) for x in v]
     raise UsageError(f"expected a list of names or paths, got {type(v).__name__} {v!r}", field=field)
 
 

@@ -10,6 +10,22 @@ from tierlab.api.settings import Collectives, Execution, ReplaySettings, default
 from tierlab.common.errors import UsageError
 
 
+def target_argument(v, name: str, *, optional: bool = True):
+    """A chip or system argument as given: a name or path (as a string), a loaded Chip or System, or
+    None where ``optional``."""
+    from tierlab.api.settings import check_value
+    from tierlab.chip.hierarchy import Chip
+    from tierlab.system.model import System
+
+    if (v is None and optional) or isinstance(v, (Chip, System)):
+        return v
+    try:
+        return check_value(name, "text", v)
+    except UsageError:
+        raise UsageError(f"expected a name or path, or a loaded object, got {type(v).__name__} {v!r}",
+                         field=name) from None
+
+
 def check_target(chip, system) -> None:
     """Exactly one of ``chip`` and ``system``."""
     if bool(chip) == bool(system):
