@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cachesim import Cache, CacheSimulator, MainMemory
 from click.testing import CliRunner
 
 from tierlab.analysis.tier_requests import tier_requests
@@ -19,6 +18,8 @@ from tierlab.engine.options import ReplayOptions
 from tierlab.pipeline.chip_replay import replay_trace
 from tierlab.traces.importers.tracer_logs import import_trace
 from tierlab.traces.format.reader import open_trace
+
+import pycachesim_reference
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -41,32 +42,7 @@ def _chip_toml(policy="lru", levels=LEVELS, line=64, memory="memory", lend="") -
 
 
 def _pycachesim(policy, records):
-    mem = MainMemory()
-    below, caches = None, []
-    for name, sets, ways in reversed(LEVELS):
-        c = Cache(name, sets, ways, 64, policy.upper(), load_from=below, store_to=below)
-        caches.append(c)
-        below = c
-    mem.load_to(caches[0])
-    mem.store_from(caches[0])
-    sim = CacheSimulator(caches[-1], mem)
-    for a, size, w in records:          # line by line: a record is one request per line it touches
-        for line in range(a // 64, (a + size - 1) // 64 + 1):
-            lo, hi = max(a, line * 64), min(a + size, (line + 1) * 64)
-            (sim.store if w else sim.load)(int(lo), length=int(hi - lo))
-    # pycachesim's HIT_count counts loads only, and a store miss allocates by a load (a miss);
-    # tierlab counts every request. Per level: the loads arriving from above are known (the
-    # records' load lines at l1, the misses of the level above below it), so the store misses
-    # are its other loads, and its hits over all requests = load hits + stores - store misses.
-    st = {x["name"]: x for x in sim.stats()}
-    loads = sum((a + s - 1) // 64 - a // 64 + 1 for a, s, w in records if not w)
-    out = {}
-    for name, _, _ in LEVELS:
-        x = st[name]
-        store_misses = x["LOAD_count"] - loads
-        out[name] = (x["HIT_count"] + x["STORE_count"] - store_misses, x["MISS_count"])
-        loads = x["MISS_count"]
-    return out
+    return pycachesim_reference.replay_isolated(policy, LEVELS, records)
 
 
 def _records(seed, n=6000, writes=True):
