@@ -92,6 +92,31 @@ def _digest_at_import(path: str) -> str | None:
         return None
 
 
+def _load_without_refresh(cache):
+    """``cache.load_overload`` without Numba's ``target_context.refresh()`` before each load.
+
+    The refresh imports and installs Numba's typing and lowering registries (about 0.1 s of a fresh
+    process, most of a tiny replay's start-up after the imports) so that a *compile* can find every
+    implementation. Loading machine code from the cache needs none of them: it needs the runtime
+    (``rtsys.initialize``, which the refresh also does first and which is called here), and the
+    code's own ``reload_init`` (the threading layer), which the rebuild runs. A compile in the same
+    process still refreshes (``numba.core.compiler.CompilerBase`` does so itself), so a cache miss
+    is compiled exactly as before. Where the Numba version has not the two methods used, the cache
+    is left as Numba made it."""
+    load, guard = getattr(cache, "_load_overload", None), getattr(cache, "_guard_against_spurious_io_errors", None)
+    if load is None or guard is None:
+        return
+
+    def load_overload(sig, target_context):
+        from numba.core.runtime import rtsys
+
+        rtsys.initialize(target_context)
+        with guard():
+            return load(sig, target_context)
+
+    cache.load_overload = load_overload
+
+
 def _bind_to_package(dispatcher):
     """Make ``dispatcher``'s on-disk cache stale whenever any module of the package changes.
 
@@ -102,6 +127,7 @@ def _bind_to_package(dispatcher):
     own = getattr(cache_file, "_source_stamp", None)
     if own is not None:
         cache_file._source_stamp = (own, package_stamp())
+        _load_without_refresh(dispatcher._cache)
     return dispatcher
 
 

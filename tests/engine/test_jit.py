@@ -59,3 +59,40 @@ def test_the_stamp_covers_kvstreams_compiled_modules_only():
     kv = Path(jit.__file__).parent.parent / "kvstream"
     compiled = {f"kvstream/{p.name}" for p in kv.glob("*.py") if "njit" in p.read_text() or "@helper" in p.read_text()}
     assert compiled <= set(jit.COMPILED_MODULES)
+
+
+_CACHED_MODULE = '''
+import sys
+import numpy as np
+from tierlab.engine.jit import njit
+
+
+@njit
+def squares(n):
+    a = np.empty(n, np.int64)      # allocated by Numba's runtime, returned to Python
+    for i in range(n):
+        a[i] = i * i
+    return a, a.sum()
+
+
+a, total = squares(1000)
+print(int(total), int(a[-1]), squares.stats.cache_hits.get(squares.signatures[0], 0),
+      "numba.misc.gdb_hook" in sys.modules)   # imported by the registries' refresh only
+'''
+
+
+def test_a_cached_function_loads_without_numbas_registries_and_computes_the_same(tmp_path):
+    """The first process compiles (a cache miss: the compiler refreshes Numba's registries itself);
+    the second loads the machine code from the cache without them (no registry module imported,
+    ``jit._load_without_refresh``) and computes the same: an array the runtime allocated, and its sum."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "cached_squares.py").write_text(_CACHED_MODULE)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(tmp_path)}
+    out = [subprocess.run([sys.executable, "-c", "import cached_squares"], env=env, capture_output=True, text=True,
+                          check=True, cwd=tmp_path).stdout.split() for _ in range(2)]
+    expected = str(sum(i * i for i in range(1000)))
+    assert out[0] == [expected, "998001", "0", "True"]          # compiled: the compiler loaded the registries
+    assert out[1] == [expected, "998001", "1", "False"]         # loaded from the cache, none imported
