@@ -70,7 +70,9 @@ def one(model: str, system: str) -> dict:
     price = sysd.price.usd_per_hour * chips / sysd.n_chips if sysd.price else None
     tps = pt["tokens_per_s_calibrated"]
     row.update({"batch1_tokens_per_s_per_user": tps, "batch1_tokens_per_s_per_chip": tps / chips,
-                "batch1_j_per_token": pt["energy_j"], "batch1_bound": pt["bound_calibrated"],
+                "batch1_j_per_token": pt.get("j_per_token", pt["energy_j"]),
+                "batch1_j_per_token_dynamic": pt["energy_j"], "energy_basis": pt.get("energy_board_basis"),
+                "batch1_bound": pt["bound_calibrated"],
                 "batch1_usd_per_mtok": price / 3600 / tps * 1e6 if price else None,
                 "collective_share": d["coordination"].get("collective_time_share_calibrated")})
     try:
@@ -81,7 +83,8 @@ def one(model: str, system: str) -> dict:
             p = pts[-1]
             row.update({"serving_concurrency": p["concurrency"], "serving_tokens_per_s_per_user": p["tokens_per_s_per_user"],
                         "serving_tokens_per_s_per_chip": p["output_tokens_per_s_per_chip"],
-                        "serving_j_per_token": p["energy_j_per_token"], "serving_usd_per_mtok": p["usd_per_mtok"]})
+                        "serving_j_per_token": p.get("j_per_token", p["energy_j_per_token"]),
+                        "serving_j_per_token_dynamic": p["energy_j_per_token"], "serving_usd_per_mtok": p["usd_per_mtok"]})
         row["kv_limit"] = c.get("max_concurrency")
     except TierlabError as err:
         row["serving_reason"] = str(err)
@@ -92,14 +95,25 @@ def _f(v, fmt="{:,.1f}"):
     return "-" if v is None else fmt.format(v)
 
 
+def _energy(r: dict, where: str) -> str:
+    """Board J/token with the dynamic share beside it; the dynamic alone (marked) where the chip file
+    has no ``[power]`` (or a row of an older run has no board figure)."""
+    board, dyn = r.get(f"{where}_j_per_token"), r.get(f"{where}_j_per_token_dynamic")
+    if board is None:
+        return "-"
+    if dyn is None or r.get("energy_basis") in (None, "dynamic only"):
+        return f"{_f(dyn if dyn is not None else board, '{:.3f}')} (dynamic only)"
+    return f"{_f(board, '{:.3f}')} ({_f(dyn, '{:.3f}')})"
+
+
 def markdown(rows: list[dict]) -> str:
     out = []
     for model, (name, opts) in MODELS.items():
         out += [f"### {name}, {opts['weights']} weights, {opts['kv']} KV", "",
                 f"Batch 1 at {CONTEXT} tokens of context; serving: {INPUT} in / {OUTPUT} out, concurrency "
                 f"{CONCURRENCY} (or the KV limit, if lower).", "",
-                "| system | chips | batch 1 tok/s/user | tok/s/chip | J/token | $/Mtok | bound | collectives | "
-                f"serving tok/s/user | tok/s/chip | J/token | $/Mtok |",
+                "| system | chips | batch 1 tok/s/user | tok/s/chip | J/token board (dynamic) | $/Mtok | bound | "
+                f"collectives | serving tok/s/user | tok/s/chip | J/token board (dynamic) | $/Mtok |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if r["model"] != model:
@@ -109,11 +123,11 @@ def markdown(rows: list[dict]) -> str:
                 continue
             out.append(
                 f"| {r['system']} | {r['tp']} | {_f(r['batch1_tokens_per_s_per_user'])} | "
-                f"{_f(r['batch1_tokens_per_s_per_chip'])} | {_f(r['batch1_j_per_token'], '{:.3f}')} | "
+                f"{_f(r['batch1_tokens_per_s_per_chip'])} | {_energy(r, 'batch1')} | "
                 f"{_f(r['batch1_usd_per_mtok'], '{:,.2f}')} | {r['batch1_bound']} | "
                 f"{_f(r['collective_share'] and 100 * r['collective_share'], '{:.0f}%')} | "
                 + (f"{_f(r.get('serving_tokens_per_s_per_user'))} | {_f(r.get('serving_tokens_per_s_per_chip'))} | "
-                   f"{_f(r.get('serving_j_per_token'), '{:.3f}')} | {_f(r.get('serving_usd_per_mtok'), '{:,.2f}')} |"
+                   f"{_energy(r, 'serving')} | {_f(r.get('serving_usd_per_mtok'), '{:,.2f}')} |"
                    if "serving_tokens_per_s_per_user" in r else
                    f"{r.get('serving_reason', '-')} | | | |"))
         out += ["", "The commands behind each row:", "", "```sh"]
