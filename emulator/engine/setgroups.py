@@ -324,10 +324,18 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
         tid = acc_tid[a]
         rw = 1 if acc_write[a] else 0
         kd = t_kind[tid]
-        for j in range(acc_count[a]):
-            start = t_addr[tid] + acc_offset[a] + j * acc_stride[a]
+        reps = acc_count[a]
+        span = acc_nbytes[a]
+        base = t_addr[tid] + acc_offset[a]
+        if reps > 1 and acc_stride[a] == span and ((base | span) & (b0 - 1)) == 0:
+            # back-to-back repetitions ending on block boundaries are one run of the same blocks in the
+            # same order (a batch's KV read, sequence after sequence): one chunk, which may sweep
+            span = reps * span
+            reps = 1
+        for j in range(reps):
+            start = base + j * acc_stride[a]
             first = start >> sh0
-            last = (start + acc_nbytes[a] - 1) >> sh0
+            last = (start + span - 1) >> sh0
             nb = last - first + 1
             n_blocks += nb
             if nb <= 0:

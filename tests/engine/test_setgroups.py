@@ -362,3 +362,37 @@ def test_many_groups_on_a_large_cache_stay_on_groups_with_the_walks_counts(data)
     np.testing.assert_array_equal(res.per_op, per_op)
     np.testing.assert_array_equal(res.by_kind, by_kind)
     np.testing.assert_array_equal(res.flush, flush)
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_back_to_back_repetitions_are_one_run_with_the_walks_counts(policy):
+    # a batch's KV read: count repetitions, each stride == nbytes after the last, of a run shorter
+    # than the tier, that together cover it several times. On block boundaries they are served as
+    # one run (setgroups.replay_groups), which sweeps; off them (a block shared by two repetitions,
+    # read twice) they are served one by one. Both must count as the walk and the reference do.
+    for seed in range(8):
+        rng = np.random.default_rng(100 + seed)
+        sets, ways, b0 = int(rng.integers(3, 30)), int(rng.integers(1, 9)), 32
+        tiers = [Tier("c", sets * ways * b0, b0, ways, policy, "cache", 1.0, 0.0, 0.0),
+                 Tier("mem", 1 << 40, 128, None, "lru", "memory", 1.0, 0.0, 0.0)]
+        tier_bytes = sets * ways * b0
+        reps = int(rng.integers(4, 12))
+        aligned = seed % 2 == 0
+        run = max(b0, tier_bytes // int(rng.integers(2, 5)) // b0 * b0) + (0 if aligned else int(rng.integers(1, b0)))
+        size = reps * run + 4 * b0
+        tensors = [(0, 1, 2, size), (-(-size // 128) * 128, 1, 0, size)]
+        acc = []
+        for op in range(6):
+            off = 0 if aligned else int(rng.integers(0, b0))
+            acc.append((op, 0, off, run, reps, run, bool(op == 3), 0))          # the repeated run
+            acc.append((op, 1, int(rng.integers(0, size - 2 * b0)), int(rng.integers(1, 2 * b0)), 1, 0,
+                        bool(rng.random() < 0.5), 0))                            # a short access between
+        opts = ReplayOptions(flush=True, store_hit_recency=bool(seed & 2), fetch_on_write_miss=bool(seed & 4))
+        seg = _engine(tiers, [0, 0], tensors, 6, acc, opts, [])
+        walk = _engine(tiers, [0, 0], tensors, 6, acc, dataclasses.replace(opts, fast_path=False), [])
+        _assert_same(seg, walk)
+        per_op, by_kind, flush = _expected(tiers, [0, 0], tensors, 6, acc, opts)
+        np.testing.assert_array_equal(seg.per_op, per_op)
+        np.testing.assert_array_equal(seg.flush, flush)
+        if aligned:
+            assert seg.meta["set_groups_sweeps"] > 0      # served as one run, which sweeps the tier
