@@ -353,6 +353,16 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
             _chunk(first, last, rw, tid, row, S, W, lru, store_recency, fetch_write, vlo, vrow,
                    vent, vfree, vst, cf, s_row, s_kind, s_tier, vh, vk, vb)
             st[ST_REQUESTS] += nb
+            if reps > 1 and acc_stride[a] == 0 and lru and (rw == 0 or store_recency) and nb <= S * W:
+                # the same run again, reps - 1 times: each set took at most W of its blocks, and under
+                # LRU (a store moving its block too) they are its youngest entries, in the run's order;
+                # serving the run again hits every block and leaves that order as it was
+                more = (reps - 1) * nb
+                cnt[row, kd, 0, HITS] += more
+                cnt[row, kd, 0, BYTES_WRITTEN if rw else BYTES_READ] += more * b0
+                st[ST_REQUESTS] += more
+                n_blocks += more
+                break
     return n_blocks, ent, free, acc_row.shape[0]
 
 

@@ -396,3 +396,34 @@ def test_back_to_back_repetitions_are_one_run_with_the_walks_counts(policy):
         np.testing.assert_array_equal(seg.flush, flush)
         if aligned:
             assert seg.meta["set_groups_sweeps"] > 0      # served as one run, which sweeps the tier
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_a_run_read_again_in_place_counts_as_the_walk(policy):
+    # a prefill's activation tile read count times in place (stride 0): when each set takes at most its
+    # ways of the run, under LRU (reads, or stores that move their block) the repetitions after the
+    # first are counted at once (setgroups.replay_groups); FIFO, stores that keep their place, and runs
+    # over more than the tier are served one by one. Every case must count as the walk and the reference.
+    for seed in range(12):
+        rng = np.random.default_rng(200 + seed)
+        sets, ways, b0 = int(rng.integers(2, 20)), int(rng.integers(1, 7)), 32
+        tiers = [Tier("c", sets * ways * b0, b0, ways, policy, "cache", 1.0, 0.0, 0.0),
+                 Tier("mem", 1 << 40, 128, None, "lru", "memory", 1.0, 0.0, 0.0)]
+        tier_bytes = sets * ways * b0
+        size = 3 * tier_bytes
+        tensors = [(0, 1, 1, size), (-(-size // 128) * 128, 1, 3, size)]
+        acc = []
+        for op in range(8):
+            nb = int(rng.integers(1, tier_bytes + 1)) if rng.random() < 0.7 else int(rng.integers(1, 2 * tier_bytes))
+            off = int(rng.integers(0, size - nb + 1))
+            acc.append((op, 0, off, nb, int(rng.integers(2, 9)), 0, bool(rng.random() < 0.4), 0))   # in place
+            acc.append((op, 1, int(rng.integers(0, size - b0)), int(rng.integers(1, 3 * b0)), 1, 0,
+                        bool(rng.random() < 0.5), 0))
+        for recency in (True, False):
+            opts = ReplayOptions(flush=True, store_hit_recency=recency, fetch_on_write_miss=bool(seed & 1))
+            seg = _engine(tiers, [0, 0], tensors, 8, acc, opts, [])
+            walk = _engine(tiers, [0, 0], tensors, 8, acc, dataclasses.replace(opts, fast_path=False), [])
+            _assert_same(seg, walk)
+            per_op, by_kind, flush = _expected(tiers, [0, 0], tensors, 8, acc, opts)
+            np.testing.assert_array_equal(seg.per_op, per_op)
+            np.testing.assert_array_equal(seg.flush, flush)
