@@ -161,6 +161,11 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, back, cnt):
                 if acc_pim[a] > 0:
                     cnt[row, kd, t_home[tid], PIM_BYTES] += (last - first + 1) * b0
                     continue
+                if fast and _passes_to_home(t_home[tid], mode):
+                    # no caching tier before the home: every block passes the same tiers and changes no
+                    # state; counted as the block-by-block walk below counts each, for all at once
+                    _count_passed(last - first + 1, w, row, kd, t_home[tid], cnt, blk, b0)
+                    continue
             pos = first
             while pos <= last:
                 g_tier = 0
@@ -395,6 +400,31 @@ def back_arg(rules) -> bool | None:
     """What the walk's entry points take as ``back``: True for an inclusive replay, else None (the
     back-invalidation then is not even compiled)."""
     return True if rules.inclusive else None
+
+
+@helper
+def _passes_to_home(home, mode):
+    """Whether every tier before ``home`` passes blocks through (none caches them)."""
+    for i in range(home):
+        if mode[i] != MODE_PASS:
+            return False
+    return True
+
+
+@helper
+def _count_passed(n, w, row, kd, home, cnt, blk, b0):
+    """``n`` tier-0 blocks that pass every tier before ``home`` (:func:`_passes_to_home`), as the walk
+    counts each: a writethrough (store) or bypass (load) at each of those tiers, a hit at the home of
+    the nearest tier's block size (tier 0's own when it is the home)."""
+    c = BYTES_WRITTEN if w else BYTES_READ
+    if home == 0:
+        cnt[row, kd, 0, HITS] += n
+        cnt[row, kd, 0, c] += n * b0
+        return
+    for i in range(home):
+        cnt[row, kd, i, WRITETHROUGHS if w else BYPASSES] += n
+    cnt[row, kd, home, HITS] += n
+    cnt[row, kd, home, c] += n * blk[home - 1]
 
 
 @njit(nogil=True)
