@@ -364,6 +364,26 @@ def test_many_groups_on_a_large_cache_stay_on_groups_with_the_walks_counts(data)
     np.testing.assert_array_equal(res.flush, flush)
 
 
+def _cache_over_memory(rng, policy, lo_sets, hi_sets, hi_ways):
+    """A cache of 32 B blocks (sets and ways drawn) over a memory of 128 B blocks; with its block."""
+    sets, ways, b0 = int(rng.integers(lo_sets, hi_sets)), int(rng.integers(1, hi_ways)), 32
+    return [Tier("c", sets * ways * b0, b0, ways, policy, "cache", 1.0, 0.0, 0.0),
+            Tier("mem", 1 << 40, 128, None, "lru", "memory", 1.0, 0.0, 0.0)], b0
+
+
+def _as_the_walk_and_the_reference(tiers, tensors, n_ops, acc, opts):
+    """The set groups' counts of ``acc`` (a cache over one home, nothing lent) equal to the walk's
+    and the reference's; the set groups' result."""
+    lent = [0] * len(tiers)
+    seg = _engine(tiers, lent, tensors, n_ops, acc, opts, [])
+    _assert_same(seg, _engine(tiers, lent, tensors, n_ops, acc, dataclasses.replace(opts, fast_path=False), []))
+    per_op, by_kind, flush = _expected(tiers, lent, tensors, n_ops, acc, opts)
+    np.testing.assert_array_equal(seg.per_op, per_op)
+    np.testing.assert_array_equal(seg.by_kind, by_kind)
+    np.testing.assert_array_equal(seg.flush, flush)
+    return seg
+
+
 @pytest.mark.parametrize("policy", ["lru", "fifo"])
 def test_back_to_back_repetitions_are_one_run_with_the_walks_counts(policy):
     # a batch's KV read: count repetitions, each stride == nbytes after the last, of a run shorter
@@ -372,10 +392,8 @@ def test_back_to_back_repetitions_are_one_run_with_the_walks_counts(policy):
     # read twice) they are served one by one. Both must count as the walk and the reference do.
     for seed in range(8):
         rng = np.random.default_rng(100 + seed)
-        sets, ways, b0 = int(rng.integers(3, 30)), int(rng.integers(1, 9)), 32
-        tiers = [Tier("c", sets * ways * b0, b0, ways, policy, "cache", 1.0, 0.0, 0.0),
-                 Tier("mem", 1 << 40, 128, None, "lru", "memory", 1.0, 0.0, 0.0)]
-        tier_bytes = sets * ways * b0
+        tiers, b0 = _cache_over_memory(rng, policy, 3, 30, 9)
+        tier_bytes = tiers[0].capacity_bytes
         reps = int(rng.integers(4, 12))
         aligned = seed % 2 == 0
         run = max(b0, tier_bytes // int(rng.integers(2, 5)) // b0 * b0) + (0 if aligned else int(rng.integers(1, b0)))
@@ -388,12 +406,7 @@ def test_back_to_back_repetitions_are_one_run_with_the_walks_counts(policy):
             acc.append((op, 1, int(rng.integers(0, size - 2 * b0)), int(rng.integers(1, 2 * b0)), 1, 0,
                         bool(rng.random() < 0.5), 0))                            # a short access between
         opts = ReplayOptions(flush=True, store_hit_recency=bool(seed & 2), fetch_on_write_miss=bool(seed & 4))
-        seg = _engine(tiers, [0, 0], tensors, 6, acc, opts, [])
-        walk = _engine(tiers, [0, 0], tensors, 6, acc, dataclasses.replace(opts, fast_path=False), [])
-        _assert_same(seg, walk)
-        per_op, by_kind, flush = _expected(tiers, [0, 0], tensors, 6, acc, opts)
-        np.testing.assert_array_equal(seg.per_op, per_op)
-        np.testing.assert_array_equal(seg.flush, flush)
+        seg = _as_the_walk_and_the_reference(tiers, tensors, 6, acc, opts)
         if aligned:
             assert seg.meta["set_groups_sweeps"] > 0      # served as one run, which sweeps the tier
 
@@ -406,10 +419,8 @@ def test_a_run_read_again_in_place_counts_as_the_walk(policy):
     # over more than the tier are served one by one. Every case must count as the walk and the reference.
     for seed in range(12):
         rng = np.random.default_rng(200 + seed)
-        sets, ways, b0 = int(rng.integers(2, 20)), int(rng.integers(1, 7)), 32
-        tiers = [Tier("c", sets * ways * b0, b0, ways, policy, "cache", 1.0, 0.0, 0.0),
-                 Tier("mem", 1 << 40, 128, None, "lru", "memory", 1.0, 0.0, 0.0)]
-        tier_bytes = sets * ways * b0
+        tiers, b0 = _cache_over_memory(rng, policy, 2, 20, 7)
+        tier_bytes = tiers[0].capacity_bytes
         size = 3 * tier_bytes
         tensors = [(0, 1, 1, size), (-(-size // 128) * 128, 1, 3, size)]
         acc = []
@@ -421,9 +432,4 @@ def test_a_run_read_again_in_place_counts_as_the_walk(policy):
                         bool(rng.random() < 0.5), 0))
         for recency in (True, False):
             opts = ReplayOptions(flush=True, store_hit_recency=recency, fetch_on_write_miss=bool(seed & 1))
-            seg = _engine(tiers, [0, 0], tensors, 8, acc, opts, [])
-            walk = _engine(tiers, [0, 0], tensors, 8, acc, dataclasses.replace(opts, fast_path=False), [])
-            _assert_same(seg, walk)
-            per_op, by_kind, flush = _expected(tiers, [0, 0], tensors, 8, acc, opts)
-            np.testing.assert_array_equal(seg.per_op, per_op)
-            np.testing.assert_array_equal(seg.flush, flush)
+            _as_the_walk_and_the_reference(tiers, tensors, 8, acc, opts)
