@@ -20,6 +20,7 @@ max length 2048", ~1000 on average), bf16 weights and KV, one decode step averag
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -931,7 +932,7 @@ def plot(table: list[dict], path: str) -> None:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 6), gridspec_kw={"width_ratios": [1, 1.3]})
     done = [r for r in table if r["ratio"] is not None]
     kinds = sorted({r["kind"] for r in done})
-    marks = dict(zip(kinds, "os^Dv<>ph*"))
+    marks = dict(zip(kinds, itertools.cycle("os^Dv<>ph*PXd8H")))   # a marker a kind, however many kinds
     scatter = [r for r in done if r["kind"] not in ("memory", "context")]
     for kind in kinds:
         rs = [r for r in scatter if r["kind"] == kind]

@@ -87,3 +87,13 @@ def test_issue_22_targets_hold():
     assert sum(1 for r in table if r["kind"] == "decode") >= 8
     assert sum(1 for r in table if r["kind"] == "ttft") >= 2
     assert len(validate.MEASURED) >= 30
+
+
+def test_the_plot_draws_every_kind_of_row(tmp_path):
+    """``validate.py --plot`` (docs/validation.md's command) draws a table holding a row of every kind
+    the bands name: it failed once the kinds outnumbered its markers."""
+    pytest.importorskip("matplotlib")
+    table = [dict(id=f"r-{kind}", kind=kind, measured=10.0 + i, ratio=1.0 + i / 100, within_band=True,
+                  band=band) for i, (kind, band) in enumerate(validate.BAND.items())]
+    validate.plot(table, str(tmp_path / "v.png"))
+    assert (tmp_path / "v.png").stat().st_size > 0
