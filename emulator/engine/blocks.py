@@ -10,7 +10,7 @@ The expansion writes into a fixed-size buffer and resumes where it stopped, so a
 is turned into a stream in bounded memory. :class:`BlockExpander` (any block size, tensors left out
 by a mask) serves miss-ratio curves, sweeps and benchmarks; :func:`expand_rows` (power-of-two
 blocks, the trace's columns as read) feeds the door's cache-stream kernels. The walk and set-group
-kernels expand in their own loops.
+kernels expand in their own loops, each descriptor's chunks as :func:`chunks_of` gives them.
 """
 
 from __future__ import annotations
@@ -18,11 +18,23 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
-from tierlab.engine.jit import njit
+from tierlab.engine.jit import helper, njit
 
 from tierlab.common.errors import UsageError
 
 DEFAULT_BUFFER_BLOCKS = 1 << 20
+
+
+@helper
+def chunks_of(base, nbytes, count, stride, block_bytes):
+    """The chunks a descriptor at ``base`` is served as: ``(count, nbytes)``, or ``(1, count x nbytes)``
+    when its repetitions follow each other back to back (``stride == nbytes``) on block boundaries
+    (a batch's KV read, sequence after sequence): the same blocks in the same order, one run, which a
+    kernel may serve at once (a sweep of a cache it covers). Off block boundaries two repetitions
+    share a block, which each requests: they stay apart."""
+    if count > 1 and stride == nbytes and ((base | nbytes) & (block_bytes - 1)) == 0:
+        return 1, count * nbytes
+    return count, nbytes
 
 
 @njit

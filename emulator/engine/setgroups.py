@@ -45,6 +45,7 @@ from tierlab.engine.jit import helper, njit
 from tierlab.engine.group_table import (EMPTY, N_ST, ST_FREE, ST_GROWN, ST_K, ST_K_MAX, ST_REQUESTS,  # noqa: F401
                                         ST_SWEEPS, find_group, grow_rows, merge_groups, new_state, same_rows,
                                         split_group)
+from tierlab.engine.blocks import chunks_of
 from tierlab.engine.lazy import count_in
 from tierlab.engine.simd import set_lookup, set_put
 from tierlab.engine.unowned import unowned
@@ -324,14 +325,8 @@ def replay_groups(desc, ten, hier, sh0, store_recency, fetch_write, grp_lo, grp_
         tid = acc_tid[a]
         rw = 1 if acc_write[a] else 0
         kd = t_kind[tid]
-        reps = acc_count[a]
-        span = acc_nbytes[a]
         base = t_addr[tid] + acc_offset[a]
-        if reps > 1 and acc_stride[a] == span and ((base | span) & (b0 - 1)) == 0:
-            # back-to-back repetitions ending on block boundaries are one run of the same blocks in the
-            # same order (a batch's KV read, sequence after sequence): one chunk, which may sweep
-            span = reps * span
-            reps = 1
+        reps, span = chunks_of(base, acc_nbytes[a], acc_count[a], acc_stride[a], b0)
         for j in range(reps):
             start = base + j * acc_stride[a]
             first = start >> sh0

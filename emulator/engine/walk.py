@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tierlab.engine.blocks import chunks_of
 from tierlab.engine.counters import (
     BYPASSES,
     BYTES_READ,
@@ -147,7 +148,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, back, cnt):
             row = acc_row[a]
             tid = acc_tid[a]
             w = 1 if acc_write[a] else 0
-            n_chunks = acc_count[a]
+            n_chunks, span = chunks_of(t_addr[tid] + acc_offset[a], acc_nbytes[a], acc_count[a], acc_stride[a], b0)
         kd = t_kind[tid]
         for j in range(n_chunks):
             if is_flush:
@@ -156,7 +157,7 @@ def _run(is_flush, desc, ten, hier, st, opt, rules, back, cnt):
             else:
                 start = t_addr[tid] + acc_offset[a] + j * acc_stride[a]
                 first = start >> sh0
-                last = (start + acc_nbytes[a] - 1) >> sh0
+                last = (start + span - 1) >> sh0
                 n_blocks += last - first + 1
                 if acc_pim[a] > 0:
                     cnt[row, kd, t_home[tid], PIM_BYTES] += (last - first + 1) * b0
