@@ -722,7 +722,8 @@ class Predictor:
                kernel_overhead: str | None = None) -> dict:
         """The ``--json`` of ``tierlab run`` for one setup (a chip, or a system with ``tp``);
         ``kernel_overhead``: ``--kernel-overhead`` (the chip file's when None)."""
-        from tierlab.api.settings import Execution
+        from tierlab.api.settings import Collectives, Execution
+        from tierlab.api.targets import load_target_chip, load_target_system
 
         execution = Execution(kernel_overhead=kernel_overhead)
         run = dict(context=context, prompt=prompt, generate=generate, batch=batch, weights=weights, kv=kv,
@@ -736,17 +737,11 @@ class Predictor:
             from tierlab.analysis.result import to_json
             from tierlab.pipeline.chip_replay import replay_trace
 
-            from tierlab.chip.chipfile import load_chip
-
-            return to_json(replay_trace(path, execution.apply(load_chip(chip)) if kernel_overhead else chip))
-        from dataclasses import replace
-
+            return to_json(replay_trace(path, load_target_chip(chip, execution)))
         from tierlab.analysis.system_result import to_json as system_json
-        from tierlab.system.systemfile import load_system
         from tierlab.pipeline.system_replay import replay_system
 
-        s = load_system(system)
-        return system_json(replay_system(path, replace(s, chip=execution.apply(s.chip)) if kernel_overhead else s))
+        return system_json(replay_system(path, load_target_system(system, Collectives(), execution)))
 
 
 def predict(row: dict, pred: Predictor) -> dict:
